@@ -1,42 +1,250 @@
-// Package compactcache implements a memory-compact DNS cache for CoreDNS.
+// Package compactcache implements a DNS cache for CoreDNS that stores each
+// response as packed wire bytes in pointer-free arenas and serves hits by
+// writing those bytes into the reply.
 package compactcache
 
 import (
 	"context"
+	"net"
+	"sync"
+	"time"
 
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/dnsutil"
+	"github.com/coredns/coredns/plugin/pkg/nonwriter"
+	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 )
 
-const defaultCapacity = 64 << 20
+const (
+	defaultCapacity = 64 << 20
+	// defaultMaxEntry is the per-entry limit on the bytes of records.
+	defaultMaxEntry = 64 << 10
+
+	maxTTL        = dnsutil.MaximumDefaultTTL
+	minDefaultTTL = dnsutil.MinimalDefaultTTL
+	maxNTTL       = dnsutil.MaximumDefaultTTL / 2
+	failTTL       = 5 * time.Second
+
+	// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
+	// large enough for signed answers (the DNS flag day 2020 value).
+	upstreamUDPSize = 1232
+)
 
 // Cache is the compactcache plugin.
 type Cache struct {
-	Next plugin.Handler
+	Next  plugin.Handler
+	Zones []string
+
+	store    *store
+	capacity int64
+	pcap     int // success entries allowed, 0 for the byte budget alone
+	ncap     int // denial entries allowed, 0 for the byte budget alone
+	maxEntry int
+
+	pttl, minpttl time.Duration
+	nttl, minnttl time.Duration
+	failttl       time.Duration
+	keepttl       bool
+
+	raw     bool // hits go out through w.Write; see SetRawWrites
+	metrics *metricsSet
+	now     func() time.Time
 }
 
-// New returns a Cache with the stock cache's defaults and a store of capacity bytes.
-func New(capacity int64) *Cache { return &Cache{} }
+// New returns a Cache with the stock cache's defaults and a 64 MiB budget.
+func New() *Cache {
+	c := &Cache{
+		Zones:    []string{"."},
+		capacity: defaultCapacity,
+		maxEntry: defaultMaxEntry,
+		pttl:     maxTTL,
+		minpttl:  minDefaultTTL,
+		nttl:     maxNTTL,
+		minnttl:  minDefaultTTL,
+		failttl:  failTTL,
+		metrics:  &metricsSet{},
+		now:      time.Now,
+	}
+	if err := c.init(); err != nil {
+		panic(err) // the defaults are valid
+	}
+	return c
+}
+
+// init makes the store for the configured budget and caps.
+func (c *Cache) init() (err error) {
+	c.store, err = newStore(c.capacity, [2]int{kindSuccess: c.pcap, kindDenial: c.ncap}, 0)
+	return err
+}
 
 // Name implements plugin.Handler.
 func (c *Cache) Name() string { return pluginName }
 
-// ServeDNS implements plugin.Handler.
-func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
-}
-
 // Stats is a snapshot of the store's occupancy.
 type Stats struct {
 	Entries  int64 // entries stored, success and denial
-	Bytes    int64 // bytes the store holds: arenas and index
+	Bytes    int64 // bytes the store holds: arenas, index and bookkeeping
 	Capacity int64 // the byte budget
 }
 
 // Stats returns the store's occupancy.
-func (c *Cache) Stats() Stats { return Stats{} }
+func (c *Cache) Stats() Stats {
+	return Stats{
+		Entries:  c.store.entries[kindSuccess].Load() + c.store.entries[kindDenial].Load(),
+		Bytes:    c.store.bytes.Load(),
+		Capacity: c.store.capacity,
+	}
+}
 
 // SetRawWrites makes hits reach the client through w.Write with the reply
 // bytes instead of WriteMsg with a *dns.Msg built from them. Setup turns it on
 // when no plugin in the server block needs WriteMsg.
-func (c *Cache) SetRawWrites(on bool) {}
+func (c *Cache) SetRawWrites(on bool) { c.raw = on }
+
+// scratch holds one request's buffers; scratches are pooled so that a hit
+// allocates nothing.
+type scratch struct {
+	q    query
+	name [maxNameLen]byte
+	key  []byte // lowercased wire qname and keyTail bytes
+	w    *replyWriter
+}
+
+const maxNameLen = 255
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{key: make([]byte, 0, maxNameLen+keyTail), w: newReplyWriter()}
+}}
+
+var builderPool = sync.Pool{New: func() any { return newBuilder() }}
+
+// ServeDNS implements plugin.Handler.
+func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	// Only queries with one question are cached: an UPDATE or a NOTIFY for a
+	// cached name must reach the handlers behind the cache.
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || !c.inZones(r.Question[0].Name) {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	if !s.load(r, w) {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	m := c.metrics.of(metrics.WithServer(ctx))
+	m.requests.Inc()
+
+	now := c.now()
+	if reply, kind, ok := c.hit(s, now); ok {
+		m.hits[kind].Inc()
+		return dns.RcodeSuccess, c.write(w, reply)
+	}
+	m.misses.Inc()
+	return c.miss(ctx, w, r, s, m)
+}
+
+func (c *Cache) inZones(name string) bool {
+	return len(c.Zones) == 1 && c.Zones[0] == "." || plugin.Zones(c.Zones).Matches(name) != ""
+}
+
+// hit writes the reply to s.q from a fresh entry, if there is one.
+func (c *Cache) hit(s *scratch, now time.Time) ([]byte, int, bool) {
+	h := c.store.hash(s.key)
+	sh := c.store.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.get(s.key, h)
+	if e == nil {
+		return nil, 0, false
+	}
+	age := max(0, now.Unix()-int64(e.stored()))
+	if age >= int64(e.ttl()) {
+		return nil, 0, false
+	}
+	e.hit()
+	return s.w.appendReply(&s.q, e, c.ttlView(age)), kindOf(e), true
+}
+
+func (c *Cache) ttlView(age int64) ttlView {
+	if c.keepttl {
+		return ttlView{}
+	}
+	return ttlView{age: uint32(age)}
+}
+
+// write sends reply to the client. Plugins before the cache wrap w and only
+// understand WriteMsg, so reply goes out as a *dns.Msg unless setup found
+// that none can be in the way. Nested lookups (autopath, dns64, kubernetes
+// ExternalName) always get a *dns.Msg: their writers have no Write.
+func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
+	if c.raw && !nested(w) {
+		_, err := w.Write(reply)
+		return err
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(reply); err != nil {
+		return err
+	}
+	// The reply already fits the client; compression keeps it fitting when
+	// CoreDNS's ScrubWriter measures it again.
+	m.Compress = true
+	return w.WriteMsg(m)
+}
+
+func nested(w dns.ResponseWriter) bool {
+	if sw, ok := w.(*request.ScrubWriter); ok {
+		w = sw.ResponseWriter
+	}
+	_, ok := w.(*nonwriter.Writer)
+	return ok
+}
+
+// load fills s from r; false when the question's name does not pack.
+func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter) bool {
+	q := &s.q
+	question := r.Question[0]
+	n, err := dns.PackDomainName(question.Name, s.name[:], 0, nil, false)
+	if err != nil {
+		return false
+	}
+	*q = query{
+		id:     r.Id,
+		opcode: r.Opcode,
+		rd:     r.RecursionDesired,
+		cd:     r.CheckingDisabled,
+		ad:     r.AuthenticatedData,
+		name:   s.name[:n],
+		qtype:  question.Qtype,
+		qclass: question.Qclass,
+		limit:  dns.MaxMsgSize,
+	}
+	if o := r.IsEdns0(); o != nil {
+		q.edns, q.do, q.udpSize = true, o.Do(), o.UDPSize()
+	}
+	// The same limits as CoreDNS's request.Size: UDP clients get their
+	// EDNS size, at least 512; everything else gets a whole message.
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		q.limit = dns.MinMsgSize
+		if q.edns {
+			q.limit = max(q.limit, int(q.udpSize))
+		}
+	}
+	s.key = appendKey(s.key[:0], q)
+	return true
+}
+
+// appendKey appends the cache key of q: the lowercased qname, qtype, qclass
+// and the key flags. The DO bit is not part of it: entries keep DNSSEC
+// records and the reply writer drops them for DO=0 clients.
+func appendKey(b []byte, q *query) []byte {
+	for _, c := range q.name {
+		b = append(b, lower(c))
+	}
+	b = append(b, byte(q.qtype>>8), byte(q.qtype), byte(q.qclass>>8), byte(q.qclass))
+	var flags byte
+	if q.cd {
+		flags |= keyCD
+	}
+	return append(b, flags)
+}

@@ -1,0 +1,164 @@
+package compactcache
+
+import (
+	"strings"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/response"
+	"github.com/miekg/dns"
+)
+
+// verdict is what the miss path decides about an upstream reply.
+type verdict struct {
+	store bool
+	kind  int
+	ttl   time.Duration
+	why   string // when not stored and worth a debug line
+}
+
+// classify decides whether reply, the answer to req, is stored and for how
+// long. It follows the stock cache: NOERROR with data and referrals are
+// successes; NXDOMAIN and NODATA with an SOA, and SERVFAIL, are denials;
+// truncated replies, other errors, zone transfers, updates and replies that
+// do not answer the question asked are never stored.
+func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
+	switch {
+	case reply.Truncated:
+		return verdict{why: "truncated"}
+	case !sameQuestion(reply, req):
+		return verdict{why: "question does not match the request"}
+	case reply.Opcode != dns.OpcodeQuery:
+		return verdict{why: "opcode is not QUERY"}
+	}
+	t, _ := response.Typify(reply, now)
+	soa := hasSOA(reply)
+	if t == response.NoError && len(reply.Answer) > 0 && !answersQuestion(reply) {
+		// A CNAME chain that does not reach the queried type: NODATA when an
+		// SOA bounds it (RFC 2308 2.2), an incomplete recursion otherwise
+		// (RFC 2308 5: not cached).
+		if !soa {
+			return verdict{why: "answer does not resolve the question"}
+		}
+		t = response.NoData
+	}
+	switch t {
+	case response.NoError, response.Delegation:
+		return verdict{store: true, kind: kindSuccess, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
+	case response.NameError, response.NoData:
+		if !soa {
+			return verdict{why: "denial without SOA"}
+		}
+		return verdict{store: true, kind: kindDenial, ttl: clampTTL(minTTL(reply, c.nttl), c.minnttl, c.nttl)}
+	case response.ServerError:
+		if reply.Rcode != dns.RcodeServerFailure || c.failttl == 0 {
+			return verdict{}
+		}
+		return verdict{store: true, kind: kindDenial, ttl: c.failttl}
+	}
+	return verdict{}
+}
+
+func sameQuestion(reply, req *dns.Msg) bool {
+	if len(reply.Question) != 1 || len(req.Question) != 1 || !reply.Response {
+		return false
+	}
+	a, b := reply.Question[0], req.Question[0]
+	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && strings.EqualFold(a.Name, b.Name)
+}
+
+func hasSOA(m *dns.Msg) bool {
+	for _, r := range m.Ns {
+		if r.Header().Rrtype == dns.TypeSOA {
+			return true
+		}
+	}
+	return false
+}
+
+// minTTL returns the smallest TTL in m, at most ceiling. An SOA counts with
+// the smaller of its TTL and its MINIMUM field, which bounds negative caching
+// (RFC 2308 5); the stock cache ignores MINIMUM. A reply without records
+// gets the stock cache's fail-safe minimum.
+func minTTL(m *dns.Msg, ceiling time.Duration) time.Duration {
+	if len(m.Answer)+len(m.Ns) == 0 && !hasRecords(m.Extra) {
+		return minDefaultTTL
+	}
+	ttl := uint32(ceiling / time.Second)
+	for _, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, r := range rrs {
+			h := r.Header()
+			if hopByHop(h.Rrtype) {
+				continue
+			}
+			ttl = min(ttl, h.Ttl)
+			if soa, ok := r.(*dns.SOA); ok {
+				ttl = min(ttl, soa.Minttl)
+			}
+		}
+	}
+	return time.Duration(ttl) * time.Second
+}
+
+func hasRecords(rrs []dns.RR) bool {
+	for _, r := range rrs {
+		if !hopByHop(r.Header().Rrtype) {
+			return true
+		}
+	}
+	return false
+}
+
+func clampTTL(ttl, lo, hi time.Duration) time.Duration { return min(max(ttl, lo), hi) }
+
+// answersQuestion reports whether the answer section holds the queried type
+// at the end of the CNAME chain that starts at the question's name (RFC 1034
+// 3.6.2). A chain with a loop or an owner of two targets answers nothing.
+func answersQuestion(m *dns.Msg) bool {
+	q := m.Question[0]
+	name := q.Name
+	if q.Qtype == dns.TypeANY || q.Qtype == dns.TypeCNAME {
+		return ownerHas(m.Answer, name, q.Qtype, q.Qclass)
+	}
+	for hops := 0; hops <= len(m.Answer); hops++ {
+		if ownerHas(m.Answer, name, q.Qtype, q.Qclass) {
+			return true
+		}
+		target, ok := cnameTarget(m.Answer, name, q.Qclass)
+		if !ok || target == "" {
+			return false
+		}
+		name = target
+	}
+	return false // longer than the answer: a loop
+}
+
+// ownerHas reports whether rrs has a record of type t (any type for ANY) at
+// name in class.
+func ownerHas(rrs []dns.RR, name string, t, class uint16) bool {
+	for _, r := range rrs {
+		h := r.Header()
+		if (t == dns.TypeANY || h.Rrtype == t) && classMatches(h.Class, class) && strings.EqualFold(h.Name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// cnameTarget returns the target of owner's CNAME, "" when it has none, and
+// false when it has two different ones (RFC 2181 10.1).
+func cnameTarget(rrs []dns.RR, owner string, class uint16) (string, bool) {
+	target := ""
+	for _, r := range rrs {
+		c, ok := r.(*dns.CNAME)
+		if !ok || !classMatches(c.Hdr.Class, class) || !strings.EqualFold(c.Hdr.Name, owner) {
+			continue
+		}
+		if target != "" && !strings.EqualFold(target, c.Target) {
+			return "", false
+		}
+		target = c.Target
+	}
+	return target, true
+}
+
+func classMatches(rrClass, qclass uint16) bool { return qclass == dns.ClassANY || rrClass == qclass }

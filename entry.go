@@ -1,0 +1,166 @@
+package compactcache
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// An entry is one cached response packed into bytes. It lives in a shard's
+// arena and is found through the shard's integer index, so the cache holds no
+// Go pointer per entry and the garbage collector never walks the entries.
+//
+// Own fields are little endian (the hit path reads them on amd64 and arm64);
+// names and rdata stay in DNS wire format so a hit copies them verbatim.
+//
+//	offset  size  field
+//	0       4     size of the entry, header included
+//	4       4     stored: unix seconds when the response was stored
+//	8       4     ttl: the entry's TTL in seconds, already clamped
+//	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial
+//	14      2     answer count
+//	16      2     authority count
+//	18      2     additional count
+//	20      1     refs: bit 7 set when hit since written or since the ring
+//	              last passed it; low 7 bits count hits, saturating
+//	21      1     N: length of the qname in wire form
+//	22      N+5   key: lowercased wire qname, qtype, qclass (big endian), key flags
+//	27+N    ...   records, see record below
+const (
+	offSize    = 0
+	offStored  = 4
+	offTTL     = 8
+	offFlags   = 12
+	offCounts  = 14
+	offRefs    = 20
+	offNameLen = 21
+	offKey     = 22
+
+	headerLen = offKey
+	keyTail   = 5 // qtype, qclass, key flags after the qname
+
+	// maxEntryLen bounds any entry: the largest DNS message, the header and
+	// a key. Arena chunks are sized to hold one such entry.
+	maxEntryLen = 64<<10 + headerLen + 255 + keyTail
+)
+
+// Entry flags.
+const (
+	flagRcodeMask = 0x000f
+	flagAA        = 1 << 4
+	flagRA        = 1 << 5
+	flagAD        = 1 << 6
+	flagDenial    = 1 << 7 // counted against the denial capacity
+)
+
+// Key flags: the bits of the request, besides the question, that select an
+// entry. DO is not one of them: one entry serves DO and non-DO clients.
+const keyCD = 1 << 0
+
+const (
+	refsHit   = 0x80
+	refsCount = 0x7f
+)
+
+// Record flags. A record is
+//
+//	1      flags
+//	[name] owner, uncompressed wire form, absent with recOwnerIsQname
+//	[2]    type, absent with recTypeIsQtype
+//	[2]    class, absent with recClassIsQclass
+//	4      TTL as received
+//	2      rdata length
+//	[n]    rdata, uncompressed wire form
+//
+// with the integers in network order, as in the message they came from.
+const (
+	recOwnerIsQname  = 1 << 0
+	recTypeIsQtype   = 1 << 1
+	recClassIsQclass = 1 << 2
+	recDNSSEC        = 1 << 3 // RRSIG, NSEC or NSEC3: skipped for DO=0 clients
+)
+
+var errEntryTooLarge = errors.New("entry larger than the per-entry limit")
+
+type entry []byte
+
+func (e entry) size() int         { return int(binary.LittleEndian.Uint32(e[offSize:])) }
+func (e entry) stored() uint32    { return binary.LittleEndian.Uint32(e[offStored:]) }
+func (e entry) ttl() uint32       { return binary.LittleEndian.Uint32(e[offTTL:]) }
+func (e entry) flags() uint16     { return binary.LittleEndian.Uint16(e[offFlags:]) }
+func (e entry) count(s int) int   { return int(binary.LittleEndian.Uint16(e[offCounts+2*s:])) }
+func (e entry) denial() bool      { return e.flags()&flagDenial != 0 }
+func (e entry) rcode() int        { return int(e.flags() & flagRcodeMask) }
+func (e entry) nameLen() int      { return int(e[offNameLen]) }
+func (e entry) key() []byte       { return e[offKey : offKey+e.nameLen()+keyTail] }
+func (e entry) qname() []byte     { return e[offKey : offKey+e.nameLen()] }
+func (e entry) recordsStart() int { return offKey + e.nameLen() + keyTail }
+
+func (e entry) qtype() uint16 {
+	return binary.BigEndian.Uint16(e[offKey+e.nameLen():])
+}
+
+func (e entry) qclass() uint16 {
+	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
+}
+
+// expires returns the unix second at which the entry's TTL runs out.
+func (e entry) expires() int64 { return int64(e.stored()) + int64(e.ttl()) }
+
+// hit records a hit for second chance eviction and popularity.
+func (e entry) hit() {
+	r := e[offRefs]
+	if r&refsCount != refsCount {
+		r++
+	}
+	e[offRefs] = r | refsHit
+}
+
+func (e entry) referenced() bool { return e[offRefs]&refsHit != 0 }
+
+// passed clears the second chance the ring has just spent.
+func (e entry) passed() { e[offRefs] &^= refsHit }
+
+// record is one resource record of an entry, sliced out of the entry's bytes.
+type record struct {
+	flags byte
+	owner []byte // nil when the owner is the qname
+	rtype uint16
+	class uint16
+	ttl   uint32
+	rdata []byte
+}
+
+// record parses the record at off and returns it with the offset of the next.
+// The entry was built by builder, so the lengths are trusted.
+func (e entry) record(off int) (record, int) {
+	r := record{flags: e[off], rtype: e.qtype(), class: e.qclass()}
+	off++
+	if r.flags&recOwnerIsQname == 0 {
+		n := wireNameLen(e[off:])
+		r.owner = e[off : off+n]
+		off += n
+	}
+	if r.flags&recTypeIsQtype == 0 {
+		r.rtype = binary.BigEndian.Uint16(e[off:])
+		off += 2
+	}
+	if r.flags&recClassIsQclass == 0 {
+		r.class = binary.BigEndian.Uint16(e[off:])
+		off += 2
+	}
+	r.ttl = binary.BigEndian.Uint32(e[off:])
+	rdlen := int(binary.BigEndian.Uint16(e[off+4:]))
+	off += 6
+	r.rdata = e[off : off+rdlen]
+	return r, off + rdlen
+}
+
+// wireNameLen returns the length of the uncompressed wire name at the start
+// of b, the root label included.
+func wireNameLen(b []byte) int {
+	off := 0
+	for b[off] != 0 {
+		off += int(b[off]) + 1
+	}
+	return off + 1
+}

@@ -1,0 +1,150 @@
+package compactcache
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The families of the stock cache, under coredns_compactcache_ and with the
+// same labels, plus the byte budget's.
+var (
+	cacheSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "entries",
+		Help:      "The number of elements in the cache.",
+	}, []string{"server", "type", "zones", "view"})
+	cacheRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "requests_total",
+		Help:      "The count of cache requests.",
+	}, []string{"server", "zones", "view"})
+	cacheHits = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "hits_total",
+		Help:      "The count of cache hits.",
+	}, []string{"server", "type", "zones", "view"})
+	cacheMisses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "misses_total",
+		Help:      "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
+	}, []string{"server", "zones", "view"})
+	cacheDrops = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "drops_total",
+		Help:      "The number of responses that are not cached because they are malformed, truncated or do not match the request.",
+	}, []string{"server", "zones", "view"})
+	evictions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "evictions_total",
+		Help:      "The count of cache evictions.",
+	}, []string{"server", "type", "zones", "view"})
+	cacheBytes = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "bytes",
+		Help:      "The bytes the cache holds: arenas, index and bookkeeping.",
+	}, []string{"server", "zones", "view"})
+	cacheCapacity = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "capacity_bytes",
+		Help:      "The byte budget of the cache.",
+	}, []string{"server", "zones", "view"})
+	cacheRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "refused_total",
+		Help:      "The number of responses not cached because they exceed the per-entry limit.",
+	}, []string{"server", "zones", "view"})
+)
+
+// Type label values, as the stock cache's.
+var kindLabels = [...]string{kindSuccess: "success", kindDenial: "denial"}
+
+// serverMetrics holds one server's resolved metrics, so that the hit path
+// does not hash label values on every request.
+type serverMetrics struct {
+	server    string
+	requests  prometheus.Counter
+	misses    prometheus.Counter
+	drops     prometheus.Counter
+	refused   prometheus.Counter
+	hits      [2]prometheus.Counter
+	evictions [2]prometheus.Counter
+	entries   [2]prometheus.Gauge
+	bytes     prometheus.Gauge
+	capacity  prometheus.Gauge
+}
+
+// metricsSet maps servers to their metrics. A block serves few servers, so a
+// copy-on-write slice scanned linearly beats a map and allocates nothing.
+type metricsSet struct {
+	zones, view string
+	mu          sync.Mutex
+	servers     atomic.Pointer[[]*serverMetrics]
+}
+
+func (s *metricsSet) of(server string) *serverMetrics {
+	if p := s.servers.Load(); p != nil {
+		for _, m := range *p {
+			if m.server == server {
+				return m
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var list []*serverMetrics
+	if p := s.servers.Load(); p != nil {
+		list = *p
+	}
+	for _, m := range list {
+		if m.server == server {
+			return m
+		}
+	}
+	m := s.resolve(server)
+	list = append(list[:len(list):len(list)], m)
+	s.servers.Store(&list)
+	return m
+}
+
+func (s *metricsSet) resolve(server string) *serverMetrics {
+	m := &serverMetrics{
+		server:   server,
+		requests: cacheRequests.WithLabelValues(server, s.zones, s.view),
+		misses:   cacheMisses.WithLabelValues(server, s.zones, s.view),
+		drops:    cacheDrops.WithLabelValues(server, s.zones, s.view),
+		refused:  cacheRefused.WithLabelValues(server, s.zones, s.view),
+		bytes:    cacheBytes.WithLabelValues(server, s.zones, s.view),
+		capacity: cacheCapacity.WithLabelValues(server, s.zones, s.view),
+	}
+	for k, t := range kindLabels {
+		m.hits[k] = cacheHits.WithLabelValues(server, t, s.zones, s.view)
+		m.evictions[k] = evictions.WithLabelValues(server, t, s.zones, s.view)
+		m.entries[k] = cacheSize.WithLabelValues(server, t, s.zones, s.view)
+	}
+	return m
+}
+
+// stored updates the gauges and eviction counters after a store.
+func (m *serverMetrics) stored(s *store, evicted [2]int) {
+	for k, n := range evicted {
+		if n > 0 {
+			m.evictions[k].Add(float64(n))
+		}
+		m.entries[k].Set(float64(s.entries[k].Load()))
+	}
+	m.bytes.Set(float64(s.bytes.Load()))
+	m.capacity.Set(float64(s.capacity))
+}

@@ -1,0 +1,41 @@
+package compactcache
+
+// Most records of a response are owned by the question's name. Such a record
+// stores no owner at all (recOwnerIsQname), and the reply writes its owner as
+// a pointer to the question echoed at offset 12, so the owner takes the case
+// the client used (RFC 1035 4.1.4 compression, DNS 0x20 intact).
+
+// qnamePointer is a compression pointer to the question's name, which always
+// starts right after the 12-byte header.
+var qnamePointer = [2]byte{0xC0, headerSize}
+
+// equalFoldWire reports whether two uncompressed wire names are equal,
+// ignoring ASCII case as DNS does (RFC 4343).
+func equalFoldWire(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if lower(a[i]) != lower(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// appendOwner writes the owner of r: the pointer to the question when the
+// entry elided it, else the stored name, compressed against the message.
+func (w *replyWriter) appendOwner(r record) {
+	if r.owner == nil {
+		w.msg = append(w.msg, qnamePointer[:]...)
+		return
+	}
+	w.appendName(r.owner)
+}

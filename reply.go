@@ -1,0 +1,303 @@
+package compactcache
+
+import (
+	"encoding/binary"
+
+	"github.com/miekg/dns"
+)
+
+const (
+	headerSize = 12
+	optLen     = 11 // an OPT record without options
+
+	// Compression pointers reach the first 16 KiB of a message.
+	maxPointer = 0x3FFF
+	// maxNames bounds the names the writer remembers for compression; a
+	// name past it is written whole, which is correct, only longer.
+	maxNames = 64
+)
+
+// Header bits in the second 16-bit word (RFC 1035 4.1.1, RFC 4035 3.2).
+const (
+	hdrQR = 1 << 15
+	hdrAA = 1 << 10
+	hdrTC = 1 << 9
+	hdrRD = 1 << 8
+	hdrRA = 1 << 7
+	hdrAD = 1 << 5
+	hdrCD = 1 << 4
+)
+
+// query is what a reply needs from its request. The plugin fills it from a
+// *dns.Msg; a front end can fill it from the packet without unpacking one.
+type query struct {
+	id     uint16
+	opcode int
+	rd     bool
+	cd     bool
+	ad     bool
+	name   []byte // the question's name in wire form, as the client wrote it
+	qtype  uint16
+	qclass uint16
+
+	edns    bool // the request had OPT: the reply gets one
+	do      bool
+	udpSize uint16
+	limit   int // the client's size limit: 512, its UDP size, or 65535 on TCP
+}
+
+// ttlView says how stored TTLs become reply TTLs.
+type ttlView struct {
+	age   uint32 // seconds since the entry was stored; 0 with keepttl
+	fixed bool   // every TTL is value, for serve-stale replies
+	value uint32
+}
+
+func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
+	if v.fixed {
+		return v.value
+	}
+	t := min(recTTL, entryTTL)
+	if v.age >= t {
+		return 0
+	}
+	return t - v.age
+}
+
+// replyWriter writes replies from entries into a reused buffer. One writer
+// serves one reply at a time; writers are pooled.
+type replyWriter struct {
+	msg   []byte
+	marks []mark
+
+	names     [maxNames]uint16 // offsets of names and their suffixes, for compression
+	nnames    int
+	qnameSeen bool // the question's labels are in names
+}
+
+// mark records where a record starts, for cutting replies at RRset bounds.
+type mark struct {
+	off     int
+	section int
+	setHead bool // first record of an RRset
+}
+
+func newReplyWriter() *replyWriter {
+	return &replyWriter{msg: make([]byte, 0, dns.MaxMsgSize), marks: make([]mark, 0, 64)}
+}
+
+// appendReply writes the reply to q from e: header, the question as the
+// client wrote it, the records with their TTLs aged by tv, DNSSEC records
+// only for DO clients or when asked for, OPT when the request had one, all
+// cut to the client's limit. The returned bytes are valid until the writer's
+// next reply.
+func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
+	w.msg = w.msg[:0]
+	w.marks = w.marks[:0]
+	w.nnames = 0
+	w.qnameSeen = false
+
+	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(e.rcode())
+	ef := e.flags()
+	if ef&flagAA != 0 {
+		flags |= hdrAA
+	}
+	if ef&flagRA != 0 {
+		flags |= hdrRA
+	}
+	// RFC 6840 5.7-5.8: AD only for clients that asked with AD or DO.
+	if ef&flagAD != 0 && (q.ad || q.do) {
+		flags |= hdrAD
+	}
+	if q.rd {
+		flags |= hdrRD
+	}
+	if q.cd {
+		flags |= hdrCD
+	}
+	w.msg = binary.BigEndian.AppendUint16(w.msg, q.id)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, flags)
+	w.msg = append(w.msg, 0, 1, 0, 0, 0, 0, 0, 0) // counts, patched below
+	w.msg = append(w.msg, q.name...)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, q.qtype)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, q.qclass)
+
+	var counts [3]int
+	off := e.recordsStart()
+	for s := range counts {
+		var prev record
+		for range e.count(s) {
+			var r record
+			r, off = e.record(off)
+			if r.flags&recDNSSEC != 0 && !q.do && r.rtype != q.qtype {
+				continue // RFC 4035 3.2.1
+			}
+			head := counts[s] == 0 || r.rtype != prev.rtype || !equalFoldWire(r.owner, prev.owner)
+			w.marks = append(w.marks, mark{off: len(w.msg), section: s, setHead: head})
+			w.appendRecord(r, tv.of(r.ttl, e.ttl()))
+			counts[s]++
+			prev = r
+		}
+	}
+
+	limit := q.limit
+	if q.edns {
+		limit -= optLen
+	}
+	if len(w.msg) > limit {
+		w.cut(limit, &counts)
+	}
+	if q.edns {
+		w.appendOPT(q)
+		counts[2]++
+	}
+	binary.BigEndian.PutUint16(w.msg[6:], uint16(counts[0]))
+	binary.BigEndian.PutUint16(w.msg[8:], uint16(counts[1]))
+	binary.BigEndian.PutUint16(w.msg[10:], uint16(counts[2]))
+	return w.msg
+}
+
+func (w *replyWriter) appendRecord(r record, ttl uint32) {
+	w.appendOwner(r)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, r.rtype)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, r.class)
+	w.msg = binary.BigEndian.AppendUint32(w.msg, ttl)
+	rdlen := len(w.msg)
+	w.msg = append(w.msg, 0, 0)
+	w.appendRdata(r)
+	binary.BigEndian.PutUint16(w.msg[rdlen:], uint16(len(w.msg)-rdlen-2))
+}
+
+// appendRdata writes r's rdata, compressing the names of the types RFC 3597
+// section 4 lets us compress: those of RFC 1035 still in use. The names in
+// SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC rdata must stay whole.
+func (w *replyWriter) appendRdata(r record) {
+	rd := r.rdata
+	switch r.rtype {
+	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
+		w.appendName(rd)
+	case dns.TypeMX:
+		w.msg = append(w.msg, rd[:2]...)
+		w.appendName(rd[2:])
+	case dns.TypeSOA:
+		mname := wireNameLen(rd)
+		rname := mname + wireNameLen(rd[mname:])
+		w.appendName(rd[:mname])
+		w.appendName(rd[mname:rname])
+		w.msg = append(w.msg, rd[rname:]...)
+	default:
+		w.msg = append(w.msg, rd...)
+	}
+}
+
+// appendOPT writes the OPT record the stock cache's replies get from
+// CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0.
+func (w *replyWriter) appendOPT(q *query) {
+	var do uint32
+	if q.do {
+		do = 1 << 15
+	}
+	w.msg = append(w.msg, 0) // root owner
+	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.TypeOPT)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, q.udpSize)
+	w.msg = binary.BigEndian.AppendUint32(w.msg, do)
+	w.msg = append(w.msg, 0, 0)
+}
+
+// cut shortens the reply to limit bytes: it drops whole RRsets from the end
+// of the additional section, which costs the client nothing it asked for,
+// and then from the other sections, setting TC (RFC 2181 9) so the client
+// retries over TCP. The header and question always fit: a wire name is at
+// most 255 bytes and the smallest limit is 512.
+func (w *replyWriter) cut(limit int, counts *[3]int) {
+	n := len(w.marks) // records kept
+	for n > 0 && w.end(n) > limit {
+		n--
+		for n > 0 && !w.marks[n].setHead {
+			n--
+		}
+	}
+	*counts = [3]int{}
+	for _, m := range w.marks[:n] {
+		counts[m.section]++
+	}
+	if n < len(w.marks) && w.marks[n].section < 2 {
+		w.msg[2] |= hdrTC >> 8
+	}
+	w.msg = w.msg[:w.end(n)]
+}
+
+// end returns where the reply ends when it keeps its first n records.
+func (w *replyWriter) end(n int) int {
+	if n == len(w.marks) {
+		return len(w.msg)
+	}
+	return w.marks[n].off
+}
+
+// appendName writes the uncompressed wire name n, replacing its longest
+// suffix already in the message by a pointer (RFC 1035 4.1.4).
+func (w *replyWriter) appendName(n []byte) {
+	if !w.qnameSeen {
+		w.qnameSeen = true
+		w.remember(headerSize, w.msg[headerSize:])
+	}
+	start := len(w.msg)
+	for i := 0; n[i] != 0; i += int(n[i]) + 1 {
+		if p, ok := w.lookup(n[i:]); ok {
+			w.msg = append(w.msg, n[:i]...)
+			w.msg = append(w.msg, 0xC0|byte(p>>8), byte(p))
+			w.remember(start, n[:i+1])
+			return
+		}
+	}
+	w.msg = append(w.msg, n...)
+	w.remember(start, n)
+}
+
+// remember adds the offsets of each label of the name written at start.
+// labels is the name as written; only its length bytes are read, up to the
+// root label or the end of labels.
+func (w *replyWriter) remember(start int, labels []byte) {
+	for i := 0; i < len(labels) && labels[i] != 0 && labels[i]&0xC0 == 0; i += int(labels[i]) + 1 {
+		if start+i > maxPointer || w.nnames == maxNames {
+			return
+		}
+		w.names[w.nnames] = uint16(start + i)
+		w.nnames++
+	}
+}
+
+// lookup returns the offset of a name in the message equal to suffix.
+func (w *replyWriter) lookup(suffix []byte) (int, bool) {
+	for _, o := range w.names[:w.nnames] {
+		if nameAtEqual(w.msg, int(o), suffix) {
+			return int(o), true
+		}
+	}
+	return 0, false
+}
+
+// nameAtEqual reports whether the name at off in msg, which may end in a
+// pointer, equals the uncompressed name n, ignoring ASCII case. The writer
+// only writes pointers backwards, so following them terminates.
+func nameAtEqual(msg []byte, off int, n []byte) bool {
+	i := 0
+	for {
+		for msg[off]&0xC0 == 0xC0 {
+			off = int(binary.BigEndian.Uint16(msg[off:]) & maxPointer)
+		}
+		l := int(msg[off])
+		if l != int(n[i]) {
+			return false
+		}
+		if l == 0 {
+			return true
+		}
+		if !equalFoldWire(msg[off+1:off+1+l], n[i+1:i+1+l]) {
+			return false
+		}
+		off += l + 1
+		i += l + 1
+	}
+}

@@ -1,0 +1,407 @@
+package compactcache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// The store keeps entries as bytes in per-shard arenas and finds them through
+// per-shard open addressing tables of uint64. Neither holds a Go pointer per
+// entry, so garbage collection costs the same with ten entries or ten million.
+//
+// A shard's arena is a ring of fixed-size chunks, allocated as the shard fills
+// and never beyond its share of the byte budget. When the ring is full, the
+// oldest chunk is reclaimed: entries hit since the ring last passed them are
+// compacted to its front and the chunk becomes the newest (second chance,
+// CLOCK style); the others, and entries expired beyond the serve-stale window
+// whether hit or not, are dropped.
+const (
+	chunkBits = 17
+	chunkSize = 1 << chunkBits // holds one maxEntryLen entry
+
+	chunkIndexBits = 16
+	maxChunks      = 1 << chunkIndexBits
+
+	// An index slot is the entry's hash bits above locBits, then its
+	// location (chunk index, offset) plus one, so that zero means empty.
+	locBits = chunkBits + chunkIndexBits
+	locMask = 1<<locBits - 1
+
+	minTableSlots = 1 << 8
+	maxShards     = 64
+
+	// MinCapacity is the smallest byte budget a store accepts: two chunks
+	// and a small index per shard.
+	MinCapacity = 1 << 20
+	// MaxCapacity keeps chunk indexes within chunkIndexBits.
+	MaxCapacity = maxShards * maxChunks * chunkSize
+)
+
+const (
+	kindSuccess = 0
+	kindDenial  = 1
+)
+
+func kindOf(e entry) int {
+	if e.denial() {
+		return kindDenial
+	}
+	return kindSuccess
+}
+
+type store struct {
+	seed     maphash.Seed
+	shards   []shard
+	capacity int64
+
+	entries [kindDenial + 1]atomic.Int64
+	bytes   atomic.Int64
+}
+
+type shard struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+
+	chunks [][]byte // the ring; nil where no chunk is allocated
+	used   []uint32 // bytes written in each chunk
+	tail   int      // the chunk being appended to, -1 before the first
+
+	table []uint64 // open addressing with linear probing; see locBits
+	count int      // entries in table
+
+	kinds  [kindDenial + 1]int      // entries per kind
+	limits [kindDenial + 1]int      // entries per kind allowed, 0 for no limit
+	cursor [kindDenial + 1]position // where the search for a kind's oldest entry resumes
+
+	budget int64 // bytes this shard may hold
+	held   int64 // bytes this shard holds: chunks, table, ring bookkeeping
+
+	grace int64 // seconds an expired entry is kept for serve_stale
+}
+
+// position is a place in the ring; valid is false once its chunk is reclaimed.
+type position struct {
+	chunk int
+	off   int
+	valid bool
+}
+
+// newStore returns a store of capacity bytes. limits caps the entries of each
+// kind, 0 meaning no cap; grace is the serve-stale window in seconds.
+func newStore(capacity int64, limits [2]int, grace int64) (*store, error) {
+	if capacity < MinCapacity || capacity > MaxCapacity {
+		return nil, fmt.Errorf("capacity %d bytes out of range [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
+	}
+	// Sixteen or more chunks per shard keep the bytes lost to the partly
+	// filled tail chunk and to reclaiming a whole chunk at a time small.
+	n := capacity / (16 * chunkSize)
+	n = max(1, min(maxShards, n))
+	n = 1 << (bits.Len64(uint64(n)) - 1)
+
+	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.seed = s.seed
+		sh.budget = capacity / n
+		rings := int(sh.budget / chunkSize)
+		sh.chunks = make([][]byte, rings)
+		sh.used = make([]uint32, rings)
+		sh.tail = -1
+		sh.table = make([]uint64, minTableSlots)
+		sh.grace = grace
+		for k, l := range limits {
+			if l > 0 {
+				sh.limits[k] = max(1, (l+int(n)-1)/int(n))
+			}
+		}
+		sh.held = sh.overhead()
+		s.bytes.Add(sh.held)
+	}
+	return s, nil
+}
+
+func (s *store) hash(key []byte) uint64 { return maphash.Bytes(s.seed, key) }
+
+func (s *store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)-1)] }
+
+// put stores e, a complete entry, replacing any entry with the same key, and
+// returns the number of entries of each kind evicted to make room. now is in
+// unix seconds.
+func (s *store) put(e entry, now int64) (evicted [2]int) {
+	if len(e) > maxEntryLen {
+		panic("compactcache: entry over maxEntryLen reached the store")
+	}
+	h := s.hash(e.key())
+	sh := s.shard(h)
+	sh.mu.Lock()
+	kinds, held := sh.kinds, sh.held
+	sh.put(e, h, now, &evicted)
+	for k := range kinds {
+		kinds[k] = sh.kinds[k] - kinds[k]
+	}
+	held = sh.held - held
+	sh.mu.Unlock()
+	for k, d := range kinds {
+		s.entries[k].Add(int64(d))
+	}
+	s.bytes.Add(held)
+	return evicted
+}
+
+// overhead is what a shard holds besides its chunks and its table.
+func (sh *shard) overhead() int64 {
+	return int64(len(sh.chunks))*(24+4) + 256
+}
+
+// get returns the entry stored under key, or nil. The caller holds sh.mu and
+// must not use the entry after releasing it.
+func (sh *shard) get(key []byte, h uint64) entry {
+	if i := sh.find(key, h); i >= 0 {
+		return sh.at(sh.table[i])
+	}
+	return nil
+}
+
+// find returns the table index of key's slot, or -1.
+func (sh *shard) find(key []byte, h uint64) int {
+	mask := uint64(len(sh.table) - 1)
+	tag := h >> locBits
+	for i := tag & mask; ; i = (i + 1) & mask {
+		v := sh.table[i]
+		if v == 0 {
+			return -1
+		}
+		if v>>locBits == tag && bytes.Equal(sh.at(v).key(), key) {
+			return int(i)
+		}
+	}
+}
+
+// slotOf returns the table index of the slot that locates the entry at loc,
+// or -1 when the entry is garbage (replaced or evicted).
+func (sh *shard) slotOf(loc uint64, h uint64) int {
+	mask := uint64(len(sh.table) - 1)
+	for i := (h >> locBits) & mask; ; i = (i + 1) & mask {
+		v := sh.table[i]
+		if v == 0 {
+			return -1
+		}
+		if v&locMask == loc+1 {
+			return int(i)
+		}
+	}
+}
+
+// at returns the entry a slot value locates.
+func (sh *shard) at(v uint64) entry {
+	loc := v&locMask - 1
+	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
+	n := binary.LittleEndian.Uint32(b[offSize:])
+	return entry(b[:n:n])
+}
+
+func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
+
+func (sh *shard) put(e entry, h uint64, now int64, evicted *[2]int) {
+	sh.makeTableRoom(now, evicted)
+	chunk, off := sh.reserve(len(e), now, evicted)
+	copy(sh.chunks[chunk][off:], e)
+	v := h>>locBits<<locBits | location(chunk, off) + 1
+
+	k := kindOf(e)
+	if i := sh.find(e.key(), h); i >= 0 {
+		sh.kinds[kindOf(sh.at(sh.table[i]))]--
+		sh.table[i] = v
+	} else {
+		sh.insertSlot(v)
+	}
+	sh.kinds[k]++
+	if sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
+		sh.evictOldest(k, evicted)
+	}
+}
+
+// insertSlot adds v to the table; the caller made room.
+func (sh *shard) insertSlot(v uint64) {
+	mask := uint64(len(sh.table) - 1)
+	i := (v >> locBits) & mask
+	for sh.table[i] != 0 {
+		i = (i + 1) & mask
+	}
+	sh.table[i] = v
+	sh.count++
+}
+
+// deleteSlot empties slot i, shifting later slots of its probe run back so
+// lookups need no tombstones.
+func (sh *shard) deleteSlot(i int) {
+	mask := len(sh.table) - 1
+	for j := (i + 1) & mask; sh.table[j] != 0; j = (j + 1) & mask {
+		home := int(sh.table[j]>>locBits) & mask
+		// The slot at j may move to i unless its home lies cyclically in (i, j].
+		if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
+			sh.table[i] = sh.table[j]
+			i = j
+		}
+	}
+	sh.table[i] = 0
+	sh.count--
+}
+
+// makeTableRoom keeps the table at most three quarters full: it doubles the
+// table when the budget allows, freeing old chunks for it while the ring has
+// more than one, and evicts entries otherwise.
+func (sh *shard) makeTableRoom(now int64, evicted *[2]int) {
+	for 4*(sh.count+1) > 3*len(sh.table) {
+		grow := int64(len(sh.table)) * 8
+		if sh.held+grow <= sh.budget {
+			sh.resize(2 * len(sh.table))
+			continue
+		}
+		if c := sh.oldest(); c >= 0 && c != sh.tail {
+			sh.free(c, evicted)
+			continue
+		}
+		sh.reclaim(sh.oldest(), now, evicted)
+	}
+}
+
+func (sh *shard) resize(n int) {
+	old := sh.table
+	sh.held += int64(n-len(old)) * 8
+	sh.table = make([]uint64, n)
+	sh.count = 0
+	for _, v := range old {
+		if v != 0 {
+			sh.insertSlot(v)
+		}
+	}
+}
+
+// reserve returns a place for n bytes at the end of the ring.
+func (sh *shard) reserve(n int, now int64, evicted *[2]int) (chunk, off int) {
+	for {
+		if t := sh.tail; t >= 0 && int(sh.used[t])+n <= chunkSize {
+			off = int(sh.used[t])
+			sh.used[t] += uint32(n)
+			return t, off
+		}
+		next := (sh.tail + 1) % len(sh.chunks)
+		if sh.chunks[next] == nil && sh.held+chunkSize <= sh.budget {
+			sh.chunks[next] = make([]byte, chunkSize)
+			sh.held += chunkSize
+			sh.tail = next
+			continue
+		}
+		next = sh.oldest()
+		sh.reclaim(next, now, evicted)
+		sh.tail = next
+	}
+}
+
+// oldest returns the allocated chunk after the tail in ring order, which may
+// be the tail itself, or -1 when no chunk is allocated.
+func (sh *shard) oldest() int {
+	n := len(sh.chunks)
+	for i := 1; i <= n; i++ {
+		if c := (sh.tail + i + n) % n; sh.chunks[c] != nil {
+			return c
+		}
+	}
+	return -1
+}
+
+// reclaim compacts chunk c: live entries hit since the ring last passed them
+// move to its front, spending their second chance; the rest are dropped.
+func (sh *shard) reclaim(c int, now int64, evicted *[2]int) {
+	b := sh.chunks[c]
+	w := 0
+	for off := 0; off < int(sh.used[c]); {
+		e := entry(b[off:])
+		n := e.size()
+		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
+			if e.referenced() && now <= e.expires()+sh.grace {
+				e.passed()
+				copy(b[w:], b[off:off+n])
+				sh.table[i] = sh.table[i]>>locBits<<locBits | location(c, w) + 1
+				w += n
+			} else {
+				sh.drop(i, e, evicted)
+			}
+		}
+		off += n
+	}
+	sh.used[c] = uint32(w)
+	sh.forget(c)
+}
+
+// free drops every entry of chunk c and gives its memory back.
+func (sh *shard) free(c int, evicted *[2]int) {
+	b := sh.chunks[c]
+	for off := 0; off < int(sh.used[c]); {
+		e := entry(b[off:])
+		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
+			sh.drop(i, e, evicted)
+		}
+		off += e.size()
+	}
+	sh.chunks[c] = nil
+	sh.used[c] = 0
+	sh.held -= chunkSize
+	sh.forget(c)
+}
+
+func (sh *shard) drop(i int, e entry, evicted *[2]int) {
+	k := kindOf(e)
+	sh.kinds[k]--
+	evicted[k]++
+	sh.deleteSlot(i)
+}
+
+// forget invalidates the cursors into chunk c, whose entries moved.
+func (sh *shard) forget(c int) {
+	for k := range sh.cursor {
+		if sh.cursor[k].chunk == c {
+			sh.cursor[k].valid = false
+		}
+	}
+}
+
+// evictOldest drops the oldest live entry of kind k, for the per-kind entry
+// caps of the stock cache. The cursor makes repeated calls walk the ring once
+// rather than once per call.
+func (sh *shard) evictOldest(k int, evicted *[2]int) {
+	pos := sh.cursor[k]
+	if !pos.valid {
+		pos = position{chunk: sh.oldest()}
+	}
+	n := len(sh.chunks)
+	for step := 0; step <= n; step++ {
+		c := (pos.chunk + step) % n
+		if sh.chunks[c] == nil {
+			continue
+		}
+		off := 0
+		if step == 0 {
+			off = pos.off
+		}
+		for off < int(sh.used[c]) {
+			e := entry(sh.chunks[c][off:])
+			next := off + e.size()
+			if kindOf(e) == k {
+				if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
+					sh.drop(i, e, evicted)
+					sh.cursor[k] = position{chunk: c, off: next, valid: true}
+					return
+				}
+			}
+			off = next
+		}
+	}
+	sh.cursor[k].valid = false
+}
