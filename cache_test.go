@@ -1,0 +1,284 @@
+package compactcache
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+func exampleUpstream() *upstream {
+	u := newUpstream()
+	soa := []dns.RR{test.SOA("example.org. 300 IN SOA ns.example.org. admin.example.org. 1 7200 3600 1209600 60")}
+	u.add("a.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
+		test.A("a.example.org. 300 IN A 192.0.2.1"), test.A("a.example.org. 300 IN A 192.0.2.2"),
+	}, nil, nil)
+	u.add("a.example.org.", dns.TypeAAAA, dns.RcodeSuccess, []dns.RR{test.AAAA("a.example.org. 300 IN AAAA 2001:db8::1")}, nil, nil)
+	u.add("t.example.org.", dns.TypeTXT, dns.RcodeSuccess, []dns.RR{test.TXT(`t.example.org. 300 IN TXT "Mixed Case" "v=spf1 -all"`)}, nil, nil)
+	u.add("www.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
+		test.CNAME("www.example.org. 300 IN CNAME web.example.org."),
+		test.CNAME("web.example.org. 300 IN CNAME host.example.net."),
+		test.A("host.example.net. 60 IN A 192.0.2.9"),
+	}, nil, nil)
+	u.add("example.org.", dns.TypeMX, dns.RcodeSuccess, []dns.RR{
+		test.MX("example.org. 300 IN MX 10 mail.example.org."), test.MX("example.org. 300 IN MX 20 mx.other.example."),
+	}, nil, []dns.RR{test.A("mail.example.org. 300 IN A 192.0.2.25")})
+	u.add("example.org.", dns.TypeNS, dns.RcodeSuccess, []dns.RR{
+		test.NS("example.org. 300 IN NS ns.example.org."), test.NS("example.org. 300 IN NS ns2.example.org."),
+	}, nil, []dns.RR{test.A("ns.example.org. 300 IN A 192.0.2.53")})
+	u.add("_sip._udp.example.org.", dns.TypeSRV, dns.RcodeSuccess, []dns.RR{
+		test.SRV("_sip._udp.example.org. 300 IN SRV 10 5 5060 sip.example.org."),
+	}, nil, nil)
+	u.add("example.org.", dns.TypeSOA, dns.RcodeSuccess, soa, nil, nil)
+	u.add("1.2.0.192.in-addr.arpa.", dns.TypePTR, dns.RcodeSuccess, []dns.RR{
+		test.PTR("1.2.0.192.in-addr.arpa. 300 IN PTR a.example.org."),
+	}, nil, nil)
+	u.add("missing.example.org.", dns.TypeA, dns.RcodeNameError, nil, soa, nil)
+	u.add("a.example.org.", dns.TypeMX, dns.RcodeSuccess, nil, soa, nil)
+	return u
+}
+
+func TestCacheAnswersAsUpstream(t *testing.T) {
+	cases := []test.Case{
+		{Qname: "a.example.org.", Qtype: dns.TypeA},
+		{Qname: "a.example.org.", Qtype: dns.TypeAAAA},
+		{Qname: "t.example.org.", Qtype: dns.TypeTXT},
+		{Qname: "www.example.org.", Qtype: dns.TypeA},
+		{Qname: "example.org.", Qtype: dns.TypeMX},
+		{Qname: "example.org.", Qtype: dns.TypeNS},
+		{Qname: "_sip._udp.example.org.", Qtype: dns.TypeSRV},
+		{Qname: "example.org.", Qtype: dns.TypeSOA},
+		{Qname: "1.2.0.192.in-addr.arpa.", Qtype: dns.TypePTR},
+		{Qname: "missing.example.org.", Qtype: dns.TypeA}, // NXDOMAIN
+		{Qname: "a.example.org.", Qtype: dns.TypeMX},      // NODATA
+		{Qname: "A.Example.ORG.", Qtype: dns.TypeA},       // 0x20
+		{Qname: "WWW.example.org.", Qtype: dns.TypeA, Do: true},
+	}
+	for _, raw := range []bool{false, true} {
+		u := exampleUpstream()
+		c := newTestCache(t, u, newClock())
+		c.SetRawWrites(raw)
+		for _, tc := range cases {
+			req := tc.Msg()
+			want := u.answers[qkey(tc.Qname, tc.Qtype)](req)
+			for i := range 2 {
+				got := ask(t, c, req, false)
+				if err := sameReply(got, want); err != nil {
+					t.Errorf("raw=%v %s/%s query %d: %v", raw, tc.Qname, dns.TypeToString[tc.Qtype], i, err)
+				}
+				if got.Question[0].Name != tc.Qname {
+					t.Errorf("raw=%v %s: question echoed as %q", raw, tc.Qname, got.Question[0].Name)
+				}
+				for _, rr := range got.Answer {
+					if strings.EqualFold(rr.Header().Name, tc.Qname) && rr.Header().Name != tc.Qname {
+						t.Errorf("raw=%v %s: owner %q lost the client's case", raw, tc.Qname, rr.Header().Name)
+					}
+				}
+				if got.Id != req.Id {
+					t.Errorf("raw=%v %s: reply ID %d, want %d", raw, tc.Qname, got.Id, req.Id)
+				}
+			}
+			if n := u.count(tc.Qname, tc.Qtype); n != 1 {
+				t.Errorf("raw=%v %s/%s: upstream asked %d times, want 1", raw, tc.Qname, dns.TypeToString[tc.Qtype], n)
+			}
+		}
+		if got := c.Stats().Entries; got != int64(len(cases)-2) {
+			t.Errorf("raw=%v: %d entries, want %d", raw, got, len(cases)-2)
+		}
+	}
+}
+
+func TestTTLAging(t *testing.T) {
+	u := exampleUpstream()
+	clk := newClock()
+	c := newTestCache(t, u, clk)
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, c, req, false)
+
+	clk.advance(20 * time.Second)
+	got := ask(t, c, req, false)
+	want := map[uint16]uint32{dns.TypeCNAME: 280, dns.TypeA: 40} // 300 and 60 aged by 20; entry TTL is 60
+	for _, rr := range got.Answer {
+		if rr.Header().Ttl != want[rr.Header().Rrtype] && !(rr.Header().Rrtype == dns.TypeCNAME && rr.Header().Ttl == 40) {
+			t.Errorf("%s: TTL %d", rr, rr.Header().Ttl)
+		}
+	}
+	// The entry's TTL is the smallest, 60: each record's TTL is capped by it.
+	for _, rr := range got.Answer {
+		if rr.Header().Ttl != 40 {
+			t.Errorf("%s: TTL %d, want 40", rr, rr.Header().Ttl)
+		}
+	}
+	if n := u.count("www.example.org.", dns.TypeA); n != 1 {
+		t.Fatalf("upstream asked %d times before expiry, want 1", n)
+	}
+	clk.advance(41 * time.Second)
+	ask(t, c, req, false)
+	if n := u.count("www.example.org.", dns.TypeA); n != 2 {
+		t.Fatalf("upstream asked %d times after expiry, want 2", n)
+	}
+}
+
+func TestKeepTTL(t *testing.T) {
+	u := exampleUpstream()
+	clk := newClock()
+	c := newTestCache(t, u, clk)
+	c.keepttl = true
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, c, req, false)
+	clk.advance(100 * time.Second)
+	for _, rr := range ask(t, c, req, false).Answer {
+		if rr.Header().Ttl != 300 {
+			t.Errorf("%s: TTL %d, want 300 with keepttl", rr, rr.Header().Ttl)
+		}
+	}
+}
+
+func bigTXT(name string, n int) []dns.RR {
+	var rrs []dns.RR
+	for i := range n {
+		rrs = append(rrs, test.TXT(name+` 300 IN TXT "`+strings.Repeat(string(rune('a'+i%26)), 100)+`"`))
+	}
+	return rrs
+}
+
+func TestTruncation(t *testing.T) {
+	u := newUpstream()
+	u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("big.example.org.", 20), nil, nil)
+	u.add("glue.example.org.", dns.TypeNS, dns.RcodeSuccess,
+		[]dns.RR{test.NS("glue.example.org. 300 IN NS ns1.example.org.")},
+		nil, bigTXT("ns1.example.org.", 8))
+	c := newTestCache(t, u, newClock())
+
+	for _, tc := range []struct {
+		name     string
+		req      *dns.Msg
+		tcp      bool
+		tc       bool
+		answers  int
+		maxBytes int
+	}{
+		{"udp no edns", test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), false, true, 0, 512},
+		{"udp edns 4096", edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096), false, false, 20, 4096},
+		{"udp edns 1232", edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 1232), false, true, 0, 1232},
+		{"tcp", test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), true, false, 20, dns.MaxMsgSize},
+		// Additional records go first, without TC.
+		{"glue udp", test.Case{Qname: "glue.example.org.", Qtype: dns.TypeNS}.Msg(), false, false, 1, 512},
+	} {
+		for i := range 2 { // miss, then hit
+			got := ask(t, c, tc.req, tc.tcp)
+			b, _ := got.Pack()
+			if got.Truncated != tc.tc || len(got.Answer) != tc.answers || len(b) > tc.maxBytes {
+				t.Errorf("%s query %d: TC=%v, %d answers, %d bytes; want TC=%v, %d answers, at most %d bytes",
+					tc.name, i, got.Truncated, len(got.Answer), len(b), tc.tc, tc.answers, tc.maxBytes)
+			}
+		}
+	}
+}
+
+func edns(m *dns.Msg, size uint16) *dns.Msg {
+	m.SetEdns0(size, false)
+	return m
+}
+
+func TestNotCached(t *testing.T) {
+	u := newUpstream()
+	u.add("refused.example.org.", dns.TypeA, dns.RcodeRefused, nil, nil, nil)
+	u.add("nosoa.example.org.", dns.TypeA, dns.RcodeNameError, nil, nil, nil)
+	u.answers[qkey("tc.example.org.", dns.TypeA)] = func(r *dns.Msg) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Truncated = true
+		return m
+	}
+	u.answers[qkey("other.example.org.", dns.TypeA)] = func(r *dns.Msg) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Question[0].Name = "evil.example.org."
+		m.Answer = []dns.RR{test.A("evil.example.org. 300 IN A 192.0.2.66")}
+		return m
+	}
+	c := newTestCache(t, u, newClock())
+	for _, name := range []string{"refused.example.org.", "nosoa.example.org.", "tc.example.org.", "other.example.org."} {
+		req := test.Case{Qname: name, Qtype: dns.TypeA}.Msg()
+		ask(t, c, req, false)
+		ask(t, c, req, false)
+		if n := u.count(name, dns.TypeA); n != 2 {
+			t.Errorf("%s: upstream asked %d times, want 2 (not cached)", name, n)
+		}
+	}
+	if n := c.Stats().Entries; n != 0 {
+		t.Errorf("%d entries stored, want 0", n)
+	}
+}
+
+func TestServfailCachedWhenNextFails(t *testing.T) {
+	u := newUpstream() // answers nothing: SERVFAIL with an error
+	clk := newClock()
+	c := newTestCache(t, u, clk)
+	req := test.Case{Qname: "down.example.org.", Qtype: dns.TypeA}.Msg()
+	rec := &recorder{}
+	rcode, err := c.ServeDNS(t.Context(), rec, req)
+	if rcode != dns.RcodeServerFailure || err == nil {
+		t.Fatalf("first query: rcode %d err %v, want SERVFAIL and an error", rcode, err)
+	}
+	got := ask(t, c, req, false)
+	if got.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("cached reply rcode %s, want SERVFAIL", dns.RcodeToString[got.Rcode])
+	}
+	if n := u.count("down.example.org.", dns.TypeA); n != 1 {
+		t.Fatalf("upstream asked %d times within the servfail time, want 1", n)
+	}
+	clk.advance(failTTL)
+	c.ServeDNS(t.Context(), &recorder{}, req)
+	if n := u.count("down.example.org.", dns.TypeA); n != 2 {
+		t.Fatalf("upstream asked %d times after the servfail time, want 2", n)
+	}
+}
+
+func TestUpstreamGetsDO(t *testing.T) {
+	u := exampleUpstream()
+	c := newTestCache(t, u, newClock())
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, c, req, false)
+	o := u.last.IsEdns0()
+	if o == nil || !o.Do() || o.UDPSize() < upstreamUDPSize {
+		t.Fatalf("upstream request OPT %v, want DO and a buffer of at least %d", o, upstreamUDPSize)
+	}
+	if req.IsEdns0() != nil {
+		t.Fatal("the client's request was changed")
+	}
+}
+
+func TestHitAllocatesNothing(t *testing.T) {
+	u := exampleUpstream()
+	c := newTestCache(t, u, newClock())
+	c.SetRawWrites(true)
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, c, req, false)
+	w := &discard{}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := c.ServeDNS(t.Context(), w, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || w.n == 0 {
+		t.Fatalf("%v allocations per hit, %d bytes written; want 0 allocations", allocs, w.n)
+	}
+}
+
+// discard is a ResponseWriter that counts written bytes and keeps nothing.
+type discard struct {
+	test.ResponseWriter
+	n int
+}
+
+var clientAddr = &net.UDPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40212}
+
+// RemoteAddr returns a fixed address: test.ResponseWriter allocates one per call.
+func (d *discard) RemoteAddr() net.Addr { return clientAddr }
+
+func (d *discard) Write(b []byte) (int, error) { d.n += len(b); return len(b), nil }
