@@ -119,7 +119,7 @@ func newStore(capacity int64, limits [2]int, grace int64) (*store, error) {
 				sh.limits[k] = max(1, (l+int(n)-1)/int(n))
 			}
 		}
-		sh.held = sh.overhead()
+		sh.held = sh.overhead() + minTableSlots*8
 		s.bytes.Add(sh.held)
 	}
 	return s, nil
@@ -254,20 +254,16 @@ func (sh *shard) deleteSlot(i int) {
 }
 
 // makeTableRoom keeps the table at most three quarters full: it doubles the
-// table when the budget allows, freeing old chunks for it while the ring has
-// more than one, and evicts entries otherwise.
+// table while the budget allows, and evicts entries otherwise. Freeing
+// chunks to grow the table instead would drop entries without their second
+// chance.
 func (sh *shard) makeTableRoom(now int64, evicted *[2]int) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
-		grow := int64(len(sh.table)) * 8
-		if sh.held+grow <= sh.budget {
+		if grow := int64(len(sh.table)) * 8; sh.held+grow <= sh.budget {
 			sh.resize(2 * len(sh.table))
 			continue
 		}
-		if c := sh.oldest(); c >= 0 && c != sh.tail {
-			sh.free(c, evicted)
-			continue
-		}
-		sh.reclaim(sh.oldest(), now, evicted)
+		sh.advance(now, evicted)
 	}
 }
 
@@ -298,10 +294,15 @@ func (sh *shard) reserve(n int, now int64, evicted *[2]int) (chunk, off int) {
 			sh.tail = next
 			continue
 		}
-		next = sh.oldest()
-		sh.reclaim(next, now, evicted)
-		sh.tail = next
+		sh.advance(now, evicted)
 	}
+}
+
+// advance reclaims the oldest chunk and makes it the tail.
+func (sh *shard) advance(now int64, evicted *[2]int) {
+	c := sh.oldest()
+	sh.reclaim(c, now, evicted)
+	sh.tail = c
 }
 
 // oldest returns the allocated chunk after the tail in ring order, which may
@@ -337,22 +338,6 @@ func (sh *shard) reclaim(c int, now int64, evicted *[2]int) {
 		off += n
 	}
 	sh.used[c] = uint32(w)
-	sh.forget(c)
-}
-
-// free drops every entry of chunk c and gives its memory back.
-func (sh *shard) free(c int, evicted *[2]int) {
-	b := sh.chunks[c]
-	for off := 0; off < int(sh.used[c]); {
-		e := entry(b[off:])
-		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
-			sh.drop(i, e, evicted)
-		}
-		off += e.size()
-	}
-	sh.chunks[c] = nil
-	sh.used[c] = 0
-	sh.held -= chunkSize
 	sh.forget(c)
 }
 

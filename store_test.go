@@ -1,0 +1,238 @@
+package compactcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// testEntry builds the entry for name with an A record carrying val, so a
+// lookup can tell which version it found.
+func testEntry(t testing.TB, b *builder, name string, val uint32, ttl uint32, kind int) (entry, []byte) {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	rr := test.A(name + " 300 IN A 192.0.2.1")
+	binary.BigEndian.PutUint32(rr.A.To4(), val)
+	m.Answer = []dns.RR{rr}
+	var q query
+	var buf [maxNameLen]byte
+	n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.name, q.qtype, q.qclass = buf[:n], dns.TypeA, dns.ClassINET
+	key := appendKey(nil, &q)
+	var flags uint16
+	if kind == kindDenial {
+		flags = flagDenial
+	}
+	e, err := b.build(m, key, 0, ttl, flags, defaultMaxEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, key
+}
+
+func (s *store) lookup(key []byte) (val uint32, ok bool) {
+	h := s.hash(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.get(key, h)
+	if e == nil {
+		return 0, false
+	}
+	r, _ := e.record(e.recordsStart())
+	return binary.BigEndian.Uint32(r.rdata), true
+}
+
+func (s *store) touch(key []byte) {
+	h := s.hash(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.get(key, h); e != nil {
+		e.hit()
+	}
+}
+
+// checkShards verifies the invariants every operation must keep: each slot
+// locates a live entry whose key hashes to the slot's bits, the counts add
+// up, and no shard holds more than its budget.
+func checkShards(t *testing.T, s *store) {
+	t.Helper()
+	var total int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		n, kinds := 0, [2]int{}
+		for _, v := range sh.table {
+			if v == 0 {
+				continue
+			}
+			n++
+			e := sh.at(v)
+			if h := s.hash(e.key()); h>>locBits != v>>locBits {
+				t.Fatalf("shard %d: slot hash bits do not match the entry's key", i)
+			}
+			kinds[kindOf(e)]++
+		}
+		if n != sh.count || kinds != sh.kinds {
+			t.Fatalf("shard %d: %d slots, %v kinds; shard says %d, %v", i, n, kinds, sh.count, sh.kinds)
+		}
+		var chunks int64
+		for _, c := range sh.chunks {
+			if c != nil {
+				chunks += chunkSize
+			}
+		}
+		if held := chunks + int64(len(sh.table))*8 + sh.overhead(); held != sh.held || held > sh.budget {
+			t.Fatalf("shard %d: holds %d bytes, accounted %d, budget %d", i, held, sh.held, sh.budget)
+		}
+		total += sh.held
+	}
+	if total != s.bytes.Load() || total > s.capacity {
+		t.Fatalf("store holds %d bytes, accounted %d, capacity %d", total, s.bytes.Load(), s.capacity)
+	}
+}
+
+func TestStoreNeverExceedsBudget(t *testing.T) {
+	s, err := newStore(MinCapacity, [2]int{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder()
+	latest := map[string]uint32{}
+	var keys [][]byte
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 100_000 {
+		name := fmt.Sprintf("n%d.example.org.", rng.IntN(30_000))
+		val := uint32(i)
+		e, key := testEntry(t, b, name, val, 3600, kindSuccess)
+		s.put(e, 0)
+		if _, seen := latest[name]; !seen {
+			keys = append(keys, key)
+		}
+		latest[name] = val
+		if i%5000 == 0 {
+			checkShards(t, s)
+		}
+	}
+	checkShards(t, s)
+	found := 0
+	for _, key := range keys {
+		val, ok := s.lookup(key)
+		if !ok {
+			continue
+		}
+		found++
+		name := dnsName(key)
+		if val != latest[name] {
+			t.Fatalf("%s: found version %d, latest is %d", name, val, latest[name])
+		}
+	}
+	if int64(found) != s.entries[kindSuccess].Load() {
+		t.Fatalf("%d keys found, store counts %d", found, s.entries[kindSuccess].Load())
+	}
+	if found < 1000 || found == len(keys) {
+		t.Fatalf("%d of %d keys kept in a 1 MiB store: eviction did not run or kept too little", found, len(keys))
+	}
+}
+
+func dnsName(key []byte) string {
+	name, _, err := dns.UnpackDomainName(key, 0)
+	if err != nil {
+		panic(err)
+	}
+	return name
+}
+
+func TestStoreSecondChance(t *testing.T) {
+	s, err := newStore(MinCapacity, [2]int{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder()
+	var hot [][]byte
+	for i := range 500 {
+		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, kindSuccess)
+		s.put(e, 0)
+		hot = append(hot, key)
+	}
+	// A scan of cold names many times the store's size; the hot names are
+	// asked for throughout.
+	hits, asks := 0, 0
+	for i := range 200_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kindSuccess)
+		s.put(e, 0)
+		if i%20 == 0 {
+			key := hot[(i/20)%len(hot)]
+			asks++
+			if _, ok := s.lookup(key); ok {
+				hits++
+				s.touch(key)
+			} else {
+				e, _ := testEntry(t, b, dnsName(key), 1, 3600, kindSuccess)
+				s.put(e, 0)
+			}
+		}
+	}
+	checkShards(t, s)
+	if rate := float64(hits) / float64(asks); rate < 0.95 {
+		t.Fatalf("hot set hit rate %.3f under a scan, want at least 0.95", rate)
+	}
+}
+
+func TestStoreDropsExpiredDespiteHits(t *testing.T) {
+	s, err := newStore(MinCapacity, [2]int{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder()
+	e, key := testEntry(t, b, "old.example.org.", 1, 10, kindSuccess)
+	s.put(e, 0)
+	s.touch(key)
+	// Fill the ring several times over, long after the entry expired.
+	for i := range 50_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
+		s.put(e, 100)
+	}
+	if _, ok := s.lookup(key); ok {
+		t.Fatal("an expired entry survived the ring because it had been hit")
+	}
+}
+
+func TestStoreKindLimits(t *testing.T) {
+	const limit = 300
+	s, err := newStore(8*MinCapacity, [2]int{kindDenial: limit}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder()
+	for i := range 5000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, kindDenial)
+		s.put(e, 0)
+		e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, kindSuccess)
+		s.put(e, 0)
+	}
+	checkShards(t, s)
+	perShard := (limit + len(s.shards) - 1) / len(s.shards)
+	if n := s.entries[kindDenial].Load(); n > int64(perShard*len(s.shards)) || n < limit/2 {
+		t.Fatalf("%d denial entries with a cap of %d", n, limit)
+	}
+	if n := s.entries[kindSuccess].Load(); n != 5000 {
+		t.Fatalf("%d success entries, want all 5000: the denial cap must not evict them", n)
+	}
+}
+
+func TestStoreCapacityRange(t *testing.T) {
+	for _, c := range []int64{0, MinCapacity - 1, MaxCapacity + 1} {
+		if _, err := newStore(c, [2]int{}, 0); err == nil {
+			t.Errorf("capacity %d accepted", c)
+		}
+	}
+}
