@@ -1,0 +1,5 @@
+//go:build !race
+
+package compactcache
+
+const raceEnabled = false
