@@ -95,7 +95,7 @@ type position struct {
 // kind, 0 meaning no cap; grace is the serve-stale window in seconds.
 func newStore(capacity int64, limits [2]int, grace int64) (*store, error) {
 	if capacity < MinCapacity || capacity > MaxCapacity {
-		return nil, fmt.Errorf("capacity %d bytes out of range [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
+		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
 	// Sixteen or more chunks per shard keep the bytes lost to the partly
 	// filled tail chunk and to reclaiming a whole chunk at a time small.
