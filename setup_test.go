@@ -1,0 +1,87 @@
+package compactcache
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		input string
+		check func(*Cache) bool
+	}{
+		{`compactcache`, func(c *Cache) bool {
+			return c.capacity == defaultCapacity && c.pcap == 0 && c.ncap == 0 && c.pttl == maxTTL && c.nttl == maxNTTL &&
+				c.minpttl == minDefaultTTL && c.failttl == failTTL && !c.keepttl
+		}},
+		{`compactcache 300`, func(c *Cache) bool { return c.pttl == 300*time.Second && c.nttl == 300*time.Second }},
+		{`compactcache 300 example.org example.net`, func(c *Cache) bool {
+			return strings.Join(c.Zones, ",") == "example.org.,example.net."
+		}},
+		{`compactcache example.org`, func(c *Cache) bool { return c.Zones[0] == "example.org." && c.pttl == maxTTL }},
+		{"compactcache {\n capacity 256MiB\n}", func(c *Cache) bool { return c.store.capacity == 256<<20 }},
+		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.capacity == 1<<30 }},
+		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.capacity == 2<<20 }},
+		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.capacity == 1<<20 }},
+		{"compactcache {\n success 9984 600 10\n denial 100 60\n}", func(c *Cache) bool {
+			return c.pcap == 9984 && c.pttl == 600*time.Second && c.minpttl == 10*time.Second &&
+				c.ncap == 100 && c.nttl == 60*time.Second && c.minnttl == minDefaultTTL
+		}},
+		{"compactcache {\n success 0 600 0\n}", func(c *Cache) bool { return c.pcap == 0 && c.minpttl == 0 }},
+		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.failttl == 0 }},
+		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.failttl == 30*time.Second }},
+		{"compactcache {\n keepttl\n}", func(c *Cache) bool { return c.keepttl }},
+	}
+	for _, tc := range tests {
+		c, err := parse(caddy.NewTestController("dns", tc.input))
+		if err != nil {
+			t.Errorf("%q: %v", tc.input, err)
+			continue
+		}
+		if !tc.check(c) {
+			t.Errorf("%q: parsed to %+v", tc.input, c)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		input string
+		want  string // the error names the option and the value
+	}{
+		{`compactcache 0`, `TTL: "0"`},
+		{`compactcache -5`, `TTL: "-5"`},
+		{"compactcache {\n capacity\n}", "capacity: want one SIZE"},
+		{"compactcache {\n capacity 64XB\n}", `capacity: "64XB"`},
+		{"compactcache {\n capacity 0\n}", `capacity: "0"`},
+		{"compactcache {\n capacity 512K\n}", "capacity: 524288 bytes is outside"},
+		{"compactcache {\n capacity 9999999G\n}", `capacity: "9999999G"`},
+		{"compactcache {\n capacity 1MiB 2MiB\n}", "capacity: want one SIZE, got 2"},
+		{"compactcache {\n success\n}", "success: want CAPACITY"},
+		{"compactcache {\n success many\n}", `success: CAPACITY "many"`},
+		{"compactcache {\n success -1\n}", `success: CAPACITY "-1"`},
+		{"compactcache {\n success 10 0\n}", `success TTL: "0"`},
+		{"compactcache {\n success 10 60 -1\n}", `success MINTTL: "-1"`},
+		{"compactcache {\n success 10 60 5 1\n}", "success: want CAPACITY [TTL [MINTTL]], got 4"},
+		{"compactcache {\n denial 10 x\n}", `denial TTL: "x"`},
+		{"compactcache {\n servfail\n}", "servfail: want one DURATION"},
+		{"compactcache {\n servfail 10\n}", `servfail: "10"`},
+		{"compactcache {\n servfail 6m\n}", `servfail: "6m"`},
+		{"compactcache {\n keepttl yes\n}", "keepttl: takes no arguments"},
+		{"compactcache {\n prefetch 10\n}", `unknown option "prefetch"`},
+		{"compactcache\ncompactcache", "once per Server Block"},
+	}
+	for _, tc := range tests {
+		_, err := parse(caddy.NewTestController("dns", tc.input))
+		if err == nil {
+			t.Errorf("%q: no error", tc.input)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %q does not contain %q", tc.input, err, tc.want)
+		}
+	}
+}
