@@ -163,10 +163,11 @@ func (c *Cache) hit(s *scratch, now time.Time) ([]byte, int, bool) {
 		return nil, 0, false
 	}
 	e.hit()
-	return s.w.appendReply(&s.q, e, c.ttlView(age)), kindOf(e), true
+	return s.w.appendReply(&s.q, e, c.view(age, e)), kindOf(e), true
 }
 
-func (c *Cache) ttlView(age int64) ttlView {
+// view says how e is served at age seconds.
+func (c *Cache) view(age int64, e entry) ttlView {
 	if c.keepttl {
 		return ttlView{}
 	}

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -202,16 +203,56 @@ func TestNotCached(t *testing.T) {
 		return m
 	}
 	c := newTestCache(t, u, newClock())
-	for _, name := range []string{"refused.example.org.", "nosoa.example.org.", "tc.example.org.", "other.example.org."} {
+	for name, want := range map[string]int{
+		"refused.example.org.": 2,
+		"nosoa.example.org.":   2,
+		"tc.example.org.":      4, // each truncated UDP reply is asked again over TCP
+		"other.example.org.":   2,
+	} {
 		req := test.Case{Qname: name, Qtype: dns.TypeA}.Msg()
 		ask(t, c, req, false)
-		ask(t, c, req, false)
-		if n := u.count(name, dns.TypeA); n != 2 {
-			t.Errorf("%s: upstream asked %d times, want 2 (not cached)", name, n)
+		if got := ask(t, c, req, false); name == "tc.example.org." && !got.Truncated {
+			t.Errorf("%s: the client did not get the truncated reply", name)
+		}
+		if n := u.count(name, dns.TypeA); n != want {
+			t.Errorf("%s: upstream asked %d times, want %d (not cached)", name, n, want)
 		}
 	}
 	if n := c.Stats().Entries; n != 0 {
 		t.Errorf("%d entries stored, want 0", n)
+	}
+}
+
+func TestTruncatedUpstreamRetriedOverTCP(t *testing.T) {
+	u := newUpstream()
+	answer := bigTXT("big.example.org.", 20)
+	var transports []string
+	u.answers[qkey("big.example.org.", dns.TypeTXT)] = func(r *dns.Msg) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = answer
+		return m
+	}
+	c := newTestCache(t, u, newClock())
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		_, tcp := w.RemoteAddr().(*net.TCPAddr)
+		transports = append(transports, map[bool]string{true: "tcp", false: "udp"}[tcp])
+		if !tcp {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			m.Truncated = true
+			return dns.RcodeSuccess, w.WriteMsg(m)
+		}
+		return u.ServeDNS(ctx, w, r)
+	})
+	req := edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096)
+	for range 2 {
+		if got := ask(t, c, req, false); got.Truncated || len(got.Answer) != len(answer) {
+			t.Fatalf("TC=%v with %d answers, want the whole answer", got.Truncated, len(got.Answer))
+		}
+	}
+	if strings.Join(transports, ",") != "udp,tcp" {
+		t.Fatalf("upstream asked over %v, want udp then tcp, then nothing (cached)", transports)
 	}
 }
 

@@ -3,31 +3,69 @@ package compactcache
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 )
 
-// miss asks the next plugin with DO=1, so that one entry serves DO and non-DO
-// clients, stores the reply when it is cacheable and answers the client from
-// what was stored, filtered for it.
+// miss asks the next plugin, stores the reply when it is cacheable and
+// answers the client: from the stored entry, so that hits and misses are
+// written alike, or with the reply itself tailored to the client.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
+	b := builderPool.Get().(*builder)
+	defer builderPool.Put(b)
+	cw, rcode, err := c.fetch(ctx, w, r, s, b, m)
+	if cw.reply == nil {
+		return rcode, err
+	}
+	if cw.entry != nil {
+		return rcode, c.write(w, s.w.appendReply(&s.q, cw.entry, c.view(0, cw.entry)))
+	}
+	return rcode, w.WriteMsg(forClient(cw.reply, &s.q))
+}
+
+// fetch asks the next plugin for r's question with DO=1, so that one entry
+// serves DO and non-DO clients, and stores the reply when it is cacheable.
+// w is what the next plugin sees of the client; nothing is written to it.
+func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) (*captureWriter, int, error) {
 	up := upstreamRequest(r)
-	cw := &captureWriter{ResponseWriter: w, c: c, s: s, req: up, m: m}
+	cw := &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: up, m: m, udp: isUDP(w)}
 	rcode, err := plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, up)
+	if cw.reply != nil && cw.reply.Truncated && cw.udp {
+		// The answer did not fit the upstream's UDP reply. Ask again over
+		// TCP: forward, like most plugins, picks the client's transport.
+		truncated := cw.reply
+		cw.ResponseWriter, cw.udp, cw.reply = tcpWriter{w}, false, nil
+		rcode, err = plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, up)
+		if cw.reply == nil {
+			cw.reply = truncated
+		}
+	}
 	// The next plugin can fail without writing, as forward does when the
 	// upstream times out. Cache the failure for the servfail time so client
 	// retries don't all reach the upstream; a canceled request is not an
 	// upstream failure.
-	if !cw.wrote && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.failttl > 0 {
+	if cw.reply == nil && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.failttl > 0 {
 		fail := new(dns.Msg)
 		fail.SetRcode(up, dns.RcodeServerFailure)
-		b := builderPool.Get().(*builder)
 		c.store1(fail, up, s, b, m)
-		builderPool.Put(b)
 	}
-	return rcode, err
+	return cw, rcode, err
+}
+
+func isUDP(w dns.ResponseWriter) bool {
+	_, ok := w.RemoteAddr().(*net.UDPAddr)
+	return ok
+}
+
+// tcpWriter presents a UDP client as a TCP one to the next plugin.
+type tcpWriter struct{ dns.ResponseWriter }
+
+func (w tcpWriter) RemoteAddr() net.Addr {
+	a := w.ResponseWriter.RemoteAddr().(*net.UDPAddr)
+	return &net.TCPAddr{IP: a.IP, Port: a.Port, Zone: a.Zone}
 }
 
 // upstreamRequest returns a copy of r with DO set and an EDNS buffer that
@@ -48,38 +86,41 @@ func upstreamRequest(r *dns.Msg) *dns.Msg {
 	return up
 }
 
-// captureWriter takes the next plugin's reply on a miss.
+// captureWriter takes the next plugin's reply and stores it; the caller
+// decides what the client gets.
 type captureWriter struct {
 	dns.ResponseWriter
 	c     *Cache
 	s     *scratch
+	b     *builder
 	req   *dns.Msg // the request as it went upstream
 	m     *serverMetrics
-	wrote bool
+	udp   bool // a truncated reply will be asked again over TCP
+	reply *dns.Msg
+	entry entry // built in b from reply, when stored
 }
 
-// WriteMsg stores res when it is cacheable and writes the client's reply.
+// WriteMsg implements dns.ResponseWriter.
 func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
-	cw.wrote = true
-	b := builderPool.Get().(*builder)
-	defer builderPool.Put(b)
-	if e, ok := cw.c.store1(res, cw.req, cw.s, b, cw.m); ok {
-		return cw.c.write(cw.ResponseWriter, cw.s.w.appendReply(&cw.s.q, e, ttlView{}))
+	cw.reply, cw.entry = res, nil
+	if res.Truncated && cw.udp {
+		return nil
 	}
-	return cw.ResponseWriter.WriteMsg(forClient(res, &cw.s.q))
+	cw.entry, _ = cw.c.store1(res, cw.req, cw.s, cw.b, cw.m)
+	return nil
 }
 
-// Write passes raw replies on, filtered for the client, without caching:
-// only replies the cache can check are stored.
+// Write takes a reply written as bytes. It is passed on but not cached: only
+// replies the cache can check are stored.
 func (cw *captureWriter) Write(b []byte) (int, error) {
-	cw.wrote = true
-	log.Debug("Not caching a reply written as bytes by the next plugin")
 	res := new(dns.Msg)
 	if err := res.Unpack(b); err != nil {
 		cw.m.drops.Inc()
-		return cw.ResponseWriter.Write(b)
+		return 0, err
 	}
-	return len(b), cw.ResponseWriter.WriteMsg(forClient(res, &cw.s.q))
+	log.Debug("Not caching a reply written as bytes by the next plugin")
+	cw.reply, cw.entry = res, nil
+	return len(b), nil
 }
 
 // store1 stores res, the reply to req, when it is cacheable. It returns the
