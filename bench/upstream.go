@@ -23,9 +23,9 @@ type Upstream struct {
 	calls   atomic.Int64
 }
 
-// errNoIndex is what a query without an entry index gets: hits are sent
+// ErrNoIndex is what a query without an entry index gets: hits are sent
 // without one (Driver.Hit), so a hit that misses the cache fails loudly.
-var errNoIndex = errors.New("upstream: query without an entry index (a hit query missed the cache)")
+var ErrNoIndex = errors.New("upstream: query without an entry index (a hit query missed the cache)")
 
 type indexKey struct{}
 
@@ -44,7 +44,7 @@ func (u *Upstream) Calls() int64 { return u.calls.Load() }
 func (u *Upstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	i, ok := ctx.Value(indexKey{}).(int)
 	if !ok {
-		return dns.RcodeServerFailure, errNoIndex
+		return dns.RcodeServerFailure, ErrNoIndex
 	}
 	u.calls.Add(1)
 	m := workload.Reply(i, u.Variant)

@@ -1,0 +1,126 @@
+// Command report measures compactcache beside the stock cache plugin on the
+// reference workload and prints the figures of ../shared/WORKLOAD.md side by
+// side, with ratios: bytes per entry, allocations and time per insert and per
+// hit, GC wall time, and hit rates on the zipf trace at equal memory budgets.
+//
+//	go run ./bench/report                              # N = 1M, both caches
+//	go run ./bench/report -n 10000000 -caches compactcache
+//
+// Progress goes to stderr, the table to stdout. A cache that does not store
+// every entry is reported as a failure, with exit status 1, not measured.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/workload"
+)
+
+// stockMax is the largest N the stock cache is measured at: it holds about
+// 1.5 KB of heap per entry at run time, and the GC doubles that.
+const stockMax = 2_000_000
+
+type config struct {
+	n        int
+	kinds    []bench.Kind
+	variant  workload.Variant
+	raw      bool
+	capacity int64 // compactcache's budget for the N entries
+	hits     int
+	gcSmall  int
+	budgets  []int64 // zipf budgets, bytes
+	trace    int
+}
+
+func main() {
+	// A flag set of its own: CoreDNS's packages define flags of theirs on
+	// the default one (-conf, -dns.port, ...), which mean nothing here.
+	fs := flag.NewFlagSet("report", flag.ExitOnError)
+	var (
+		cfg     config
+		caches  = fs.String("caches", "cache,compactcache", "caches to measure: cache (the stock plugin), compactcache")
+		variant = fs.String("variant", "plain", "workload variant: plain, or a list of cname, dnssec, ecs")
+		capMiB  = fs.Int64("capacity", 0, "compactcache's budget in MiB for the N entries (0: 512, or N*512 bytes if more)")
+		budgets = fs.String("budgets", "16,64,256", "zipf hit-rate budgets in MiB")
+		child   = fs.String("child", "", "internal: run as a child measurement (gc or zipf)")
+		kind    = fs.String("cache", "", "internal: the child's cache")
+		budget  = fs.Int64("budget", 0, "internal: the zipf child's budget in bytes")
+		stockN  = fs.Int("stock-entries", 0, "internal: the zipf child's stock cache capacity")
+	)
+	fs.IntVar(&cfg.n, "n", 1_000_000, "entries stored (N)")
+	fs.BoolVar(&cfg.raw, "raw", false, "compactcache writes hits as raw bytes (w.Write) instead of WriteMsg")
+	fs.IntVar(&cfg.hits, "hits", 1_000_000, "hit queries timed")
+	fs.IntVar(&cfg.gcSmall, "gc-small", 100_000, "the small N runtime.GC() is timed at, beside N")
+	fs.IntVar(&cfg.trace, "trace", 1_000_000, "zipf queries per pass: one pass warms up, the next is measured")
+	fs.Usage = func() { usage(fs) }
+	fs.Parse(os.Args[1:])
+
+	var err error
+	if cfg.variant, err = workload.ParseVariant(*variant); err != nil {
+		fatal(err)
+	}
+	cfg.capacity = max(512<<20, int64(cfg.n)*512)
+	if *capMiB > 0 {
+		cfg.capacity = *capMiB << 20
+	}
+	for _, b := range strings.Split(*budgets, ",") {
+		var mib int64
+		if _, err := fmt.Sscan(b, &mib); err != nil || mib <= 0 {
+			fatal(fmt.Errorf("bad budget %q", b))
+		}
+		cfg.budgets = append(cfg.budgets, mib<<20)
+	}
+
+	switch *child {
+	case "gc":
+		err = childGC(cfg, bench.Kind(*kind))
+	case "zipf":
+		err = childZipf(cfg, bench.Kind(*kind), *budget, *stockN)
+	case "":
+		for _, k := range strings.Split(*caches, ",") {
+			switch k := bench.Kind(strings.TrimSpace(k)); k {
+			case bench.Stock, bench.Compact:
+				cfg.kinds = append(cfg.kinds, k)
+			default:
+				fatal(fmt.Errorf("unknown cache %q (want cache, compactcache)", k))
+			}
+		}
+		if cfg.n > stockMax && slices.Contains(cfg.kinds, bench.Stock) {
+			fatal(fmt.Errorf("-n %d: the stock cache needs about 3 KB of memory per entry; above %d measure compactcache alone (-caches compactcache)", cfg.n, stockMax))
+		}
+		err = run(cfg)
+	default:
+		err = fmt.Errorf("unknown child %q", *child)
+	}
+	if err != nil {
+		fatal(err)
+	}
+}
+
+// usage prints the flags but the internal ones, which only the report gives
+// its own children.
+func usage(fs *flag.FlagSet) {
+	out := fs.Output()
+	fmt.Fprintf(out, "Usage: go run ./bench/report [flags]\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, "internal:") {
+			return
+		}
+		fmt.Fprintf(out, "  -%s\t%s (default %s)\n", f.Name, f.Usage, f.DefValue)
+	})
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "report:", err)
+	os.Exit(1)
+}
+
+// progress tells the user, on stderr, what the minutes are spent on.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "report: "+format+"\n", args...)
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/workload"
+)
+
+// cost is what one operation of a loop took on average.
+type cost struct {
+	ns, allocs, bytes float64
+}
+
+func (c cost) minus(d cost) cost { return cost{c.ns - d.ns, c.allocs - d.allocs, c.bytes - d.bytes} }
+
+// loop runs f over [0, ops) and returns its cost per operation: wall time
+// (the GC work the operations cause included), MemStats.Mallocs and
+// TotalAlloc deltas.
+func loop(ops int, f func(i int) error) (cost, error) {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	start := time.Now()
+	for i := range ops {
+		if err := f(i); err != nil {
+			return cost{}, err
+		}
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&b)
+	n := float64(ops)
+	return cost{
+		ns:     float64(elapsed.Nanoseconds()) / n,
+		allocs: float64(b.Mallocs-a.Mallocs) / n,
+		bytes:  float64(b.TotalAlloc-a.TotalAlloc) / n,
+	}, nil
+}
+
+// settled returns the memory statistics once garbage is gone: two cycles,
+// the second freeing what the first's finalizers and sweeping left.
+func settled() runtime.MemStats {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
+
+// newCache returns kind in front of up, sized for cfg.n entries: the stock
+// cache with twice the entries, so that its random eviction (per shard, a
+// 256th of the capacity each) never runs; compactcache with cfg.capacity.
+func newCache(cfg config, kind bench.Kind, up *bench.Upstream) (*bench.Cache, error) {
+	if kind == bench.Stock {
+		return bench.NewStock(2*cfg.n, up)
+	}
+	c, err := bench.NewCompact(cfg.capacity, up)
+	if err == nil {
+		c.Compact.SetRawWrites(cfg.raw)
+	}
+	return c, err
+}
+
+// figures are one cache's in-process measurements.
+type figures struct {
+	heapInuse, heapAlloc, objects float64 // per entry, after GC
+	storeBytes                    float64 // compactcache's own accounting per entry
+	payload                       float64 // per entry, over the N entries
+	insert                        cost    // per insert, upstream included
+	hit, hitUnpacked              cost    // per hit, with and without the writer packing
+}
+
+// measureUpstream returns the cost of the upstream alone answering the N
+// queries of the fill, through the same driver and writer.
+func measureUpstream(cfg config, names *workload.Names) (cost, error) {
+	up := &bench.Upstream{Variant: cfg.variant}
+	d := bench.NewDriver(cfg.variant, names)
+	runtime.GC()
+	return loop(cfg.n, func(i int) error { return d.Query(up, i) })
+}
+
+// measure fills kind with the N entries, checks that it holds every one, and
+// measures its memory, inserts and hits. names holds the N qnames; it lives
+// on the heap before and after the fill, so it cancels out of the heap delta.
+func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, error) {
+	up := &bench.Upstream{Variant: cfg.variant}
+	c, err := newCache(cfg, kind, up)
+	if err != nil {
+		return nil, err
+	}
+	d := bench.NewDriver(cfg.variant, names)
+	f := new(figures)
+
+	progress("%s: inserting %d entries", kind, cfg.n)
+	before := settled()
+	if f.insert, err = loop(cfg.n, func(i int) error { return d.Query(c, i) }); err != nil {
+		return nil, err
+	}
+	after := settled()
+	n := float64(cfg.n)
+	f.heapInuse = (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
+	f.heapAlloc = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	f.objects = (float64(after.HeapObjects) - float64(before.HeapObjects)) / n
+	if up.Calls() != int64(cfg.n) {
+		return nil, fmt.Errorf("the upstream answered %d of %d inserts", up.Calls(), cfg.n)
+	}
+
+	progress("%s: checking that every entry is stored", kind)
+	if c.Compact != nil {
+		st := c.Compact.Stats()
+		if st.Entries != int64(cfg.n) {
+			return nil, fmt.Errorf("Stats() counts %d entries of the %d inserted (%d bytes of a %d-byte budget)", st.Entries, cfg.n, st.Bytes, st.Capacity)
+		}
+		f.storeBytes = float64(st.Bytes) / n
+	}
+	payload, err := verify(cfg, c, d, up)
+	if err != nil {
+		return nil, err
+	}
+	f.payload = float64(payload) / n
+
+	progress("%s: timing %d hits", kind, cfg.hits)
+	if f.hit, err = hits(cfg, c, d, up); err != nil {
+		return nil, err
+	}
+	d.W.Pack = false
+	if f.hitUnpacked, err = hits(cfg, c, d, up); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(c)
+	return f, nil
+}
+
+// verify sends every entry's query as a hit (no index for the upstream, so a
+// miss fails) and checks the reply: its ID, rcode and payload. It returns the
+// payload of the N entries.
+func verify(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (int, error) {
+	calls := up.Calls()
+	payload := 0
+	for i := range cfg.n {
+		writes := d.W.Writes()
+		if err := d.Hit(c, i); err != nil {
+			if errors.Is(err, bench.ErrNoIndex) {
+				return 0, fmt.Errorf("entry %d of %d is not stored: its query reached the upstream", i, cfg.n)
+			}
+			return 0, fmt.Errorf("entry %d: %v", i, err)
+		}
+		if n := d.W.Writes() - writes; n != 1 {
+			return 0, fmt.Errorf("entry %d: %d replies written", i, n)
+		}
+		m, err := d.W.Reply()
+		if err != nil {
+			return 0, fmt.Errorf("entry %d: %v", i, err)
+		}
+		want := workload.PayloadOf(workload.Reply(i, cfg.variant))
+		if got := workload.PayloadOf(m); m.Id != uint16(i) || m.Rcode != 0 || got != want {
+			return 0, fmt.Errorf("entry %d: reply ID %d rcode %d payload %d, want ID %d rcode 0 payload %d", i, m.Id, m.Rcode, got, uint16(i), want)
+		}
+		payload += want
+	}
+	if n := up.Calls() - calls; n != 0 {
+		return 0, fmt.Errorf("%d of %d entries reached the upstream", n, cfg.n)
+	}
+	return payload, nil
+}
+
+// hits times cfg.hits queries for keys uniform over the N entries. The keys
+// come from a fixed seed, so that every cache and both writer modes see the
+// same sequence.
+func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost, error) {
+	r := rand.New(rand.NewPCG(1, 2))
+	calls := up.Calls()
+	runtime.GC()
+	h, err := loop(cfg.hits, func(int) error { return d.Hit(c, r.IntN(cfg.n)) })
+	if err == nil && up.Calls() != calls {
+		err = fmt.Errorf("%d hits reached the upstream", up.Calls()-calls)
+	}
+	return h, err
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/workload"
+)
+
+// table prints rows of figures, one column per cache and the ratio of
+// compactcache's to the stock cache's where both are measured.
+type table struct {
+	w     io.Writer
+	kinds []bench.Kind
+}
+
+// The label column is left-aligned, the figures right-aligned.
+const (
+	labelWidth = 42
+	cellWidth  = 14
+)
+
+func (t *table) cell(s string) { fmt.Fprintf(t.w, "%*s", cellWidth, s) }
+
+// row prints label with the figure get returns for each cache, formatted by
+// format; ratio says how the two compare ("" for no comparison).
+func (t *table) row(label, format string, ratio func(ours, stock float64) string, get func(bench.Kind) (float64, bool)) {
+	vals := map[bench.Kind]float64{}
+	fmt.Fprintf(t.w, "%-*s", labelWidth, label)
+	for _, k := range t.kinds {
+		v, ok := get(k)
+		if !ok {
+			t.cell("-")
+			continue
+		}
+		vals[k] = v
+		t.cell(fmt.Sprintf(format, v))
+	}
+	ours, okO := vals[bench.Compact]
+	stock, okS := vals[bench.Stock]
+	if okO && okS && ratio != nil {
+		t.cell(ratio(ours, stock))
+	}
+	fmt.Fprintln(t.w)
+}
+
+func times(ours, stock float64) string { return fmt.Sprintf("%.3f", ours/stock) }
+
+func points(ours, stock float64) string { return fmt.Sprintf("%+.1f pts", ours-stock) }
+
+func printTable(out io.Writer, cfg config, r *results) {
+	kinds := r.ok(cfg)
+	path := "WriteMsg with a *dns.Msg"
+	if cfg.raw {
+		path = "w.Write of the reply bytes (-raw)"
+	}
+	fmt.Fprintf(out, "compactcache beside the stock cache plugin, reference workload (variant %s)\n", cfg.variant)
+	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", time.Now().UTC().Format(time.DateTime+" UTC"),
+		cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(out, "root package: %s\n", revision())
+	fmt.Fprintf(out, "N = %d entries; compactcache budget %d MiB, hits through %s; stock cache sized for %d entries\n\n",
+		cfg.n, cfg.capacity>>20, path, 2*cfg.n)
+
+	t := &table{w: out, kinds: kinds}
+	fmt.Fprintf(out, "%-*s", labelWidth, "figure")
+	for _, k := range kinds {
+		t.cell(string(k))
+	}
+	if len(kinds) == 2 {
+		t.cell("ours/stock")
+	}
+	fmt.Fprintln(out)
+	fig := func(f func(*figures) float64) func(bench.Kind) (float64, bool) {
+		return func(k bench.Kind) (float64, bool) { return f(r.figs[k]), true }
+	}
+
+	t.row("bytes/entry, HeapInuse after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapInuse }))
+	t.row("bytes/entry, HeapAlloc after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapAlloc }))
+	t.row("heap objects/entry", "%.2f", times, fig(func(f *figures) float64 { return f.objects }))
+	t.row("bytes/entry, Stats().Bytes/N", "%.0f", nil, func(k bench.Kind) (float64, bool) {
+		return r.figs[k].storeBytes, k == bench.Compact
+	})
+	t.row("payload bytes/entry", "%.1f", nil, fig(func(f *figures) float64 { return f.payload }))
+	t.row("overhead, HeapInuse/payload", "%.2f", times, fig(func(f *figures) float64 { return f.heapInuse / f.payload }))
+
+	own := func(f *figures) cost { return f.insert.minus(r.upstream) }
+	t.row("insert ns, miss path with upstream", "%.0f", times, fig(func(f *figures) float64 { return f.insert.ns }))
+	t.row("insert ns, upstream alone", "%.0f", nil, fig(func(*figures) float64 { return r.upstream.ns }))
+	t.row("insert ns, cache's own", "%.0f", times, fig(func(f *figures) float64 { return own(f).ns }))
+	t.row("insert entries/s, cache's own", "%.0f", times, fig(func(f *figures) float64 { return 1e9 / own(f).ns }))
+	t.row("insert allocs, miss path with upstream", "%.1f", times, fig(func(f *figures) float64 { return f.insert.allocs }))
+	t.row("insert allocs, upstream alone", "%.1f", nil, fig(func(*figures) float64 { return r.upstream.allocs }))
+	t.row("insert allocs, cache's own", "%.1f", times, fig(func(f *figures) float64 { return own(f).allocs }))
+	t.row("insert bytes allocated, cache's own", "%.0f", times, fig(func(f *figures) float64 { return own(f).bytes }))
+
+	t.row("hit ns/op, reply packed", "%.0f", times, fig(func(f *figures) float64 { return f.hit.ns }))
+	t.row("hit allocs/op, reply packed", "%.2f", times, fig(func(f *figures) float64 { return f.hit.allocs }))
+	t.row("hit bytes/op, reply packed", "%.0f", times, fig(func(f *figures) float64 { return f.hit.bytes }))
+	t.row("hit ns/op, writer's packing excluded", "%.0f", times, fig(func(f *figures) float64 { return f.hitUnpacked.ns }))
+	t.row("hit allocs/op, writer's packing excluded", "%.2f", times, fig(func(f *figures) float64 { return f.hitUnpacked.allocs }))
+	t.row("hit bytes/op, writer's packing excluded", "%.0f", times, fig(func(f *figures) float64 { return f.hitUnpacked.bytes }))
+
+	ms := func(m map[bench.Kind]gcResult) func(bench.Kind) (float64, bool) {
+		return func(k bench.Kind) (float64, bool) {
+			g, ok := m[k]
+			return float64(g.Median) / 1e6, ok
+		}
+	}
+	if cfg.gcSmall < cfg.n {
+		t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.gcSmall), "%.2f", times, ms(r.gcSmall))
+	}
+	t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.n), "%.2f", times, ms(r.gcN))
+	if cfg.gcSmall < cfg.n {
+		t.row("  GC growth, N over small", "%.2f", nil, func(k bench.Kind) (float64, bool) {
+			s, okS := r.gcSmall[k]
+			n, okN := r.gcN[k]
+			return float64(n.Median) / float64(s.Median), okS && okN
+		})
+	}
+
+	for b, budget := range cfg.budgets {
+		z := func(f func(zipfResult) float64) func(bench.Kind) (float64, bool) {
+			return func(k bench.Kind) (float64, bool) {
+				res, ok := r.zipf[k]
+				if !ok {
+					return 0, false
+				}
+				return f(res[b]), true
+			}
+		}
+		t.row(fmt.Sprintf("zipf hit %%, %d MiB", budget>>20), "%.1f", points, z(func(z zipfResult) float64 { return 100 * z.rate() }))
+		t.row("  entries held", "%.0f", times, z(func(z zipfResult) float64 { return float64(z.Entries) }))
+		t.row("  heap in use at the end, MiB", "%.1f", times, z(func(z zipfResult) float64 { return float64(z.HeapInuse) / (1 << 20) }))
+	}
+
+	fmt.Fprintf(out, `
+bytes/entry: heap after runtime.GC() twice with the N entries stored, minus before, over N; every entry
+  was then queried and had to hit with its own payload. Stats().Bytes is compactcache's count of what its
+  store holds, on or off the Go heap. Payload: qname in wire form plus each record's rdata and 2 bytes.
+insert: N misses through ServeDNS, each answered by an upstream that packs workload.Reply and unpacks it as
+  forward does; "upstream alone" is that upstream, same queries, same driver, without a cache in front.
+  The cache's own share is the difference. Allocations are MemStats.Mallocs and TotalAlloc deltas.
+hit: %d queries, keys uniform over N, through ServeDNS with the reply written to a writer that packs
+  WriteMsg replies as the server does (its compression map allocates); the second set of hit rows has the
+  writer only keep the message. Wall time includes the GC work the operations cause.
+runtime.GC(): each cache alone in a child process, after its fill and one settling GC.
+zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a hit is a query that does
+  not reach the upstream. Equal budgets: the stock cache holds budget / its HeapInuse bytes per entry
+  above; compactcache gets "capacity <budget>".
+`, cfg.hits, workload.TraceNames, workload.TraceSkew, cfg.trace, cfg.trace)
+	for _, err := range r.failed {
+		fmt.Fprintf(out, "\nFAILED, NOT MEASURED: %v\n", err)
+	}
+}
+
+// cpuModel returns the processor's name, as Linux reports it.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.Lines(string(b)) {
+		if name, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimLeft(name, " \t:"))
+		}
+	}
+	return "unknown CPU"
+}
+
+// revision describes the working tree the report was built from, so that a
+// pasted table says which state of the plugin it measured.
+func revision() string {
+	out, err := exec.Command("git", "log", "-1", "--format=%h %s").Output()
+	if err != nil {
+		return "unknown (no git)"
+	}
+	rev := strings.TrimSpace(string(out))
+	if dirty, _ := exec.Command("git", "status", "--porcelain", "--", "*.go", ":!bench").Output(); len(dirty) > 0 {
+		rev += fmt.Sprintf(" + %d uncommitted .go files", len(strings.Split(strings.TrimSpace(string(dirty)), "\n")))
+	}
+	return rev
+}
