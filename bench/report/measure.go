@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -116,7 +115,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 		}
 		f.storeBytes = float64(st.Bytes) / n
 	}
-	payload, err := verify(cfg, c, d, up)
+	payload, err := bench.Verify(c, d, up, cfg.n)
 	if err != nil {
 		return nil, err
 	}
@@ -132,39 +131,6 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	}
 	runtime.KeepAlive(c)
 	return f, nil
-}
-
-// verify sends every entry's query as a hit (no index for the upstream, so a
-// miss fails) and checks the reply: its ID, rcode and payload. It returns the
-// payload of the N entries.
-func verify(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (int, error) {
-	calls := up.Calls()
-	payload := 0
-	for i := range cfg.n {
-		writes := d.W.Writes()
-		if err := d.Hit(c, i); err != nil {
-			if errors.Is(err, bench.ErrNoIndex) {
-				return 0, fmt.Errorf("entry %d of %d is not stored: its query reached the upstream", i, cfg.n)
-			}
-			return 0, fmt.Errorf("entry %d: %v", i, err)
-		}
-		if n := d.W.Writes() - writes; n != 1 {
-			return 0, fmt.Errorf("entry %d: %d replies written", i, n)
-		}
-		m, err := d.W.Reply()
-		if err != nil {
-			return 0, fmt.Errorf("entry %d: %v", i, err)
-		}
-		want := workload.PayloadOf(workload.Reply(i, cfg.variant))
-		if got := workload.PayloadOf(m); m.Id != uint16(i) || m.Rcode != 0 || got != want {
-			return 0, fmt.Errorf("entry %d: reply ID %d rcode %d payload %d, want ID %d rcode 0 payload %d", i, m.Id, m.Rcode, got, uint16(i), want)
-		}
-		payload += want
-	}
-	if n := up.Calls() - calls; n != 0 {
-		return 0, fmt.Errorf("%d of %d entries reached the upstream", n, cfg.n)
-	}
-	return payload, nil
 }
 
 // hits times cfg.hits queries for keys uniform over the N entries. The keys
