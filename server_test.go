@@ -1,0 +1,386 @@
+package compactcache
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// These tests run compactcache the way users run it: in a CoreDNS server
+// started from a Corefile (the directive is registered in
+// directives_test.go), in front of forward, which asks a DNS server written in
+// the test over the loopback network. The server core's ScrubWriter, the
+// plugin chain's writers and the real wire are all on the path.
+
+// serverMu serializes caddy.Start: caddy keeps process-wide state while it
+// parses a Corefile and starts its servers.
+var serverMu sync.Mutex
+
+// corefileInput is a Corefile held in memory.
+type corefileInput string
+
+func (c corefileInput) Body() []byte       { return []byte(c) }
+func (c corefileInput) Path() string       { return "Corefile" }
+func (c corefileInput) ServerType() string { return "dns" }
+
+// startCoreDNS starts a CoreDNS instance from corefile, whose server blocks
+// should all listen on 127.0.0.1 port 0, and returns the UDP and TCP
+// addresses of its first server. The instance stops when the test ends.
+func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
+	t.Helper()
+	serverMu.Lock()
+	caddy.Quiet = true
+	dnsserver.Quiet = true
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
+	}
+	t.Cleanup(func() { inst.Stop() })
+	srvs := inst.Servers()
+	if len(srvs) == 0 {
+		t.Fatalf("CoreDNS started no server\nCorefile:\n%s", corefile)
+	}
+	if a := srvs[0].LocalAddr(); a != nil {
+		udp = a.String()
+	}
+	if a := srvs[0].Addr(); a != nil {
+		tcp = a.String()
+	}
+	if udp == "" || tcp == "" {
+		t.Fatalf("CoreDNS server without UDP (%q) or TCP (%q) listener", udp, tcp)
+	}
+	return udp, tcp
+}
+
+// startUpstream serves u on 127.0.0.1, UDP and TCP on one port, as a real
+// authoritative server would: the reply's OPT echoes the request's and UDP
+// replies are truncated to the requester's buffer (512 without EDNS). Queries
+// u has no answer for get SERVFAIL. It returns the address.
+func startUpstream(t *testing.T, u *upstream) string {
+	t.Helper()
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		tw := &truncatingWriter{ResponseWriter: w, req: r}
+		if _, err := u.ServeDNS(context.Background(), tw, r); err != nil {
+			m := new(dns.Msg)
+			m.SetRcode(r, dns.RcodeServerFailure)
+			w.WriteMsg(m)
+		}
+	})
+	var (
+		pc  net.PacketConn
+		ln  net.Listener
+		err error
+	)
+	// Take an ephemeral UDP port, then the same port for TCP; another
+	// process may hold that TCP port, so try a few.
+	for range 20 {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		pc.Close()
+	}
+	if err != nil {
+		t.Fatalf("no port free for both UDP and TCP: %v", err)
+	}
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		started := make(chan struct{})
+		s.NotifyStartedFunc = func() { close(started) }
+		go s.ActivateAndServe()
+		<-started
+		t.Cleanup(func() { s.Shutdown() })
+	}
+	return pc.LocalAddr().String()
+}
+
+// truncatingWriter makes UDP replies fit the requester's buffer, as a DNS
+// server must; the scripted answers may be larger.
+type truncatingWriter struct {
+	dns.ResponseWriter
+	req *dns.Msg
+}
+
+func (w *truncatingWriter) WriteMsg(m *dns.Msg) error {
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		size := dns.MinMsgSize
+		if o := w.req.IsEdns0(); o != nil {
+			size = max(size, int(o.UDPSize()))
+		}
+		m.Truncate(size)
+	}
+	return w.ResponseWriter.WriteMsg(m)
+}
+
+// exchangeUDP sends m over UDP and returns the reply and its size on the wire.
+func exchangeUDP(t *testing.T, addr string, m *dns.Msg) (*dns.Msg, int) {
+	t.Helper()
+	q, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, dns.MaxMsgSize)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatalf("%s over UDP: %v", m.Question[0].String(), err)
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(buf[:n]); err != nil {
+		t.Fatalf("%s over UDP: unpacking the reply: %v", m.Question[0].String(), err)
+	}
+	if r.Id != m.Id {
+		t.Fatalf("%s over UDP: reply ID %d, want %d", m.Question[0].String(), r.Id, m.Id)
+	}
+	return r, n
+}
+
+// exchangeTCP sends m over TCP and returns the reply.
+func exchangeTCP(t *testing.T, addr string, m *dns.Msg) *dns.Msg {
+	t.Helper()
+	c := &dns.Client{Net: "tcp", Timeout: 5 * time.Second}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("%s over TCP: %v", m.Question[0].String(), err)
+	}
+	return r
+}
+
+// cacheCorefile is a Corefile with compactcache in front of forward to up.
+func cacheCorefile(up string) string {
+	return `.:0 {
+	bind 127.0.0.1
+	compactcache
+	forward . ` + up + `
+}`
+}
+
+// checkEcho fails unless r echoes the question of req exactly, 0x20 case
+// included, and owners that equal the qname in any case are written in the
+// client's case.
+func checkEcho(t *testing.T, what string, r, req *dns.Msg) {
+	t.Helper()
+	if len(r.Question) != 1 || r.Question[0] != req.Question[0] {
+		t.Errorf("%s: question %v, want %v", what, r.Question, req.Question[0])
+	}
+	qname := req.Question[0].Name
+	for _, rr := range append(append(r.Answer[:len(r.Answer):len(r.Answer)], r.Ns...), r.Extra...) {
+		if n := rr.Header().Name; strings.EqualFold(n, qname) && n != qname {
+			t.Errorf("%s: owner %q, want the client's %q", what, n, qname)
+		}
+	}
+}
+
+// checkOPT fails unless r has OPT exactly when req has, with DO echoed.
+func checkOPT(t *testing.T, what string, r, req *dns.Msg) {
+	t.Helper()
+	ro, qo := r.IsEdns0(), req.IsEdns0()
+	switch {
+	case qo == nil && ro != nil:
+		t.Errorf("%s: OPT in the reply to a request without EDNS", what)
+	case qo != nil && ro == nil:
+		t.Errorf("%s: no OPT in the reply to an EDNS request", what)
+	case qo != nil && ro.Do() != qo.Do():
+		t.Errorf("%s: DO %v in the reply, %v in the request", what, ro.Do(), qo.Do())
+	}
+}
+
+func TestServerAnswersAsUpstream(t *testing.T) {
+	t.Parallel()
+	u := exampleUpstream()
+	u.add("mixed.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("mixed.example.org. 300 IN A 192.0.2.33")}, nil, nil)
+	udp, tcp := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
+
+	cases := []struct {
+		name  string
+		qtype uint16
+		do    bool
+		edns  bool
+	}{
+		{"a.example.org.", dns.TypeA, false, false},
+		{"a.example.org.", dns.TypeAAAA, false, true},
+		{"t.example.org.", dns.TypeTXT, false, false},
+		{"www.example.org.", dns.TypeA, false, false}, // CNAME chain
+		{"example.org.", dns.TypeMX, false, false},
+		{"example.org.", dns.TypeNS, false, true},
+		{"_sip._udp.example.org.", dns.TypeSRV, false, false},
+		{"example.org.", dns.TypeSOA, false, false},
+		{"1.2.0.192.in-addr.arpa.", dns.TypePTR, false, false},
+		{"missing.example.org.", dns.TypeA, false, false}, // NXDOMAIN
+		{"a.example.org.", dns.TypeMX, false, true},       // NODATA
+		{"A.Example.ORG.", dns.TypeA, false, false},       // 0x20 on a cached name
+		{"MiXeD.ExAmPlE.oRg.", dns.TypeA, false, false},   // 0x20 on a miss
+		{"mixed.EXAMPLE.org.", dns.TypeA, false, true},    // and another case on the hit
+		{"WWW.example.org.", dns.TypeA, true, true},
+	}
+	for _, tc := range cases {
+		req := test.Case{Qname: tc.name, Qtype: tc.qtype, Do: tc.do}.Msg()
+		if tc.edns && !tc.do {
+			req.SetEdns0(1232, false)
+		}
+		want := u.answers[qkey(tc.name, tc.qtype)](req)
+		what := tc.name + "/" + dns.TypeToString[tc.qtype]
+		for i := range 3 {
+			var got *dns.Msg
+			if i < 2 {
+				got, _ = exchangeUDP(t, udp, req)
+			} else {
+				got = exchangeTCP(t, tcp, req)
+			}
+			w := what + " query " + strconv.Itoa(i)
+			if err := sameReply(got, want); err != nil {
+				t.Errorf("%s: %v", w, err)
+			}
+			checkEcho(t, w, got, req)
+			checkOPT(t, w, got, req)
+		}
+		if n := u.count(tc.name, tc.qtype); n != 1 {
+			t.Errorf("%s: upstream asked %d times, want 1", what, n)
+		}
+	}
+}
+
+func TestServerLargeAnswers(t *testing.T) {
+	t.Parallel()
+	u := newUpstream()
+	// About 2.2 KB: more than 512, more than the cache's own 1232-byte
+	// buffer, less than 4096.
+	u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("big.example.org.", 20), nil, nil)
+	// About 900 bytes: more than 512, less than 1232.
+	u.add("medium.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("medium.example.org.", 8), nil, nil)
+	// The same 2.2 KB under another name, asked first without EDNS.
+	u.add("huge.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("huge.example.org.", 20), nil, nil)
+	udp, tcp := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
+
+	plain := func(name string) *dns.Msg { return test.Case{Qname: name, Qtype: dns.TypeTXT}.Msg() }
+	withEDNS := func(name string, size uint16) *dns.Msg {
+		m := plain(name)
+		m.SetEdns0(size, false)
+		return m
+	}
+	whole := func(what string, got, req *dns.Msg, u *upstream) {
+		t.Helper()
+		want := u.answers[qkey(req.Question[0].Name, dns.TypeTXT)](req)
+		if err := sameReply(got, want); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		checkEcho(t, what, got, req)
+		checkOPT(t, what, got, req)
+	}
+	truncated := func(what string, got *dns.Msg, size, limit int, req *dns.Msg) {
+		t.Helper()
+		if !got.Truncated || size > limit || got.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s: TC=%v, %d bytes, rcode %s; want TC, at most %d bytes, NOERROR",
+				what, got.Truncated, size, dns.RcodeToString[got.Rcode], limit)
+		}
+		checkEcho(t, what, got, req)
+		checkOPT(t, what, got, req)
+	}
+
+	// big: first over UDP with a 4096-byte buffer (a miss, answered whole),
+	// then from the cache: whole again, cut with TC for a client without
+	// EDNS and one with 1232 bytes, and whole over TCP.
+	req := withEDNS("big.example.org.", 4096)
+	for i := range 2 {
+		got, n := exchangeUDP(t, udp, req)
+		if n <= 1232 {
+			t.Errorf("big over UDP/4096 query %d: %d bytes, want the whole answer (> 1232)", i, n)
+		}
+		whole("big over UDP/4096 query "+strconv.Itoa(i), got, req, u)
+	}
+	req = plain("big.example.org.")
+	got, n := exchangeUDP(t, udp, req)
+	truncated("big over UDP without EDNS", got, n, dns.MinMsgSize, req)
+	req = withEDNS("big.example.org.", 1232)
+	got, n = exchangeUDP(t, udp, req)
+	truncated("big over UDP/1232", got, n, 1232, req)
+	for _, req := range []*dns.Msg{plain("big.example.org."), withEDNS("Big.Example.Org.", 1232)} {
+		whole("big over TCP", exchangeTCP(t, tcp, req), req, u)
+	}
+	if c := u.count("big.example.org.", dns.TypeTXT); c != 1 {
+		t.Errorf("big: upstream asked %d times, want 1", c)
+	}
+
+	// medium: first without EDNS. The cache asks with its own 1232-byte
+	// buffer, so the whole answer comes back and is stored; the client gets
+	// TC, a TCP retry gets the whole answer from the cache.
+	req = plain("medium.example.org.")
+	for i := range 2 {
+		got, n := exchangeUDP(t, udp, req)
+		truncated("medium over UDP without EDNS query "+strconv.Itoa(i), got, n, dns.MinMsgSize, req)
+	}
+	whole("medium over TCP", exchangeTCP(t, tcp, req), req, u)
+	req = withEDNS("medium.example.org.", 1232)
+	got, n = exchangeUDP(t, udp, req)
+	if n > 1232 {
+		t.Errorf("medium over UDP/1232: %d bytes", n)
+	}
+	whole("medium over UDP/1232", got, req, u)
+	if c := u.count("medium.example.org.", dns.TypeTXT); c != 1 {
+		t.Errorf("medium: upstream asked %d times, want 1", c)
+	}
+
+	// huge: first without EDNS. Even the cache's 1232 bytes are too few:
+	// the upstream truncates, the cache asks again over TCP (miss.go) and
+	// stores the whole answer; the client gets TC, its TCP retry and every
+	// later query are hits.
+	req = plain("huge.example.org.")
+	got, n = exchangeUDP(t, udp, req)
+	truncated("huge over UDP without EDNS", got, n, dns.MinMsgSize, req)
+	if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
+		t.Errorf("huge: upstream asked %d times, want 2 (UDP, truncated, then TCP)", c)
+	}
+	for i := range 2 {
+		whole("huge over TCP query "+strconv.Itoa(i), exchangeTCP(t, tcp, req), req, u)
+	}
+	got, n = exchangeUDP(t, udp, req)
+	truncated("huge over UDP without EDNS, cached", got, n, dns.MinMsgSize, req)
+	req = withEDNS("huge.example.org.", 4096)
+	got, _ = exchangeUDP(t, udp, req)
+	whole("huge over UDP/4096", got, req, u)
+	if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
+		t.Errorf("huge: upstream asked %d times, want 2", c)
+	}
+}
+
+// TestServerTTLAging checks aging on the real clock; cache_test.go covers
+// it in detail with a fake one.
+func TestServerTTLAging(t *testing.T) {
+	t.Parallel()
+	u := exampleUpstream()
+	udp, _ := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	first, _ := exchangeUDP(t, udp, req)
+	time.Sleep(1100 * time.Millisecond)
+	second, _ := exchangeUDP(t, udp, req)
+	if len(first.Answer) != 3 || len(second.Answer) != 3 {
+		t.Fatalf("answers: %v then %v", first.Answer, second.Answer)
+	}
+	for i, rr := range second.Answer {
+		if was := first.Answer[i].Header().Ttl; rr.Header().Ttl >= was {
+			t.Errorf("%s: TTL %d a second after %d", rr, rr.Header().Ttl, was)
+		}
+	}
+	if n := u.count("www.example.org.", dns.TypeA); n != 1 {
+		t.Errorf("upstream asked %d times, want 1", n)
+	}
+}
