@@ -12,8 +12,6 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
-	"github.com/coredns/coredns/plugin/pkg/nonwriter"
-	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 )
 
@@ -26,6 +24,10 @@ const (
 	minDefaultTTL = dnsutil.MinimalDefaultTTL
 	maxNTTL       = dnsutil.MaximumDefaultTTL / 2
 	failTTL       = 5 * time.Second
+
+	// defaultStaleTTL is the TTL of stale answers RFC 8767 section 4
+	// recommends; the stock cache's default is 0.
+	defaultStaleTTL = 30 * time.Second
 
 	// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
 	// large enough for signed answers (the DNS flag day 2020 value).
@@ -48,6 +50,27 @@ type Cache struct {
 	failttl       time.Duration
 	keepttl       bool
 
+	// prefetch: entries hit prefetch times with no gap of prefetchWindow are
+	// fetched again when their TTL drops below percentage of it.
+	prefetch       int
+	prefetchWindow time.Duration
+	percentage     int
+
+	// serve_stale (RFC 8767): expired entries are served for staleUpTo with
+	// staleTTL, refreshed in the background, or first in verify mode.
+	staleUpTo      time.Duration
+	verifyStale    bool
+	verifyTimeout  time.Duration // 0: wait as long as the next plugin does
+	staleTTL       time.Duration
+	staleRecheck   time.Duration // wait after a failed refresh
+	preferPositive bool
+
+	pexcept []string // zones whose successes are not cached
+	nexcept []string // zones whose denials are not cached
+	bypass  []string // zones authoritative plugins of the block serve themselves
+
+	refreshes refreshes
+
 	raw     bool // hits go out through w.Write; see SetRawWrites
 	metrics *metricsSet
 	now     func() time.Time
@@ -56,16 +79,20 @@ type Cache struct {
 // New returns a Cache with the stock cache's defaults and a 64 MiB budget.
 func New() *Cache {
 	c := &Cache{
-		Zones:    []string{"."},
-		capacity: defaultCapacity,
-		maxEntry: defaultMaxEntry,
-		pttl:     maxTTL,
-		minpttl:  minDefaultTTL,
-		nttl:     maxNTTL,
-		minnttl:  minDefaultTTL,
-		failttl:  failTTL,
-		metrics:  &metricsSet{},
-		now:      time.Now,
+		Zones:          []string{"."},
+		capacity:       defaultCapacity,
+		maxEntry:       defaultMaxEntry,
+		pttl:           maxTTL,
+		minpttl:        minDefaultTTL,
+		nttl:           maxNTTL,
+		minnttl:        minDefaultTTL,
+		failttl:        failTTL,
+		prefetchWindow: time.Minute,
+		percentage:     10,
+		staleTTL:       defaultStaleTTL,
+		refreshes:      newRefreshes(),
+		metrics:        &metricsSet{},
+		now:            time.Now,
 	}
 	if err := c.init(); err != nil {
 		panic(err) // the defaults are valid
@@ -75,7 +102,7 @@ func New() *Cache {
 
 // init makes the store for the configured budget and caps.
 func (c *Cache) init() (err error) {
-	c.store, err = newStore(c.capacity, [2]int{kindSuccess: c.pcap, kindDenial: c.ncap}, 0)
+	c.store, err = newStore(c.capacity, [2]int{kindSuccess: c.pcap, kindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
 	return err
 }
 
@@ -124,7 +151,7 @@ var builderPool = sync.Pool{New: func() any { return newBuilder() }}
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// Only queries with one question are cached: an UPDATE or a NOTIFY for a
 	// cached name must reach the handlers behind the cache.
-	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || !c.inZones(r.Question[0].Name) {
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || !c.serves(r.Question[0].Name) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	s := scratchPool.Get().(*scratch)
@@ -136,42 +163,130 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m.requests.Inc()
 
 	now := c.now()
-	if reply, kind, ok := c.hit(s, now); ok {
-		m.hits[kind].Inc()
-		return dns.RcodeSuccess, c.write(w, reply)
+	f := c.lookup(s, now, !c.verifyStale)
+	switch f.state {
+	case fresh:
+		m.hits[f.kind].Inc()
+		if f.prefetch {
+			c.refreshAsync(ctx, r, f.hash, false, m)
+		}
+		return dns.RcodeSuccess, c.write(w, f.reply)
+	case stale:
+		if c.verifyStale {
+			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, m); done {
+				return rcode, err
+			}
+			if f = c.lookup(s, now, true); f.state != stale {
+				break // gone meanwhile: ask as for a miss
+			}
+		} else {
+			c.refreshAsync(ctx, r, f.hash, true, m)
+		}
+		m.hits[f.kind].Inc()
+		m.stale.Inc()
+		return dns.RcodeSuccess, c.write(w, f.reply)
 	}
 	m.misses.Inc()
 	return c.miss(ctx, w, r, s, m)
 }
 
-func (c *Cache) inZones(name string) bool {
-	return len(c.Zones) == 1 && c.Zones[0] == "." || plugin.Zones(c.Zones).Matches(name) != ""
+// serves reports whether the cache handles name: in its zones and not in a
+// zone that an authoritative plugin of the block asked to bypass.
+func (c *Cache) serves(name string) bool {
+	in := len(c.Zones) == 1 && c.Zones[0] == "." || plugin.Zones(c.Zones).Matches(name) != ""
+	return in && (len(c.bypass) == 0 || plugin.Zones(c.bypass).Matches(name) == "")
 }
 
-// hit writes the reply to s.q from a fresh entry, if there is one.
-func (c *Cache) hit(s *scratch, now time.Time) ([]byte, int, bool) {
+// Lookup states.
+const (
+	absent = iota
+	fresh
+	stale // expired, within the serve_stale window
+)
+
+// found is what a lookup found for a request.
+type found struct {
+	state    int
+	kind     int
+	hash     uint64 // the key's hash, naming the entry for refreshes
+	reply    []byte // valid until the scratch's next reply
+	prefetch bool   // popular and near expiry
+}
+
+// lookup finds the entry for s.q and writes the reply from it; a stale
+// entry's reply is written only when withStale is set. Under
+// serve_stale_policy prefer_positive an answer, fresh or stale, is looked up
+// before the denials and non-answers kept beside it.
+func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
+	if !c.preferPositive {
+		return c.probe(s, now, withStale, false)
+	}
+	if f := c.probe(s, now, withStale, true); f.state != absent {
+		return f
+	}
+	s.key[len(s.key)-1] |= keyOther
+	defer func() { s.key[len(s.key)-1] &^= keyOther }()
+	return c.probe(s, now, withStale, false)
+}
+
+// probe looks up s.key; answersOnly skips entries that do not answer.
+func (c *Cache) probe(s *scratch, now time.Time, withStale, answersOnly bool) found {
 	h := c.store.hash(s.key)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(s.key, h)
-	if e == nil {
-		return nil, 0, false
+	if e == nil || answersOnly && e.flags()&flagAnswers == 0 {
+		return found{}
 	}
+	f := found{kind: kindOf(e), hash: h}
 	age := max(0, now.Unix()-int64(e.stored()))
-	if age >= int64(e.ttl()) {
-		return nil, 0, false
+	left := int64(e.ttl()) - age
+	switch {
+	case left > 0:
+		f.state = fresh
+	case c.staleUpTo > 0 && -left < int64(c.staleUpTo/time.Second):
+		f.state = stale
+	default:
+		return found{}
 	}
-	e.hit()
-	return s.w.appendReply(&s.q, e, c.view(age, e)), kindOf(e), true
+	e.hit(now.Unix(), int64(c.prefetchWindow/time.Second))
+	if f.state == fresh {
+		f.prefetch = c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
+	}
+	if f.state == fresh || withStale {
+		f.reply = s.w.appendReply(&s.q, e, c.view(age, e, f.state == stale))
+	}
+	return f
 }
 
-// view says how e is served at age seconds.
-func (c *Cache) view(age int64, e entry) ttlView {
+// prefetchThreshold is the TTL left below which a popular entry is fetched
+// again: PERCENTAGE of its TTL, rounded up as the stock cache does.
+func (c *Cache) prefetchThreshold(e entry) int64 {
+	return (int64(e.ttl())*int64(c.percentage) + 99) / 100
+}
+
+// view says how e is served at age seconds: TTLs aged (or kept with
+// keepttl, or the serve-stale response TTL), and the Extended DNS Error
+// (RFC 8914) of stale answers and cached failures.
+func (c *Cache) view(age int64, e entry, isStale bool) ttlView {
+	v := ttlView{age: uint32(age)}
 	if c.keepttl {
-		return ttlView{}
+		v.age = 0
 	}
-	return ttlView{age: uint32(age)}
+	switch {
+	case isStale:
+		if c.staleTTL > 0 || !c.keepttl {
+			v.fixed, v.value = true, uint32(c.staleTTL/time.Second)
+		}
+		v.ede = edeStaleAnswer
+		if e.rcode() == dns.RcodeNameError {
+			v.ede = edeStaleNXDomain
+		}
+	case e.rcode() == dns.RcodeServerFailure:
+		v.ede = edeCachedError
+	}
+	return v
 }
 
 // write sends reply to the client. Plugins before the cache wrap w and only
@@ -191,14 +306,6 @@ func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
 	// CoreDNS's ScrubWriter measures it again.
 	m.Compress = true
 	return w.WriteMsg(m)
-}
-
-func nested(w dns.ResponseWriter) bool {
-	if sw, ok := w.(*request.ScrubWriter); ok {
-		w = sw.ResponseWriter
-	}
-	_, ok := w.(*nonwriter.Writer)
-	return ok
 }
 
 // load fills s from r; false when the question's name does not pack.

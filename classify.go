@@ -10,10 +10,11 @@ import (
 
 // verdict is what the miss path decides about an upstream reply.
 type verdict struct {
-	store bool
-	kind  int
-	ttl   time.Duration
-	why   string // when not stored and worth a debug line
+	store   bool
+	kind    int
+	answers bool // a success that answers the question asked
+	ttl     time.Duration
+	why     string // when not stored and worth a debug line
 }
 
 // classify decides whether reply, the answer to req, is stored and for how
@@ -43,7 +44,8 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	}
 	switch t {
 	case response.NoError, response.Delegation:
-		return verdict{store: true, kind: kindSuccess, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
+		answers := len(reply.Answer) > 0 && answersQuestion(reply)
+		return verdict{store: true, kind: kindSuccess, answers: answers, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
 	case response.NameError, response.NoData:
 		if !soa {
 			return verdict{why: "denial without SOA"}

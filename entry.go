@@ -3,6 +3,7 @@ package compactcache
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 )
 
 // An entry is one cached response packed into bytes. It lives in a shard's
@@ -16,24 +17,25 @@ import (
 //	0       4     size of the entry, header included
 //	4       4     stored: unix seconds when the response was stored
 //	8       4     ttl: the entry's TTL in seconds, already clamped
-//	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial
+//	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial, ...
 //	14      2     answer count
 //	16      2     authority count
 //	18      2     additional count
-//	20      1     refs: bit 7 set when hit since written or since the ring
-//	              last passed it; low 7 bits count hits, saturating
-//	21      1     N: length of the qname in wire form
-//	22      N+5   key: lowercased wire qname, qtype, qclass (big endian), key flags
-//	27+N    ...   records, see record below
+//	20      2     last hit: seconds after stored, saturating
+//	22      2     hits in the current popularity window, saturating
+//	24      1     N: length of the qname in wire form
+//	25      N+5   key: lowercased wire qname, qtype, qclass (big endian), key flags
+//	30+N    ...   records, see record below
 const (
 	offSize    = 0
 	offStored  = 4
 	offTTL     = 8
 	offFlags   = 12
 	offCounts  = 14
-	offRefs    = 20
-	offNameLen = 21
-	offKey     = 22
+	offLastHit = 20
+	offHits    = 22
+	offNameLen = 24
+	offKey     = 25
 
 	headerLen = offKey
 	keyTail   = 5 // qtype, qclass, key flags after the qname
@@ -50,15 +52,17 @@ const (
 	flagRA        = 1 << 5
 	flagAD        = 1 << 6
 	flagDenial    = 1 << 7 // counted against the denial capacity
+	flagAnswers   = 1 << 8 // a success that answers its question (serve_stale_policy)
+	flagReferred  = 1 << 9 // hit since written or since the ring last passed it
 )
 
 // Key flags: the bits of the request, besides the question, that select an
 // entry. DO is not one of them: one entry serves DO and non-DO clients.
-const keyCD = 1 << 0
-
 const (
-	refsHit   = 0x80
-	refsCount = 0x7f
+	keyCD = 1 << 0
+	// keyOther keeps denials and non-answers apart from the answer they would
+	// replace, under serve_stale_policy prefer_positive.
+	keyOther = 1 << 1
 )
 
 // Record flags. A record is
@@ -106,19 +110,43 @@ func (e entry) qclass() uint16 {
 // expires returns the unix second at which the entry's TTL runs out.
 func (e entry) expires() int64 { return int64(e.stored()) + int64(e.ttl()) }
 
-// hit records a hit for second chance eviction and popularity.
-func (e entry) hit() {
-	r := e[offRefs]
-	if r&refsCount != refsCount {
-		r++
+func (e entry) setFlag(f uint16, on bool) {
+	v := e.flags() &^ f
+	if on {
+		v |= f
 	}
-	e[offRefs] = r | refsHit
+	binary.LittleEndian.PutUint16(e[offFlags:], v)
 }
 
-func (e entry) referenced() bool { return e[offRefs]&refsHit != 0 }
+func (e entry) hits() int { return int(binary.LittleEndian.Uint16(e[offHits:])) }
+
+// hit records a hit at now, unix seconds, for second chance eviction and for
+// popularity as the stock cache's prefetch counts it: hits with no gap of
+// window seconds or more between them.
+func (e entry) hit(now int64, window int64) {
+	e.setFlag(flagReferred, true)
+	since := max(0, now-int64(e.stored()))
+	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
+	hits := e.hits()
+	switch {
+	case since-last > window && last < math.MaxUint16:
+		hits = 1
+	case hits < math.MaxUint16:
+		hits++
+	}
+	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(min(since, math.MaxUint16)))
+	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
+}
+
+// setHits carries popularity over to an entry that replaced one.
+func (e entry) setHits(n int) {
+	binary.LittleEndian.PutUint16(e[offHits:], uint16(min(n, math.MaxUint16)))
+}
+
+func (e entry) referenced() bool { return e.flags()&flagReferred != 0 }
 
 // passed clears the second chance the ring has just spent.
-func (e entry) passed() { e[offRefs] &^= refsHit }
+func (e entry) passed() { e.setFlag(flagReferred, false) }
 
 // record is one resource record of an entry, sliced out of the entry's bytes.
 type record struct {

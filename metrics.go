@@ -60,6 +60,18 @@ var (
 		Name:      "capacity_bytes",
 		Help:      "The byte budget of the cache.",
 	}, []string{"server", "zones", "view"})
+	cachePrefetches = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "prefetch_total",
+		Help:      "The number of times the cache has prefetched a cached item.",
+	}, []string{"server", "zones", "view"})
+	servedStale = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "served_stale_total",
+		Help:      "The number of requests served from stale cache entries.",
+	}, []string{"server", "zones", "view"})
 	cacheRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
@@ -79,6 +91,8 @@ type serverMetrics struct {
 	misses    prometheus.Counter
 	drops     prometheus.Counter
 	refused   prometheus.Counter
+	prefetch  prometheus.Counter
+	stale     prometheus.Counter
 	hits      [2]prometheus.Counter
 	evictions [2]prometheus.Counter
 	entries   [2]prometheus.Gauge
@@ -126,6 +140,8 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 		misses:   cacheMisses.WithLabelValues(server, s.zones, s.view),
 		drops:    cacheDrops.WithLabelValues(server, s.zones, s.view),
 		refused:  cacheRefused.WithLabelValues(server, s.zones, s.view),
+		prefetch: cachePrefetches.WithLabelValues(server, s.zones, s.view),
+		stale:    servedStale.WithLabelValues(server, s.zones, s.view),
 		bytes:    cacheBytes.WithLabelValues(server, s.zones, s.view),
 		capacity: cacheCapacity.WithLabelValues(server, s.zones, s.view),
 	}

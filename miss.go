@@ -16,29 +16,56 @@ import (
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
 	b := builderPool.Get().(*builder)
 	defer builderPool.Put(b)
-	cw, rcode, err := c.fetch(ctx, w, r, s, b, m)
+	cw := c.newCapture(w, r, s, b, m)
+	rcode, err := cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
 	}
-	if cw.entry != nil {
-		return rcode, c.write(w, s.w.appendReply(&s.q, cw.entry, c.view(0, cw.entry)))
-	}
-	return rcode, w.WriteMsg(forClient(cw.reply, &s.q))
+	return rcode, c.answer(w, cw)
 }
 
-// fetch asks the next plugin for r's question with DO=1, so that one entry
-// serves DO and non-DO clients, and stores the reply when it is cacheable.
-// w is what the next plugin sees of the client; nothing is written to it.
-func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) (*captureWriter, int, error) {
-	up := upstreamRequest(r)
-	cw := &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: up, m: m, udp: isUDP(w)}
-	rcode, err := plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, up)
+// answer writes the reply cw fetched to the client.
+func (c *Cache) answer(w dns.ResponseWriter, cw *captureWriter) error {
+	if cw.entry != nil {
+		return c.write(w, cw.s.w.appendReply(&cw.s.q, cw.entry, c.view(0, cw.entry, false)))
+	}
+	return w.WriteMsg(forClient(cw.reply, &cw.s.q))
+}
+
+// captureWriter asks the next plugin on behalf of the cache and takes its
+// reply, storing it when it is cacheable; the caller decides what the client
+// gets.
+type captureWriter struct {
+	dns.ResponseWriter // what the next plugin sees of the client
+	c                  *Cache
+	s                  *scratch
+	b                  *builder
+	req                *dns.Msg // the request as it goes upstream
+	m                  *serverMetrics
+
+	udp     bool // a truncated reply will be asked again over TCP
+	refresh bool // only replies that refresh an entry are stored
+	hits    int  // popularity the stored entry inherits
+
+	reply *dns.Msg
+	entry entry // built in b from reply, when stored
+}
+
+func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
+	return &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: upstreamRequest(r), m: m, udp: isUDP(w)}
+}
+
+// fetch asks the next plugin for the question with DO=1, so that one entry
+// serves DO and non-DO clients.
+func (cw *captureWriter) fetch(ctx context.Context) (int, error) {
+	c := cw.c
+	rcode, err := plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, cw.req)
 	if cw.reply != nil && cw.reply.Truncated && cw.udp {
 		// The answer did not fit the upstream's UDP reply. Ask again over
 		// TCP: forward, like most plugins, picks the client's transport.
 		truncated := cw.reply
-		cw.ResponseWriter, cw.udp, cw.reply = tcpWriter{w}, false, nil
-		rcode, err = plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, up)
+		cw.ResponseWriter, cw.udp, cw.reply = tcpWriter{cw.ResponseWriter}, false, nil
+		rcode, err = plugin.NextOrFailure(c.Name(), c.Next, ctx, cw, cw.req)
 		if cw.reply == nil {
 			cw.reply = truncated
 		}
@@ -46,13 +73,26 @@ func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	// The next plugin can fail without writing, as forward does when the
 	// upstream times out. Cache the failure for the servfail time so client
 	// retries don't all reach the upstream; a canceled request is not an
-	// upstream failure.
-	if cw.reply == nil && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.failttl > 0 {
+	// upstream failure, and a failed refresh keeps the entry it refreshes.
+	if cw.reply == nil && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.failttl > 0 && !cw.refresh {
 		fail := new(dns.Msg)
-		fail.SetRcode(up, dns.RcodeServerFailure)
-		c.store1(fail, up, s, b, m)
+		fail.SetRcode(cw.req, dns.RcodeServerFailure)
+		cw.store(fail)
 	}
-	return cw, rcode, err
+	return rcode, err
+}
+
+// refreshed reports whether the fetch brought what may replace a stale or
+// expiring entry (RFC 8767 section 4: NOERROR or NXDOMAIN; under the
+// prefer_positive policy only an answer).
+func (cw *captureWriter) refreshed() bool {
+	if cw.reply == nil || cw.entry == nil {
+		return false
+	}
+	if cw.c.preferPositive {
+		return cw.entry.flags()&flagAnswers != 0
+	}
+	return cw.entry.rcode() == dns.RcodeSuccess || cw.entry.rcode() == dns.RcodeNameError
 }
 
 func isUDP(w dns.ResponseWriter) bool {
@@ -86,27 +126,13 @@ func upstreamRequest(r *dns.Msg) *dns.Msg {
 	return up
 }
 
-// captureWriter takes the next plugin's reply and stores it; the caller
-// decides what the client gets.
-type captureWriter struct {
-	dns.ResponseWriter
-	c     *Cache
-	s     *scratch
-	b     *builder
-	req   *dns.Msg // the request as it went upstream
-	m     *serverMetrics
-	udp   bool // a truncated reply will be asked again over TCP
-	reply *dns.Msg
-	entry entry // built in b from reply, when stored
-}
-
 // WriteMsg implements dns.ResponseWriter.
 func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
 	cw.reply, cw.entry = res, nil
 	if res.Truncated && cw.udp {
 		return nil
 	}
-	cw.entry, _ = cw.c.store1(res, cw.req, cw.s, cw.b, cw.m)
+	cw.store(res)
 	return nil
 }
 
@@ -123,33 +149,58 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// store1 stores res, the reply to req, when it is cacheable. It returns the
-// entry as b built it, for the client's reply to be written from.
-func (c *Cache) store1(res, req *dns.Msg, s *scratch, b *builder, m *serverMetrics) (entry, bool) {
-	now := c.now()
-	v := c.classify(res, req, now)
-	if !v.store {
+// store stores res when it is cacheable and sets cw.entry to the entry as
+// cw.b built it, for the client's reply to be written from.
+func (cw *captureWriter) store(res *dns.Msg) {
+	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
+	v := c.classify(res, cw.req, now)
+	switch {
+	case !v.store:
 		if v.why != "" {
-			m.drops.Inc()
-			log.Debugf("Not caching reply for %q/%d: %s", req.Question[0].Name, req.Question[0].Qtype, v.why)
+			cw.m.drops.Inc()
+			log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), v.why)
 		}
-		return nil, false
+		return
+	case c.disabled(v.kind, q.Name):
+		return
+	case cw.refresh && !c.preferPositive && res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError:
+		return // a failed refresh leaves the entry it would replace (RFC 8767 4)
 	}
-	e, err := b.build(res, s.key, uint32(now.Unix()), uint32(v.ttl/time.Second), entryFlags(res, v.kind), c.maxEntry)
+	flags := entryFlags(res, v)
+	// Under prefer_positive, what does not answer is kept beside the answer
+	// it would otherwise replace; an answer replaces both.
+	key := cw.s.key
+	if c.preferPositive && flags&flagAnswers == 0 {
+		key = cw.b.otherKey(key)
+	}
+	e, err := cw.b.build(res, key, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
 	if err != nil {
 		if errors.Is(err, errEntryTooLarge) {
-			m.refused.Inc()
+			cw.m.refused.Inc()
 		} else {
-			m.drops.Inc()
+			cw.m.drops.Inc()
 		}
-		log.Debugf("Not caching reply for %q/%d: %s", req.Question[0].Name, req.Question[0].Qtype, err)
-		return nil, false
+		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
+		return
 	}
-	m.stored(c.store, c.store.put(e, now.Unix()))
-	return e, true
+	e.setHits(cw.hits)
+	cw.m.stored(c.store, c.store.put(e, now.Unix()))
+	if c.preferPositive && flags&flagAnswers != 0 {
+		c.store.remove(cw.b.otherKey(key))
+	}
+	cw.entry = e
 }
 
-func entryFlags(m *dns.Msg, kind int) uint16 {
+// disabled reports whether `disable` keeps kind for name out of the cache.
+func (c *Cache) disabled(kind int, name string) bool {
+	except := c.pexcept
+	if kind == kindDenial {
+		except = c.nexcept
+	}
+	return len(except) > 0 && plugin.Zones(except).Matches(name) != ""
+}
+
+func entryFlags(m *dns.Msg, v verdict) uint16 {
 	f := uint16(m.Rcode) & flagRcodeMask
 	if m.Authoritative {
 		f |= flagAA
@@ -160,8 +211,11 @@ func entryFlags(m *dns.Msg, kind int) uint16 {
 	if m.AuthenticatedData {
 		f |= flagAD
 	}
-	if kind == kindDenial {
+	if v.kind == kindDenial {
 		f |= flagDenial
+	}
+	if v.answers {
+		f |= flagAnswers
 	}
 	return f
 }

@@ -9,6 +9,7 @@ import (
 const (
 	headerSize = 12
 	optLen     = 11 // an OPT record without options
+	edeLen     = 6  // an EDE option without EXTRA-TEXT
 
 	// Compression pointers reach the first 16 KiB of a message.
 	maxPointer = 0x3FFF
@@ -46,12 +47,21 @@ type query struct {
 	limit   int // the client's size limit: 512, its UDP size, or 65535 on TCP
 }
 
-// ttlView says how stored TTLs become reply TTLs.
+// ttlView says how stored TTLs become reply TTLs, and which Extended DNS
+// Error the reply carries.
 type ttlView struct {
 	age   uint32 // seconds since the entry was stored; 0 with keepttl
 	fixed bool   // every TTL is value, for serve-stale replies
 	value uint32
+	ede   uint16 // INFO-CODE of RFC 8914, 0 for none
 }
+
+// Extended DNS Error codes (RFC 8914 section 4).
+const (
+	edeStaleAnswer   = 3
+	edeCachedError   = 13
+	edeStaleNXDomain = 19
+)
 
 func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
 	if v.fixed {
@@ -143,12 +153,15 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 	limit := q.limit
 	if q.edns {
 		limit -= optLen
+		if tv.ede != 0 {
+			limit -= edeLen
+		}
 	}
 	if len(w.msg) > limit {
 		w.cut(limit, &counts)
 	}
 	if q.edns {
-		w.appendOPT(q)
+		w.appendOPT(q, tv.ede)
 		counts[2]++
 	}
 	binary.BigEndian.PutUint16(w.msg[6:], uint16(counts[0]))
@@ -191,8 +204,9 @@ func (w *replyWriter) appendRdata(r record) {
 }
 
 // appendOPT writes the OPT record the stock cache's replies get from
-// CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0.
-func (w *replyWriter) appendOPT(q *query) {
+// CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0;
+// with an Extended DNS Error option when ede is not 0.
+func (w *replyWriter) appendOPT(q *query, ede uint16) {
 	var do uint32
 	if q.do {
 		do = 1 << 15
@@ -201,7 +215,14 @@ func (w *replyWriter) appendOPT(q *query) {
 	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.TypeOPT)
 	w.msg = binary.BigEndian.AppendUint16(w.msg, q.udpSize)
 	w.msg = binary.BigEndian.AppendUint32(w.msg, do)
-	w.msg = append(w.msg, 0, 0)
+	if ede == 0 {
+		w.msg = append(w.msg, 0, 0)
+		return
+	}
+	w.msg = binary.BigEndian.AppendUint16(w.msg, edeLen)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.EDNS0EDE)
+	w.msg = binary.BigEndian.AppendUint16(w.msg, 2) // INFO-CODE, no EXTRA-TEXT
+	w.msg = binary.BigEndian.AppendUint16(w.msg, ede)
 }
 
 // cut shortens the reply to limit bytes: it drops whole RRsets from the end

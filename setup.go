@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -24,8 +25,19 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	c.OnStartup(func() error {
-		ca.metrics.view = dnsserver.GetConfig(c).ViewName
-		ca.SetRawWrites(rawSafe(dnsserver.GetConfig(c).Handlers()))
+		cfg := dnsserver.GetConfig(c)
+		ca.metrics.view = cfg.ViewName
+		ca.SetRawWrites(rawSafe(cfg.Handlers()))
+		for _, h := range cfg.Handlers() {
+			if b, ok := h.(ZoneBypasser); ok {
+				ca.bypass = append(ca.bypass, b.CacheBypassZones()...)
+			}
+		}
+		return nil
+	})
+	// Background fetches end with the instance, on shutdown and on reload.
+	c.OnShutdown(func() error {
+		ca.refreshes.shutdown(5 * time.Second)
 		return nil
 	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
@@ -35,32 +47,10 @@ func setup(c *caddy.Controller) error {
 	return nil
 }
 
-// rawWriters are the plugins that neither wrap the ResponseWriter to read
-// or change replies nor make nested lookups through the chain. In a block of
-// these alone, hits can go out as bytes.
-var rawWriters = map[string]bool{
-	pluginName: true,
-	"acl":      true,
-	"any":      true,
-	"bufsize":  true,
-	"cancel":   true,
-	"chaos":    true,
-	"errors":   true,
-	"forward":  true,
-	"hosts":    true,
-	"local":    true,
-	"loop":     true,
-	"metadata": true,
-	"whoami":   true,
-}
-
-func rawSafe(handlers []plugin.Handler) bool {
-	for _, h := range handlers {
-		if !rawWriters[h.Name()] {
-			return false
-		}
-	}
-	return true
+// ZoneBypasser is the stock cache's interface for plugins whose zones must
+// always be answered by them, never from the cache.
+type ZoneBypasser interface {
+	CacheBypassZones() []string
 }
 
 func parse(c *caddy.Controller) (*Cache, error) {
@@ -82,10 +72,19 @@ func parse(c *caddy.Controller) (*Cache, error) {
 			}
 		}
 		ca.Zones = plugin.OriginsFromArgsOrServerBlock(args, c.ServerBlockKeys)
+		seen := map[string]bool{}
 		for c.NextBlock() {
+			opt := c.Val()
+			if seen[opt] && onlyOnce[opt] {
+				return nil, fmt.Errorf("%s: can only be given once", opt)
+			}
+			seen[opt] = true
 			if err := parseOption(c, ca); err != nil {
 				return nil, err
 			}
+		}
+		if seen["serve_stale_policy"] && !seen["serve_stale"] {
+			return nil, fmt.Errorf("serve_stale_policy: requires serve_stale")
 		}
 	}
 	ca.metrics.zones = strings.Join(ca.Zones, ",")
@@ -94,6 +93,10 @@ func parse(c *caddy.Controller) (*Cache, error) {
 	}
 	return ca, nil
 }
+
+// onlyOnce are the options a block may give once; the stock cache lets the
+// last of the others win, and so does this one.
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -126,6 +129,17 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 			return fmt.Errorf("keepttl: takes no arguments, got %q", args)
 		}
 		ca.keepttl = true
+	case "prefetch":
+		return parsePrefetch(args, ca)
+	case "serve_stale":
+		return parseServeStale(args, ca)
+	case "serve_stale_policy":
+		if len(args) != 1 || !strings.EqualFold(args[0], "prefer_positive") {
+			return fmt.Errorf("serve_stale_policy: want prefer_positive, got %q", args)
+		}
+		ca.preferPositive = true
+	case "disable":
+		return parseDisable(args, ca)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}
@@ -187,4 +201,117 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 64MiB, 1GiB or a number of bytes", s)
 	}
 	return n * scale, nil
+}
+
+// parsePrefetch parses `prefetch AMOUNT [[DURATION] [PERCENTAGE%]]`.
+func parsePrefetch(args []string, ca *Cache) error {
+	if len(args) == 0 || len(args) > 3 {
+		return fmt.Errorf("prefetch: want AMOUNT [[DURATION] [PERCENTAGE%%]], got %d arguments", len(args))
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 0 || n > math.MaxUint16 {
+		return fmt.Errorf("prefetch: AMOUNT %q is not a number of queries between 0 and %d", args[0], math.MaxUint16)
+	}
+	ca.prefetch = n
+	for _, arg := range args[1:] {
+		if pct, ok := strings.CutSuffix(arg, "%"); ok {
+			p, err := strconv.Atoi(pct)
+			if err != nil || p < 10 || p > 90 {
+				return fmt.Errorf("prefetch: PERCENTAGE %q is not between 10%% and 90%%", arg)
+			}
+			ca.percentage = p
+			continue
+		}
+		if arg != args[1] {
+			return fmt.Errorf("prefetch: PERCENTAGE %q needs its %% sign", arg)
+		}
+		d, err := time.ParseDuration(arg)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("prefetch: DURATION %q is not a positive duration such as 1m", arg)
+		}
+		ca.prefetchWindow = d
+	}
+	return nil
+}
+
+// parseServeStale parses `serve_stale [DURATION] [immediate [RESPONSE_TTL
+// [FAILURE_RECHECK]] | verify [VERIFY_TIMEOUT [RESPONSE_TTL [FAILURE_RECHECK]]]]`.
+func parseServeStale(args []string, ca *Cache) error {
+	if len(args) > 5 {
+		return fmt.Errorf("serve_stale: want at most 5 arguments, got %d", len(args))
+	}
+	ca.staleUpTo, ca.verifyStale, ca.verifyTimeout = time.Hour, false, 0
+	ca.staleTTL, ca.staleRecheck = defaultStaleTTL, 0
+	if len(args) == 0 {
+		return nil
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil || d < 0 {
+		return fmt.Errorf("serve_stale: DURATION %q is not a duration such as 1h", args[0])
+	}
+	ca.staleUpTo = d
+	if len(args) == 1 {
+		return nil
+	}
+	rest := args[2:]
+	switch mode := strings.ToLower(args[1]); mode {
+	case "immediate":
+		if len(rest) > 2 {
+			return fmt.Errorf("serve_stale: immediate takes [RESPONSE_TTL [FAILURE_RECHECK]], got %q", rest)
+		}
+	case "verify":
+		ca.verifyStale = true
+		if len(rest) > 0 {
+			t, err := time.ParseDuration(rest[0])
+			if err != nil || t < 0 {
+				return fmt.Errorf("serve_stale: VERIFY_TIMEOUT %q is not a duration such as 100ms", rest[0])
+			}
+			ca.verifyTimeout = t
+			rest = rest[1:]
+		}
+	default:
+		return fmt.Errorf("serve_stale: mode %q is not immediate or verify", args[1])
+	}
+	if len(rest) > 0 {
+		t, err := time.ParseDuration(rest[0])
+		if err != nil || t < 0 || t%time.Second != 0 || t/time.Second > math.MaxInt32 {
+			return fmt.Errorf("serve_stale: RESPONSE_TTL %q is not a whole number of seconds such as 30s", rest[0])
+		}
+		ca.staleTTL = t
+	}
+	if len(rest) > 1 {
+		t, err := time.ParseDuration(rest[1])
+		if err != nil || t < 0 || t > 5*time.Minute {
+			return fmt.Errorf("serve_stale: FAILURE_RECHECK %q is not a duration between 0s and 5m", rest[1])
+		}
+		ca.staleRecheck = t
+	}
+	return nil
+}
+
+// parseDisable parses `disable success|denial [ZONES...]`.
+func parseDisable(args []string, ca *Cache) error {
+	if len(args) == 0 {
+		return fmt.Errorf("disable: want success or denial and optional ZONES")
+	}
+	zones := []string{"."}
+	if len(args) > 1 {
+		zones = zones[:0]
+		for _, z := range args[1:] {
+			nz := plugin.Name(z).Normalize()
+			if nz == "" {
+				return fmt.Errorf("disable: zone %q is not a domain name", z)
+			}
+			zones = append(zones, nz)
+		}
+	}
+	switch args[0] {
+	case "success":
+		ca.pexcept = zones
+	case "denial":
+		ca.nexcept = zones
+	default:
+		return fmt.Errorf("disable: %q is not success or denial", args[0])
+	}
+	return nil
 }

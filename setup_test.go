@@ -34,6 +34,29 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.failttl == 0 }},
 		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.failttl == 30*time.Second }},
 		{"compactcache {\n keepttl\n}", func(c *Cache) bool { return c.keepttl }},
+		{"compactcache {\n prefetch 10\n}", func(c *Cache) bool {
+			return c.prefetch == 10 && c.prefetchWindow == time.Minute && c.percentage == 10
+		}},
+		{"compactcache {\n prefetch 2 30s\n}", func(c *Cache) bool { return c.prefetch == 2 && c.prefetchWindow == 30*time.Second }},
+		{"compactcache {\n prefetch 2 30s 50%\n}", func(c *Cache) bool { return c.percentage == 50 }},
+		{"compactcache {\n prefetch 2 20%\n}", func(c *Cache) bool { return c.percentage == 20 && c.prefetchWindow == time.Minute }},
+		{"compactcache {\n serve_stale\n}", func(c *Cache) bool {
+			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.staleRecheck == 0 &&
+				c.store.shards[0].grace == 3600
+		}},
+		{"compactcache {\n serve_stale 10m\n}", func(c *Cache) bool { return c.staleUpTo == 10*time.Minute }},
+		{"compactcache {\n serve_stale 1h immediate 0s 30s\n}", func(c *Cache) bool {
+			return c.staleTTL == 0 && c.staleRecheck == 30*time.Second && !c.verifyStale
+		}},
+		{"compactcache {\n serve_stale 1h verify\n}", func(c *Cache) bool { return c.verifyStale && c.verifyTimeout == 0 }},
+		{"compactcache {\n serve_stale 1h VERIFY 100ms 10s 1m\n}", func(c *Cache) bool {
+			return c.verifyStale && c.verifyTimeout == 100*time.Millisecond && c.staleTTL == 10*time.Second && c.staleRecheck == time.Minute
+		}},
+		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", func(c *Cache) bool { return c.preferPositive }},
+		{"compactcache {\n disable success\n}", func(c *Cache) bool { return strings.Join(c.pexcept, ",") == "." }},
+		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
+			return strings.Join(c.nexcept, ",") == "example.org.,example.net."
+		}},
 	}
 	for _, tc := range tests {
 		c, err := parse(caddy.NewTestController("dns", tc.input))
@@ -71,7 +94,29 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n servfail 10\n}", `servfail: "10"`},
 		{"compactcache {\n servfail 6m\n}", `servfail: "6m"`},
 		{"compactcache {\n keepttl yes\n}", "keepttl: takes no arguments"},
-		{"compactcache {\n prefetch 10\n}", `unknown option "prefetch"`},
+		{"compactcache {\n bogus\n}", `unknown option "bogus"`},
+		{"compactcache {\n capacity 1M\n capacity 2M\n}", "capacity: can only be given once"},
+		{"compactcache {\n prefetch\n}", "prefetch: want AMOUNT"},
+		{"compactcache {\n prefetch x\n}", `prefetch: AMOUNT "x"`},
+		{"compactcache {\n prefetch -1\n}", `prefetch: AMOUNT "-1"`},
+		{"compactcache {\n prefetch 70000\n}", `prefetch: AMOUNT "70000"`},
+		{"compactcache {\n prefetch 1 0s\n}", `prefetch: DURATION "0s"`},
+		{"compactcache {\n prefetch 1 1m 5%\n}", `prefetch: PERCENTAGE "5%"`},
+		{"compactcache {\n prefetch 1 1m 95%\n}", `prefetch: PERCENTAGE "95%"`},
+		{"compactcache {\n prefetch 1 1m 50\n}", `prefetch: PERCENTAGE "50" needs its % sign`},
+		{"compactcache {\n prefetch 1 1m 50% 1\n}", "prefetch: want AMOUNT [[DURATION] [PERCENTAGE%]], got 4"},
+		{"compactcache {\n serve_stale -1h\n}", `serve_stale: DURATION "-1h"`},
+		{"compactcache {\n serve_stale 1h later\n}", `serve_stale: mode "later"`},
+		{"compactcache {\n serve_stale 1h immediate 1.5s\n}", `serve_stale: RESPONSE_TTL "1.5s"`},
+		{"compactcache {\n serve_stale 1h immediate 30s 6m\n}", `serve_stale: FAILURE_RECHECK "6m"`},
+		{"compactcache {\n serve_stale 1h immediate 30s 1m 1\n}", "serve_stale: immediate takes [RESPONSE_TTL [FAILURE_RECHECK]]"},
+		{"compactcache {\n serve_stale 1h verify -1s\n}", `serve_stale: VERIFY_TIMEOUT "-1s"`},
+		{"compactcache {\n serve_stale 1h verify 1s 1s 1s 1s\n}", "serve_stale: want at most 5 arguments"},
+		{"compactcache {\n serve_stale_policy prefer_positive\n}", "serve_stale_policy: requires serve_stale"},
+		{"compactcache {\n serve_stale\n serve_stale_policy newest\n}", `serve_stale_policy: want prefer_positive, got ["newest"]`},
+		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n serve_stale_policy prefer_positive\n}", "serve_stale_policy: can only be given once"},
+		{"compactcache {\n disable\n}", "disable: want success or denial"},
+		{"compactcache {\n disable both\n}", `disable: "both" is not success or denial`},
 		{"compactcache\ncompactcache", "once per Server Block"},
 	}
 	for _, tc := range tests {

@@ -153,6 +153,21 @@ func (s *store) put(e entry, now int64) (evicted [2]int) {
 	return evicted
 }
 
+// remove drops the entry stored under key, if any.
+func (s *store) remove(key []byte) {
+	h := s.hash(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	i := sh.find(key, h)
+	if i >= 0 {
+		var evicted [2]int
+		k := kindOf(sh.at(sh.table[i]))
+		sh.drop(i, sh.at(sh.table[i]), &evicted)
+		s.entries[k].Add(-1)
+	}
+	sh.mu.Unlock()
+}
+
 // overhead is what a shard holds besides its chunks and its table.
 func (sh *shard) overhead() int64 {
 	return int64(len(sh.chunks))*(24+4) + 256

@@ -57,7 +57,7 @@ func (s *store) touch(key []byte) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.get(key, h); e != nil {
-		e.hit()
+		e.hit(0, 60)
 	}
 }
 

@@ -12,10 +12,18 @@ import (
 type builder struct {
 	buf []byte // the entry being built
 	rr  []byte // one record as dns.PackRR writes it
+	key []byte // a derived key
 }
 
 func newBuilder() *builder {
-	return &builder{buf: make([]byte, 0, maxEntryLen), rr: make([]byte, dns.MaxMsgSize)}
+	return &builder{buf: make([]byte, 0, maxEntryLen), rr: make([]byte, dns.MaxMsgSize), key: make([]byte, 0, maxNameLen+keyTail)}
+}
+
+// otherKey returns key with keyOther set, in b's key buffer.
+func (b *builder) otherKey(key []byte) []byte {
+	b.key = append(b.key[:0], key...)
+	b.key[len(b.key)-1] |= keyOther
+	return b.key
 }
 
 // build packs the records of m behind the header and key; limit bounds the
@@ -27,7 +35,7 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(b.buf[offTTL:], ttl)
 	binary.LittleEndian.PutUint16(b.buf[offFlags:], flags)
-	b.buf[offRefs] = 0
+	binary.LittleEndian.PutUint32(b.buf[offLastHit:], 0) // last hit and hits
 	b.buf[offNameLen] = byte(nameLen)
 	b.buf = append(b.buf, key...)
 	start := len(b.buf)

@@ -1,0 +1,202 @@
+package compactcache
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/coredns/coredns/plugin/metadata"
+	"github.com/miekg/dns"
+)
+
+// refreshes tracks the background fetches in flight, one per entry at most,
+// and the entries whose refresh failed recently (serve_stale FAILURE_RECHECK).
+type refreshes struct {
+	mu       sync.Mutex
+	inflight map[uint64]time.Time // key hash to the time before which no refresh starts; zero while one runs
+
+	life context.Context // canceled when the cache shuts down
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// sweepAt is the size at which begin drops the failure records that expired.
+const sweepAt = 4096
+
+func newRefreshes() refreshes {
+	life, stop := context.WithCancel(context.Background())
+	return refreshes{inflight: map[uint64]time.Time{}, life: life, stop: stop}
+}
+
+// begin reports whether a refresh of the entry with key hash h may start now,
+// and marks it running.
+func (r *refreshes) begin(h uint64, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if until, ok := r.inflight[h]; ok && (until.IsZero() || now.Before(until)) {
+		return false
+	}
+	if len(r.inflight) >= sweepAt {
+		for k, until := range r.inflight {
+			if !until.IsZero() && !now.Before(until) {
+				delete(r.inflight, k)
+			}
+		}
+	}
+	r.inflight[h] = time.Time{}
+	return true
+}
+
+// end marks the refresh of h done; a failed one blocks the next for recheck.
+func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !ok && recheck > 0 {
+		r.inflight[h] = now.Add(recheck)
+		return
+	}
+	delete(r.inflight, h)
+}
+
+// shutdown cancels the background fetches and waits for them, at most wait.
+func (r *refreshes) shutdown(wait time.Duration) {
+	r.stop()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+}
+
+// refreshAsync fetches r's question again in the background, unless a fetch
+// for the entry is in flight: prefetch for popular entries near expiry, and
+// serve_stale's immediate mode for expired ones.
+func (c *Cache) refreshAsync(ctx context.Context, r *dns.Msg, h uint64, isStale bool, m *serverMetrics) {
+	if !c.refreshes.begin(h, c.now()) {
+		return
+	}
+	var recheck time.Duration
+	if isStale {
+		recheck = c.staleRecheck
+	}
+	req := r.Copy()
+	c.detach(ctx, func(ctx context.Context) {
+		m.prefetch.Inc()
+		ok := c.refresh(ctx, req, m)
+		c.refreshes.end(h, c.now(), recheck, ok)
+	})
+}
+
+// detach runs f in a goroutine with a context that outlives the request but
+// not the cache, and a metadata map of its own so that f does not write into
+// the request's.
+func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
+	ctx, cancel := context.WithCancel(metadata.ContextWithMetadata(context.WithoutCancel(ctx)))
+	stop := context.AfterFunc(c.refreshes.life, cancel)
+	c.refreshes.wg.Add(1)
+	go func() {
+		defer c.refreshes.wg.Done()
+		defer stop()
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// refresh fetches req's question with no client waiting and reports whether
+// the entry was refreshed. The new entry inherits the old one's popularity.
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) bool {
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	if !s.load(req, noClient{}) {
+		return false
+	}
+	b := builderPool.Get().(*builder)
+	defer builderPool.Put(b)
+	cw := c.newCapture(noClient{}, req, s, b, m)
+	cw.refresh = true
+	cw.hits = c.popularity(s)
+	cw.fetch(ctx)
+	return cw.refreshed()
+}
+
+// popularity returns the hits of the entry s.key names.
+func (c *Cache) popularity(s *scratch) int {
+	h := c.store.hash(s.key)
+	sh := c.store.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.get(s.key, h); e != nil {
+		return e.hits()
+	}
+	return 0
+}
+
+// verify is serve_stale's verify mode: the request that finds an expired
+// entry asks the next plugin first and answers with what it brings when that
+// refreshes the entry (done). Otherwise, or after VERIFY_TIMEOUT, the caller
+// serves the stale entry; a timed-out fetch goes on in the background and
+// refreshes the cache when it succeeds.
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, m *serverMetrics) (done bool, rcode int, err error) {
+	// Without a recheck time or a timeout each request verifies for itself,
+	// as in the stock cache.
+	track := c.staleRecheck > 0 || c.verifyTimeout > 0
+	if track && !c.refreshes.begin(h, c.now()) {
+		return false, 0, nil
+	}
+	if c.verifyTimeout == 0 {
+		b := builderPool.Get().(*builder)
+		defer builderPool.Put(b)
+		cw := c.newCapture(w, r, s, b, m)
+		cw.refresh = true
+		rcode, err = cw.fetch(ctx)
+		ok := cw.refreshed()
+		if track {
+			c.refreshes.end(h, c.now(), c.staleRecheck, ok)
+		}
+		if !ok {
+			return false, 0, nil
+		}
+		return true, rcode, c.answer(w, cw)
+	}
+
+	req := r.Copy()
+	result := make(chan bool, 1)
+	c.detach(ctx, func(ctx context.Context) {
+		ok := c.refresh(ctx, req, m)
+		c.refreshes.end(h, c.now(), c.staleRecheck, ok)
+		result <- ok
+	})
+	timer := time.NewTimer(c.verifyTimeout)
+	defer timer.Stop()
+	select {
+	case ok := <-result:
+		if !ok {
+			return false, 0, nil
+		}
+		// Answer from the refreshed entry, as a hit.
+		if f := c.lookup(s, c.now(), false); f.state == fresh {
+			return true, dns.RcodeSuccess, c.write(w, f.reply)
+		}
+		return false, 0, nil
+	case <-timer.C:
+		return false, 0, nil
+	}
+}
+
+// noClient is the client of fetches no client waits for. It presents
+// itself as TCP so that upstream replies are not truncated.
+type noClient struct{}
+
+var noClientAddr = &net.TCPAddr{IP: net.IPv6loopback}
+
+func (noClient) LocalAddr() net.Addr         { return noClientAddr }
+func (noClient) RemoteAddr() net.Addr        { return noClientAddr }
+func (noClient) Network() string             { return "tcp" }
+func (noClient) WriteMsg(*dns.Msg) error     { return nil }
+func (noClient) Write(b []byte) (int, error) { return len(b), nil }
+func (noClient) Close() error                { return nil }
+func (noClient) TsigStatus() error           { return nil }
+func (noClient) TsigTimersOnly(bool)         {}
+func (noClient) Hijack()                     {}
