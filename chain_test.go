@@ -99,6 +99,17 @@ func scrapeResponses(t *testing.T, zone, rcode string) float64 {
 	return sum
 }
 
+// awaitResponses scrapes until the count of responses reaches want, for at
+// most two seconds, and returns the last count.
+func awaitResponses(t *testing.T, zone, rcode string, want float64) float64 {
+	t.Helper()
+	n := scrapeResponses(t, zone, rcode)
+	for deadline := time.Now().Add(2 * time.Second); n < want && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n = scrapeResponses(t, zone, rcode)
+	}
+	return n
+}
+
 // TestChainLogAndPrometheusSeeCachedNXDOMAIN: the recorder behind log and
 // prometheus takes the rcode from WriteMsg; on Write it keeps 0, so a cached
 // NXDOMAIN written as bytes would be logged and counted as NOERROR.
@@ -121,14 +132,15 @@ func TestChainLogAndPrometheusSeeCachedNXDOMAIN(t *testing.T) {
 	if r, _ := exchangeUDP(t, udp, req); r.Rcode != dns.RcodeNameError {
 		t.Fatalf("first query: rcode %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
 	}
-	before := scrapeResponses(t, "nx.test.", "NXDOMAIN")
+	// prometheus counts a response after it is written: wait for the count.
+	before := awaitResponses(t, "nx.test.", "NXDOMAIN", 1)
 	if r, _ := exchangeUDP(t, udp, req); r.Rcode != dns.RcodeNameError {
 		t.Fatalf("second query: rcode %s, want NXDOMAIN", dns.RcodeToString[r.Rcode])
 	}
 	if n := u.count("missing.nx.test.", dns.TypeA); n != 1 {
 		t.Fatalf("upstream asked %d times, want 1: the second query must be a hit", n)
 	}
-	if after := scrapeResponses(t, "nx.test.", "NXDOMAIN"); after != before+1 {
+	if after := awaitResponses(t, "nx.test.", "NXDOMAIN", before+1); after != before+1 {
 		t.Errorf("prometheus: %v NXDOMAIN responses after the cached query, want %v", after, before+1)
 	}
 	if noerr := scrapeResponses(t, "nx.test.", "NOERROR"); noerr != 0 {

@@ -10,13 +10,17 @@ import (
 // builder packs a response into an entry in reused scratch buffers, so that
 // storing it costs one copy into the arena and no allocation.
 type builder struct {
-	buf []byte // the entry being built
-	rr  []byte // one record as dns.PackRR writes it
-	key []byte // a derived key
+	buf  []byte // the entry being built
+	wire []byte // the response in wire form, uncompressed
+	key  []byte // a derived key
 }
 
 func newBuilder() *builder {
-	return &builder{buf: make([]byte, 0, maxEntryLen), rr: make([]byte, dns.MaxMsgSize), key: make([]byte, 0, maxNameLen+keyTail)}
+	return &builder{
+		buf:  make([]byte, 0, maxEntryLen),
+		wire: make([]byte, dns.MaxMsgSize),
+		key:  make([]byte, 0, maxNameLen+keyTail),
+	}
 }
 
 // otherKey returns key with keyOther set, in b's key buffer.
@@ -28,8 +32,19 @@ func (b *builder) otherKey(key []byte) []byte {
 
 // build packs the records of m behind the header and key; limit bounds the
 // bytes of the records. key is the lowercased wire qname followed by the
-// keyTail bytes, as keyFor makes it.
+// keyTail bytes, as appendKey makes it.
 func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16, limit int) (entry, error) {
+	// Pack a copy of the message header: the records may be shared with
+	// other requests (file serves its zone's), so nothing may write to them,
+	// as dns.PackRR would (it sets Rdlength). Uncompressed, every name in
+	// the wire form stands whole.
+	msg := *m
+	msg.Compress = false
+	wire, err := msg.PackBuffer(b.wire)
+	if err != nil {
+		return nil, err
+	}
+
 	nameLen := len(key) - keyTail
 	b.buf = b.buf[:headerLen]
 	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
@@ -43,24 +58,43 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 	qname := key[:nameLen]
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
 	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
-	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
-		n := 0
-		for _, rr := range rrs {
-			if hopByHop(rr.Header().Rrtype) {
+	off := headerSize
+	for range binary.BigEndian.Uint16(wire[4:]) {
+		off += wireNameLen(wire[off:]) + 4 // a question: name, type, class
+	}
+	for s := range 3 {
+		kept := 0
+		for range binary.BigEndian.Uint16(wire[6+2*s:]) {
+			var r record
+			r, off = wireRecord(wire, off)
+			if hopByHop(r.rtype) {
 				continue
 			}
-			if err := b.appendRecord(rr, qname, qtype, qclass); err != nil {
-				return nil, err
-			}
+			b.appendRecord(r, qname, qtype, qclass)
 			if len(b.buf)-start > limit {
 				return nil, errEntryTooLarge
 			}
-			n++
+			kept++
 		}
-		binary.LittleEndian.PutUint16(b.buf[offCounts+2*s:], uint16(n))
+		binary.LittleEndian.PutUint16(b.buf[offCounts+2*s:], uint16(kept))
 	}
 	binary.LittleEndian.PutUint32(b.buf[offSize:], uint32(len(b.buf)))
 	return entry(b.buf), nil
+}
+
+// wireRecord parses the uncompressed resource record at off in a message
+// miekg/dns packed, and returns it with the offset of the next.
+func wireRecord(wire []byte, off int) (record, int) {
+	nl := wireNameLen(wire[off:])
+	r := record{owner: wire[off : off+nl]}
+	off += nl
+	r.rtype = binary.BigEndian.Uint16(wire[off:])
+	r.class = binary.BigEndian.Uint16(wire[off+2:])
+	r.ttl = binary.BigEndian.Uint32(wire[off+4:])
+	rdlen := int(binary.BigEndian.Uint16(wire[off+8:]))
+	off += 10
+	r.rdata = wire[off : off+rdlen]
+	return r, off + rdlen
 }
 
 // hopByHop reports the types that belong to one transaction and are never
@@ -71,48 +105,35 @@ func isDNSSEC(t uint16) bool {
 	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3
 }
 
-// appendRecord packs rr uncompressed with miekg/dns, then re-lays its fields
-// in the record format of entry.go.
-func (b *builder) appendRecord(rr dns.RR, qname []byte, qtype, qclass uint16) error {
-	end, err := dns.PackRR(rr, b.rr, 0, nil, false)
-	if err != nil {
-		return err
+// appendRecord lays r out in the record format of entry.go.
+func (b *builder) appendRecord(r record, qname []byte, qtype, qclass uint16) {
+	if r.ttl > math.MaxInt32 {
+		r.ttl = 0 // RFC 2181 section 8: a TTL with the top bit set means zero
 	}
-	w := b.rr[:end]
-	nl := wireNameLen(w)
-	owner, hdr, rdata := w[:nl], w[nl:nl+10], w[nl+10:]
-	rtype := binary.BigEndian.Uint16(hdr[0:])
-	class := binary.BigEndian.Uint16(hdr[2:])
-	ttl := binary.BigEndian.Uint32(hdr[4:])
-	if ttl > math.MaxInt32 {
-		ttl = 0 // RFC 2181 section 8: a TTL with the top bit set means zero
-	}
-
 	var flags byte
-	if equalFoldWire(owner, qname) {
+	if equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
 	}
-	if rtype == qtype {
+	if r.rtype == qtype {
 		flags |= recTypeIsQtype
 	}
-	if class == qclass {
+	if r.class == qclass {
 		flags |= recClassIsQclass
 	}
-	if isDNSSEC(rtype) {
+	if isDNSSEC(r.rtype) {
 		flags |= recDNSSEC
 	}
 	b.buf = append(b.buf, flags)
 	if flags&recOwnerIsQname == 0 {
-		b.buf = append(b.buf, owner...)
+		b.buf = append(b.buf, r.owner...)
 	}
 	if flags&recTypeIsQtype == 0 {
-		b.buf = binary.BigEndian.AppendUint16(b.buf, rtype)
+		b.buf = binary.BigEndian.AppendUint16(b.buf, r.rtype)
 	}
 	if flags&recClassIsQclass == 0 {
-		b.buf = binary.BigEndian.AppendUint16(b.buf, class)
+		b.buf = binary.BigEndian.AppendUint16(b.buf, r.class)
 	}
-	b.buf = binary.BigEndian.AppendUint32(b.buf, ttl)
-	b.buf = binary.BigEndian.AppendUint16(b.buf, uint16(len(rdata)))
-	b.buf = append(b.buf, rdata...)
-	return nil
+	b.buf = binary.BigEndian.AppendUint32(b.buf, r.ttl)
+	b.buf = binary.BigEndian.AppendUint16(b.buf, uint16(len(r.rdata)))
+	b.buf = append(b.buf, r.rdata...)
 }
