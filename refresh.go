@@ -59,6 +59,18 @@ func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool)
 	delete(r.inflight, h)
 }
 
+// running reports whether a fetch is in flight.
+func (r *refreshes) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, until := range r.inflight {
+		if until.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // shutdown cancels the background fetches and waits for them, at most wait.
 func (r *refreshes) shutdown(wait time.Duration) {
 	r.stop()

@@ -8,6 +8,17 @@ import (
 	"github.com/coredns/caddy"
 )
 
+func mustParse(t *testing.T, corefile string) *Cache {
+	t.Helper()
+	ctrl := caddy.NewTestController("dns", corefile)
+	ctrl.ServerBlockKeys = []string{"."}
+	c, err := parse(ctrl)
+	if err != nil {
+		t.Fatalf("%q: %v", corefile, err)
+	}
+	return c
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		input string
