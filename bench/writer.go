@@ -39,8 +39,11 @@ func (w *Writer) WriteMsg(m *dns.Msg) error {
 		return nil
 	}
 	b, err := m.PackBuffer(w.buf[:cap(w.buf)])
-	w.buf = b[:len(b):cap(b)]
-	return err
+	if err != nil {
+		return err
+	}
+	w.buf = b
+	return nil
 }
 
 // Write implements dns.ResponseWriter.
