@@ -29,7 +29,7 @@ const (
 func (t *table) cell(s string) { fmt.Fprintf(t.w, "%*s", cellWidth, s) }
 
 // row prints label with the figure get returns for each cache, formatted by
-// format; ratio says how the two compare ("" for no comparison).
+// format; ratio says how the two compare, nil for no comparison.
 func (t *table) row(label, format string, ratio func(ours, stock float64) string, get func(bench.Kind) (float64, bool)) {
 	vals := map[bench.Kind]float64{}
 	fmt.Fprintf(t.w, "%-*s", labelWidth, label)
@@ -70,6 +70,10 @@ func printTable(out io.Writer, cfg config, r *results) {
 	t := &table{w: out, kinds: kinds}
 	fmt.Fprintf(out, "%-*s", labelWidth, "figure")
 	for _, k := range kinds {
+		if k == bench.Stock {
+			t.cell("stock cache")
+			continue
+		}
 		t.cell(string(k))
 	}
 	if len(kinds) == 2 {
