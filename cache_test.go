@@ -64,7 +64,7 @@ func TestCacheAnswersAsUpstream(t *testing.T) {
 		c.SetRawWrites(raw)
 		for _, tc := range cases {
 			req := tc.Msg()
-			want := u.answers[qkey(tc.Qname, tc.Qtype)](req)
+			want := u.script(tc.Qname, tc.Qtype)(req)
 			for i := range 2 {
 				got := ask(t, c, req, false)
 				if err := sameReply(got, want); err != nil {
@@ -189,19 +189,19 @@ func TestNotCached(t *testing.T) {
 	u := newUpstream()
 	u.add("refused.example.org.", dns.TypeA, dns.RcodeRefused, nil, nil, nil)
 	u.add("nosoa.example.org.", dns.TypeA, dns.RcodeNameError, nil, nil, nil)
-	u.answers[qkey("tc.example.org.", dns.TypeA)] = func(r *dns.Msg) *dns.Msg {
+	u.set("tc.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		m.Truncated = true
 		return m
-	}
-	u.answers[qkey("other.example.org.", dns.TypeA)] = func(r *dns.Msg) *dns.Msg {
+	})
+	u.set("other.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		m.Question[0].Name = "evil.example.org."
 		m.Answer = []dns.RR{test.A("evil.example.org. 300 IN A 192.0.2.66")}
 		return m
-	}
+	})
 	c := newTestCache(t, u, newClock())
 	for name, want := range map[string]int{
 		"refused.example.org.": 2,
@@ -227,12 +227,12 @@ func TestTruncatedUpstreamRetriedOverTCP(t *testing.T) {
 	u := newUpstream()
 	answer := bigTXT("big.example.org.", 20)
 	var transports []string
-	u.answers[qkey("big.example.org.", dns.TypeTXT)] = func(r *dns.Msg) *dns.Msg {
+	u.set("big.example.org.", dns.TypeTXT, func(r *dns.Msg) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		m.Answer = answer
 		return m
-	}
+	})
 	c := newTestCache(t, u, newClock())
 	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 		_, tcp := w.RemoteAddr().(*net.TCPAddr)

@@ -60,14 +60,28 @@ func qkey(name string, qtype uint16) string {
 // add scripts the reply to name/qtype: rcode and sections; the question and
 // ID are the request's.
 func (u *upstream) add(name string, qtype uint16, rcode int, answer, ns, extra []dns.RR) {
-	u.answers[qkey(name, qtype)] = func(r *dns.Msg) *dns.Msg {
+	u.set(name, qtype, func(r *dns.Msg) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetRcode(r, rcode)
 		m.Authoritative = true
 		m.RecursionAvailable = true
 		m.Answer, m.Ns, m.Extra = answer, ns, extra
 		return m
-	}
+	})
+}
+
+// set scripts the reply to name/qtype as f makes it.
+func (u *upstream) set(name string, qtype uint16, f func(r *dns.Msg) *dns.Msg) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.answers[qkey(name, qtype)] = f
+}
+
+// script returns how name/qtype is answered.
+func (u *upstream) script(name string, qtype uint16) func(r *dns.Msg) *dns.Msg {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.answers[qkey(name, qtype)]
 }
 
 func (u *upstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -96,12 +110,25 @@ func (u *upstream) count(name string, qtype uint16) int {
 	return u.queries[qkey(name, qtype)]
 }
 
-// clock is a settable time source.
-type clock struct{ t time.Time }
+// clock is a settable time source, read by background refreshes too.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
-func newClock() *clock                   { return &clock{t: time.Unix(1_800_000_000, 0)} }
+func newClock() *clock { return &clock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 func newTestCache(t *testing.T, u *upstream, clk *clock) *Cache {
 	t.Helper()

@@ -71,7 +71,7 @@ func TestServeStaleImmediate(t *testing.T) {
 
 	// Expired, the upstream failing: the stale answer, with EDE 3 and the
 	// response TTL, and one refresh.
-	working := u.answers[qkey("a.example.org.", dns.TypeA)]
+	working := u.script("a.example.org.", dns.TypeA)
 	u.add("a.example.org.", dns.TypeA, dns.RcodeServerFailure, nil, nil, nil)
 	clk.advance(400 * time.Second)
 	got := ask(t, c, req, false)
@@ -89,7 +89,7 @@ func TestServeStaleImmediate(t *testing.T) {
 	}
 
 	// After the recheck time, a refresh that works replaces the entry.
-	u.answers[qkey("a.example.org.", dns.TypeA)] = working
+	u.set("a.example.org.", dns.TypeA, working)
 	clk.advance(31 * time.Second)
 	ask(t, c, req, false)
 	await(t, "the second refresh", func() bool { return u.count("a.example.org.", dns.TypeA) == 3 })

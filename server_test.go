@@ -237,7 +237,7 @@ func TestServerAnswersAsUpstream(t *testing.T) {
 		if tc.edns && !tc.do {
 			req.SetEdns0(1232, false)
 		}
-		want := u.answers[qkey(tc.name, tc.qtype)](req)
+		want := u.script(tc.name, tc.qtype)(req)
 		what := tc.name + "/" + dns.TypeToString[tc.qtype]
 		for i := range 3 {
 			var got *dns.Msg
@@ -279,7 +279,7 @@ func TestServerLargeAnswers(t *testing.T) {
 	}
 	whole := func(what string, got, req *dns.Msg, u *upstream) {
 		t.Helper()
-		want := u.answers[qkey(req.Question[0].Name, dns.TypeTXT)](req)
+		want := u.script(req.Question[0].Name, dns.TypeTXT)(req)
 		if err := sameReply(got, want); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
