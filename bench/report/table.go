@@ -139,7 +139,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 			}
 		}
 		t.row(fmt.Sprintf("zipf hit %%, %d MiB", budget>>20), "%.1f", points, z(func(z zipfResult) float64 { return 100 * z.rate() }))
-		t.row("  entries held", "%.0f", times, z(func(z zipfResult) float64 { return float64(z.Entries) }))
+		t.row("  entries held (stock: its capacity)", "%.0f", times, z(func(z zipfResult) float64 { return float64(z.Entries) }))
 		t.row("  heap in use at the end, MiB", "%.1f", times, z(func(z zipfResult) float64 { return float64(z.HeapInuse) / (1 << 20) }))
 	}
 
