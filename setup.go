@@ -24,6 +24,18 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
+	block := blockID(c.ServerBlockKeys)
+	if ca.takeOver(block) {
+		log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
+	}
+	c.OnRestart(func() error {
+		offer(block, ca.store)
+		return nil
+	})
+	c.OnRestartFailed(func() error {
+		withdraw(block, ca.store)
+		return nil
+	})
 	c.OnStartup(func() error {
 		cfg := dnsserver.GetConfig(c)
 		ca.metrics.view = cfg.ViewName
@@ -37,6 +49,7 @@ func setup(c *caddy.Controller) error {
 	})
 	// Background fetches end with the instance, on shutdown and on reload.
 	c.OnShutdown(func() error {
+		withdraw(block, ca.store)
 		ca.refreshes.shutdown(5 * time.Second)
 		return nil
 	})

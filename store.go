@@ -153,6 +153,13 @@ func (s *store) put(e entry, now int64) (evicted [2]int) {
 	return evicted
 }
 
+// sameShape reports whether o was made with the budget, caps and stale
+// window of s, so that it can serve in its place.
+func (s *store) sameShape(o *store) bool {
+	a, b := &s.shards[0], &o.shards[0]
+	return s.capacity == o.capacity && len(s.shards) == len(o.shards) && a.limits == b.limits && a.grace == b.grace
+}
+
 // remove drops the entry stored under key, if any.
 func (s *store) remove(key []byte) {
 	h := s.hash(key)
