@@ -383,7 +383,7 @@ func (s *secResolver) answer(r *dns.Msg) *dns.Msg {
 		m.AuthenticatedData = !z.bogus[name] && !r.CheckingDisabled && (r.AuthenticatedData || do)
 	}
 	if !do {
-		m.Answer, m.Ns = secStrip(m.Answer, q.Qtype), secStrip(m.Ns, q.Qtype)
+		m.Answer, m.Ns = secStrip(m.Answer, 0, q.Qtype), secStrip(m.Ns, 1, q.Qtype)
 	}
 	if o != nil {
 		m.SetEdns0(o.UDPSize(), do)
@@ -401,15 +401,19 @@ func (s *secResolver) answer(r *dns.Msg) *dns.Msg {
 	return out
 }
 
-func secIsDNSSEC(t uint16) bool {
-	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3
+// secHidden reports the records of section a DO=0 client must not get: RRSIG,
+// NSEC and NSEC3 (RFC 4035 3.2.1) and DS in referrals (3.1.4), but for the
+// type it asked for in the answer section.
+func secHidden(t uint16, section int, qtype uint16) bool {
+	dnssec := t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
+	return dnssec && !(section == 0 && t == qtype)
 }
 
-// secStrip drops the RRSIG, NSEC and NSEC3 records that are not of qtype.
-func secStrip(rrs []dns.RR, qtype uint16) []dns.RR {
+// secStrip drops the records of section secHidden hides.
+func secStrip(rrs []dns.RR, section int, qtype uint16) []dns.RR {
 	var out []dns.RR
 	for _, rr := range rrs {
-		if t := rr.Header().Rrtype; !secIsDNSSEC(t) || t == qtype {
+		if !secHidden(rr.Header().Rrtype, section, qtype) {
 			out = append(out, rr)
 		}
 	}
@@ -708,13 +712,13 @@ func secCases(z *secZone) []secCase {
 
 // secWant is what a client asking req should get when the upstream answers
 // the cache's query with up: up itself for DO=1, and for DO=0 up without the
-// RRSIG, NSEC and NSEC3 records that are not of the queried type.
+// records secHidden hides.
 func secWant(up, req *dns.Msg) *dns.Msg {
 	w := up.Copy()
 	w.RecursionDesired = req.RecursionDesired
 	if o := req.IsEdns0(); o == nil || !o.Do() {
 		qt := req.Question[0].Qtype
-		w.Answer, w.Ns, w.Extra = secStrip(w.Answer, qt), secStrip(w.Ns, qt), secStrip(w.Extra, qt)
+		w.Answer, w.Ns, w.Extra = secStrip(w.Answer, 0, qt), secStrip(w.Ns, 1, qt), secStrip(w.Extra, 2, qt)
 	}
 	return w
 }
@@ -772,7 +776,7 @@ func secCheck(t *testing.T, tag string, z *secZone, tc secCase, cl secClient, re
 		// RFC 4035 3.2.1: no RRSIG, NSEC or NSEC3 the client did not ask for.
 		for s, rrs := range [][]dns.RR{got.Answer, got.Ns, got.Extra} {
 			for _, rr := range rrs {
-				if t2 := rr.Header().Rrtype; secIsDNSSEC(t2) && t2 != qt {
+				if secHidden(rr.Header().Rrtype, s, qt) {
 					t.Errorf("%s: DO=0 client got, in section %d: %s", tag, s, rr)
 				}
 			}

@@ -80,7 +80,7 @@ const (
 	recOwnerIsQname  = 1 << 0
 	recTypeIsQtype   = 1 << 1
 	recClassIsQclass = 1 << 2
-	recDNSSEC        = 1 << 3 // RRSIG, NSEC or NSEC3: skipped for DO=0 clients
+	recDNSSEC        = 1 << 3 // only for DO clients, see dnssecOnly
 )
 
 var errEntryTooLarge = errors.New("entry larger than the per-entry limit")

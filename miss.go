@@ -108,22 +108,31 @@ func (w tcpWriter) RemoteAddr() net.Addr {
 	return &net.TCPAddr{IP: a.IP, Port: a.Port, Zone: a.Zone}
 }
 
-// upstreamRequest returns a copy of r with DO set and an EDNS buffer that
-// fits signed answers; the plugins before the cache keep seeing r. AD asks
-// the upstream to say whether it validated (RFC 6840 5.7).
+// upstreamRequest returns r as it goes upstream: with DO set and an EDNS
+// buffer that fits signed answers, and AD, which asks the upstream to say
+// whether it validated (RFC 6840 5.7). The plugins before the cache keep
+// seeing r. The copy is shallow but for the additional section and its OPT,
+// the only parts that change: copying whole requests costs a miss more than
+// all its own work.
 func upstreamRequest(r *dns.Msg) *dns.Msg {
-	up := r.Copy()
+	up := *r
 	up.AuthenticatedData = true
-	o := up.IsEdns0()
-	if o == nil {
-		up.SetEdns0(upstreamUDPSize, true)
-		return up
+	up.Extra = make([]dns.RR, 0, len(r.Extra)+1)
+	var opt *dns.OPT
+	for _, rr := range r.Extra {
+		if o, ok := rr.(*dns.OPT); ok && opt == nil {
+			opt = &dns.OPT{Hdr: o.Hdr, Option: o.Option}
+			rr = opt
+		}
+		up.Extra = append(up.Extra, rr)
 	}
-	o.SetDo()
-	if o.UDPSize() < upstreamUDPSize {
-		o.SetUDPSize(upstreamUDPSize)
+	if opt == nil {
+		opt = &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		up.Extra = append(up.Extra, opt)
 	}
-	return up
+	opt.SetDo()
+	opt.SetUDPSize(max(opt.UDPSize(), upstreamUDPSize))
+	return &up
 }
 
 // WriteMsg implements dns.ResponseWriter.
@@ -228,16 +237,16 @@ func forClient(res *dns.Msg, q *query) *dns.Msg {
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
 	}
-	keep := func(rr dns.RR) bool {
+	keep := func(rr dns.RR, section int) bool {
 		t := rr.Header().Rrtype
 		if t == dns.TypeOPT {
 			return q.edns
 		}
-		return q.do || !isDNSSEC(t) || t == q.qtype
+		return q.do || !dnssecOnly(t, section) || askedFor(t, section, q.qtype)
 	}
-	m.Answer = filterRRs(res.Answer, keep)
-	m.Ns = filterRRs(res.Ns, keep)
-	m.Extra = filterRRs(res.Extra, keep)
+	m.Answer = filterRRs(res.Answer, 0, keep)
+	m.Ns = filterRRs(res.Ns, 1, keep)
+	m.Extra = filterRRs(res.Extra, 2, keep)
 	if o := m.IsEdns0(); o != nil && !q.do {
 		o = dns.Copy(o).(*dns.OPT)
 		o.Hdr.Ttl &^= 1 << 15 // DO
@@ -250,10 +259,10 @@ func forClient(res *dns.Msg, q *query) *dns.Msg {
 	return &m
 }
 
-func filterRRs(rrs []dns.RR, keep func(dns.RR) bool) []dns.RR {
+func filterRRs(rrs []dns.RR, section int, keep func(dns.RR, int) bool) []dns.RR {
 	out := make([]dns.RR, 0, len(rrs))
 	for _, rr := range rrs {
-		if keep(rr) {
+		if keep(rr, section) {
 			out = append(out, rr)
 		}
 	}

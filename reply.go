@@ -139,8 +139,8 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 		for range e.count(s) {
 			var r record
 			r, off = e.record(off)
-			if r.flags&recDNSSEC != 0 && !q.do && r.rtype != q.qtype {
-				continue // RFC 4035 3.2.1
+			if r.flags&recDNSSEC != 0 && !q.do && !askedFor(r.rtype, s, q.qtype) {
+				continue
 			}
 			head := counts[s] == 0 || r.rtype != prev.rtype || !equalFoldWire(r.owner, prev.owner)
 			w.marks = append(w.marks, mark{off: len(w.msg), section: s, setHead: head})

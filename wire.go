@@ -70,7 +70,7 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 			if hopByHop(r.rtype) {
 				continue
 			}
-			b.appendRecord(r, qname, qtype, qclass)
+			b.appendRecord(r, s, qname, qtype, qclass)
 			if len(b.buf)-start > limit {
 				return nil, errEntryTooLarge
 			}
@@ -101,12 +101,18 @@ func wireRecord(wire []byte, off int) (record, int) {
 // cached: OPT (RFC 6891) and TSIG (RFC 8945).
 func hopByHop(t uint16) bool { return t == dns.TypeOPT || t == dns.TypeTSIG }
 
-func isDNSSEC(t uint16) bool {
-	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3
+// dnssecOnly reports the records of section that only DO clients get:
+// RRSIG, NSEC and NSEC3 (RFC 4035 3.2.1), and DS in referrals (3.1.4).
+func dnssecOnly(t uint16, section int) bool {
+	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
 }
 
+// askedFor reports the exception to dnssecOnly: a client that asks for the
+// type explicitly gets it in the answer section, DO or not.
+func askedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
+
 // appendRecord lays r out in the record format of entry.go.
-func (b *builder) appendRecord(r record, qname []byte, qtype, qclass uint16) {
+func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
 	if r.ttl > math.MaxInt32 {
 		r.ttl = 0 // RFC 2181 section 8: a TTL with the top bit set means zero
 	}
@@ -120,7 +126,7 @@ func (b *builder) appendRecord(r record, qname []byte, qtype, qclass uint16) {
 	if r.class == qclass {
 		flags |= recClassIsQclass
 	}
-	if isDNSSEC(r.rtype) {
+	if dnssecOnly(r.rtype, section) {
 		flags |= recDNSSEC
 	}
 	b.buf = append(b.buf, flags)
