@@ -69,6 +69,8 @@ type Cache struct {
 	nexcept []string // zones whose denials are not cached
 	bypass  []string // zones authoritative plugins of the block serve themselves
 
+	ecs ecsConfig
+
 	refreshes refreshes
 
 	raw     bool // hits go out through w.Write; see SetRawWrites
@@ -90,6 +92,7 @@ func New() *Cache {
 		prefetchWindow: time.Minute,
 		percentage:     10,
 		staleTTL:       defaultStaleTTL,
+		ecs:            defaultECS(),
 		refreshes:      newRefreshes(),
 		metrics:        &metricsSet{},
 		now:            time.Now,
@@ -102,7 +105,7 @@ func New() *Cache {
 
 // init makes the store for the configured budget and caps.
 func (c *Cache) init() (err error) {
-	c.store, err = newStore(c.capacity, [2]int{kindSuccess: c.pcap, kindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
+	c.store, err = newStore(c.capacity, perKind{kindSuccess: c.pcap, kindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
 	return err
 }
 
@@ -135,14 +138,19 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = on }
 type scratch struct {
 	q    query
 	name [maxNameLen]byte
-	key  []byte // lowercased wire qname and keyTail bytes
-	w    *replyWriter
+	key   []byte // lowercased wire qname and keyTail bytes
+	probe []byte // a key derived from key for a lookup
+	w     *replyWriter
 }
 
-const maxNameLen = 255
+const (
+	maxNameLen = 255
+	// maxKeyLen is the longest key: a name, the key tail and an ECS suffix.
+	maxKeyLen = maxNameLen + keyTail + 2 + 16
+)
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, maxNameLen+keyTail), w: newReplyWriter()}
+	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), w: newReplyWriter()}
 }}
 
 var builderPool = sync.Pool{New: func() any { return newBuilder() }}
@@ -156,7 +164,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.load(r, w) {
+	if !s.load(r, w, &c.ecs) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	m := c.metrics.of(metrics.WithServer(ctx))
@@ -168,7 +176,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, r, f.hash, false, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, false, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
@@ -180,7 +188,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 				break // gone meanwhile: ask as for a miss
 			}
 		} else {
-			c.refreshAsync(ctx, r, f.hash, true, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, true, m)
 		}
 		m.hits[f.kind].Inc()
 		m.stale.Inc()
@@ -211,35 +219,79 @@ type found struct {
 	hash     uint64 // the key's hash, naming the entry for refreshes
 	reply    []byte // valid until the scratch's next reply
 	prefetch bool   // popular and near expiry
+	scope    uint8  // the ECS prefix length the entry was stored for
 }
 
 // lookup finds the entry for s.q and writes the reply from it; a stale
-// entry's reply is written only when withStale is set. Under
-// serve_stale_policy prefer_positive an answer, fresh or stale, is looked up
-// before the denials and non-answers kept beside it.
+// entry's reply is written only when withStale is set. With ECS it tries the
+// variants stored for the client's subnet, longest prefix first, then the
+// answer for everyone.
 func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
-	if !c.preferPositive {
-		return c.probe(s, now, withStale, false)
+	q := &s.q
+	switch {
+	case q.ecs.family == 0:
+	case q.ecs.sent == 0:
+		s.probe = withFlagsTo(s.probe[:0], s.key, keySourceZero)
+		if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
+			return f
+		}
+	default:
+		bits, ok := c.variants(s, now)
+		for l := int(q.ecs.sent); ok && l > 0; l-- {
+			if !hasScope(&bits, uint8(l)) {
+				continue
+			}
+			s.probe = variantKey(s.probe[:0], s.key, q.ecs.family, uint8(l), q.ecs.addr)
+			if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
+				return f
+			}
+		}
 	}
-	if f := c.probe(s, now, withStale, true); f.state != absent {
-		return f
-	}
-	s.key[len(s.key)-1] |= keyOther
-	defer func() { s.key[len(s.key)-1] &^= keyOther }()
-	return c.probe(s, now, withStale, false)
+	return c.lookupKey(s, s.key, now, withStale)
 }
 
-// probe looks up s.key; answersOnly skips entries that do not answer.
-func (c *Cache) probe(s *scratch, now time.Time, withStale, answersOnly bool) found {
-	h := c.store.hash(s.key)
+// variants returns the bitmap of the prefix lengths stored for s.q's name
+// and family.
+func (c *Cache) variants(s *scratch, now time.Time) (bits [scopesLen]byte, ok bool) {
+	s.probe = scopesKey(s.probe[:0], s.key, s.q.ecs.family)
+	h := c.store.hash(s.probe)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.get(s.key, h)
+	e := sh.get(s.probe, h)
+	if e == nil || now.Unix() > e.expires()+int64(c.staleUpTo/time.Second) {
+		return bits, false
+	}
+	e.setFlag(flagReferred, true)
+	return e.scopes(), true
+}
+
+// lookupKey looks key up. Under serve_stale_policy prefer_positive an
+// answer, fresh or stale, is looked up before the denials and non-answers
+// kept beside it.
+func (c *Cache) lookupKey(s *scratch, key []byte, now time.Time, withStale bool) found {
+	if !c.preferPositive {
+		return c.probe(s, key, now, withStale, false)
+	}
+	if f := c.probe(s, key, now, withStale, true); f.state != absent {
+		return f
+	}
+	key[flagsAt(key)] |= keyOther
+	defer func() { key[flagsAt(key)] &^= keyOther }()
+	return c.probe(s, key, now, withStale, false)
+}
+
+// probe looks up key; answersOnly skips entries that do not answer.
+func (c *Cache) probe(s *scratch, key []byte, now time.Time, withStale, answersOnly bool) found {
+	h := c.store.hash(key)
+	sh := c.store.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.get(key, h)
 	if e == nil || answersOnly && e.flags()&flagAnswers == 0 {
 		return found{}
 	}
-	f := found{kind: kindOf(e), hash: h}
+	f := found{kind: kindOf(e), hash: h, scope: e.scope()}
 	age := max(0, now.Unix()-int64(e.stored()))
 	left := int64(e.ttl()) - age
 	switch {
@@ -308,8 +360,9 @@ func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
 	return w.WriteMsg(m)
 }
 
-// load fills s from r; false when the question's name does not pack.
-func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter) bool {
+// load fills s from r; false when the question's name does not pack or its
+// ECS option is malformed.
+func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	q := &s.q
 	question := r.Question[0]
 	n, err := dns.PackDomainName(question.Name, s.name[:], 0, nil, false)
@@ -327,8 +380,12 @@ func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter) bool {
 		qclass: question.Qclass,
 		limit:  dns.MaxMsgSize,
 	}
-	if o := r.IsEdns0(); o != nil {
+	o := r.IsEdns0()
+	if o != nil {
 		q.edns, q.do, q.udpSize = true, o.Do(), o.UDPSize()
+	}
+	if !ecs.loadSubnet(q, o, w) {
+		return false
 	}
 	// The same limits as CoreDNS's request.Size: UDP clients get their
 	// EDNS size, at least 512; everything else gets a whole message.

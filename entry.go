@@ -24,8 +24,9 @@ import (
 //	20      2     last hit: seconds after stored, saturating
 //	22      2     hits in the current popularity window, saturating
 //	24      1     N: length of the qname in wire form
-//	25      N+5   key: lowercased wire qname, qtype, qclass (big endian), key flags
-//	30+N    ...   records, see record below
+//	25      K     key: lowercased wire qname, qtype, qclass (big endian), key
+//	              flags, and for ECS the suffix the flags announce (ecs.go)
+//	25+K    ...   records, see record below
 const (
 	offSize    = 0
 	offStored  = 4
@@ -51,9 +52,10 @@ const (
 	flagAA        = 1 << 4
 	flagRA        = 1 << 5
 	flagAD        = 1 << 6
-	flagDenial    = 1 << 7 // counted against the denial capacity
-	flagAnswers   = 1 << 8 // a success that answers its question (serve_stale_policy)
-	flagReferred  = 1 << 9 // hit since written or since the ring last passed it
+	flagDenial    = 1 << 7  // counted against the denial capacity
+	flagAnswers   = 1 << 8  // a success that answers its question (serve_stale_policy)
+	flagReferred  = 1 << 9  // hit since written or since the ring last passed it
+	flagMeta      = 1 << 10 // the cache's bookkeeping, not a response
 )
 
 // Key flags: the bits of the request, besides the question, that select an
@@ -63,6 +65,15 @@ const (
 	// keyOther keeps denials and non-answers apart from the answer they would
 	// replace, under serve_stale_policy prefer_positive.
 	keyOther = 1 << 1
+	// keyECS marks an answer tailored to a client subnet; the key goes on
+	// with the family, the stored prefix length and the masked address.
+	keyECS = 1 << 2
+	// keySourceZero marks an answer to a query with ECS source /0: it serves
+	// only such queries (RFC 7871 7.3.1).
+	keySourceZero = 1 << 3
+	// keyScopes marks the entry listing a name's ECS variants; the key goes
+	// on with the family.
+	keyScopes = 1 << 4
 )
 
 // Record flags. A record is
@@ -95,9 +106,22 @@ func (e entry) count(s int) int   { return int(binary.LittleEndian.Uint16(e[offC
 func (e entry) denial() bool      { return e.flags()&flagDenial != 0 }
 func (e entry) rcode() int        { return int(e.flags() & flagRcodeMask) }
 func (e entry) nameLen() int      { return int(e[offNameLen]) }
-func (e entry) key() []byte       { return e[offKey : offKey+e.nameLen()+keyTail] }
+func (e entry) key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
 func (e entry) qname() []byte     { return e[offKey : offKey+e.nameLen()] }
-func (e entry) recordsStart() int { return offKey + e.nameLen() + keyTail }
+func (e entry) recordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
+
+// keyLen returns the length of the key at the start of b, whose qname is
+// nameLen bytes: the key flags say which suffix follows them.
+func keyLen(b []byte, nameLen int) int {
+	n := nameLen + keyTail
+	switch flags := b[n-1]; {
+	case flags&keyECS != 0:
+		n += 2 + prefixBytes(int(b[n+1])) // family, prefix length, address
+	case flags&keyScopes != 0:
+		n++ // family
+	}
+	return n
+}
 
 func (e entry) qtype() uint16 {
 	return binary.BigEndian.Uint16(e[offKey+e.nameLen():])

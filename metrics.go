@@ -154,8 +154,9 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 }
 
 // stored updates the gauges and eviction counters after a store.
-func (m *serverMetrics) stored(s *store, evicted [2]int) {
-	for k, n := range evicted {
+func (m *serverMetrics) stored(s *store, evicted perKind) {
+	for k := range kindLabels {
+		n := evicted[k]
 		if n > 0 {
 			m.evictions[k].Add(float64(n))
 		}

@@ -52,7 +52,7 @@ type captureWriter struct {
 }
 
 func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	return &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: upstreamRequest(r), m: m, udp: isUDP(w)}
+	return &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: upstreamRequest(r, &s.q.ecs), m: m, udp: isUDP(w)}
 }
 
 // fetch asks the next plugin for the question with DO=1, so that one entry
@@ -109,12 +109,12 @@ func (w tcpWriter) RemoteAddr() net.Addr {
 }
 
 // upstreamRequest returns r as it goes upstream: with DO set and an EDNS
-// buffer that fits signed answers, and AD, which asks the upstream to say
-// whether it validated (RFC 6840 5.7). The plugins before the cache keep
-// seeing r. The copy is shallow but for the additional section and its OPT,
-// the only parts that change: copying whole requests costs a miss more than
-// all its own work.
-func upstreamRequest(r *dns.Msg) *dns.Msg {
+// buffer that fits signed answers, AD, which asks the upstream to say whether
+// it validated (RFC 6840 5.7), and the client subnet cut to the configured
+// source prefix. The plugins before the cache keep seeing r. The copy is
+// shallow but for the additional section and its OPT, the only parts that
+// change: copying whole requests costs a miss more than all its own work.
+func upstreamRequest(r *dns.Msg, ecs *subnet) *dns.Msg {
 	up := *r
 	up.AuthenticatedData = true
 	up.Extra = make([]dns.RR, 0, len(r.Extra)+1)
@@ -132,6 +132,9 @@ func upstreamRequest(r *dns.Msg) *dns.Msg {
 	}
 	opt.SetDo()
 	opt.SetUDPSize(max(opt.UDPSize(), upstreamUDPSize))
+	if ecs.family != 0 {
+		setSubnet(opt, ecs.option(ecs.sent))
+	}
 	return &up
 }
 
@@ -175,10 +178,15 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	case cw.refresh && !c.preferPositive && res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError:
 		return // a failed refresh leaves the entry it would replace (RFC 8767 4)
 	}
+	key, variant, ok := storeKey(cw.b, cw.s.key, &cw.s.q, res)
+	if !ok {
+		cw.m.drops.Inc()
+		log.Debugf("Not caching reply for %q/%s: its ECS option does not echo the query's", q.Name, dns.Type(q.Qtype))
+		return
+	}
 	flags := entryFlags(res, v)
 	// Under prefer_positive, what does not answer is kept beside the answer
 	// it would otherwise replace; an answer replaces both.
-	key := cw.s.key
 	if c.preferPositive && flags&flagAnswers == 0 {
 		key = cw.b.otherKey(key)
 	}
@@ -197,7 +205,27 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if c.preferPositive && flags&flagAnswers != 0 {
 		c.store.remove(cw.b.otherKey(key))
 	}
+	if variant {
+		c.listVariant(cw.b, cw.s, e, now.Unix())
+	}
 	cw.entry = e
+}
+
+// listVariant adds the ECS variant e of s.q's name to the name's list,
+// dropping the oldest past max_variants.
+func (c *Cache) listVariant(b *builder, s *scratch, e entry, now int64) {
+	ecs := &s.q.ecs
+	scope := e.scope()
+	var dropped []byte
+	key := scopesKey(b.key[:0], s.key, ecs.family)
+	c.store.update(key, now, func(old entry) entry {
+		list, d := withVariant(b, old, s.key, ecs.family, scope, ecs.addr, c.ecs.maxVariants, uint32(now), e.ttl())
+		dropped = d
+		return list
+	})
+	if dropped != nil {
+		c.store.remove(dropped)
+	}
 }
 
 // disabled reports whether `disable` keeps kind for name out of the cache.
@@ -247,9 +275,12 @@ func forClient(res *dns.Msg, q *query) *dns.Msg {
 	m.Answer = filterRRs(res.Answer, 0, keep)
 	m.Ns = filterRRs(res.Ns, 1, keep)
 	m.Extra = filterRRs(res.Extra, 2, keep)
-	if o := m.IsEdns0(); o != nil && !q.do {
+	if o := m.IsEdns0(); o != nil {
 		o = dns.Copy(o).(*dns.OPT)
-		o.Hdr.Ttl &^= 1 << 15 // DO
+		if !q.do {
+			o.Hdr.Ttl &^= 1 << 15 // DO
+		}
+		setSubnet(o, echoedSubnet(replySubnet(res), &q.ecs))
 		for i, rr := range m.Extra {
 			if rr.Header().Rrtype == dns.TypeOPT {
 				m.Extra[i] = o
@@ -257,6 +288,20 @@ func forClient(res *dns.Msg, q *query) *dns.Msg {
 		}
 	}
 	return &m
+}
+
+// echoedSubnet is the ECS option a client gets with a reply that carried
+// got: its own, with the reply's scope at most its source prefix (RFC 7871
+// 7.2.2), and none when it sent none.
+func echoedSubnet(got *dns.EDNS0_SUBNET, s *subnet) *dns.EDNS0_SUBNET {
+	if !s.own {
+		return nil
+	}
+	e := (&subnet{family: s.family, addr: s.echo}).option(s.source)
+	if got != nil {
+		e.SourceScope = min(got.SourceScope, s.source)
+	}
+	return e
 }
 
 func filterRRs(rrs []dns.RR, section int, keep func(dns.RR, int) bool) []dns.RR {

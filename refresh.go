@@ -82,10 +82,32 @@ func (r *refreshes) shutdown(wait time.Duration) {
 	}
 }
 
-// refreshAsync fetches r's question again in the background, unless a fetch
-// for the entry is in flight: prefetch for popular entries near expiry, and
-// serve_stale's immediate mode for expired ones.
-func (c *Cache) refreshAsync(ctx context.Context, r *dns.Msg, h uint64, isStale bool, m *serverMetrics) {
+// refreshRequest returns a copy of r to refresh an entry with. An entry
+// tailored to a subnet is asked for that subnet, not for the client's own
+// (longer) prefix; an ECS option the cache added goes in explicitly, as the
+// refresh has no client address to derive it from.
+func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
+	req := r.Copy()
+	if ecs.family == 0 {
+		return req
+	}
+	o := req.IsEdns0()
+	if o == nil {
+		req.SetEdns0(dns.MinMsgSize, false)
+		o = req.IsEdns0()
+	}
+	prefix := ecs.sent
+	if scope > 0 {
+		prefix = scope
+	}
+	setSubnet(o, ecs.option(prefix))
+	return req
+}
+
+// refreshAsync fetches req's question again in the background, unless a
+// fetch for the entry is in flight: prefetch for popular entries near
+// expiry, and serve_stale's immediate mode for expired ones.
+func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, isStale bool, m *serverMetrics) {
 	if !c.refreshes.begin(h, c.now()) {
 		return
 	}
@@ -93,7 +115,6 @@ func (c *Cache) refreshAsync(ctx context.Context, r *dns.Msg, h uint64, isStale 
 	if isStale {
 		recheck = c.staleRecheck
 	}
-	req := r.Copy()
 	c.detach(ctx, func(ctx context.Context) {
 		m.prefetch.Inc()
 		ok := c.refresh(ctx, req, m)
@@ -121,7 +142,7 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.load(req, noClient{}) {
+	if !s.load(req, noClient{}, &c.ecs) {
 		return false
 	}
 	b := builderPool.Get().(*builder)
@@ -173,7 +194,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return true, rcode, c.answer(w, cw)
 	}
 
-	req := r.Copy()
+	req := refreshRequest(r, &s.q.ecs, 0)
 	result := make(chan bool, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		ok := c.refresh(ctx, req, m)

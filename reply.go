@@ -44,6 +44,7 @@ type query struct {
 	edns    bool // the request had OPT: the reply gets one
 	do      bool
 	udpSize uint16
+	ecs     subnet
 	limit   int // the client's size limit: 512, its UDP size, or 65535 on TCP
 }
 
@@ -156,12 +157,15 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 		if tv.ede != 0 {
 			limit -= edeLen
 		}
+		if q.ecs.own {
+			limit -= 8 + prefixBytes(int(q.ecs.source))
+		}
 	}
 	if len(w.msg) > limit {
 		w.cut(limit, &counts)
 	}
 	if q.edns {
-		w.appendOPT(q, tv.ede)
+		w.appendOPT(q, tv.ede, e.scope())
 		counts[2]++
 	}
 	binary.BigEndian.PutUint16(w.msg[6:], uint16(counts[0]))
@@ -205,8 +209,9 @@ func (w *replyWriter) appendRdata(r record) {
 
 // appendOPT writes the OPT record the stock cache's replies get from
 // CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0;
-// with an Extended DNS Error option when ede is not 0.
-func (w *replyWriter) appendOPT(q *query, ede uint16) {
+// with an Extended DNS Error option when ede is not 0, and the client's ECS
+// option with the scope the answer was stored for.
+func (w *replyWriter) appendOPT(q *query, ede uint16, scope uint8) {
 	var do uint32
 	if q.do {
 		do = 1 << 15
@@ -215,14 +220,17 @@ func (w *replyWriter) appendOPT(q *query, ede uint16) {
 	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.TypeOPT)
 	w.msg = binary.BigEndian.AppendUint16(w.msg, q.udpSize)
 	w.msg = binary.BigEndian.AppendUint32(w.msg, do)
-	if ede == 0 {
-		w.msg = append(w.msg, 0, 0)
-		return
+	rdlen := len(w.msg)
+	w.msg = append(w.msg, 0, 0)
+	if ede != 0 {
+		w.msg = binary.BigEndian.AppendUint16(w.msg, dns.EDNS0EDE)
+		w.msg = binary.BigEndian.AppendUint16(w.msg, 2) // INFO-CODE, no EXTRA-TEXT
+		w.msg = binary.BigEndian.AppendUint16(w.msg, ede)
 	}
-	w.msg = binary.BigEndian.AppendUint16(w.msg, edeLen)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.EDNS0EDE)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, 2) // INFO-CODE, no EXTRA-TEXT
-	w.msg = binary.BigEndian.AppendUint16(w.msg, ede)
+	if q.ecs.own {
+		w.msg = appendSubnet(w.msg, &q.ecs, scope)
+	}
+	binary.BigEndian.PutUint16(w.msg[rdlen:], uint16(len(w.msg)-rdlen-2))
 }
 
 // cut shortens the reply to limit bytes: it drops whole RRsets from the end

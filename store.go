@@ -42,13 +42,23 @@ const (
 	MaxCapacity = maxShards * maxChunks * chunkSize
 )
 
+// Entry kinds, counted apart: successes and denials as in the stock cache,
+// and the cache's own bookkeeping (the lists of a name's ECS variants).
 const (
-	kindSuccess = 0
-	kindDenial  = 1
+	kindSuccess = iota
+	kindDenial
+	kindMeta
+	numKinds
 )
 
+// perKind counts something for each kind of entry.
+type perKind [numKinds]int
+
 func kindOf(e entry) int {
-	if e.denial() {
+	switch f := e.flags(); {
+	case f&flagMeta != 0:
+		return kindMeta
+	case f&flagDenial != 0:
 		return kindDenial
 	}
 	return kindSuccess
@@ -59,7 +69,7 @@ type store struct {
 	shards   []shard
 	capacity int64
 
-	entries [kindDenial + 1]atomic.Int64
+	entries [numKinds]atomic.Int64
 	bytes   atomic.Int64
 }
 
@@ -74,9 +84,9 @@ type shard struct {
 	table []uint64 // open addressing with linear probing; see locBits
 	count int      // entries in table
 
-	kinds  [kindDenial + 1]int      // entries per kind
-	limits [kindDenial + 1]int      // entries per kind allowed, 0 for no limit
-	cursor [kindDenial + 1]position // where the search for a kind's oldest entry resumes
+	kinds  perKind            // entries per kind
+	limits perKind            // entries per kind allowed, 0 for no limit
+	cursor [numKinds]position // where the search for a kind's oldest entry resumes
 
 	budget int64 // bytes this shard may hold
 	held   int64 // bytes this shard holds: chunks, table, ring bookkeeping
@@ -93,7 +103,7 @@ type position struct {
 
 // newStore returns a store of capacity bytes. limits caps the entries of each
 // kind, 0 meaning no cap; grace is the serve-stale window in seconds.
-func newStore(capacity int64, limits [2]int, grace int64) (*store, error) {
+func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 	if capacity < MinCapacity || capacity > MaxCapacity {
 		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
@@ -132,15 +142,33 @@ func (s *store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)
 // put stores e, a complete entry, replacing any entry with the same key, and
 // returns the number of entries of each kind evicted to make room. now is in
 // unix seconds.
-func (s *store) put(e entry, now int64) (evicted [2]int) {
-	if len(e) > maxEntryLen {
-		panic("compactcache: entry over maxEntryLen reached the store")
-	}
+func (s *store) put(e entry, now int64) (evicted perKind) {
 	h := s.hash(e.key())
+	s.locked(h, func(sh *shard) { sh.put(e, h, now, &evicted) })
+	return evicted
+}
+
+// update replaces the entry under key by what next makes of it (old is nil
+// when there is none; next returns nil to leave things as they are), with
+// the shard locked throughout, so that concurrent updates are not lost. old
+// is only valid inside next.
+func (s *store) update(key []byte, now int64, next func(old entry) entry) (evicted perKind) {
+	h := s.hash(key)
+	s.locked(h, func(sh *shard) {
+		if e := next(sh.get(key, h)); e != nil {
+			sh.put(e, h, now, &evicted)
+		}
+	})
+	return evicted
+}
+
+// locked runs f on the shard of hash h with its lock held, and carries what
+// f changed into the store's counters.
+func (s *store) locked(h uint64, f func(sh *shard)) {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	kinds, held := sh.kinds, sh.held
-	sh.put(e, h, now, &evicted)
+	f(sh)
 	for k := range kinds {
 		kinds[k] = sh.kinds[k] - kinds[k]
 	}
@@ -150,7 +178,6 @@ func (s *store) put(e entry, now int64) (evicted [2]int) {
 		s.entries[k].Add(int64(d))
 	}
 	s.bytes.Add(held)
-	return evicted
 }
 
 // sameShape reports whether o was made with the budget, caps and stale
@@ -163,16 +190,12 @@ func (s *store) sameShape(o *store) bool {
 // remove drops the entry stored under key, if any.
 func (s *store) remove(key []byte) {
 	h := s.hash(key)
-	sh := s.shard(h)
-	sh.mu.Lock()
-	i := sh.find(key, h)
-	if i >= 0 {
-		var evicted [2]int
-		k := kindOf(sh.at(sh.table[i]))
-		sh.drop(i, sh.at(sh.table[i]), &evicted)
-		s.entries[k].Add(-1)
-	}
-	sh.mu.Unlock()
+	s.locked(h, func(sh *shard) {
+		if i := sh.find(key, h); i >= 0 {
+			var evicted perKind // a removal is not an eviction
+			sh.drop(i, sh.at(sh.table[i]), &evicted)
+		}
+	})
 }
 
 // overhead is what a shard holds besides its chunks and its table.
@@ -229,7 +252,10 @@ func (sh *shard) at(v uint64) entry {
 
 func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
 
-func (sh *shard) put(e entry, h uint64, now int64, evicted *[2]int) {
+func (sh *shard) put(e entry, h uint64, now int64, evicted *perKind) {
+	if len(e) > maxEntryLen {
+		panic("compactcache: entry over maxEntryLen reached the store")
+	}
 	sh.makeTableRoom(now, evicted)
 	chunk, off := sh.reserve(len(e), now, evicted)
 	copy(sh.chunks[chunk][off:], e)
@@ -279,7 +305,7 @@ func (sh *shard) deleteSlot(i int) {
 // table while the budget allows, and evicts entries otherwise. Freeing
 // chunks to grow the table instead would drop entries without their second
 // chance.
-func (sh *shard) makeTableRoom(now int64, evicted *[2]int) {
+func (sh *shard) makeTableRoom(now int64, evicted *perKind) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
 		if grow := int64(len(sh.table)) * 8; sh.held+grow <= sh.budget {
 			sh.resize(2 * len(sh.table))
@@ -302,7 +328,7 @@ func (sh *shard) resize(n int) {
 }
 
 // reserve returns a place for n bytes at the end of the ring.
-func (sh *shard) reserve(n int, now int64, evicted *[2]int) (chunk, off int) {
+func (sh *shard) reserve(n int, now int64, evicted *perKind) (chunk, off int) {
 	for {
 		if t := sh.tail; t >= 0 && int(sh.used[t])+n <= chunkSize {
 			off = int(sh.used[t])
@@ -321,7 +347,7 @@ func (sh *shard) reserve(n int, now int64, evicted *[2]int) (chunk, off int) {
 }
 
 // advance reclaims the oldest chunk and makes it the tail.
-func (sh *shard) advance(now int64, evicted *[2]int) {
+func (sh *shard) advance(now int64, evicted *perKind) {
 	c := sh.oldest()
 	sh.reclaim(c, now, evicted)
 	sh.tail = c
@@ -341,7 +367,7 @@ func (sh *shard) oldest() int {
 
 // reclaim compacts chunk c: live entries hit since the ring last passed them
 // move to its front, spending their second chance; the rest are dropped.
-func (sh *shard) reclaim(c int, now int64, evicted *[2]int) {
+func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
 	b := sh.chunks[c]
 	w := 0
 	for off := 0; off < int(sh.used[c]); {
@@ -363,7 +389,7 @@ func (sh *shard) reclaim(c int, now int64, evicted *[2]int) {
 	sh.forget(c)
 }
 
-func (sh *shard) drop(i int, e entry, evicted *[2]int) {
+func (sh *shard) drop(i int, e entry, evicted *perKind) {
 	k := kindOf(e)
 	sh.kinds[k]--
 	evicted[k]++
@@ -382,7 +408,7 @@ func (sh *shard) forget(c int) {
 // evictOldest drops the oldest live entry of kind k, for the per-kind entry
 // caps of the stock cache. The cursor makes repeated calls walk the ring once
 // rather than once per call.
-func (sh *shard) evictOldest(k int, evicted *[2]int) {
+func (sh *shard) evictOldest(k int, evicted *perKind) {
 	pos := sh.cursor[k]
 	if !pos.valid {
 		pos = position{chunk: sh.oldest()}

@@ -69,7 +69,7 @@ func checkShards(t *testing.T, s *store) {
 	var total int64
 	for i := range s.shards {
 		sh := &s.shards[i]
-		n, kinds := 0, [2]int{}
+		n, kinds := 0, perKind{}
 		for _, v := range sh.table {
 			if v == 0 {
 				continue
@@ -101,7 +101,7 @@ func checkShards(t *testing.T, s *store) {
 }
 
 func TestStoreNeverExceedsBudget(t *testing.T) {
-	s, err := newStore(MinCapacity, [2]int{}, 0)
+	s, err := newStore(MinCapacity, perKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func dnsName(key []byte) string {
 }
 
 func TestStoreSecondChance(t *testing.T) {
-	s, err := newStore(MinCapacity, [2]int{}, 0)
+	s, err := newStore(MinCapacity, perKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestStoreSecondChance(t *testing.T) {
 }
 
 func TestStoreDropsExpiredDespiteHits(t *testing.T) {
-	s, err := newStore(MinCapacity, [2]int{}, 0)
+	s, err := newStore(MinCapacity, perKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestStoreDropsExpiredDespiteHits(t *testing.T) {
 
 func TestStoreKindLimits(t *testing.T) {
 	const limit = 300
-	s, err := newStore(8*MinCapacity, [2]int{kindDenial: limit}, 0)
+	s, err := newStore(8*MinCapacity, perKind{kindDenial: limit}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestStoreKindLimits(t *testing.T) {
 
 func TestStoreCapacityRange(t *testing.T) {
 	for _, c := range []int64{0, MinCapacity - 1, MaxCapacity + 1} {
-		if _, err := newStore(c, [2]int{}, 0); err == nil {
+		if _, err := newStore(c, perKind{}, 0); err == nil {
 			t.Errorf("capacity %d accepted", c)
 		}
 	}

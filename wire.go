@@ -13,25 +13,30 @@ type builder struct {
 	buf  []byte // the entry being built
 	wire []byte // the response in wire form, uncompressed
 	key  []byte // a derived key
+
+	meta    []byte // a list of ECS variants being built
+	dropped []byte // the key of a variant dropped from the list
 }
 
 func newBuilder() *builder {
 	return &builder{
 		buf:  make([]byte, 0, maxEntryLen),
 		wire: make([]byte, dns.MaxMsgSize),
-		key:  make([]byte, 0, maxNameLen+keyTail),
+		key:  make([]byte, 0, maxKeyLen),
+
+		meta:    make([]byte, 0, 4096),
+		dropped: make([]byte, 0, maxKeyLen),
 	}
 }
 
 // otherKey returns key with keyOther set, in b's key buffer.
 func (b *builder) otherKey(key []byte) []byte {
-	b.key = append(b.key[:0], key...)
-	b.key[len(b.key)-1] |= keyOther
+	b.key = withFlagsTo(b.key[:0], key, keyOther)
 	return b.key
 }
 
 // build packs the records of m behind the header and key; limit bounds the
-// bytes of the records. key is the lowercased wire qname followed by the
+// bytes of the records. key starts with the lowercased wire qname and the
 // keyTail bytes, as appendKey makes it.
 func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16, limit int) (entry, error) {
 	// Pack a copy of the message header: the records may be shared with
@@ -45,7 +50,7 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 		return nil, err
 	}
 
-	nameLen := len(key) - keyTail
+	nameLen := wireNameLen(key)
 	b.buf = b.buf[:headerLen]
 	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(b.buf[offTTL:], ttl)
