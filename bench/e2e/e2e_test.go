@@ -1,0 +1,213 @@
+//go:build linux
+
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+const dnsperfOutput = `DNS Performance Testing Tool
+Version 2.10.0
+
+[Status] Command line: dnsperf -s 127.0.0.1 -p 5399 -d q.txt -e -Q 1000 -l 2 -v
+[Status] Sending queries (to 127.0.0.1:5399)
+> NOERROR a.example. A 0.000318
+> NOERROR b.example. AAAA 0.000149
+> T c.example. A
+> SERVFAIL d.example. TXT 0.000100
+[Status] Testing complete (time limit)
+
+Statistics:
+
+  Queries sent:         2000
+  Queries completed:    1999 (99.95%)
+  Queries lost:         1 (0.05%)
+
+  Response codes:       NOERROR 1998 (99.95%), SERVFAIL 1 (0.05%)
+  Average packet size:  request 38, response 96
+  Run time (s):         2.001579
+  Queries per second:   999.211123
+
+  Average Latency (s):  0.000123 (min 0.000017, max 0.003563)
+  Latency StdDev (s):   0.000161
+`
+
+func TestParseDNSPerf(t *testing.T) {
+	var log strings.Builder
+	p, err := parseDNSPerf(strings.NewReader(dnsperfOutput), &log, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sent != 2000 || p.Completed != 1999 || p.Lost != 1 {
+		t.Errorf("sent %d completed %d lost %d", p.Sent, p.Completed, p.Lost)
+	}
+	if math.Abs(p.QPS-999.211123) > 1e-6 || math.Abs(p.Seconds-2.001579) > 1e-6 || math.Abs(p.AvgLatUS-123) > 1e-6 {
+		t.Errorf("qps %v seconds %v avg %v", p.QPS, p.Seconds, p.AvgLatUS)
+	}
+	if p.RespBytes != 96 || !strings.HasPrefix(p.Rcodes, "NOERROR 1998") {
+		t.Errorf("response bytes %v rcodes %q", p.RespBytes, p.Rcodes)
+	}
+	l := p.Lat
+	if l == nil || l.N != 3 || l.Timeouts != 1 {
+		t.Fatalf("latency %+v", l)
+	}
+	if math.Abs(l.P50-149) > 1e-6 || math.Abs(l.Max-318) > 1e-6 {
+		t.Errorf("p50 %v max %v", l.P50, l.Max)
+	}
+	if strings.Contains(log.String(), "> NOERROR") || !strings.Contains(log.String(), "Queries sent") {
+		t.Errorf("log holds the per-query lines or lacks the statistics:\n%s", log.String())
+	}
+	if p, _ := parseDNSPerf(strings.NewReader(dnsperfOutput), nil, false); p.Lat != nil {
+		t.Error("latencies without -v")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	s := make([]float64, 1000)
+	for i := range s {
+		s[i] = float64(i + 1)
+	}
+	for _, c := range []struct{ p, want float64 }{{50, 500}, {99, 990}, {99.9, 999}, {100, 1000}, {0, 1}} {
+		if got := percentile(s, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	l := summarize([]float64{3, 1, 2}, 0)
+	if l.P50 != 2 || l.Max != 3 || l.Mean != 2 {
+		t.Errorf("%+v", l)
+	}
+}
+
+func TestProcParsers(t *testing.T) {
+	stat := []byte("4242 (core dns) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 9 0 100 2000000 3000 18446744073709551615\n")
+	d, err := parseStatCPU(stat, 100)
+	if err != nil || d != 3*time.Second {
+		t.Errorf("parseStatCPU = %v, %v; want 3s", d, err)
+	}
+	status := []byte("Name:\tcoredns\nVmPeak:\t  10 kB\nVmRSS:\t  268764 kB\nThreads:\t9\n")
+	b, err := parseStatusKB(status, "VmRSS")
+	if err != nil || b != 268764<<10 {
+		t.Errorf("parseStatusKB = %v, %v", b, err)
+	}
+	if _, err := parseStatusKB(status, "VmSwap"); err == nil {
+		t.Error("missing field found")
+	}
+	l := parseCPULine(strings.Fields("100 1 20 5000 3 4 5 7 0 0"))
+	if l.Busy != time.Duration(130)*time.Second/time.Duration(clockTicks) || l.Steal != 7*time.Second/time.Duration(clockTicks) {
+		t.Errorf("parseCPULine = %+v", l)
+	}
+}
+
+func TestSumMetric(t *testing.T) {
+	text := `# HELP coredns_dns_requests_total Counter of DNS requests made per zone, protocol and family.
+# TYPE coredns_dns_requests_total counter
+coredns_dns_requests_total{family="1",proto="udp",server="dns://:53",type="A",view="",zone="."} 1.5e+06
+coredns_dns_requests_total{family="1",proto="udp",server="dns://:53",type="TXT",view="",zone="."} 42
+coredns_dns_requests_total_other 7
+`
+	if got := sumMetric(text, "coredns_dns_requests_total"); got != 1_500_042 {
+		t.Errorf("sumMetric = %d", got)
+	}
+}
+
+func TestCorefiles(t *testing.T) {
+	p := newPorts(15300)
+	cs := cacheSpec{capacity: "256MiB", success: 300000}
+	want := map[string][]string{
+		kindWhoami:      {"whoami"},
+		kindCompact:     {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
+		kindStock:       {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
+		kindKubeCompact: {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
+		kindKubeStock:   {"cache 3600 {", "success 300000", "loadbalance"},
+	}
+	for _, k := range kinds {
+		text, err := corefile(k, p, cs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(text, ".:15300 {\n    bind 127.0.0.1\n") || strings.Count(text, "{") != strings.Count(text, "}") {
+			t.Errorf("%s:\n%s", k, text)
+		}
+		for _, s := range want[k] {
+			if !strings.Contains(text, s) {
+				t.Errorf("%s: no %q in\n%s", k, s, text)
+			}
+		}
+		if strings.Contains(text, "pprof") {
+			t.Errorf("%s: pprof without asking", k)
+		}
+		if text, _ := corefile(k, p, cs, true); !strings.Contains(text, "pprof 127.0.0.1:15306") {
+			t.Errorf("%s: no pprof:\n%s", k, text)
+		}
+	}
+	if _, err := corefile("nope", p, cs, false); err == nil {
+		t.Error("unknown kind accepted")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := parseConfig("compact@GOGC=off,GOMEMLIMIT=256MiB")
+	if err != nil || c.Kind != kindCompact || len(c.Env) != 2 || c.Env[1] != "GOMEMLIMIT=256MiB" {
+		t.Errorf("%+v %v", c, err)
+	}
+	for _, bad := range []string{"cache", "compact@GOGC", "compact@=1"} {
+		if _, err := parseConfig(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestMedianAndPairs(t *testing.T) {
+	mk := func(spec string, round int, qps float64) result {
+		c, err := parseConfig(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result{Round: round, Config: c, Max: &phase{Perf: perf{QPS: qps}}}
+	}
+	rep := &report{Options: map[string]string{"n": "10", "rates": "10000,2000"}, Results: []result{
+		mk("compact", 1, 3), mk("stock", 1, 1), mk("compact@GOGC=400", 1, 5), mk("stock@GOGC=400", 1, 2),
+		mk("compact", 2, 9), mk("stock", 2, 1), mk("compact", 3, 4),
+	}}
+	rep.Results = append(rep.Results, result{Round: 3, Config: config{Spec: "stock", Kind: kindStock}, Err: "failed"})
+	g := rep.find("compact")
+	if g == nil || len(g.rs) != 3 || g.med(figMax(qps)) != 4 {
+		t.Fatalf("compact: %+v", g)
+	}
+	if m := rep.find("stock").med(figMax(qps)); m != 1 {
+		t.Errorf("stock median %v", m)
+	}
+	ps := rep.pairs()
+	if len(ps) != 2 || ps[0][1].spec != "stock" || ps[1][1].spec != "stock@GOGC=400" {
+		t.Errorf("pairs %v", ps)
+	}
+	var out strings.Builder
+	if err := rep.write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| max hit q/s | 4.00 | 2.50 |") {
+		t.Errorf("ratios missing:\n%s", out.String())
+	}
+}
+
+func TestParseMemStats(t *testing.T) {
+	text := "heap profile: 1: 2 [3: 4] @ heap/1048576\n# runtime.MemStats\n# Alloc = 1234\n# HeapInuse = 8192\n# PauseNs = [1 2 3]\n# NumGC = 7\n"
+	m := parseMemStats(text)
+	if m["HeapInuse"] != 8192 || m["Alloc"] != 1234 || m["NumGC"] != 7 || len(m) != 3 {
+		t.Errorf("%v", m)
+	}
+}
+
+func TestParseGCLine(t *testing.T) {
+	d, ok := parseGCLine("gc 7 @2.107s 1%: 0.011+1.2+0.003 ms clock, 0.011+0.15/0.90/0.21+0.003 ms cpu, 4->4->1 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 1 P")
+	want := time.Duration((0.011 + 0.15 + 0.90 + 0.21 + 0.003) * float64(time.Millisecond))
+	if !ok || d < want-time.Microsecond || d > want+time.Microsecond {
+		t.Errorf("parseGCLine = %v, %v; want %v", d, ok, want)
+	}
+	if _, ok := parseGCLine("maxprocs: Leaving GOMAXPROCS=1"); ok {
+		t.Error("not a gctrace line, but read as one")
+	}
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/e2e/run.sh: the end-to-end benchmark of the custom CoreDNS build,
+# compactcache beside the stock cache, over UDP on 127.0.0.1 with dnsperf.
+#
+#   bash bench/e2e/run.sh                   # the full run: about 15-20 minutes
+#   bash bench/e2e/run.sh -n 20000 -duration 5s -profiles ''   # a quick look
+#   bash bench/e2e/run.sh -h                # every flag
+#
+# It installs what it needs (dnsperf and taskset from Debian's packages, as
+# root), then runs `go run ./bench/e2e` with the flags given, which builds
+# cmd/coredns, writes the zone of the reference workload, serves it from a
+# second CoreDNS process (file plugin), measures each server in turn and
+# prints the tables (also written to results.md and results.json in the
+# output directory it names). See bench/e2e/RESULTS.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+need=()
+command -v dnsperf >/dev/null || need+=(dnsperf)
+command -v taskset >/dev/null || need+=(util-linux)
+if ((${#need[@]})); then
+	if [[ $(id -u) != 0 ]]; then
+		echo "run.sh: needs ${need[*]} (apt-get install -y ${need[*]}) and is not root" >&2
+		exit 1
+	fi
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
+fi
+if (($(nproc) < 2)); then
+	echo "run.sh: needs 2 CPUs: one for the server, one for dnsperf" >&2
+	exit 1
+fi
+
+exec go run ./bench/e2e "$@"
