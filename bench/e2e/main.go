@@ -54,6 +54,7 @@ type options struct {
 	outstanding int
 	verify      int
 	rounds      int
+	rev         string
 }
 
 // config is one server under test: a kind of Corefile and the environment
@@ -117,6 +118,7 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 20, "dnsperf -c: client sockets")
 	flag.IntVar(&o.outstanding, "outstanding", 200, "dnsperf -q for the max-throughput phase")
 	flag.IntVar(&o.verify, "verify", 2000, "entries whose cached replies are checked against the workload after the fill")
+	flag.StringVar(&o.rev, "rev", "", "build cmd/coredns from this git revision (exported into the output directory) instead of the work tree as it is")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
 	flag.Parse()
 
@@ -219,8 +221,12 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 
-	log.Print("building cmd/coredns and bench/e2e/zonegen")
-	if err := command(ctx, root, "go", "build", "-o", r.bin, "./cmd/coredns"); err != nil {
+	src, source, err := sourceTree(ctx, root, o.rev, dir)
+	if err != nil {
+		return nil, err
+	}
+	log.Printf("building cmd/coredns and bench/e2e/zonegen from %s", source)
+	if err := command(ctx, src, "go", "build", "-o", r.bin, "./cmd/coredns"); err != nil {
 		return nil, err
 	}
 	zonegen := filepath.Join(dir, "zonegen")
@@ -232,6 +238,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 
+	mach["source"] = source
 	if out, err := exec.Command(r.bin, "-version").Output(); err == nil {
 		mach["coredns"] = strings.Join(strings.Fields(string(out)), " ")
 	}
@@ -289,7 +296,7 @@ func (o options) describe() map[string]string {
 		rs = append(rs, strconv.Itoa(r))
 	}
 	return map[string]string{
-		"command":     strings.Join(os.Args, " "),
+		"command":     commandLine(),
 		"n":           strconv.Itoa(o.n),
 		"duration":    o.duration.String(),
 		"rates":       strings.Join(rs, ","),
@@ -302,6 +309,57 @@ func (o options) describe() map[string]string {
 		"outstanding": strconv.Itoa(o.outstanding),
 		"rounds":      strconv.Itoa(o.rounds),
 	}
+}
+
+// sourceTree returns the directory to build cmd/coredns in and a description
+// of it: the work tree with its commit and uncommitted changes, or rev
+// exported with git archive into dir/src.
+func sourceTree(ctx context.Context, root, rev, dir string) (string, string, error) {
+	git := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	if rev == "" {
+		head, err := git("rev-parse", "--short", "HEAD")
+		if err != nil {
+			return root, "the work tree (not a git checkout)", nil
+		}
+		status, _ := git("status", "--porcelain", "--untracked-files=no")
+		if status == "" {
+			return root, "the work tree at " + head + ", clean", nil
+		}
+		return root, fmt.Sprintf("the work tree at %s with %d files changed", head, len(strings.Split(status, "\n"))), nil
+	}
+	sha, err := git("rev-parse", "--short", rev+"^{commit}")
+	if err != nil {
+		return "", "", fmt.Errorf("-rev %s: not a commit", rev)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.RemoveAll(src); err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", "", err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, sha, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("git archive %s: %v: %s", sha, err, out)
+	}
+	return src, "commit " + sha + " (git archive)", nil
+}
+
+// commandLine is how this run was started, as bench/e2e/run.sh would.
+func commandLine() string {
+	args := []string{"bash bench/e2e/run.sh"}
+	for _, a := range os.Args[1:] {
+		if a == "" || strings.ContainsAny(a, " '\"$") {
+			a = "'" + a + "'"
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
 }
 
 func moduleRoot() (string, error) {

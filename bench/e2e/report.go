@@ -212,7 +212,7 @@ func ratio(a, b float64) string {
 func (rep *report) write(w io.Writer) error {
 	n := rep.n()
 	fmt.Fprintf(w, "## End-to-end run (%s)\n\n", rep.Started)
-	for _, k := range []string{"cpu", "nproc", "memory", "kernel", "go", "dnsperf"} {
+	for _, k := range []string{"cpu", "nproc", "memory", "kernel", "go", "dnsperf", "source"} {
 		if v := rep.Machine[k]; v != "" {
 			fmt.Fprintf(w, "- %s: %s\n", k, v)
 		}
