@@ -136,10 +136,11 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = on }
 // scratch holds one request's buffers; scratches are pooled so that a hit
 // allocates nothing.
 type scratch struct {
-	q    query
-	name [maxNameLen]byte
+	q     query
+	name  [maxNameLen]byte
 	key   []byte // lowercased wire qname and keyTail bytes
 	probe []byte // a key derived from key for a lookup
+	opts  []byte // the request's EDNS options echoed in the reply
 	w     *replyWriter
 }
 
@@ -231,17 +232,25 @@ func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
 	switch {
 	case q.ecs.family == 0:
 	case q.ecs.sent == 0:
-		s.probe = withFlagsTo(s.probe[:0], s.key, keySourceZero)
+		s.probe = sourceZeroKey(s.probe[:0], s.key, q.ecs.family)
 		if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
 			return f
 		}
 	default:
 		bits, ok := c.variants(s, now)
-		for l := int(q.ecs.sent); ok && l > 0; l-- {
+		for l := int(q.ecs.sent); ok && l >= 0; l-- {
 			if !hasScope(&bits, uint8(l)) {
 				continue
 			}
-			s.probe = variantKey(s.probe[:0], s.key, q.ecs.family, uint8(l), q.ecs.addr)
+			// An answer whose upstream wanted more bits than it got serves
+			// only queries that give as many bits as it had.
+			if l == int(q.ecs.sent) {
+				s.probe = variantKey(s.probe[:0], s.key, keyExact, q.ecs.family, uint8(l), q.ecs.addr)
+				if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
+					return f
+				}
+			}
+			s.probe = variantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
 			if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
 				return f
 			}
@@ -318,25 +327,24 @@ func (c *Cache) prefetchThreshold(e entry) int64 {
 	return (int64(e.ttl())*int64(c.percentage) + 99) / 100
 }
 
-// view says how e is served at age seconds: TTLs aged (or kept with
-// keepttl, or the serve-stale response TTL), and the Extended DNS Error
-// (RFC 8914) of stale answers and cached failures.
+// view says how e is served from the cache at age seconds: TTLs aged (or
+// kept with keepttl, or the serve-stale response TTL), and the Extended DNS
+// Error (RFC 8914) of cached failures and stale answers.
 func (c *Cache) view(age int64, e entry, isStale bool) ttlView {
 	v := ttlView{age: uint32(age)}
 	if c.keepttl {
 		v.age = 0
 	}
+	if isStale && (c.staleTTL > 0 || !c.keepttl) {
+		v.fixed, v.value = true, uint32(c.staleTTL/time.Second)
+	}
 	switch {
-	case isStale:
-		if c.staleTTL > 0 || !c.keepttl {
-			v.fixed, v.value = true, uint32(c.staleTTL/time.Second)
-		}
-		v.ede = edeStaleAnswer
-		if e.rcode() == dns.RcodeNameError {
-			v.ede = edeStaleNXDomain
-		}
 	case e.rcode() == dns.RcodeServerFailure:
-		v.ede = edeCachedError
+		v.ede = edeCachedError // an error, stale or not: no stale data
+	case isStale && e.rcode() == dns.RcodeNameError:
+		v.ede = edeStaleNXDomain
+	case isStale:
+		v.ede = edeStaleAnswer
 	}
 	return v
 }
@@ -383,6 +391,8 @@ func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	o := r.IsEdns0()
 	if o != nil {
 		q.edns, q.do, q.udpSize = true, o.Do(), o.UDPSize()
+		s.opts = appendEchoed(s.opts[:0], o)
+		q.opts = s.opts
 	}
 	if !ecs.loadSubnet(q, o, w) {
 		return false

@@ -163,8 +163,8 @@ func TestTruncation(t *testing.T) {
 		maxBytes int
 	}{
 		{"udp no edns", test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), false, true, 0, 512},
-		{"udp edns 4096", edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096), false, false, 20, 4096},
-		{"udp edns 1232", edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 1232), false, true, 0, 1232},
+		{"udp edns 4096", withEDNS(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096), false, false, 20, 4096},
+		{"udp edns 1232", withEDNS(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 1232), false, true, 0, 1232},
 		{"tcp", test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), true, false, 20, dns.MaxMsgSize},
 		// Additional records go first, without TC.
 		{"glue udp", test.Case{Qname: "glue.example.org.", Qtype: dns.TypeNS}.Msg(), false, false, 1, 512},
@@ -180,7 +180,7 @@ func TestTruncation(t *testing.T) {
 	}
 }
 
-func edns(m *dns.Msg, size uint16) *dns.Msg {
+func withEDNS(m *dns.Msg, size uint16) *dns.Msg {
 	m.SetEdns0(size, false)
 	return m
 }
@@ -245,7 +245,7 @@ func TestTruncatedUpstreamRetriedOverTCP(t *testing.T) {
 		}
 		return u.ServeDNS(ctx, w, r)
 	})
-	req := edns(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096)
+	req := withEDNS(test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg(), 4096)
 	for range 2 {
 		if got := ask(t, c, req, false); got.Truncated || len(got.Answer) != len(answer) {
 			t.Fatalf("TC=%v with %d answers, want the whole answer", got.Truncated, len(got.Answer))

@@ -42,22 +42,30 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 		}
 		t = response.NoData
 	}
+	var v verdict
 	switch t {
-	case response.NoError, response.Delegation:
+	case response.NoError:
 		answers := len(reply.Answer) > 0 && answersQuestion(reply)
-		return verdict{store: true, kind: kindSuccess, answers: answers, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
+		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
+	case response.Delegation:
+		// The stock cache keeps referrals for the minimum default TTL.
+		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl)}
 	case response.NameError, response.NoData:
 		if !soa {
 			return verdict{why: "denial without SOA"}
 		}
-		return verdict{store: true, kind: kindDenial, ttl: clampTTL(minTTL(reply, c.nttl), c.minnttl, c.nttl)}
+		v = verdict{kind: kindDenial, ttl: clampTTL(minTTL(reply, c.nttl), c.minnttl, c.nttl)}
 	case response.ServerError:
-		if reply.Rcode != dns.RcodeServerFailure || c.failttl == 0 {
+		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{}
 		}
-		return verdict{store: true, kind: kindDenial, ttl: c.failttl}
+		v = verdict{kind: kindDenial, ttl: c.failttl}
+	default:
+		return verdict{}
 	}
-	return verdict{}
+	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored.
+	v.store = v.ttl >= time.Second
+	return v
 }
 
 func sameQuestion(reply, req *dns.Msg) bool {

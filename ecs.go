@@ -13,7 +13,8 @@ import (
 // smallest of the source prefix sent upstream and the scope the upstream
 // answered with. A lookup walks the prefix lengths stored for the name, from
 // the client's source prefix down, and ends with the entry that serves
-// everyone. Which lengths are stored is kept per name and family in a
+// everyone. An answer with scope 0 is good for every address of its family
+// (7.2.2), the variant of length 0. Which lengths are stored is kept per name and family in a
 // bookkeeping entry (keyScopes): a bitmap of the lengths, and the variants in
 // the order they came, so that the oldest goes first past max_variants.
 
@@ -44,9 +45,9 @@ func defaultECS() ecsConfig {
 
 // subnet is the ECS of one request (RFC 7871 6).
 type subnet struct {
-	family uint16 // 0 when the request goes upstream without ECS
-	source uint8  // the client's SOURCE PREFIX-LENGTH, echoed back to it
-	sent   uint8  // the source prefix sent upstream: at most the configured one
+	family uint16   // 0 when the request goes upstream without ECS
+	source uint8    // the client's SOURCE PREFIX-LENGTH, echoed back to it
+	sent   uint8    // the source prefix sent upstream: at most the configured one
 	addr   [16]byte // masked to sent
 	echo   [16]byte // masked to source
 	own    bool     // the client sent it; an ECS the cache added is not echoed
@@ -203,21 +204,23 @@ func storeKey(b *builder, base []byte, q *query, reply *dns.Msg) (key []byte, va
 		return nil, false, false
 	}
 	if s.sent == 0 {
-		b.key = withFlagsTo(b.key[:0], base, keySourceZero)
+		b.key = sourceZeroKey(b.key[:0], base, s.family)
 		return b.key, false, true
 	}
-	l := min(s.sent, e.SourceScope)
-	if l == 0 {
-		return base, false, true
+	// Scope 0 makes the answer good for every address of the family, and
+	// only of the family: it is the variant of prefix 0.
+	if e.SourceScope > s.sent {
+		b.key = variantKey(b.key[:0], base, keyExact, s.family, s.sent, s.addr)
+		return b.key, true, true
 	}
-	b.key = variantKey(b.key[:0], base, s.family, l, s.addr)
+	b.key = variantKey(b.key[:0], base, 0, s.family, e.SourceScope, s.addr)
 	return b.key, true, true
 }
 
 // withFlagsTo appends base to dst with flags added.
 func withFlagsTo(dst, base []byte, flags byte) []byte {
 	dst = append(dst, base...)
-	dst[flagsAt(dst)] |= flags
+	dst[len(dst)-len(base)+flagsAt(base)] |= flags
 	return dst
 }
 
@@ -225,19 +228,20 @@ func withFlagsTo(dst, base []byte, flags byte) []byte {
 func flagsAt(key []byte) int { return wireNameLen(key) + keyTail - 1 }
 
 // variantKey appends to dst the key of the variant of base for the subnet
-// addr/prefix.
-func variantKey(dst, base []byte, family uint16, prefix uint8, addr [16]byte) []byte {
-	dst = append(dst, base...)
-	dst[flagsAt(dst)] |= keyECS
+// addr/prefix, with flags besides keyECS.
+func variantKey(dst, base []byte, flags byte, family uint16, prefix uint8, addr [16]byte) []byte {
+	dst = withFlagsTo(dst, base, keyECS|flags)
 	dst = append(dst, byte(family), prefix)
 	m := mask(addr, int(prefix))
 	return append(dst, m[:prefixBytes(int(prefix))]...)
 }
 
+func sourceZeroKey(dst, base []byte, family uint16) []byte {
+	return append(withFlagsTo(dst, base, keySourceZero), byte(family))
+}
+
 func scopesKey(dst, base []byte, family uint16) []byte {
-	dst = append(dst, base...)
-	dst[flagsAt(dst)] |= keyScopes
-	return append(dst, byte(family))
+	return append(withFlagsTo(dst, base, keyScopes), byte(family))
 }
 
 // scope returns the prefix length an entry was stored for: the scope its
@@ -254,7 +258,8 @@ func (e entry) scope() uint8 {
 // The list of a name's variants, the records of its keyScopes entry:
 //
 //	scopesLen  bitmap of the prefix lengths stored, bit L for length L
-//	...        the variants, oldest first: prefix length, masked address
+//	...        the variants, oldest first: exact (0 or 1), prefix length,
+//	           masked address
 
 // scopes returns the bitmap of prefix lengths stored for the name.
 func (e entry) scopes() [scopesLen]byte {
@@ -265,11 +270,51 @@ func (e entry) scopes() [scopesLen]byte {
 
 func hasScope(bits *[scopesLen]byte, l uint8) bool { return bits[l/8]&(1<<(l%8)) != 0 }
 
-// withVariant builds in b.meta the list old extended with the variant
-// prefix/addr, the oldest variant dropped past max, and returns it with the
-// dropped variant's key in b.dropped (nil for none). It returns a nil list
-// when the variant is listed already.
-func withVariant(b *builder, old entry, base []byte, family uint16, prefix uint8, addr [16]byte, max int, stored, ttl uint32) (list entry, dropped []byte) {
+// variant names one ECS variant of a name and family.
+type variant struct {
+	exact  bool
+	prefix uint8
+	addr   [16]byte // masked to prefix
+}
+
+// variantOf returns the variant e stores; e must be one.
+func variantOf(e entry) variant {
+	k := e.key()
+	f := flagsAt(k)
+	v := variant{exact: k[f]&keyExact != 0, prefix: k[f+2]}
+	copy(v.addr[:], k[f+3:])
+	return v
+}
+
+func (v variant) appendTo(b []byte) []byte {
+	var exact byte
+	if v.exact {
+		exact = 1
+	}
+	return append(append(b, exact, v.prefix), v.addr[:prefixBytes(int(v.prefix))]...)
+}
+
+func (v variant) key(dst, base []byte, family uint16) []byte {
+	var flags byte
+	if v.exact {
+		flags = keyExact
+	}
+	return variantKey(dst, base, flags, family, v.prefix, v.addr)
+}
+
+// parseVariant returns the variant listed at the start of b and its length.
+func parseVariant(b []byte) (variant, int) {
+	v := variant{exact: b[0] != 0, prefix: b[1]}
+	n := 2 + prefixBytes(int(v.prefix))
+	copy(v.addr[:], b[2:n])
+	return v, n
+}
+
+// withVariant builds in b.meta the list old extended with v, the oldest
+// variant dropped past max, and returns it with the dropped variant's key in
+// b.dropped (nil for none). It returns a nil list when v is listed already.
+// The list lives as long as the variants it lists.
+func withVariant(b *builder, old entry, base []byte, family uint16, v variant, max int, stored, ttl uint32) (list entry, dropped []byte) {
 	buf := b.meta[:headerLen]
 	binary.LittleEndian.PutUint32(buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
@@ -280,41 +325,33 @@ func withVariant(b *builder, old entry, base []byte, family uint16, prefix uint8
 	bitsAt := len(buf)
 	buf = append(buf, make([]byte, scopesLen)...)
 
-	me := variantTail(prefix, addr)
-	var items [][]byte
+	var items []variant
 	if old != nil {
 		if e := old.expires(); e > int64(stored)+int64(ttl) {
 			binary.LittleEndian.PutUint32(buf[offTTL:], uint32(e-int64(stored)))
 		}
-		for v := old[old.recordsStart()+scopesLen:]; len(v) > 0; {
-			n := 1 + prefixBytes(int(v[0]))
-			if string(v[:n]) == string(me) {
-				return nil, nil // listed already
+		for rest := old[old.recordsStart()+scopesLen:]; len(rest) > 0; {
+			item, n := parseVariant(rest)
+			if item == v {
+				return nil, nil
 			}
-			items = append(items, v[:n])
-			v = v[n:]
+			items = append(items, item)
+			rest = rest[n:]
 		}
 	}
-	items = append(items, me)
+	items = append(items, v)
 	if len(items) > max {
-		var a [16]byte
-		copy(a[:], items[0][1:])
-		b.dropped = variantKey(b.dropped[:0], base, family, items[0][0], a)
+		b.dropped = items[0].key(b.dropped[:0], base, family)
 		dropped = b.dropped
 		items = items[1:]
 	}
-	for _, v := range items {
-		buf[bitsAt+int(v[0])/8] |= 1 << (v[0] % 8)
-		buf = append(buf, v...)
+	for _, item := range items {
+		buf[bitsAt+int(item.prefix)/8] |= 1 << (item.prefix % 8)
+		buf = item.appendTo(buf)
 	}
 	binary.LittleEndian.PutUint32(buf[offSize:], uint32(len(buf)))
 	b.meta = buf
 	return entry(buf), dropped
-}
-
-func variantTail(prefix uint8, addr [16]byte) []byte {
-	m := mask(addr, int(prefix))
-	return append([]byte{prefix}, m[:prefixBytes(int(prefix))]...)
 }
 
 // appendSubnet writes the ECS option echoed to a client that sent s: its

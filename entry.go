@@ -69,11 +69,17 @@ const (
 	// with the family, the stored prefix length and the masked address.
 	keyECS = 1 << 2
 	// keySourceZero marks an answer to a query with ECS source /0: it serves
-	// only such queries (RFC 7871 7.3.1).
+	// only such queries of its family (RFC 7871 7.3.1); the key goes on with
+	// the family.
 	keySourceZero = 1 << 3
 	// keyScopes marks the entry listing a name's ECS variants; the key goes
 	// on with the family.
 	keyScopes = 1 << 4
+	// keyExact marks, with keyECS, an answer whose scope was longer than the
+	// source prefix sent: the upstream needs more bits than it was given, so
+	// the answer serves only queries that give as many as it had (RFC 7871
+	// 7.3.1).
+	keyExact = 1 << 5
 )
 
 // Record flags. A record is
@@ -117,7 +123,7 @@ func keyLen(b []byte, nameLen int) int {
 	switch flags := b[n-1]; {
 	case flags&keyECS != 0:
 		n += 2 + prefixBytes(int(b[n+1])) // family, prefix length, address
-	case flags&keyScopes != 0:
+	case flags&(keyScopes|keySourceZero) != 0:
 		n++ // family
 	}
 	return n

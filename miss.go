@@ -21,15 +21,16 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	if cw.reply == nil {
 		return rcode, err
 	}
-	return rcode, c.answer(w, cw)
+	return rcode, c.answer(w, r, cw)
 }
 
-// answer writes the reply cw fetched to the client.
-func (c *Cache) answer(w dns.ResponseWriter, cw *captureWriter) error {
+// answer writes the reply cw fetched for r to the client.
+func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
 	if cw.entry != nil {
-		return c.write(w, cw.s.w.appendReply(&cw.s.q, cw.entry, c.view(0, cw.entry, false)))
+		// Fresh from upstream: no Extended DNS Error of a cached one.
+		return c.write(w, cw.s.w.appendReply(&cw.s.q, cw.entry, ttlView{}))
 	}
-	return w.WriteMsg(forClient(cw.reply, &cw.s.q))
+	return w.WriteMsg(forClient(cw.reply, r, &cw.s.q))
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its
@@ -214,12 +215,11 @@ func (cw *captureWriter) store(res *dns.Msg) {
 // listVariant adds the ECS variant e of s.q's name to the name's list,
 // dropping the oldest past max_variants.
 func (c *Cache) listVariant(b *builder, s *scratch, e entry, now int64) {
-	ecs := &s.q.ecs
-	scope := e.scope()
+	family, v := s.q.ecs.family, variantOf(e)
 	var dropped []byte
-	key := scopesKey(b.key[:0], s.key, ecs.family)
+	key := scopesKey(b.key[:0], s.key, family)
 	c.store.update(key, now, func(old entry) entry {
-		list, d := withVariant(b, old, s.key, ecs.family, scope, ecs.addr, c.ecs.maxVariants, uint32(now), e.ttl())
+		list, d := withVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.ttl())
 		dropped = d
 		return list
 	})
@@ -257,10 +257,10 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 	return f
 }
 
-// forClient tailors a reply that was not cached to the client that asked:
-// the DNSSEC records and the DO and AD bits it did not ask for go, and OPT
-// goes when its request had none.
-func forClient(res *dns.Msg, q *query) *dns.Msg {
+// forClient tailors res, a reply that was not cached, to the client that
+// sent r: the DNSSEC records and the DO and AD bits it did not ask for go,
+// and OPT is as a hit's.
+func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	m := *res
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
@@ -268,24 +268,24 @@ func forClient(res *dns.Msg, q *query) *dns.Msg {
 	keep := func(rr dns.RR, section int) bool {
 		t := rr.Header().Rrtype
 		if t == dns.TypeOPT {
-			return q.edns
+			return false
 		}
 		return q.do || !dnssecOnly(t, section) || askedFor(t, section, q.qtype)
 	}
 	m.Answer = filterRRs(res.Answer, 0, keep)
 	m.Ns = filterRRs(res.Ns, 1, keep)
 	m.Extra = filterRRs(res.Extra, 2, keep)
-	if o := m.IsEdns0(); o != nil {
-		o = dns.Copy(o).(*dns.OPT)
-		if !q.do {
-			o.Hdr.Ttl &^= 1 << 15 // DO
+	// The upstream's OPT is hop-by-hop: the client gets one as a hit would,
+	// with the ECS the reply carried, corrected to the client's own.
+	if q.edns {
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: q.udpSize}, Option: echoed(r)}
+		if q.do {
+			o.SetDo()
 		}
-		setSubnet(o, echoedSubnet(replySubnet(res), &q.ecs))
-		for i, rr := range m.Extra {
-			if rr.Header().Rrtype == dns.TypeOPT {
-				m.Extra[i] = o
-			}
+		if e := echoedSubnet(replySubnet(res), &q.ecs); e != nil {
+			o.Option = append(o.Option, e)
 		}
+		m.Extra = append(m.Extra, o)
 	}
 	return &m
 }

@@ -66,7 +66,7 @@ func TestServeStaleImmediate(t *testing.T) {
 	u := exampleUpstream()
 	clk := newClock()
 	c := parseCache(t, "compactcache {\n serve_stale 1h immediate 30s 1m\n}", u, clk)
-	req := edns(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	req := withEDNS(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
 	ask(t, c, req, false)
 
 	// Expired, the upstream failing: the stale answer, with EDE 3 and the
@@ -110,7 +110,7 @@ func TestServeStaleVerify(t *testing.T) {
 	u := exampleUpstream()
 	clk := newClock()
 	c := parseCache(t, "compactcache {\n serve_stale 1h verify\n}", u, clk)
-	req := edns(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	req := withEDNS(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
 	ask(t, c, req, false)
 
 	// Expired, the upstream has a new answer: the request gets it.
@@ -134,14 +134,14 @@ func TestStaleNXDOMAINAndCachedError(t *testing.T) {
 	u := exampleUpstream()
 	clk := newClock()
 	c := parseCache(t, "compactcache {\n serve_stale\n}", u, clk)
-	req := edns(test.Case{Qname: "missing.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	req := withEDNS(test.Case{Qname: "missing.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
 	ask(t, c, req, false)
 	clk.advance(time.Hour)
 	if code, _ := ede(ask(t, c, req, false)); code != edeStaleNXDomain {
 		t.Fatalf("stale NXDOMAIN: EDE %d, want 19", code)
 	}
 
-	fail := edns(test.Case{Qname: "down.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	fail := withEDNS(test.Case{Qname: "down.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
 	c.ServeDNS(context.Background(), &recorder{}, fail)
 	got := ask(t, c, fail, false)
 	if code, _ := ede(got); got.Rcode != dns.RcodeServerFailure || code != edeCachedError {

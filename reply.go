@@ -3,6 +3,8 @@ package compactcache
 import (
 	"encoding/binary"
 
+	"github.com/coredns/coredns/plugin/pkg/edns"
+
 	"github.com/miekg/dns"
 )
 
@@ -45,7 +47,8 @@ type query struct {
 	do      bool
 	udpSize uint16
 	ecs     subnet
-	limit   int // the client's size limit: 512, its UDP size, or 65535 on TCP
+	opts    []byte // EDNS options echoed in wire form, see echoedOptions
+	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
 }
 
 // ttlView says how stored TTLs become reply TTLs, and which Extended DNS
@@ -153,7 +156,7 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 
 	limit := q.limit
 	if q.edns {
-		limit -= optLen
+		limit -= optLen + len(q.opts)
 		if tv.ede != 0 {
 			limit -= edeLen
 		}
@@ -222,6 +225,7 @@ func (w *replyWriter) appendOPT(q *query, ede uint16, scope uint8) {
 	w.msg = binary.BigEndian.AppendUint32(w.msg, do)
 	rdlen := len(w.msg)
 	w.msg = append(w.msg, 0, 0)
+	w.msg = append(w.msg, q.opts...)
 	if ede != 0 {
 		w.msg = binary.BigEndian.AppendUint16(w.msg, dns.EDNS0EDE)
 		w.msg = binary.BigEndian.AppendUint16(w.msg, 2) // INFO-CODE, no EXTRA-TEXT
@@ -231,6 +235,44 @@ func (w *replyWriter) appendOPT(q *query, ede uint16, scope uint8) {
 		w.msg = appendSubnet(w.msg, &q.ecs, scope)
 	}
 	binary.BigEndian.PutUint16(w.msg[rdlen:], uint16(len(w.msg)-rdlen-2))
+}
+
+// echoed returns the options of r's OPT that CoreDNS echoes into replies:
+// those plugins register with edns.SetSupportedOption (request.SizeAndDo
+// copies them for the stock cache). ECS is answered apart.
+func echoed(r *dns.Msg) []dns.EDNS0 {
+	o := r.IsEdns0()
+	if o == nil {
+		return nil
+	}
+	return echoedOf(o)
+}
+
+func echoedOf(o *dns.OPT) []dns.EDNS0 {
+	var opts []dns.EDNS0
+	for _, opt := range o.Option {
+		if code := opt.Option(); code != dns.EDNS0SUBNET && edns.SupportedOption(code) {
+			opts = append(opts, opt)
+		}
+	}
+	return opts
+}
+
+// appendEchoed appends to dst the options echoed of o, in wire form. Most
+// requests have none, and then it allocates nothing.
+func appendEchoed(dst []byte, o *dns.OPT) []byte {
+	opts := echoedOf(o)
+	if len(opts) == 0 {
+		return dst
+	}
+	// miekg/dns packs options only as part of an OPT record: pack one and
+	// keep its rdata, after the root owner, type, class, TTL and rdlength.
+	buf := make([]byte, dns.MaxMsgSize)
+	n, err := dns.PackRR(&dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}, Option: opts}, buf, 0, nil, false)
+	if err != nil {
+		return dst
+	}
+	return append(dst, buf[optLen:n]...)
 }
 
 // cut shortens the reply to limit bytes: it drops whole RRsets from the end

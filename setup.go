@@ -109,7 +109,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -153,6 +153,8 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		ca.preferPositive = true
 	case "disable":
 		return parseDisable(args, ca)
+	case "ecs":
+		return parseECS(c, args, ca)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}
@@ -325,6 +327,52 @@ func parseDisable(args []string, ca *Cache) error {
 		ca.nexcept = zones
 	default:
 		return fmt.Errorf("disable: %q is not success or denial", args[0])
+	}
+	return nil
+}
+
+// parseECS parses `ecs [SOURCE4 [SOURCE6]] { add; max_variants N }`. The
+// block is read token by token: the caddy dispenser's NextBlock would take
+// the options after a block-less `ecs` for its own.
+func parseECS(c *caddy.Controller, args []string, ca *Cache) error {
+	// RemainingArgs stops before a block's brace, on the same line.
+	block := c.NextArg()
+	if len(args) > 2 {
+		return fmt.Errorf("ecs: want [SOURCE4 [SOURCE6]], got %d arguments", len(args))
+	}
+	for i, bits := range []int{32, 128} {
+		if i >= len(args) {
+			break
+		}
+		n, err := strconv.Atoi(args[i])
+		if err != nil || n < 0 || n > bits {
+			return fmt.Errorf("ecs: source prefix %q is not a length between 0 and %d", args[i], bits)
+		}
+		if i == 0 {
+			ca.ecs.source4 = n
+		} else {
+			ca.ecs.source6 = n
+		}
+	}
+	for block && c.Next() && c.Val() != "}" {
+		switch opt, args := c.Val(), c.RemainingArgs(); opt {
+		case "add":
+			if len(args) != 0 {
+				return fmt.Errorf("ecs: add takes no arguments, got %q", args)
+			}
+			ca.ecs.add = true
+		case "max_variants":
+			n := -1
+			if len(args) == 1 {
+				n, _ = strconv.Atoi(args[0])
+			}
+			if n < 1 || n > 1000 {
+				return fmt.Errorf("ecs: max_variants wants one number between 1 and 1000, got %q", args)
+			}
+			ca.ecs.maxVariants = n
+		default:
+			return fmt.Errorf("ecs: unknown option %q", opt)
+		}
 	}
 	return nil
 }

@@ -65,6 +65,13 @@ func TestParse(t *testing.T) {
 		}},
 		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", func(c *Cache) bool { return c.preferPositive }},
 		{"compactcache {\n disable success\n}", func(c *Cache) bool { return strings.Join(c.pexcept, ",") == "." }},
+		{"compactcache", func(c *Cache) bool { return c.ecs == defaultECS() }},
+		{"compactcache {\n ecs 16 48\n}", func(c *Cache) bool {
+			return c.ecs == ecsConfig{source4: 16, source6: 48, maxVariants: defaultMaxVariants}
+		}},
+		{"compactcache {\n ecs {\n add\n max_variants 10\n }\n keepttl\n}", func(c *Cache) bool {
+			return c.ecs == ecsConfig{source4: 24, source6: 56, add: true, maxVariants: 10} && c.keepttl
+		}},
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
 			return strings.Join(c.nexcept, ",") == "example.org.,example.net."
 		}},
@@ -127,6 +134,13 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n serve_stale\n serve_stale_policy newest\n}", `serve_stale_policy: want prefer_positive, got ["newest"]`},
 		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n serve_stale_policy prefer_positive\n}", "serve_stale_policy: can only be given once"},
 		{"compactcache {\n disable\n}", "disable: want success or denial"},
+		{"compactcache {\n ecs 33\n}", `ecs: source prefix "33"`},
+		{"compactcache {\n ecs 24 129\n}", `ecs: source prefix "129"`},
+		{"compactcache {\n ecs 24 56 1\n}", "ecs: want [SOURCE4 [SOURCE6]], got 3"},
+		{"compactcache {\n ecs {\n add 1\n }\n}", "ecs: add takes no arguments"},
+		{"compactcache {\n ecs {\n max_variants 0\n }\n}", `ecs: max_variants wants one number between 1 and 1000, got ["0"]`},
+		{"compactcache {\n ecs {\n nearest\n }\n}", `ecs: unknown option "nearest"`},
+		{"compactcache {\n ecs\n ecs\n}", "ecs: can only be given once"},
 		{"compactcache {\n disable both\n}", `disable: "both" is not success or denial`},
 		{"compactcache\ncompactcache", "once per Server Block"},
 	}

@@ -1,0 +1,279 @@
+package compactcache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// geoUpstream answers TXT questions by client subnet, as an authoritative
+// server with ECS does. The first label of the name sets the scope it
+// answers with ("s16.geo." answers with scope /16); the answer names the
+// network it was chosen for: the address it was sent, masked to the smaller
+// of the source prefix and that scope.
+type geoUpstream struct {
+	mu      sync.Mutex
+	queries map[string]int
+	sources []string // the ECS of each query, as "addr/source"
+	forge   func(e *dns.EDNS0_SUBNET)
+}
+
+func newGeoUpstream() *geoUpstream { return &geoUpstream{queries: map[string]int{}} }
+
+func geoScope(name string) uint8 {
+	n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(name, ".", 2)[0], "s"))
+	return uint8(n)
+}
+
+func (g *geoUpstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	q := r.Question[0]
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	network := "none"
+	var echo *dns.EDNS0_SUBNET
+	if e := replySubnet(r); e != nil {
+		scope := geoScope(q.Name)
+		p, _ := netip.AddrFromSlice(e.Address)
+		if e.Family == familyIPv4 {
+			p = p.Unmap()
+		}
+		pfx, _ := p.Prefix(int(min(e.SourceNetmask, scope)))
+		network = pfx.String()
+		echo = &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: e.Family, SourceNetmask: e.SourceNetmask, SourceScope: scope, Address: e.Address}
+		if g.forge != nil {
+			g.forge(echo)
+		}
+		g.mu.Lock()
+		g.sources = append(g.sources, fmt.Sprintf("%s/%d", e.Address, e.SourceNetmask))
+		g.mu.Unlock()
+	}
+	m.Answer = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300}, Txt: []string{network}}}
+	if o := r.IsEdns0(); o != nil {
+		m.SetEdns0(o.UDPSize(), o.Do())
+		if echo != nil {
+			m.IsEdns0().Option = []dns.EDNS0{echo}
+		}
+	}
+	g.mu.Lock()
+	g.queries[strings.ToLower(q.Name)]++
+	g.mu.Unlock()
+	return dns.RcodeSuccess, w.WriteMsg(m)
+}
+
+func (g *geoUpstream) Name() string { return "geo" }
+
+func (g *geoUpstream) count(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queries[name]
+}
+
+// geoQuery is a TXT query for name from a client that sends ECS subnet (""
+// for none).
+func geoQuery(name, subnet string) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeTXT)
+	m.SetEdns0(1232, false)
+	if subnet != "" {
+		p := netip.MustParsePrefix(subnet)
+		e := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: uint8(p.Bits()), Address: net.IP(p.Masked().Addr().AsSlice())}
+		if p.Addr().Is6() {
+			e.Family = familyIPv6
+		}
+		m.IsEdns0().Option = []dns.EDNS0{e}
+	}
+	return m
+}
+
+// geoAnswer returns the network an answer names and the ECS echoed with it.
+func geoAnswer(t *testing.T, m *dns.Msg) (string, *dns.EDNS0_SUBNET) {
+	t.Helper()
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Fatalf("reply %v", m)
+	}
+	return m.Answer[0].(*dns.TXT).Txt[0], replySubnet(m)
+}
+
+func newGeoCache(t *testing.T, corefile string, g *geoUpstream, clk *clock) *Cache {
+	t.Helper()
+	c := mustParse(t, corefile)
+	c.Next, c.now = g, clk.now
+	t.Cleanup(func() { c.refreshes.shutdown(time.Second) })
+	return c
+}
+
+func TestECSVariants(t *testing.T) {
+	g := newGeoUpstream()
+	c := newGeoCache(t, "compactcache", g, newClock())
+	for _, step := range []struct {
+		name, subnet string
+		network      string // the answer's network
+		scope        uint8  // echoed
+		queries      int    // upstream queries for the name so far
+	}{
+		{"s16.geo.", "10.1.2.0/24", "10.1.0.0/16", 16, 1},
+		{"s16.geo.", "10.1.9.0/24", "10.1.0.0/16", 16, 1}, // same /16
+		{"s16.geo.", "10.2.0.0/24", "10.2.0.0/16", 16, 2},
+		{"s16.geo.", "10.1.0.0/16", "10.1.0.0/16", 16, 2},  // a /16 source is enough
+		{"s16.geo.", "10.1.0.0/8", "10.0.0.0/8", 8, 3},     // a shorter source is not
+		{"s24.geo.", "10.1.1.77/32", "10.1.1.0/24", 24, 1}, // source cut to /24 upstream, echoed /32
+		{"s24.geo.", "10.1.1.0/24", "10.1.1.0/24", 24, 1},
+		{"s24.geo.", "10.1.2.0/24", "10.1.2.0/24", 24, 2},
+		{"s32.geo.", "10.1.1.5/32", "10.1.1.0/24", 24, 1}, // scope beyond source: stored for the source
+		{"s32.geo.", "10.1.1.9/32", "10.1.1.0/24", 24, 1},
+		{"s0.geo.", "10.1.1.0/24", "0.0.0.0/0", 0, 1}, // scope /0: for everyone
+		{"s0.geo.", "192.0.2.0/24", "0.0.0.0/0", 0, 1},
+		{"s16.geo.", "2001:db8:1:2::/64", "2001::/16", 16, 4}, // another family
+		{"s48.geo.", "2001:db8:1:2::/64", "2001:db8:1::/48", 48, 1},
+		{"s48.geo.", "2001:db8:1:ff::/64", "2001:db8:1::/48", 48, 1},
+		{"s64.geo.", "2001:db8:1:2::/64", "2001:db8:1::/56", 56, 1}, // cut to /56
+	} {
+		network, echo := geoAnswer(t, ask(t, c, geoQuery(step.name, step.subnet), false))
+		p := netip.MustParsePrefix(step.subnet)
+		if network != step.network || echo == nil || echo.SourceScope != step.scope || int(echo.SourceNetmask) != p.Bits() ||
+			!net.IP(p.Masked().Addr().AsSlice()).Equal(echo.Address) {
+			t.Errorf("%s from %s: answer for %s, ECS %v; want %s with scope %d and the client's source", step.name, step.subnet, network, echo, step.network, step.scope)
+		}
+		if n := g.count(step.name); n != step.queries {
+			t.Errorf("%s from %s: upstream asked %d times, want %d", step.name, step.subnet, n, step.queries)
+		}
+	}
+}
+
+func TestECSSourceZeroAndNoECS(t *testing.T) {
+	g := newGeoUpstream()
+	c := newGeoCache(t, "compactcache", g, newClock())
+	// Source /0: the answer serves only /0 queries of its family (RFC 7871
+	// 7.3.1).
+	for i, step := range []struct {
+		subnet  string
+		queries int
+	}{{"0.0.0.0/0", 1}, {"0.0.0.0/0", 1}, {"10.1.1.0/24", 2}, {"::/0", 3}, {"::/0", 3}} {
+		ask(t, c, geoQuery("s16.geo.", step.subnet), false)
+		if n := g.count("s16.geo."); n != step.queries {
+			t.Errorf("step %d, %s: upstream asked %d times, want %d", i, step.subnet, n, step.queries)
+		}
+	}
+	// Without ECS the answer has no scope and serves everyone.
+	network, echo := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", ""), false))
+	if network != "none" || echo != nil {
+		t.Fatalf("no ECS: answer for %s with ECS %v", network, echo)
+	}
+	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", "10.9.9.0/24"), false)); network != "none" || g.count("s24.geo.") != 1 {
+		t.Fatalf("after an answer without ECS: %s, upstream asked %d times; want the answer for everyone", network, g.count("s24.geo."))
+	}
+}
+
+func TestECSForgedNotCached(t *testing.T) {
+	for _, forge := range []func(e *dns.EDNS0_SUBNET){
+		func(e *dns.EDNS0_SUBNET) { e.SourceNetmask = 16 },
+		func(e *dns.EDNS0_SUBNET) { e.Address = net.IPv4(10, 9, 9, 0) },
+		func(e *dns.EDNS0_SUBNET) { e.Family = familyIPv6; e.Address = net.ParseIP("2001:db8::") },
+	} {
+		g := newGeoUpstream()
+		g.forge = forge
+		c := newGeoCache(t, "compactcache", g, newClock())
+		for range 2 {
+			_, echo := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false))
+			if echo == nil || echo.Family != familyIPv4 || echo.SourceNetmask != 24 || !echo.Address.Equal(net.IPv4(10, 1, 1, 0)) {
+				t.Errorf("forged reply: the client got ECS %v, want its own 10.1.1.0/24", echo)
+			}
+		}
+		if n := g.count("s24.geo."); n != 2 || c.Stats().Entries != 0 {
+			t.Errorf("forged reply: upstream asked %d times, %d entries; want 2 and none", n, c.Stats().Entries)
+		}
+	}
+}
+
+func TestECSAddAndMaxVariants(t *testing.T) {
+	g := newGeoUpstream()
+	c := newGeoCache(t, "compactcache {\n ecs 16 48 {\n add\n max_variants 2\n }\n}", g, newClock())
+	// A client that sends no ECS gets one added from its address, cut to
+	// the configured /16, and none echoed back.
+	rec := &recorder{ResponseWriter: test.ResponseWriter{}} // 10.240.0.1
+	if _, err := c.ServeDNS(context.Background(), rec, geoQuery("s24.geo.", "")); err != nil {
+		t.Fatal(err)
+	}
+	network, echo := geoAnswer(t, rec.msg)
+	if network != "10.240.0.0/16" || echo != nil || g.sources[0] != "10.240.0.0/16" {
+		t.Fatalf("added ECS: answer for %s, echo %v, upstream saw %v", network, echo, g.sources)
+	}
+	// Three subnets, two kept: the oldest goes.
+	for _, s := range []string{"10.1.0.0/16", "10.2.0.0/16", "10.3.0.0/16", "10.2.0.0/16", "10.1.0.0/16"} {
+		ask(t, c, geoQuery("s16.geo.", s), false)
+	}
+	if n := g.count("s16.geo."); n != 4 {
+		t.Fatalf("upstream asked %d times, want 4: 10.1 asked again after 10.3 pushed it out", n)
+	}
+}
+
+func TestECSPrefetchUsesStoredSubnet(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n prefetch 1 1m 50%\n}", g, clk)
+	q := geoQuery("s16.geo.", "10.1.2.0/24")
+	ask(t, c, q, false)
+	clk.advance(200 * time.Second)
+	ask(t, c, q, false)
+	await(t, "the prefetch", func() bool { return g.count("s16.geo.") == 2 })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if got := g.sources[1]; got != "10.1.0.0/16" {
+		t.Fatalf("prefetch asked for %s, want the stored subnet 10.1.0.0/16", got)
+	}
+}
+
+// TestECSNeverServesAnotherNetwork asks random names from random subnets and
+// checks every answer against the client: the network it was chosen for
+// contains the client, is no longer than the client's source prefix, and is
+// exactly what the upstream would answer wherever the upstream's scope fits
+// in what the client sent.
+func TestECSNeverServesAnotherNetwork(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n capacity 1MiB\n}", g, clk)
+	rng := rand.New(rand.NewPCG(7, 11))
+	scopes4 := []int{0, 8, 16, 20, 24, 32}
+	scopes6 := []int{0, 32, 48, 56, 64}
+	for i := range 5000 {
+		var client netip.Prefix
+		var scope int
+		if rng.IntN(4) == 0 {
+			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(rng.IntN(4)), byte(rng.IntN(4)), byte(rng.IntN(4)), byte(rng.IntN(256))}
+			client = netip.PrefixFrom(netip.AddrFrom16(a), rng.IntN(129))
+			scope = scopes6[rng.IntN(len(scopes6))]
+		} else {
+			a := [4]byte{10, byte(rng.IntN(3)), byte(rng.IntN(3)), byte(rng.IntN(256))}
+			client = netip.PrefixFrom(netip.AddrFrom4(a), rng.IntN(33))
+			scope = scopes4[rng.IntN(len(scopes4))]
+		}
+		client = client.Masked()
+		name := fmt.Sprintf("s%d.n%d.geo.", scope, rng.IntN(3))
+		network, _ := geoAnswer(t, ask(t, c, geoQuery(name, client.String()), false))
+		got := netip.MustParsePrefix(network)
+		sent := min(client.Bits(), 24)
+		if client.Addr().Is6() {
+			sent = min(client.Bits(), 56)
+		}
+		if got.Bits() > sent || !got.Contains(client.Addr()) {
+			t.Fatalf("query %d: %s from %s got the answer for %s", i, name, client, got)
+		}
+		if want, _ := client.Addr().Prefix(min(sent, scope)); scope <= sent && got != want {
+			t.Fatalf("query %d: %s from %s got the answer for %s, the upstream's is %s", i, name, client, got, want)
+		}
+		if i%500 == 0 {
+			clk.advance(time.Minute) // let entries age and expire
+		}
+	}
+}
