@@ -55,6 +55,7 @@ type options struct {
 	verify      int
 	rounds      int
 	rev         string
+	quietWait   time.Duration
 }
 
 // config is one server under test: a kind of Corefile and the environment
@@ -119,6 +120,7 @@ func main() {
 	flag.IntVar(&o.outstanding, "outstanding", 200, "dnsperf -q for the max-throughput phase")
 	flag.IntVar(&o.verify, "verify", 2000, "entries whose cached replies are checked against the workload after the fill")
 	flag.StringVar(&o.rev, "rev", "", "build cmd/coredns from this git revision (exported into the output directory) instead of the work tree as it is")
+	flag.DurationVar(&o.quietWait, "quiet-wait", 30*time.Second, "before each measured phase, wait up to this long for the two cores to be free of other work (0: do not wait)")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
 	flag.Parse()
 
@@ -308,6 +310,7 @@ func (o options) describe() map[string]string {
 		"clients":     strconv.Itoa(o.clients),
 		"outstanding": strconv.Itoa(o.outstanding),
 		"rounds":      strconv.Itoa(o.rounds),
+		"quiet-wait":  o.quietWait.String(),
 	}
 }
 
@@ -508,8 +511,10 @@ type phase struct {
 	Upstream  int     // queries the upstream received during the phase
 	GC        gcTrace // the server's GC cycles during the phase
 	Wall      time.Duration
-	Cores     [2]coreLoad // the server's core and the client's, during the phase
-	Err       string      `json:",omitempty"`
+	Waited    time.Duration // waiting for quiet cores before the phase
+	Quiet     bool          // the cores were quiet when the phase began
+	Cores     [2]coreLoad   // the server's core and the client's, during the phase
+	Err       string        `json:",omitempty"`
 }
 
 // foreign is the share of the server's core that something other than the
@@ -699,10 +704,47 @@ func (r *runner) perfArgs(file string, extra ...string) []string {
 	return append([]string{"-s", "127.0.0.1", "-p", strconv.Itoa(r.p.server), "-d", file, "-e", "-t", "3", "-c", strconv.Itoa(r.o.clients), "-T", "1"}, extra...)
 }
 
+// waitQuiet waits, up to -quiet-wait, for a second in which the server's
+// core was at most 10% busy with anything but the (idle) server and the
+// client's core at most 25% busy: the machine is shared, and a phase run
+// beside someone's build measures the build too.
+func (r *runner) waitQuiet(ctx context.Context, srv *proc) (time.Duration, bool) {
+	start := time.Now()
+	cores := []int{r.o.serverCore, r.o.clientCore}
+	for {
+		l0 := coreLoads(cores)
+		c0, _ := cpuTime(srv.pid())
+		t0 := time.Now()
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false
+		case <-time.After(time.Second):
+		}
+		l1 := coreLoads(cores)
+		c1, _ := cpuTime(srv.pid())
+		wall := float64(time.Since(t0))
+		server := l1[0].sub(l0[0])
+		client := l1[1].sub(l0[1])
+		other := float64(server.Busy+server.Steal-(c1-c0)) / wall
+		if other <= 0.10 && float64(client.Busy+client.Steal)/wall <= 0.25 {
+			return time.Since(start), true
+		}
+		if time.Since(start) >= r.o.quietWait {
+			return time.Since(start), false
+		}
+	}
+}
+
 // runPhase runs dnsperf against srv and takes the server's CPU time, the
 // upstream's request count and the GC cycles around it.
 func (r *runner) runPhase(ctx context.Context, srv *proc, logName, name string, rate int, args []string) phase {
 	ph := phase{Name: name, Rate: rate}
+	if r.o.quietWait > 0 && (name == "max" || rate > 0) {
+		ph.Waited, ph.Quiet = r.waitQuiet(ctx, srv)
+		if !ph.Quiet {
+			log.Printf("%s: the cores were still busy after %v; measuring anyway", name, ph.Waited.Round(time.Second))
+		}
+	}
 	up0 := r.upstreamRequests()
 	_, r.gcOff = readGCs(srv.stderr, r.gcOff)
 	cores := []int{r.o.serverCore, r.o.clientCore}

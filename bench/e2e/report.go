@@ -395,20 +395,26 @@ func (rep *report) writeRounds(w io.Writer) {
 	n := rep.n()
 	fmt.Fprintln(w, "### Each round")
 	fmt.Fprintln(w)
-	head := []string{"config", "round", "RSS B/entry", "heap B/entry", "max q/s", "µs/q at max", "other load"}
+	head := []string{"config", "round", "phases begun busy", "RSS B/entry", "heap B/entry", "max q/s", "µs/q at max", "other load"}
 	for _, q := range rep.rates() {
 		head = append(head, fmt.Sprintf("p99 at %d/s", q), fmt.Sprintf("µs/q at %d/s", q), "other load")
 	}
 	t := table{head: head}
 	for _, g := range rep.groups() {
 		for _, r := range g.rs {
-			row := []string{g.spec, strconv.Itoa(r.Round), "–", "–", f0(r.Max.Perf.QPS), f2(r.Max.cpuPerQuery()), pct(r.Max.foreign())}
-			if cached(g.kind) {
-				row[2] = f0(r.rssPerEntry(n))
-				if gcOff(g.spec) {
-					row[2] = "(at the limit)"
+			busy := 0
+			for _, ph := range append([]phase{*r.Max}, r.Rates...) {
+				if !ph.Quiet && ph.Waited > 0 {
+					busy++
 				}
-				row[3] = f0(r.heapPerEntry(n))
+			}
+			row := []string{g.spec, strconv.Itoa(r.Round), strconv.Itoa(busy), "–", "–", f0(r.Max.Perf.QPS), f2(r.Max.cpuPerQuery()), pct(r.Max.foreign())}
+			if cached(g.kind) {
+				row[3] = f0(r.rssPerEntry(n))
+				if gcOff(g.spec) {
+					row[3] = "(at the limit)"
+				}
+				row[4] = f0(r.heapPerEntry(n))
 			}
 			for _, q := range rep.rates() {
 				ph := r.rate(q)
