@@ -72,6 +72,7 @@ type Cache struct {
 	ecs ecsConfig
 
 	refreshes refreshes
+	flights   flights
 
 	raw     bool // hits go out through w.Write; see SetRawWrites
 	metrics *metricsSet

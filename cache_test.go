@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -326,3 +327,49 @@ var clientAddr = &net.UDPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 40212}
 func (d *discard) RemoteAddr() net.Addr { return clientAddr }
 
 func (d *discard) Write(b []byte) (int, error) { d.n += len(b); return len(b), nil }
+
+// TestConcurrentMissesAskOnce: a thousand clients asking one new name at
+// once cost one upstream query; the stock cache sends one each.
+func TestConcurrentMissesAskOnce(t *testing.T) {
+	u := exampleUpstream()
+	release := make(chan struct{})
+	c := newTestCache(t, u, newClock())
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		<-release // hold the upstream until every client is waiting
+		return u.ServeDNS(ctx, w, r)
+	})
+	const clients = 1000
+	var wg sync.WaitGroup
+	replies := make(chan *dns.Msg, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA, Do: i%2 == 0}.Msg()
+			req.Id = uint16(i)
+			rec := &recorder{}
+			if _, err := c.ServeDNS(context.Background(), rec, req); err != nil || rec.msg == nil {
+				t.Errorf("client %d: %v, reply %v", i, err, rec.msg)
+				return
+			}
+			if rec.msg.Id != req.Id || len(rec.msg.Answer) != 2 {
+				t.Errorf("client %d: reply ID %d with %d answers", i, rec.msg.Id, len(rec.msg.Answer))
+			}
+			replies <- rec.msg
+		}()
+	}
+	await(t, "every client to wait", func() bool {
+		c.flights.mu.Lock()
+		defer c.flights.mu.Unlock()
+		return len(c.flights.m) == 1
+	})
+	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
+	close(release)
+	wg.Wait()
+	if n := u.count("a.example.org.", dns.TypeA); n != 1 {
+		t.Fatalf("%d concurrent clients made %d upstream queries, want 1", clients, n)
+	}
+	if len(replies) != clients {
+		t.Fatalf("%d of %d clients answered", len(replies), clients)
+	}
+}

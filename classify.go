@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -100,13 +101,22 @@ func minTTL(m *dns.Msg, ceiling time.Duration) time.Duration {
 			if hopByHop(h.Rrtype) {
 				continue
 			}
-			ttl = min(ttl, h.Ttl)
+			ttl = min(ttl, wireTTL(h.Ttl))
 			if soa, ok := r.(*dns.SOA); ok {
-				ttl = min(ttl, soa.Minttl)
+				ttl = min(ttl, wireTTL(soa.Minttl))
 			}
 		}
 	}
 	return time.Duration(ttl) * time.Second
+}
+
+// wireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it
+// means zero.
+func wireTTL(ttl uint32) uint32 {
+	if ttl > math.MaxInt32 {
+		return 0
+	}
+	return ttl
 }
 
 func hasRecords(rrs []dns.RR) bool {

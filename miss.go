@@ -12,16 +12,50 @@ import (
 
 // miss asks the next plugin, stores the reply when it is cacheable and
 // answers the client: from the stored entry, so that hits and misses are
-// written alike, or with the reply itself tailored to the client.
+// written alike, or with the reply itself tailored to the client. Misses for
+// one question that arrive while it is asked wait for that answer instead of
+// asking again.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
+	f, leader := c.flights.join(c.flightKey(s))
+	if !leader {
+		return c.await(ctx, w, r, s, f)
+	}
 	b := builderPool.Get().(*builder)
 	defer builderPool.Put(b)
 	cw := c.newCapture(w, r, s, b, m)
 	rcode, err := cw.fetch(ctx)
+	c.flights.land(f, cw.reply, rcode, err)
 	if cw.reply == nil {
 		return rcode, err
 	}
 	return rcode, c.answer(w, r, cw)
+}
+
+// await answers a miss that waited for another request's fetch of the same
+// question: from the cache when the reply was stored, else with the reply.
+func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flight) (int, error) {
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return dns.RcodeServerFailure, ctx.Err()
+	}
+	if f.reply == nil {
+		return f.rcode, f.err
+	}
+	if found := c.lookup(s, c.now(), true); found.state != absent {
+		return f.rcode, c.write(w, found.reply)
+	}
+	return f.rcode, w.WriteMsg(forClient(f.reply, r, &s.q))
+}
+
+// flightKey names what a miss asks upstream: the question and key flags, and
+// the client subnet sent.
+func (c *Cache) flightKey(s *scratch) uint64 {
+	if e := &s.q.ecs; e.family != 0 {
+		s.probe = variantKey(s.probe[:0], s.key, 0, e.family, e.sent, e.addr)
+		return c.store.hash(s.probe)
+	}
+	return c.store.hash(s.key)
 }
 
 // answer writes the reply cw fetched for r to the client.
@@ -262,6 +296,7 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 // and OPT is as a hit's.
 func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	m := *res
+	m.Id, m.Question = r.Id, r.Question // res may answer another request for the question
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
 	}

@@ -233,3 +233,44 @@ func (noClient) Close() error                { return nil }
 func (noClient) TsigStatus() error           { return nil }
 func (noClient) TsigTimersOnly(bool)         {}
 func (noClient) Hijack()                     {}
+
+// flights are the fetches of misses in flight, by flightKey, for request
+// coalescing: a thousand clients asking one new name cost one upstream query.
+type flights struct {
+	mu sync.Mutex
+	m  map[uint64]*flight
+}
+
+// flight is one fetch; done closes when reply, rcode and err are set.
+type flight struct {
+	key   uint64
+	done  chan struct{}
+	reply *dns.Msg
+	rcode int
+	err   error
+}
+
+// join returns the flight for key, and whether the caller leads it: the
+// leader fetches and lands it, the others wait for it to land.
+func (fs *flights) join(key uint64) (*flight, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f, ok := fs.m[key]; ok {
+		return f, false
+	}
+	if fs.m == nil {
+		fs.m = map[uint64]*flight{}
+	}
+	f := &flight{key: key, done: make(chan struct{})}
+	fs.m[key] = f
+	return f, true
+}
+
+// land publishes the outcome of f to its waiters.
+func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
+	fs.mu.Lock()
+	delete(fs.m, f.key)
+	fs.mu.Unlock()
+	f.reply, f.rcode, f.err = reply, rcode, err
+	close(f.done)
+}

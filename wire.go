@@ -2,7 +2,6 @@ package compactcache
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/miekg/dns"
 )
@@ -118,9 +117,7 @@ func askedFor(t uint16, section int, qtype uint16) bool { return section == 0 &&
 
 // appendRecord lays r out in the record format of entry.go.
 func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
-	if r.ttl > math.MaxInt32 {
-		r.ttl = 0 // RFC 2181 section 8: a TTL with the top bit set means zero
-	}
+	r.ttl = wireTTL(r.ttl)
 	var flags byte
 	if equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
