@@ -45,7 +45,14 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	if found := c.lookup(s, c.now(), true); found.state != absent {
 		return f.rcode, c.write(w, found.reply)
 	}
-	return f.rcode, w.WriteMsg(forClient(f.reply, r, &s.q))
+	// The reply answers the leader's request: give it this one's ID, and
+	// its question as asked when the reply's is the same question.
+	reply := forClient(f.reply, r, &s.q)
+	reply.Id = r.Id
+	if sameQuestion(reply, r) {
+		reply.Question = r.Question
+	}
+	return f.rcode, w.WriteMsg(reply)
 }
 
 // flightKey names what a miss asks upstream: the question and key flags, and
@@ -296,7 +303,6 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 // and OPT is as a hit's.
 func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	m := *res
-	m.Id, m.Question = r.Id, r.Question // res may answer another request for the question
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
 	}
