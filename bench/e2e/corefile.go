@@ -14,9 +14,10 @@ const (
 	kindStock       = "stock"        // cache + forward
 	kindKubeCompact = "kube-compact" // the kube-dns Corefile with compactcache
 	kindKubeStock   = "kube-stock"   // the kube-dns Corefile with cache
+	kindKubeWhoami  = "kube-whoami"  // the kube-dns Corefile with whoami for forward and the cache: its floor
 )
 
-var kinds = []string{kindWhoami, kindCompact, kindStock, kindKubeCompact, kindKubeStock}
+var kinds = []string{kindWhoami, kindCompact, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami}
 
 // ports are the loopback ports of one run.
 type ports struct {
@@ -83,13 +84,15 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	case kindStock:
 		fmt.Fprintf(&b, "    cache {\n        success %d\n    }\n", cs.success)
 		fmt.Fprintf(&b, "    forward . %s\n", up)
-	case kindKubeCompact, kindKubeStock:
+	case kindKubeCompact, kindKubeStock, kindKubeWhoami:
 		// The Corefile kubeadm and the CoreDNS Helm chart install, with:
 		//   - no kubernetes block: it needs an API server;
 		//   - every listener on the loopback;
 		//   - forward to the local upstream instead of /etc/resolv.conf;
 		//   - the cache's TTL cap at 3600 instead of 30, so that the filled
-		//     entries (TTL 3600) stay fresh for the whole run.
+		//     entries (TTL 3600) stay fresh for the whole run;
+		//   - for kube-whoami, whoami in place of forward and the cache:
+		//     what the block's other plugins cost.
 		fmt.Fprintf(&b, `    errors
     health 127.0.0.1:%d {
         lameduck 5s
@@ -97,19 +100,24 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
     ready 127.0.0.1:%d
     # kubernetes cluster.local in-addr.arpa ip6.arpa { ... } left out: no API server here
     prometheus 127.0.0.1:%d
-    forward . %s {
-        max_concurrent 1000
-    }
-`, p.health, p.ready, p.metrics, up)
-		if kind == kindKubeCompact {
+`, p.health, p.ready, p.metrics)
+		switch kind {
+		case kindKubeWhoami:
+			b.WriteString("    whoami\n")
+		case kindKubeCompact:
+			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    compactcache 3600 {\n        capacity %s\n", cs.capacity)
-		} else {
+		default:
+			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    cache 3600 {\n        success %d\n", cs.success)
 		}
-		b.WriteString(`        disable success cluster.local
+		if kind != kindKubeWhoami {
+			b.WriteString(`        disable success cluster.local
         disable denial cluster.local
     }
-    loop
+`)
+		}
+		b.WriteString(`    loop
     reload
     loadbalance
 `)
@@ -121,7 +129,15 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 }
 
 // cached reports whether kind has a cache to fill.
-func cached(kind string) bool { return kind != kindWhoami }
+func cached(kind string) bool { return kind != kindWhoami && kind != kindKubeWhoami }
+
+// floorOf returns the whoami kind that measures kind's floor.
+func floorOf(kind string) string {
+	if strings.HasPrefix(kind, "kube-") {
+		return kindKubeWhoami
+	}
+	return kindWhoami
+}
 
 // stockOf returns the kind with the stock cache in compactcache's place.
 func stockOf(kind string) (string, bool) {

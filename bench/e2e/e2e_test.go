@@ -122,6 +122,7 @@ func TestCorefiles(t *testing.T) {
 		kindStock:       {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
 		kindKubeCompact: {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
 		kindKubeStock:   {"cache 3600 {", "success 300000", "loadbalance"},
+		kindKubeWhoami:  {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
 	}
 	for _, k := range kinds {
 		text, err := corefile(k, p, cs, false)
@@ -135,6 +136,9 @@ func TestCorefiles(t *testing.T) {
 			if !strings.Contains(text, s) {
 				t.Errorf("%s: no %q in\n%s", k, s, text)
 			}
+		}
+		if k == kindKubeWhoami && (strings.Contains(text, "forward") || strings.Contains(text, "cache")) {
+			t.Errorf("%s: has forward or a cache:\n%s", k, text)
 		}
 		if strings.Contains(text, "pprof") {
 			t.Errorf("%s: pprof without asking", k)
