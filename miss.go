@@ -23,13 +23,20 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	b := builderPool.Get().(*builder)
 	defer builderPool.Put(b)
 	cw := c.newCapture(w, r, s, b, m)
-	rcode, err := cw.fetch(ctx)
-	c.flights.land(f, cw.reply, rcode, err)
+	// Land the flight even if the next plugin panics (the server recovers),
+	// so that no waiter is left waiting.
+	rcode, err := dns.RcodeServerFailure, errNoReply
+	defer func() { c.flights.land(f, cw.reply, rcode, err) }()
+	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
 	}
 	return rcode, c.answer(w, r, cw)
 }
+
+// errNoReply is the error of a fetch that ended without a reply or an error
+// of its own.
+var errNoReply = errors.New("no reply from the next plugin")
 
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
