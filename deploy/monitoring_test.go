@@ -1,0 +1,323 @@
+package deploy
+
+import (
+	"context"
+	encjson "encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	_ "github.com/compactcache/compactcache" // Registers compactcache and its metrics.
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	dashboardFile = "grafana/compactcache.json"
+	alertsFile    = "prometheus/alerts.yaml"
+)
+
+// metricName finds the metric names in a PromQL expression: the families of
+// the plugin and those of the Go and process collectors CoreDNS registers.
+var metricName = regexp.MustCompile(`\b(?:coredns|process|go)_[a-zA-Z0-9_:]*[a-zA-Z0-9]\b`)
+
+type dashboard struct {
+	Title      string  `json:"title"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	ID      int    `json:"id"`
+	Type    string `json:"type"`
+	Title   string `json:"title"`
+	GridPos struct {
+		X, Y, W, H int
+	} `json:"gridPos"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+}
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	data, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := encjson.NewDecoder(strings.NewReader(string(data)))
+	var d dashboard
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+func readAlerts(t *testing.T) ruleFile {
+	t.Helper()
+	data, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("%s: %v", alertsFile, err)
+	}
+	return rf
+}
+
+// dashboardMetrics returns, per metric name, where the dashboard uses it.
+func dashboardMetrics(t *testing.T) map[string][]string {
+	t.Helper()
+	d := readDashboard(t)
+	out := map[string][]string{}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				out[n] = append(out[n], p.Title)
+			}
+		}
+	}
+	for _, v := range d.Templating.List {
+		for _, n := range metricName.FindAllString(v.Definition, -1) {
+			out[n] = append(out[n], "variable "+v.Name)
+		}
+	}
+	return out
+}
+
+func alertMetrics(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, g := range readAlerts(t).Groups {
+		for _, r := range g.Rules {
+			for _, n := range metricName.FindAllString(r.Expr, -1) {
+				out[n] = append(out[n], r.Alert)
+			}
+		}
+	}
+	return out
+}
+
+// monitoredMetrics returns every metric name the dashboard or the alerts use.
+func monitoredMetrics(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	for _, m := range []map[string][]string{dashboardMetrics(t), alertMetrics(t)} {
+		for n := range m {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// exported serves queries through a compactcache built from Corefile text,
+// as CoreDNS builds it, so that every metric family of the plugin has a
+// child, and returns the names of the families the default registry gathers.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	ctrl := caddy.NewTestController("dns", "compactcache {\n capacity 1MiB\n}")
+	ctrl.ServerBlockKeys = []string{".:53"}
+	setup, err := caddy.DirectiveAction("dns", "compactcache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup(ctrl); err != nil {
+		t.Fatal(err)
+	}
+	cfg := dnsserver.GetConfig(ctrl)
+	if len(cfg.Plugin) != 1 {
+		t.Fatalf("%d plugins set up, want 1", len(cfg.Plugin))
+	}
+	next := plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{192, 0, 2, 1}}}
+		w.WriteMsg(m)
+		return dns.RcodeSuccess, nil
+	})
+	h := cfg.Plugin[0](next)
+	// The server label comes from the server in the request's context.
+	ctx := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://:53"})
+	for range 2 { // a miss, then a hit
+		req := new(dns.Msg)
+		req.SetQuestion("www.example.org.", dns.TypeA)
+		if _, err := h.ServeDNS(ctx, &writer{}, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
+
+// writer is a dns.ResponseWriter over UDP that keeps nothing.
+type writer struct{ dns.ResponseWriter }
+
+func (*writer) WriteMsg(*dns.Msg) error     { return nil }
+func (*writer) Write(b []byte) (int, error) { return len(b), nil }
+func (*writer) LocalAddr() net.Addr         { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53} }
+func (*writer) RemoteAddr() net.Addr        { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000} }
+func (*writer) Network() string             { return "udp" }
+
+func TestMonitoringNamesExportedMetrics(t *testing.T) {
+	have := exported(t)
+	var plugins []string
+	for n := range have {
+		if strings.HasPrefix(n, "coredns_compactcache_") {
+			plugins = append(plugins, n)
+		}
+	}
+	slices.Sort(plugins)
+	t.Logf("the plugin exports %d families: %v", len(plugins), plugins)
+	if len(plugins) < 11 {
+		t.Errorf("only %d coredns_compactcache_ families gathered; the README lists 11", len(plugins))
+	}
+
+	for file, used := range map[string]map[string][]string{dashboardFile: dashboardMetrics(t), alertsFile: alertMetrics(t)} {
+		if len(used) == 0 {
+			t.Errorf("%s names no metric", file)
+		}
+		for n, where := range used {
+			if !have[n] {
+				t.Errorf("%s: %s (in %v) is not exported", file, n, where)
+			}
+		}
+	}
+
+	// The dashboard shows every family of the plugin.
+	dash := dashboardMetrics(t)
+	for _, n := range plugins {
+		if _, ok := dash[n]; !ok {
+			t.Errorf("the dashboard does not show %s", n)
+		}
+	}
+	// The alerts cover what the brief asks of them.
+	alerts := alertMetrics(t)
+	for _, n := range []string{"coredns_compactcache_bytes", "coredns_compactcache_capacity_bytes", "coredns_compactcache_hits_total",
+		"coredns_compactcache_requests_total", "coredns_compactcache_served_stale_total", "coredns_compactcache_drops_total", "coredns_compactcache_refused_total"} {
+		if _, ok := alerts[n]; !ok {
+			t.Errorf("no alert uses %s", n)
+		}
+	}
+}
+
+func TestDashboardLayout(t *testing.T) {
+	d := readDashboard(t)
+	if d.UID == "" || d.Title == "" {
+		t.Error("the dashboard needs a uid and a title")
+	}
+	ids := map[int]bool{}
+	type rect struct{ x, y, w, h int }
+	var placed []rect
+	var titles []string
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d used twice", p.ID)
+		}
+		ids[p.ID] = true
+		g := p.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", p.Title, g)
+		}
+		r := rect{g.X, g.Y, g.W, g.H}
+		for _, q := range placed {
+			if r.x < q.x+q.w && q.x < r.x+r.w && r.y < q.y+q.h && q.y < r.y+r.h {
+				t.Errorf("panel %q overlaps another at %+v", p.Title, g)
+			}
+		}
+		placed = append(placed, r)
+		if p.Type == "row" {
+			continue
+		}
+		titles = append(titles, p.Title)
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("panel %q: target %+v needs an expr and a unique refId", p.Title, tg)
+			}
+			refs[tg.RefID] = true
+			if strings.Count(tg.Expr, "(") != strings.Count(tg.Expr, ")") || strings.Count(tg.Expr, "{") != strings.Count(tg.Expr, "}") {
+				t.Errorf("panel %q: unbalanced expression %s", p.Title, tg.Expr)
+			}
+		}
+	}
+	for _, want := range []string{"Hit ratio", "Bytes in use vs capacity", "Entries by type", "Evictions by type", "Stale served", "Prefetches", "Drops and refused"} {
+		if !slices.Contains(titles, want) {
+			t.Errorf("no panel %q", want)
+		}
+	}
+}
+
+func TestAlertRules(t *testing.T) {
+	rf := readAlerts(t)
+	seen := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" || r.For == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("rule %+v needs alert, expr, for, a severity and a summary", r)
+			}
+			if seen[r.Alert] {
+				t.Errorf("alert %s twice", r.Alert)
+			}
+			seen[r.Alert] = true
+			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") {
+				t.Errorf("%s: unbalanced parentheses", r.Alert)
+			}
+		}
+	}
+	// promtool, where it is installed (Debian's prometheus package), checks
+	// the expressions for real.
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not installed: expressions checked for balance only")
+		return
+	}
+	out, err := exec.Command(promtool, "check", "rules", filepath.Clean(alertsFile)).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
