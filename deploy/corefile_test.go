@@ -627,9 +627,9 @@ func TestClusterCorefileStarts(t *testing.T) {
 			t.Errorf("%s is named by the dashboard or alerts but not exported by the binary", name)
 		}
 	}
-	if len(api.unknown) > 0 {
-		t.Logf("API requests the fake server did not serve: %v", api.unknown)
-	}
+	api.mu.Lock()
+	t.Logf("API requests served: %v; not served: %v", api.requests, api.unknown)
+	api.mu.Unlock()
 
 	took := in.stop(t, 20*time.Second)
 	t.Logf("stopped %v after SIGTERM (health lameduck 5s)", took.Round(100*time.Millisecond))
