@@ -38,17 +38,25 @@ type latency struct {
 	Mean                     float64
 }
 
-// runDNSPerf runs dnsperf pinned to core with args, its output (less the
+// rtPriority is the SCHED_RR priority of the server and dnsperf during the
+// fixed-rate phases of -rt-rates.
+const rtPriority = 10
+
+// runDNSPerf runs dnsperf pinned to core (under SCHED_RR with rt) with args, its output (less the
 // per-query lines of -v, which it reduces to percentiles) in logPath.
-func runDNSPerf(ctx context.Context, core int, logPath string, args []string) (perf, error) {
+func runDNSPerf(ctx context.Context, core int, rt bool, logPath string, args []string) (perf, error) {
 	verbose := slices.Contains(args, "-v")
-	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(core), "dnsperf"}, args...)...)
+	argv := pinned(core, "dnsperf", args...)
+	if rt {
+		argv = append([]string{"chrt", "-r", strconv.Itoa(rtPriority)}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return perf{}, err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "# taskset -c %d dnsperf %s\n", core, strings.Join(args, " "))
+	fmt.Fprintf(logf, "# %s\n", strings.Join(argv, " "))
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

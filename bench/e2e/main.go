@@ -34,8 +34,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-const defaultConfigs = "whoami compact stock kube-compact kube-stock " +
-	"compact@GOGC=400 stock@GOGC=400 compact@GOGC=off,GOMEMLIMIT=256MiB"
+const defaultConfigs = "whoami kube-whoami compact stock kube-compact kube-stock " +
+	"compact@GOGC=400 compact@GOGC=off,GOMEMLIMIT=256MiB"
 
 type options struct {
 	n           int
@@ -56,6 +56,7 @@ type options struct {
 	rounds      int
 	rev         string
 	quietWait   time.Duration
+	rtRates     bool
 }
 
 // config is one server under test: a kind of Corefile and the environment
@@ -121,6 +122,8 @@ func main() {
 	flag.IntVar(&o.verify, "verify", 2000, "entries whose cached replies are checked against the workload after the fill")
 	flag.StringVar(&o.rev, "rev", "", "build cmd/coredns from this git revision (exported into the output directory) instead of the work tree as it is")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 30*time.Second, "before each measured phase, wait up to this long for the two cores to be free of other work (0: do not wait)")
+	flag.IntVar(&niceness, "nice", 0, "niceness of the servers and dnsperf (nice -n); on a shared machine -10 gives them precedence over other work on their cores")
+	flag.BoolVar(&o.rtRates, "rt-rates", false, "run the server and dnsperf under SCHED_RR during the fixed-rate phases, so that other work on a shared machine does not set their latency (needs root)")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
 	flag.Parse()
 
@@ -311,6 +314,8 @@ func (o options) describe() map[string]string {
 		"outstanding": strconv.Itoa(o.outstanding),
 		"rounds":      strconv.Itoa(o.rounds),
 		"quiet-wait":  o.quietWait.String(),
+		"nice":        strconv.Itoa(niceness),
+		"rt-rates":    strconv.FormatBool(o.rtRates),
 	}
 }
 
@@ -513,6 +518,7 @@ type phase struct {
 	Wall      time.Duration
 	Waited    time.Duration // waiting for quiet cores before the phase
 	Quiet     bool          // the cores were quiet when the phase began
+	RT        bool          // the server and dnsperf ran under SCHED_RR
 	Cores     [2]coreLoad   // the server's core and the client's, during the phase
 	Err       string        `json:",omitempty"`
 }
@@ -704,6 +710,21 @@ func (r *runner) perfArgs(file string, extra ...string) []string {
 	return append([]string{"-s", "127.0.0.1", "-p", strconv.Itoa(r.p.server), "-d", file, "-e", "-t", "3", "-c", strconv.Itoa(r.o.clients), "-T", "1"}, extra...)
 }
 
+// setRT moves every thread of pid to SCHED_RR at rtPriority, or back to
+// SCHED_OTHER. Threads the Go runtime starts later inherit the policy of the
+// thread that starts them.
+func setRT(pid int, on bool) error {
+	args := []string{"-a", "-o", "-p", "0", strconv.Itoa(pid)}
+	if on {
+		args = []string{"-a", "-r", "-p", strconv.Itoa(rtPriority), strconv.Itoa(pid)}
+	}
+	out, err := exec.Command("chrt", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("chrt %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
 // waitQuiet waits, up to -quiet-wait, for a second in which the server's
 // core was at most 10% busy with anything but the (idle) server and the
 // client's core at most 25% busy: the machine is shared, and a phase run
@@ -751,7 +772,16 @@ func (r *runner) runPhase(ctx context.Context, srv *proc, logName, name string, 
 	load0 := coreLoads(cores)
 	cpu0, err0 := cpuTime(srv.pid())
 	start := time.Now()
-	pf, err := runDNSPerf(ctx, r.o.clientCore, filepath.Join(r.dir, "logs", logName), args)
+	rt := r.o.rtRates && rate > 0
+	if rt {
+		ph.RT = setRT(srv.pid(), true) == nil
+	}
+	pf, err := runDNSPerf(ctx, r.o.clientCore, rt, filepath.Join(r.dir, "logs", logName), args)
+	if rt {
+		if err := setRT(srv.pid(), false); err != nil {
+			log.Printf("%s: back to SCHED_OTHER: %v", name, err)
+		}
+	}
 	ph.Wall = time.Since(start)
 	cpu1, err1 := cpuTime(srv.pid())
 	load1 := coreLoads(cores)

@@ -28,13 +28,28 @@ type proc struct {
 	err    error
 }
 
+// niceness is the scheduling priority the servers and dnsperf run at
+// (nice(1)); 0 leaves it alone.
+var niceness = 0
+
+// pinned returns the command line that runs name on core, at niceness:
+// nice and taskset exec what they run, so the pid is name's.
+func pinned(core int, name string, args ...string) []string {
+	argv := []string{"taskset", "-c", strconv.Itoa(core), name}
+	if niceness != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(niceness)}, argv...)
+	}
+	return append(argv, args...)
+}
+
 // startPinned starts name with args on core, with env, its output in logPath.
 func startPinned(core int, env []string, logPath, dir, name string, args ...string) (*proc, error) {
 	out, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("taskset", append([]string{"-c", strconv.Itoa(core), name}, args...)...)
+	argv := pinned(core, name, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir
 	cmd.Stdout = out

@@ -221,8 +221,12 @@ func (rep *report) write(w io.Writer) error {
 		fmt.Fprintf(w, "- coredns: %s\n", strings.ReplaceAll(v, "\n", " "))
 	}
 	fmt.Fprintf(w, "- command: `%s`\n", rep.Options["command"])
-	fmt.Fprintf(w, "- N = %d entries; each phase %s; server on CPU %s, dnsperf and the upstream on CPU %s; dnsperf -c %s, -q %s at max\n\n",
-		n, rep.Options["duration"], rep.Options["server-core"], rep.Options["client-core"], rep.Options["clients"], rep.Options["outstanding"])
+	fmt.Fprintf(w, "- N = %d entries; each phase %s; server on CPU %s, dnsperf and the upstream on CPU %s at niceness %s; dnsperf -c %s, -q %s at max\n",
+		n, rep.Options["duration"], rep.Options["server-core"], rep.Options["client-core"], rep.Options["nice"], rep.Options["clients"], rep.Options["outstanding"])
+	if rep.Options["rt-rates"] == "true" {
+		fmt.Fprintf(w, "- fixed-rate phases: server and dnsperf under SCHED_RR %d\n", rtPriority)
+	}
+	fmt.Fprintln(w)
 
 	for _, res := range rep.Results {
 		if res.Err != "" {
