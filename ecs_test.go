@@ -149,6 +149,11 @@ func TestECSVariants(t *testing.T) {
 			t.Errorf("%s from %s: upstream asked %d times, want %d", step.name, step.subnet, n, step.queries)
 		}
 	}
+	// Each upstream query stored one variant.
+	checkShards(t, c.store)
+	if n := c.store.variants.Load(); n != 10 {
+		t.Errorf("%d ECS variants stored, want 10", n)
+	}
 }
 
 func TestECSSourceZeroAndNoECS(t *testing.T) {

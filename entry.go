@@ -56,6 +56,7 @@ const (
 	flagAnswers   = 1 << 8  // a success that answers its question (serve_stale_policy)
 	flagReferred  = 1 << 9  // hit since written or since the ring last passed it
 	flagMeta      = 1 << 10 // the cache's bookkeeping, not a response
+	flagVariant   = 1 << 11 // tailored to a client subnet (ECS)
 )
 
 // Key flags: the bits of the request, besides the question, that select an

@@ -72,6 +72,12 @@ var (
 		Name:      "served_stale_total",
 		Help:      "The number of requests served from stale cache entries.",
 	}, []string{"server", "zones", "view"})
+	ecsVariants = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "ecs_variants",
+		Help:      "The number of entries tailored to a client subnet (EDNS Client Subnet).",
+	}, []string{"server", "zones", "view"})
 	cacheRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
@@ -98,6 +104,7 @@ type serverMetrics struct {
 	entries   [2]prometheus.Gauge
 	bytes     prometheus.Gauge
 	capacity  prometheus.Gauge
+	variants  prometheus.Gauge
 }
 
 // metricsSet maps servers to their metrics. A block serves few servers, so a
@@ -144,6 +151,7 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 		stale:    servedStale.WithLabelValues(server, s.zones, s.view),
 		bytes:    cacheBytes.WithLabelValues(server, s.zones, s.view),
 		capacity: cacheCapacity.WithLabelValues(server, s.zones, s.view),
+		variants: ecsVariants.WithLabelValues(server, s.zones, s.view),
 	}
 	for k, t := range kindLabels {
 		m.hits[k] = cacheHits.WithLabelValues(server, t, s.zones, s.view)
@@ -164,4 +172,5 @@ func (m *serverMetrics) stored(s *store, evicted perKind) {
 	}
 	m.bytes.Set(float64(s.bytes.Load()))
 	m.capacity.Set(float64(s.capacity))
+	m.variants.Set(float64(s.variants.Load()))
 }

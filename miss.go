@@ -234,6 +234,9 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	flags := entryFlags(res, v)
+	if variant {
+		flags |= flagVariant
+	}
 	// Under prefer_positive, what does not answer is kept beside the answer
 	// it would otherwise replace; an answer replaces both.
 	if c.preferPositive && flags&flagAnswers == 0 {

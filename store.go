@@ -69,8 +69,9 @@ type store struct {
 	shards   []shard
 	capacity int64
 
-	entries [numKinds]atomic.Int64
-	bytes   atomic.Int64
+	entries  [numKinds]atomic.Int64
+	variants atomic.Int64
+	bytes    atomic.Int64
 }
 
 type shard struct {
@@ -84,9 +85,10 @@ type shard struct {
 	table []uint64 // open addressing with linear probing; see locBits
 	count int      // entries in table
 
-	kinds  perKind            // entries per kind
-	limits perKind            // entries per kind allowed, 0 for no limit
-	cursor [numKinds]position // where the search for a kind's oldest entry resumes
+	kinds    perKind            // entries per kind
+	variants int                // entries tailored to a client subnet (ECS)
+	limits   perKind            // entries per kind allowed, 0 for no limit
+	cursor   [numKinds]position // where the search for a kind's oldest entry resumes
 
 	budget int64 // bytes this shard may hold
 	held   int64 // bytes this shard holds: chunks, table, ring bookkeeping
@@ -167,16 +169,17 @@ func (s *store) update(key []byte, now int64, next func(old entry) entry) (evict
 func (s *store) locked(h uint64, f func(sh *shard)) {
 	sh := s.shard(h)
 	sh.mu.Lock()
-	kinds, held := sh.kinds, sh.held
+	kinds, variants, held := sh.kinds, sh.variants, sh.held
 	f(sh)
 	for k := range kinds {
 		kinds[k] = sh.kinds[k] - kinds[k]
 	}
-	held = sh.held - held
+	variants, held = sh.variants-variants, sh.held-held
 	sh.mu.Unlock()
 	for k, d := range kinds {
 		s.entries[k].Add(int64(d))
 	}
+	s.variants.Add(int64(variants))
 	s.bytes.Add(held)
 }
 
@@ -261,15 +264,14 @@ func (sh *shard) put(e entry, h uint64, now int64, evicted *perKind) {
 	copy(sh.chunks[chunk][off:], e)
 	v := h>>locBits<<locBits | location(chunk, off) + 1
 
-	k := kindOf(e)
 	if i := sh.find(e.key(), h); i >= 0 {
-		sh.kinds[kindOf(sh.at(sh.table[i]))]--
+		sh.tally(sh.at(sh.table[i]), -1)
 		sh.table[i] = v
 	} else {
 		sh.insertSlot(v)
 	}
-	sh.kinds[k]++
-	if sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
+	sh.tally(e, 1)
+	if k := kindOf(e); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
 		sh.evictOldest(k, evicted)
 	}
 }
@@ -390,10 +392,17 @@ func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
 }
 
 func (sh *shard) drop(i int, e entry, evicted *perKind) {
-	k := kindOf(e)
-	sh.kinds[k]--
-	evicted[k]++
+	sh.tally(e, -1)
+	evicted[kindOf(e)]++
 	sh.deleteSlot(i)
+}
+
+// tally counts e in (d = 1) or out (d = -1) of the shard's counts.
+func (sh *shard) tally(e entry, d int) {
+	sh.kinds[kindOf(e)] += d
+	if e.flags()&flagVariant != 0 {
+		sh.variants += d
+	}
 }
 
 // forget invalidates the cursors into chunk c, whose entries moved.

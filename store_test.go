@@ -69,7 +69,7 @@ func checkShards(t *testing.T, s *store) {
 	var total int64
 	for i := range s.shards {
 		sh := &s.shards[i]
-		n, kinds := 0, perKind{}
+		n, kinds, variants := 0, perKind{}, 0
 		for _, v := range sh.table {
 			if v == 0 {
 				continue
@@ -80,9 +80,12 @@ func checkShards(t *testing.T, s *store) {
 				t.Fatalf("shard %d: slot hash bits do not match the entry's key", i)
 			}
 			kinds[kindOf(e)]++
+			if e.flags()&flagVariant != 0 {
+				variants++
+			}
 		}
-		if n != sh.count || kinds != sh.kinds {
-			t.Fatalf("shard %d: %d slots, %v kinds; shard says %d, %v", i, n, kinds, sh.count, sh.kinds)
+		if n != sh.count || kinds != sh.kinds || variants != sh.variants {
+			t.Fatalf("shard %d: %d slots, %v kinds, %d variants; shard says %d, %v, %d", i, n, kinds, variants, sh.count, sh.kinds, sh.variants)
 		}
 		var chunks int64
 		for _, c := range sh.chunks {
