@@ -15,8 +15,13 @@ type verdict struct {
 	kind    int
 	answers bool // a success that answers the question asked
 	ttl     time.Duration
-	why     string // when not stored and worth a debug line
+	why     string // why it is not stored, for the debug line
+	bad     bool   // not stored for being malformed or not what was asked: counted in drops
 }
+
+// unusable is the verdict on a reply that is malformed or does not answer
+// the question asked.
+func unusable(why string) verdict { return verdict{why: why, bad: true} }
 
 // classify decides whether reply, the answer to req, is stored and for how
 // long. It follows the stock cache: NOERROR with data and referrals are
@@ -26,11 +31,11 @@ type verdict struct {
 func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	switch {
 	case reply.Truncated:
-		return verdict{why: "truncated"}
+		return unusable("truncated")
 	case !sameQuestion(reply, req):
-		return verdict{why: "question does not match the request"}
+		return unusable("question does not match the request")
 	case reply.Opcode != dns.OpcodeQuery:
-		return verdict{why: "opcode is not QUERY"}
+		return unusable("opcode is not QUERY")
 	}
 	t, _ := response.Typify(reply, now)
 	soa := hasSOA(reply)
@@ -39,7 +44,7 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 		// SOA bounds it (RFC 2308 2.2), an incomplete recursion otherwise
 		// (RFC 2308 5: not cached).
 		if !soa {
-			return verdict{why: "answer does not resolve the question"}
+			return unusable("answer does not resolve the question")
 		}
 		t = response.NoData
 	}
@@ -53,19 +58,23 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl)}
 	case response.NameError, response.NoData:
 		if !soa {
-			return verdict{why: "denial without SOA"}
+			return unusable("denial without SOA")
 		}
 		v = verdict{kind: kindDenial, ttl: clampTTL(minTTL(reply, c.nttl), c.minnttl, c.nttl)}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
-			return verdict{}
+			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
 		}
 		v = verdict{kind: kindDenial, ttl: c.failttl}
+	case response.Meta, response.Update:
+		return verdict{why: "zone transfers and updates are not cached"}
 	default:
-		return verdict{}
+		return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
 	}
 	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored.
-	v.store = v.ttl >= time.Second
+	if v.store = v.ttl >= time.Second; !v.store {
+		v.why = "TTL 0"
+	}
 	return v
 }
 

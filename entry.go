@@ -42,8 +42,8 @@ const (
 	keyTail   = 5 // qtype, qclass, key flags after the qname
 
 	// maxEntryLen bounds any entry: the largest DNS message, the header and
-	// a key. Arena chunks are sized to hold one such entry.
-	maxEntryLen = 64<<10 + headerLen + 255 + keyTail
+	// the longest key. Arena chunks are sized to hold one such entry.
+	maxEntryLen = 64<<10 + headerLen + maxKeyLen
 )
 
 // Entry flags.

@@ -203,6 +203,7 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 	res := new(dns.Msg)
 	if err := res.Unpack(b); err != nil {
 		cw.m.drops.Inc()
+		log.Debugf("Not caching a reply written as bytes that do not unpack: %s", err)
 		return 0, err
 	}
 	log.Debug("Not caching a reply written as bytes by the next plugin")
@@ -217,10 +218,10 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	v := c.classify(res, cw.req, now)
 	switch {
 	case !v.store:
-		if v.why != "" {
+		if v.bad {
 			cw.m.drops.Inc()
-			log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), v.why)
 		}
+		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), v.why)
 		return
 	case c.disabled(v.kind, q.Name):
 		return
@@ -313,6 +314,11 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 // and OPT is as a hit's.
 func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	m := *res
+	if !q.edns && m.Rcode > 0xF {
+		// An extended RCODE needs OPT (RFC 6891 6.1.3), which this client
+		// cannot read: say SERVFAIL, as a server would.
+		m.Rcode = dns.RcodeServerFailure
+	}
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
 	}

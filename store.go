@@ -170,17 +170,21 @@ func (s *store) locked(h uint64, f func(sh *shard)) {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	kinds, variants, held := sh.kinds, sh.variants, sh.held
+	// Unlock even if f panics, so that one bad entry does not leave the
+	// shard locked for every later query.
+	defer func() {
+		for k := range kinds {
+			kinds[k] = sh.kinds[k] - kinds[k]
+		}
+		variants, held = sh.variants-variants, sh.held-held
+		sh.mu.Unlock()
+		for k, d := range kinds {
+			s.entries[k].Add(int64(d))
+		}
+		s.variants.Add(int64(variants))
+		s.bytes.Add(held)
+	}()
 	f(sh)
-	for k := range kinds {
-		kinds[k] = sh.kinds[k] - kinds[k]
-	}
-	variants, held = sh.variants-variants, sh.held-held
-	sh.mu.Unlock()
-	for k, d := range kinds {
-		s.entries[k].Add(int64(d))
-	}
-	s.variants.Add(int64(variants))
-	s.bytes.Add(held)
 }
 
 // sameShape reports whether o was made with the budget, caps and stale

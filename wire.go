@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"errors"
 
 	"github.com/miekg/dns"
 )
@@ -74,6 +75,9 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 			if hopByHop(r.rtype) {
 				continue
 			}
+			if !rdataNamesWhole(r.rtype, r.rdata) {
+				return nil, errBadRdata
+			}
 			b.appendRecord(r, s, qname, qtype, qclass)
 			if len(b.buf)-start > limit {
 				return nil, errEntryTooLarge
@@ -114,6 +118,41 @@ func dnssecOnly(t uint16, section int) bool {
 // askedFor reports the exception to dnssecOnly: a client that asks for the
 // type explicitly gets it in the answer section, DO or not.
 func askedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
+
+// errBadRdata refuses records the reply writer could not write back.
+var errBadRdata = errors.New("rdata without the domain names its type has")
+
+// rdataNamesWhole reports whether the rdata of the types whose names the
+// reply writer compresses holds whole names where they belong: miekg/dns
+// accepts such records with RDLENGTH 0 from the wire.
+func rdataNamesWhole(t uint16, rd []byte) bool {
+	switch t {
+	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
+		return nameEnd(rd, 0) == len(rd)
+	case dns.TypeMX:
+		return len(rd) > 2 && nameEnd(rd, 2) == len(rd)
+	case dns.TypeSOA:
+		mname := nameEnd(rd, 0)
+		return mname > 0 && nameEnd(rd, mname)+20 == len(rd)
+	}
+	return true
+}
+
+// nameEnd returns the offset past the uncompressed wire name at off in b, or
+// -1 when b does not hold one there.
+func nameEnd(b []byte, off int) int {
+	for off < len(b) {
+		l := int(b[off])
+		switch {
+		case l == 0:
+			return off + 1
+		case l > 63:
+			return -1
+		}
+		off += l + 1
+	}
+	return -1
+}
 
 // appendRecord lays r out in the record format of entry.go.
 func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
