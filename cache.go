@@ -238,31 +238,30 @@ func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
 			return f
 		}
 	default:
-		bits, ok := c.variants(s, now)
+		normal, exact, ok := c.variants(s, now)
 		for l := int(q.ecs.sent); ok && l >= 0; l-- {
-			if !hasScope(&bits, uint8(l)) {
-				continue
-			}
 			// An answer whose upstream wanted more bits than it got serves
 			// only queries that give as many bits as it had.
-			if l == int(q.ecs.sent) {
+			if l == int(q.ecs.sent) && hasBit(&exact, uint8(l)) {
 				s.probe = variantKey(s.probe[:0], s.key, keyExact, q.ecs.family, uint8(l), q.ecs.addr)
 				if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
 					return f
 				}
 			}
-			s.probe = variantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
-			if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
-				return f
+			if hasBit(&normal, uint8(l)) {
+				s.probe = variantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
+				if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
+					return f
+				}
 			}
 		}
 	}
 	return c.lookupKey(s, s.key, now, withStale)
 }
 
-// variants returns the bitmap of the prefix lengths stored for s.q's name
-// and family.
-func (c *Cache) variants(s *scratch, now time.Time) (bits [scopesLen]byte, ok bool) {
+// variants returns the bitmaps of the prefix lengths of the variants, and
+// of the exact variants, stored for s.q's name and family.
+func (c *Cache) variants(s *scratch, now time.Time) (normal, exact [scopesLen]byte, ok bool) {
 	s.probe = scopesKey(s.probe[:0], s.key, s.q.ecs.family)
 	h := c.store.hash(s.probe)
 	sh := c.store.shard(h)
@@ -270,10 +269,11 @@ func (c *Cache) variants(s *scratch, now time.Time) (bits [scopesLen]byte, ok bo
 	defer sh.mu.Unlock()
 	e := sh.get(s.probe, h)
 	if e == nil || now.Unix() > e.expires()+int64(c.staleUpTo/time.Second) {
-		return bits, false
+		return normal, exact, false
 	}
 	e.setFlag(flagReferred, true)
-	return e.scopes(), true
+	l := e.list()
+	return *l.bits(), *l.exact(), true
 }
 
 // lookupKey looks key up. Under serve_stale_policy prefer_positive an

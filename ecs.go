@@ -257,18 +257,75 @@ func (e entry) scope() uint8 {
 
 // The list of a name's variants, the records of its keyScopes entry:
 //
-//	scopesLen  bitmap of the prefix lengths stored, bit L for length L
-//	...        the variants, oldest first: exact (0 or 1), prefix length,
-//	           masked address
+//	scopesLen  bitmap of the prefix lengths of variants, bit L for length L
+//	scopesLen  the same for exact variants (keyExact)
+//	2          count of variants listed
+//	2          head: the index of the oldest
+//	2          capacity
+//	18 × cap   a ring of variants, oldest at head: exact (0 or 1), prefix
+//	           length, address masked to it
+//
+// A new variant goes into the ring in place; only when the ring is full
+// below max_variants is the list written again, twice as large, so that a
+// name with k variants costs O(k) bytes of arena, not O(k²).
+const (
+	listBits     = 0
+	listExact    = scopesLen
+	listCount    = 2 * scopesLen
+	listHead     = listCount + 2
+	listCap      = listHead + 2
+	listItems    = listCap + 2
+	itemLen      = 2 + 16
+	firstListCap = 4
+)
 
-// scopes returns the bitmap of prefix lengths stored for the name.
-func (e entry) scopes() [scopesLen]byte {
-	var bits [scopesLen]byte
-	copy(bits[:], e[e.recordsStart():])
-	return bits
+// list is the records of a keyScopes entry.
+type list []byte
+
+func (e entry) list() list { return list(e[e.recordsStart():]) }
+
+func (l list) bits() *[scopesLen]byte  { return (*[scopesLen]byte)(l[listBits:]) }
+func (l list) exact() *[scopesLen]byte { return (*[scopesLen]byte)(l[listExact:]) }
+func (l list) count() int              { return int(binary.LittleEndian.Uint16(l[listCount:])) }
+func (l list) head() int               { return int(binary.LittleEndian.Uint16(l[listHead:])) }
+func (l list) capacity() int           { return int(binary.LittleEndian.Uint16(l[listCap:])) }
+
+func (l list) item(i int) variant {
+	b := l[listItems+itemLen*((l.head()+i)%l.capacity()):]
+	v := variant{exact: b[0] != 0, prefix: b[1]}
+	copy(v.addr[:], b[2:itemLen])
+	return v
 }
 
-func hasScope(bits *[scopesLen]byte, l uint8) bool { return bits[l/8]&(1<<(l%8)) != 0 }
+func (l list) setItem(i int, v variant) {
+	b := l[listItems+itemLen*((l.head()+i)%l.capacity()):]
+	b[0], b[1] = 0, v.prefix
+	if v.exact {
+		b[0] = 1
+	}
+	copy(b[2:itemLen], v.addr[:])
+}
+
+func (l list) set(count, head int) {
+	binary.LittleEndian.PutUint16(l[listCount:], uint16(count))
+	binary.LittleEndian.PutUint16(l[listHead:], uint16(head))
+}
+
+// index recomputes the bitmaps from the ring.
+func (l list) index() {
+	clear(l[:listCount])
+	for i := range l.count() {
+		if v := l.item(i); v.exact {
+			setBit(l.exact(), v.prefix)
+		} else {
+			setBit(l.bits(), v.prefix)
+		}
+	}
+}
+
+func setBit(bits *[scopesLen]byte, n uint8) { bits[n/8] |= 1 << (n % 8) }
+
+func hasBit(bits *[scopesLen]byte, n uint8) bool { return bits[n/8]&(1<<(n%8)) != 0 }
 
 // variant names one ECS variant of a name and family.
 type variant struct {
@@ -286,14 +343,6 @@ func variantOf(e entry) variant {
 	return v
 }
 
-func (v variant) appendTo(b []byte) []byte {
-	var exact byte
-	if v.exact {
-		exact = 1
-	}
-	return append(append(b, exact, v.prefix), v.addr[:prefixBytes(int(v.prefix))]...)
-}
-
 func (v variant) key(dst, base []byte, family uint16) []byte {
 	var flags byte
 	if v.exact {
@@ -302,19 +351,47 @@ func (v variant) key(dst, base []byte, family uint16) []byte {
 	return variantKey(dst, base, flags, family, v.prefix, v.addr)
 }
 
-// parseVariant returns the variant listed at the start of b and its length.
-func parseVariant(b []byte) (variant, int) {
-	v := variant{exact: b[0] != 0, prefix: b[1]}
-	n := 2 + prefixBytes(int(v.prefix))
-	copy(v.addr[:], b[2:n])
-	return v, n
+// listVariant adds v to old, the list of base's variants of family (nil for
+// none), in place when the ring has room. It returns a new list, built in
+// b.meta, when the list must be written (anew or larger), and the key of
+// the variant dropped past max in b.dropped, or nil.
+func listVariant(b *builder, old entry, base []byte, family uint16, v variant, max int, stored, ttl uint32) (fresh entry, dropped []byte) {
+	if old != nil {
+		l := old.list()
+		for i := range l.count() {
+			if l.item(i) == v {
+				return nil, nil
+			}
+		}
+		outlive(old, int64(stored)+int64(ttl))
+		switch n := l.count(); {
+		case n < l.capacity():
+			l.setItem(n, v)
+			l.set(n+1, l.head())
+		case n == max:
+			b.dropped = l.item(0).key(b.dropped[:0], base, family)
+			l.setItem(0, v) // the oldest's slot is the newest's
+			l.set(n, (l.head()+1)%l.capacity())
+			dropped = b.dropped
+		default:
+			return newList(b, old, base, family, v, min(2*l.capacity(), max), stored, ttl), nil
+		}
+		l.index()
+		return nil, dropped
+	}
+	return newList(b, nil, base, family, v, min(firstListCap, max), stored, ttl), nil
 }
 
-// withVariant builds in b.meta the list old extended with v, the oldest
-// variant dropped past max, and returns it with the dropped variant's key in
-// b.dropped (nil for none). It returns a nil list when v is listed already.
-// The list lives as long as the variants it lists.
-func withVariant(b *builder, old entry, base []byte, family uint16, v variant, max int, stored, ttl uint32) (list entry, dropped []byte) {
+// outlive makes the list e live at least until expires, unix seconds: a
+// list lives as long as the variants it lists.
+func outlive(e entry, expires int64) {
+	if expires > e.expires() {
+		binary.LittleEndian.PutUint32(e[offTTL:], uint32(expires-int64(e.stored())))
+	}
+}
+
+// newList builds in b.meta a list of capacity holding old's variants and v.
+func newList(b *builder, old entry, base []byte, family uint16, v variant, capacity int, stored, ttl uint32) entry {
 	buf := b.meta[:headerLen]
 	binary.LittleEndian.PutUint32(buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
@@ -322,36 +399,25 @@ func withVariant(b *builder, old entry, base []byte, family uint16, v variant, m
 	binary.LittleEndian.PutUint64(buf[offCounts:], 0) // no sections; last hit, hits
 	buf[offNameLen] = byte(wireNameLen(base))
 	buf = scopesKey(buf, base, family)
-	bitsAt := len(buf)
-	buf = append(buf, make([]byte, scopesLen)...)
-
-	var items []variant
+	at := len(buf)
+	buf = append(buf, make([]byte, listItems+itemLen*capacity)...)
+	l := list(buf[at:])
+	binary.LittleEndian.PutUint16(l[listCap:], uint16(capacity))
+	n := 0
 	if old != nil {
-		if e := old.expires(); e > int64(stored)+int64(ttl) {
-			binary.LittleEndian.PutUint32(buf[offTTL:], uint32(e-int64(stored)))
+		o := old.list()
+		for i := range o.count() {
+			l.setItem(i, o.item(i))
 		}
-		for rest := old[old.recordsStart()+scopesLen:]; len(rest) > 0; {
-			item, n := parseVariant(rest)
-			if item == v {
-				return nil, nil
-			}
-			items = append(items, item)
-			rest = rest[n:]
-		}
+		n = o.count()
+		outlive(entry(buf), old.expires())
 	}
-	items = append(items, v)
-	if len(items) > max {
-		b.dropped = items[0].key(b.dropped[:0], base, family)
-		dropped = b.dropped
-		items = items[1:]
-	}
-	for _, item := range items {
-		buf[bitsAt+int(item.prefix)/8] |= 1 << (item.prefix % 8)
-		buf = item.appendTo(buf)
-	}
+	l.setItem(n, v)
+	l.set(n+1, 0)
+	l.index()
 	binary.LittleEndian.PutUint32(buf[offSize:], uint32(len(buf)))
 	b.meta = buf
-	return entry(buf), dropped
+	return entry(buf)
 }
 
 // appendSubnet writes the ECS option echoed to a client that sent s: its

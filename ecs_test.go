@@ -282,3 +282,41 @@ func TestECSNeverServesAnotherNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestECSListGrowsByDoubling: a name's list of variants takes new variants
+// in place and is written again only when it doubles, so k variants cost
+// O(k) bytes of arena; past max_variants the oldest makes way.
+func TestECSListGrowsByDoubling(t *testing.T) {
+	s, err := newStore(MinCapacity, perKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder()
+	base := appendKey(nil, &query{name: []byte("\x03geo\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
+	key := scopesKey(nil, base, familyIPv4)
+	const max = 300
+	writes, drops := 0, 0
+	for i := range 2 * max {
+		v := variant{prefix: 24, addr: [16]byte{10, byte(i >> 8), byte(i)}}
+		s.update(key, 0, func(old entry) entry {
+			fresh, dropped := listVariant(b, old, base, familyIPv4, v, max, 0, 300)
+			if fresh != nil {
+				writes++
+			}
+			if dropped != nil {
+				drops++
+			}
+			return fresh
+		})
+	}
+	if writes > 8 || drops != max {
+		t.Fatalf("%d variants through a list of %d: written %d times, %d dropped; want at most 8 writes and %d drops", 2*max, max, writes, drops, max)
+	}
+	h := s.hash(key)
+	sh := s.shard(h)
+	l := sh.get(key, h).list()
+	oldest := l.item(0).addr
+	if l.count() != max || oldest[1] != max>>8 || oldest[2] != max%256 || !hasBit(l.bits(), 24) {
+		t.Fatalf("list holds %d variants, the oldest %v", l.count(), oldest[:3])
+	}
+}

@@ -259,19 +259,19 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		c.store.remove(cw.b.otherKey(key))
 	}
 	if variant {
-		c.listVariant(cw.b, cw.s, e, now.Unix())
+		c.recordVariant(cw.b, cw.s, e, now.Unix())
 	}
 	cw.entry = e
 }
 
-// listVariant adds the ECS variant e of s.q's name to the name's list,
+// recordVariant adds the ECS variant e of s.q's name to the name's list,
 // dropping the oldest past max_variants.
-func (c *Cache) listVariant(b *builder, s *scratch, e entry, now int64) {
+func (c *Cache) recordVariant(b *builder, s *scratch, e entry, now int64) {
 	family, v := s.q.ecs.family, variantOf(e)
 	var dropped []byte
 	key := scopesKey(b.key[:0], s.key, family)
 	c.store.update(key, now, func(old entry) entry {
-		list, d := withVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.ttl())
+		list, d := listVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.ttl())
 		dropped = d
 		return list
 	})
