@@ -28,6 +28,10 @@ const (
 	// defaultStaleTTL is the TTL of stale answers RFC 8767 section 4
 	// recommends; the stock cache's default is 0.
 	defaultStaleTTL = 30 * time.Second
+	// defaultFailRecheck holds back the refreshes of an entry after one
+	// failed, as RFC 8767 section 5 recommends; the stock cache's default is
+	// 0, a retry storm when the upstream is down.
+	defaultFailRecheck = time.Second
 
 	// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
 	// large enough for signed answers (the DNS flag day 2020 value).
@@ -62,7 +66,7 @@ type Cache struct {
 	verifyStale    bool
 	verifyTimeout  time.Duration // 0: wait as long as the next plugin does
 	staleTTL       time.Duration
-	staleRecheck   time.Duration // wait after a failed refresh
+	failRecheck    time.Duration // no refresh of an entry this long after one failed
 	preferPositive bool
 
 	pexcept []string // zones whose successes are not cached
@@ -93,6 +97,7 @@ func New() *Cache {
 		prefetchWindow: time.Minute,
 		percentage:     10,
 		staleTTL:       defaultStaleTTL,
+		failRecheck:    defaultFailRecheck,
 		ecs:            defaultECS(),
 		refreshes:      newRefreshes(),
 		metrics:        &metricsSet{},

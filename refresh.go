@@ -111,14 +111,10 @@ func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, isStal
 	if !c.refreshes.begin(h, c.now()) {
 		return
 	}
-	var recheck time.Duration
-	if isStale {
-		recheck = c.staleRecheck
-	}
 	c.detach(ctx, func(ctx context.Context) {
 		m.prefetch.Inc()
 		ok := c.refresh(ctx, req, m)
-		c.refreshes.end(h, c.now(), recheck, ok)
+		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 	})
 }
 
@@ -172,10 +168,11 @@ func (c *Cache) popularity(s *scratch) int {
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
 func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, m *serverMetrics) (done bool, rcode int, err error) {
-	// Without a recheck time or a timeout each request verifies for itself,
-	// as in the stock cache.
-	track := c.staleRecheck > 0 || c.verifyTimeout > 0
-	if track && !c.refreshes.begin(h, c.now()) {
+	// One verify per entry at a time: the requests that find one in flight,
+	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
+	// stock cache lets every request verify for itself unless a recheck or
+	// a timeout is configured, a retry storm when the upstream is down.
+	if !c.refreshes.begin(h, c.now()) {
 		return false, 0, nil
 	}
 	if c.verifyTimeout == 0 {
@@ -185,9 +182,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		cw.refresh = true
 		rcode, err = cw.fetch(ctx)
 		ok := cw.refreshed()
-		if track {
-			c.refreshes.end(h, c.now(), c.staleRecheck, ok)
-		}
+		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 		if !ok {
 			return false, 0, nil
 		}
@@ -198,7 +193,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	result := make(chan bool, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		ok := c.refresh(ctx, req, m)
-		c.refreshes.end(h, c.now(), c.staleRecheck, ok)
+		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 		result <- ok
 	})
 	timer := time.NewTimer(c.verifyTimeout)

@@ -256,7 +256,7 @@ func parseServeStale(args []string, ca *Cache) error {
 		return fmt.Errorf("serve_stale: want at most 5 arguments, got %d", len(args))
 	}
 	ca.staleUpTo, ca.verifyStale, ca.verifyTimeout = time.Hour, false, 0
-	ca.staleTTL, ca.staleRecheck = defaultStaleTTL, 0
+	ca.staleTTL, ca.failRecheck = defaultStaleTTL, defaultFailRecheck
 	if len(args) == 0 {
 		return nil
 	}
@@ -299,7 +299,7 @@ func parseServeStale(args []string, ca *Cache) error {
 		if err != nil || t < 0 || t > 5*time.Minute {
 			return fmt.Errorf("serve_stale: FAILURE_RECHECK %q is not a duration between 0s and 5m", rest[1])
 		}
-		ca.staleRecheck = t
+		ca.failRecheck = t
 	}
 	return nil
 }

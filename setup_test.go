@@ -52,16 +52,16 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n prefetch 2 30s 50%\n}", func(c *Cache) bool { return c.percentage == 50 }},
 		{"compactcache {\n prefetch 2 20%\n}", func(c *Cache) bool { return c.percentage == 20 && c.prefetchWindow == time.Minute }},
 		{"compactcache {\n serve_stale\n}", func(c *Cache) bool {
-			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.staleRecheck == 0 &&
+			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.failRecheck == defaultFailRecheck &&
 				c.store.shards[0].grace == 3600
 		}},
 		{"compactcache {\n serve_stale 10m\n}", func(c *Cache) bool { return c.staleUpTo == 10*time.Minute }},
-		{"compactcache {\n serve_stale 1h immediate 0s 30s\n}", func(c *Cache) bool {
-			return c.staleTTL == 0 && c.staleRecheck == 30*time.Second && !c.verifyStale
+		{"compactcache {\n serve_stale 1h immediate 0s 0s\n}", func(c *Cache) bool {
+			return c.staleTTL == 0 && c.failRecheck == 0 && !c.verifyStale
 		}},
 		{"compactcache {\n serve_stale 1h verify\n}", func(c *Cache) bool { return c.verifyStale && c.verifyTimeout == 0 }},
 		{"compactcache {\n serve_stale 1h VERIFY 100ms 10s 1m\n}", func(c *Cache) bool {
-			return c.verifyStale && c.verifyTimeout == 100*time.Millisecond && c.staleTTL == 10*time.Second && c.staleRecheck == time.Minute
+			return c.verifyStale && c.verifyTimeout == 100*time.Millisecond && c.staleTTL == 10*time.Second && c.failRecheck == time.Minute
 		}},
 		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", func(c *Cache) bool { return c.preferPositive }},
 		{"compactcache {\n disable success\n}", func(c *Cache) bool { return strings.Join(c.pexcept, ",") == "." }},
