@@ -16,9 +16,10 @@ type refreshes struct {
 	mu       sync.Mutex
 	inflight map[uint64]time.Time // key hash to the time before which no refresh starts; zero while one runs
 
-	life context.Context // canceled when the cache shuts down
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	life   context.Context // canceled when the cache shuts down
+	stop   context.CancelFunc
+	wg     sync.WaitGroup // the refreshes begun and not ended
+	closed bool           // shut down: no refresh begins
 }
 
 // sweepAt is the size at which begin drops the failure records that expired.
@@ -30,10 +31,14 @@ func newRefreshes() refreshes {
 }
 
 // begin reports whether a refresh of the entry with key hash h may start now,
-// and marks it running.
+// and marks it running; every refresh begun must end. None begins once the
+// cache shuts down.
 func (r *refreshes) begin(h uint64, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
 	if until, ok := r.inflight[h]; ok && (until.IsZero() || now.Before(until)) {
 		return false
 	}
@@ -45,6 +50,7 @@ func (r *refreshes) begin(h uint64, now time.Time) bool {
 		}
 	}
 	r.inflight[h] = time.Time{}
+	r.wg.Add(1)
 	return true
 }
 
@@ -52,6 +58,7 @@ func (r *refreshes) begin(h uint64, now time.Time) bool {
 func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.wg.Done()
 	if !ok && recheck > 0 {
 		r.inflight[h] = now.Add(recheck)
 		return
@@ -73,6 +80,9 @@ func (r *refreshes) running() bool {
 
 // shutdown cancels the background fetches and waits for them, at most wait.
 func (r *refreshes) shutdown(wait time.Duration) {
+	r.mu.Lock()
+	r.closed = true // no Add after this, so Wait below is well-defined
+	r.mu.Unlock()
 	r.stop()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
@@ -118,15 +128,13 @@ func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, isStal
 	})
 }
 
-// detach runs f in a goroutine with a context that outlives the request but
-// not the cache, and a metadata map of its own so that f does not write into
-// the request's.
+// detach runs f, the rest of a refresh begun, in a goroutine with a context
+// that outlives the request but not the cache, and a metadata map of its own
+// so that f does not write into the request's.
 func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 	ctx, cancel := context.WithCancel(metadata.ContextWithMetadata(context.WithoutCancel(ctx)))
 	stop := context.AfterFunc(c.refreshes.life, cancel)
-	c.refreshes.wg.Add(1)
 	go func() {
-		defer c.refreshes.wg.Done()
 		defer stop()
 		defer cancel()
 		f(ctx)
