@@ -571,12 +571,12 @@ func checkSOA(reply *dns.Msg) error {
 
 // TestStressShutdownWhileServing shuts an instance down (its OnShutdown:
 // refreshes.shutdown) while requests still reach it, as they can when
-// CoreDNS's graceful stop gives up on them after its grace time: stale hits
-// start background refreshes, whose detach calls refreshes.wg.Add(1) from a
-// zero count while shutdown waits in refreshes.wg.Wait(). sync.WaitGroup
-// forbids that (an Add from zero must happen before Wait): the race
-// detector reports it, and without it Wait may return with a refresh still
-// to start, or panic.
+// CoreDNS's graceful stop gives up on them after its grace time. Stale hits
+// start background refreshes; one that began with the wait group's count at
+// zero while shutdown waited in its Wait broke sync.WaitGroup's rule (an Add
+// from zero must happen before Wait): the race detector reported it, and
+// without it Wait could return with a refresh still to start, or panic. Run
+// it under -race.
 func TestStressShutdownWhileServing(t *testing.T) {
 	for range 20 {
 		clk := newClock()
