@@ -320,3 +320,32 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 		t.Fatalf("list holds %d variants, the oldest %v", l.count(), oldest[:3])
 	}
 }
+
+// TestECSServeStale: an expired answer tailored to a subnet is served stale
+// to clients of that subnet only, with EDE 3 and the client's ECS echoed,
+// and refreshed for the subnet it was stored for.
+func TestECSServeStale(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n serve_stale 1h immediate\n}", g, clk)
+	ask(t, c, geoQuery("s16.geo.", "10.1.2.0/24"), false)
+	clk.advance(400 * time.Second)
+
+	got := ask(t, c, geoQuery("s16.geo.", "10.1.9.0/24"), false)
+	network, echo := geoAnswer(t, got)
+	if code, _ := ede(got); network != "10.1.0.0/16" || code != edeStaleAnswer || echo == nil || echo.SourceScope != 16 ||
+		!echo.Address.Equal(net.IPv4(10, 1, 9, 0)) {
+		t.Fatalf("stale for 10.1.9.0/24: answer for %s, EDE %d, ECS %v", network, code, echo)
+	}
+	await(t, "the refresh", func() bool { return g.count("s16.geo.") == 2 })
+	g.mu.Lock()
+	refreshed := g.sources[1]
+	g.mu.Unlock()
+	if refreshed != "10.1.0.0/16" {
+		t.Fatalf("refresh asked for %s, want the stored subnet 10.1.0.0/16", refreshed)
+	}
+	// Another network gets no stale answer of this one: a miss.
+	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", "10.2.0.0/24"), false)); network != "10.2.0.0/16" {
+		t.Fatalf("10.2.0.0/24 got the answer for %s", network)
+	}
+}
