@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Other work on the machine slows the hits down: a child records how busy the
+// cores were with work not its own while it timed them, and the parent waits
+// for quiet cores before each child.
+
+// userHZ is the unit of /proc/stat's counters on Linux.
+const userHZ = 100
+
+// cpuSample is the machine's busy CPU time and this process's own.
+type cpuSample struct {
+	busy, own time.Duration
+	ok        bool
+}
+
+// readCPU samples /proc/stat and the process's resource usage.
+func readCPU() cpuSample {
+	var s cpuSample
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return s
+	}
+	// user nice system idle iowait irq softirq steal: all but idle and
+	// iowait are taken, steal by the host.
+	var ticks int64
+	for k, v := range f[1:9] {
+		if k == 3 || k == 4 {
+			continue
+		}
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s
+		}
+		ticks += t
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return s
+	}
+	s.busy = time.Duration(ticks) * time.Second / userHZ
+	s.own = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	s.ok = true
+	return s
+}
+
+// othersSince returns the share of the cores busy with other processes'
+// work between prev and s, wall apart, or -1 if unknown.
+func (s cpuSample) othersSince(prev cpuSample, wall time.Duration) float64 {
+	if !s.ok || !prev.ok || wall <= 0 {
+		return -1
+	}
+	others := float64((s.busy-prev.busy)-(s.own-prev.own)) / float64(wall) / float64(runtime.NumCPU())
+	return min(1, max(0, others))
+}
+
+// quietShare is the share of the cores other work may take for the machine
+// to count as quiet: a quarter, half a core of two.
+const quietShare = 0.25
+
+// waitQuiet waits, up to limit, for a second in which other processes keep
+// less than quietShare of the cores busy. It returns the time waited and
+// the share in the last second.
+func waitQuiet(limit time.Duration) (time.Duration, float64) {
+	start := time.Now()
+	for {
+		a, t := readCPU(), time.Now()
+		time.Sleep(time.Second)
+		others := readCPU().othersSince(a, time.Since(t))
+		if others < quietShare || time.Since(start) >= limit {
+			return time.Since(start), others
+		}
+	}
+}
