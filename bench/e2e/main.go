@@ -104,7 +104,7 @@ func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("e2e: ")
 	var o options
-	var rates, configs, profiles string
+	var rates, configs, profiles, from string
 	flag.IntVar(&o.n, "n", 200_000, "entries of the reference workload to serve and cache")
 	flag.StringVar(&o.out, "out", "", "directory for binaries, zone, Corefiles, logs, profiles and results (default: a new one under /tmp)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measured phase")
@@ -125,7 +125,23 @@ func main() {
 	flag.IntVar(&niceness, "nice", 0, "niceness of the servers and dnsperf (nice -n); on a shared machine -10 gives them precedence over other work on their cores")
 	flag.BoolVar(&o.rtRates, "rt-rates", false, "run the server and dnsperf under SCHED_RR during the fixed-rate phases, so that other work on a shared machine does not set their latency (needs root)")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
+	flag.StringVar(&from, "from", "", "print the tables of an earlier run's results.json and exit")
 	flag.Parse()
+
+	if from != "" {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			log.Fatalf("%s: %v", from, err)
+		}
+		if err := rep.write(os.Stdout); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	var err error
 	if o.configs, err = parseConfigs(configs); err != nil {

@@ -197,6 +197,14 @@ func f2(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
+// orDash formats v, or a dash where the figure is missing (0).
+func orDash(f func(float64) string, v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return f(v)
+}
+
 func pct(v float64) string { return f1(100*v) + "%" }
 
 func ratio(a, b float64) string {
@@ -257,7 +265,7 @@ func (rep *report) write(w io.Writer) error {
 				f1(mib(int64(g.med(func(r *result) float64 { return float64(r.RSSFill) })))),
 				rssPer, rssEnd,
 				f0(g.med(func(r *result) float64 { return r.heapPerEntry(n) })),
-				f0(g.med(func(r *result) float64 { return r.storePerEntry() })),
+				orDash(f0, g.med(func(r *result) float64 { return r.storePerEntry() })),
 				f0(g.med(figFill(qps))), f1(g.med(figFill(cpuQ)))}
 		}
 		h := "–"
@@ -495,7 +503,7 @@ func (rep *report) writeTargets(w io.Writer) {
 			}
 			t.add(fmt.Sprintf("server CPU per hit ≤ %.2f× whoami's (%s)", targetCPUvsWhoami, fg.name), spec,
 				fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(ref), f2(a/ref)), yes(a/ref <= targetCPUvsWhoami))
-			if floor := rep.find(floorOf(spec)); floor != nil && floor != who {
+			if floor := rep.find(floorOf(spec)); floor != nil && floor.spec != who.spec {
 				if fl := floor.med(fg.f); fl > 0 {
 					t.add(fmt.Sprintf("(beside %s, %s)", floor.spec, fg.name), spec,
 						fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(fl), f2(a/fl)), yes(a/fl <= targetCPUvsWhoami))

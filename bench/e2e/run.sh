@@ -2,22 +2,25 @@
 # bench/e2e/run.sh: the end-to-end benchmark of the custom CoreDNS build,
 # compactcache beside the stock cache, over UDP on 127.0.0.1 with dnsperf.
 #
-#   bash bench/e2e/run.sh                   # the full run: about 15-20 minutes
+#   bash bench/e2e/run.sh                   # the full run: about 15 minutes
 #   bash bench/e2e/run.sh -n 20000 -duration 5s -profiles ''   # a quick look
+#   bash bench/e2e/run.sh -rev HEAD -rounds 3 -rt-rates          # a commit, 3 rounds, medians
+#   bash bench/e2e/run.sh -from DIR/results.json                 # an earlier run's tables
 #   bash bench/e2e/run.sh -h                # every flag
 #
-# It installs what it needs (dnsperf and taskset from Debian's packages, as
-# root), then runs `go run ./bench/e2e` with the flags given, which builds
-# cmd/coredns, writes the zone of the reference workload, serves it from a
-# second CoreDNS process (file plugin), measures each server in turn and
-# prints the tables (also written to results.md and results.json in the
-# output directory it names). See bench/e2e/RESULTS.md.
+# It installs what it needs (dnsperf, and taskset/chrt from util-linux, from
+# Debian's packages, as root), then runs `go run ./bench/e2e` with the flags
+# given, which builds cmd/coredns, writes the zone of the reference workload,
+# serves it from a second CoreDNS process (file plugin), measures each server
+# in turn and prints the tables (also written to results.md and results.json
+# in the output directory it names). Loopback only; bounded by -duration per
+# phase and -timeout for the run. See bench/e2e/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 need=()
 command -v dnsperf >/dev/null || need+=(dnsperf)
-command -v taskset >/dev/null || need+=(util-linux)
+{ command -v taskset && command -v chrt; } >/dev/null || need+=(util-linux)
 if ((${#need[@]})); then
 	if [[ $(id -u) != 0 ]]; then
 		echo "run.sh: needs ${need[*]} (apt-get install -y ${need[*]}) and is not root" >&2
