@@ -20,8 +20,8 @@ type builder struct {
 
 func newBuilder() *builder {
 	return &builder{
-		buf:  make([]byte, 0, maxEntryLen),
-		wire: make([]byte, dns.MaxMsgSize),
+		buf:  make([]byte, 0, typicalMsgLen),
+		wire: make([]byte, typicalMsgLen),
 		key:  make([]byte, 0, maxKeyLen),
 
 		meta:    make([]byte, 0, 4096),
@@ -48,6 +48,9 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 	wire, err := msg.PackBuffer(b.wire)
 	if err != nil {
 		return nil, err
+	}
+	if cap(wire) > cap(b.wire) {
+		b.wire = wire[:cap(wire)] // PackBuffer outgrew the buffer: keep the larger
 	}
 
 	nameLen := wireNameLen(key)
