@@ -10,81 +10,47 @@ import (
 )
 
 // The families of the stock cache, under coredns_compactcache_ and with the
-// same labels, plus the byte budget's.
+// same labels, plus the byte budget's and ECS's.
 var (
-	cacheSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "entries",
-		Help:      "The number of elements in the cache.",
-	}, []string{"server", "type", "zones", "view"})
-	cacheRequests = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "requests_total",
-		Help:      "The count of cache requests.",
-	}, []string{"server", "zones", "view"})
-	cacheHits = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "hits_total",
-		Help:      "The count of cache hits.",
-	}, []string{"server", "type", "zones", "view"})
-	cacheMisses = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "misses_total",
-		Help:      "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
-	}, []string{"server", "zones", "view"})
-	cacheDrops = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "drops_total",
-		Help:      "The number of responses that are not cached because they are malformed, truncated or do not match the request.",
-	}, []string{"server", "zones", "view"})
-	evictions = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "evictions_total",
-		Help:      "The count of cache evictions.",
-	}, []string{"server", "type", "zones", "view"})
-	cacheBytes = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "bytes",
-		Help:      "The bytes the cache holds: arenas, index and bookkeeping.",
-	}, []string{"server", "zones", "view"})
-	cacheCapacity = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "capacity_bytes",
-		Help:      "The byte budget of the cache.",
-	}, []string{"server", "zones", "view"})
-	cachePrefetches = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "prefetch_total",
-		Help:      "The number of times the cache has prefetched a cached item.",
-	}, []string{"server", "zones", "view"})
-	servedStale = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "served_stale_total",
-		Help:      "The number of requests served from stale cache entries.",
-	}, []string{"server", "zones", "view"})
-	ecsVariants = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "ecs_variants",
-		Help:      "The number of entries tailored to a client subnet (EDNS Client Subnet).",
-	}, []string{"server", "zones", "view"})
-	cacheRefused = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: pluginName,
-		Name:      "refused_total",
-		Help:      "The number of responses not cached because they exceed the per-entry limit.",
-	}, []string{"server", "zones", "view"})
+	cacheSize = gaugeVec("entries", kindedLabels,
+		"The number of elements in the cache.")
+	cacheRequests = counterVec("requests_total", blockLabels,
+		"The count of cache requests.")
+	cacheHits = counterVec("hits_total", kindedLabels,
+		"The count of cache hits.")
+	cacheMisses = counterVec("misses_total", blockLabels,
+		"The count of cache misses. Deprecated, derive misses from cache hits/requests counters.")
+	cacheDrops = counterVec("drops_total", blockLabels,
+		"The number of responses that are not cached because they are malformed, truncated or do not match the request.")
+	evictions = counterVec("evictions_total", kindedLabels,
+		"The count of cache evictions.")
+	cacheBytes = gaugeVec("bytes", blockLabels,
+		"The bytes the cache holds: arenas, index and bookkeeping.")
+	cacheCapacity = gaugeVec("capacity_bytes", blockLabels,
+		"The byte budget of the cache.")
+	cachePrefetches = counterVec("prefetch_total", blockLabels,
+		"The number of times the cache has prefetched a cached item.")
+	servedStale = counterVec("served_stale_total", blockLabels,
+		"The number of requests served from stale cache entries.")
+	ecsVariants = gaugeVec("ecs_variants", blockLabels,
+		"The number of entries tailored to a client subnet (EDNS Client Subnet).")
+	cacheRefused = counterVec("refused_total", blockLabels,
+		"The number of responses not cached because they exceed the per-entry limit.")
 )
+
+// The labels of the stock cache's families: per block, and per kind of entry.
+var (
+	blockLabels  = []string{"server", "zones", "view"}
+	kindedLabels = []string{"server", "type", "zones", "view"}
+)
+
+func gaugeVec(name string, labels []string, help string) *prometheus.GaugeVec {
+	return promauto.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: name, Help: help}, labels)
+}
+
+func counterVec(name string, labels []string, help string) *prometheus.CounterVec {
+	return promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: name, Help: help}, labels)
+}
 
 // Type label values, as the stock cache's.
 var kindLabels = [...]string{kindSuccess: "success", kindDenial: "denial"}

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/coredns/coredns/plugin/pkg/edns"
 
@@ -271,14 +272,18 @@ func appendEchoed(dst []byte, o *dns.OPT) []byte {
 	if len(opts) == 0 {
 		return dst
 	}
-	// miekg/dns packs options only as part of an OPT record: pack one and
-	// keep its rdata, after the root owner, type, class, TTL and rdlength.
-	buf := make([]byte, dns.MaxMsgSize)
-	n, err := dns.PackRR(&dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}, Option: opts}, buf, 0, nil, false)
-	if err != nil {
-		return dst
+	// miekg/dns packs options only as part of an OPT record: pack one in
+	// dst's spare room (the scratch keeps it for later requests) and keep
+	// its rdata, after the root owner, type, class, TTL and rdlength.
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}, Option: opts}
+	start := len(dst)
+	for room := typicalMsgLen; room <= dns.MaxMsgSize; room *= 4 {
+		dst = slices.Grow(dst, room)[:start+room]
+		if n, err := dns.PackRR(opt, dst, start, nil, false); err == nil {
+			return append(dst[:start], dst[start+optLen:n]...)
+		}
 	}
-	return append(dst, buf[optLen:n]...)
+	return dst[:start]
 }
 
 // cut shortens the reply to limit bytes: it drops whole RRsets from the end
