@@ -4,8 +4,10 @@
 package compactcache
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,11 +71,13 @@ type Cache struct {
 	failRecheck    time.Duration // no refresh of an entry this long after one failed
 	preferPositive bool
 
+	zones   zoneSet  // Zones, matched against keys
 	pexcept []string // zones whose successes are not cached
 	nexcept []string // zones whose denials are not cached
-	bypass  []string // zones authoritative plugins of the block serve themselves
+	bypass  zoneSet  // zones authoritative plugins of the block serve themselves
 
-	ecs ecsConfig
+	ecs      ecsConfig
+	frontend *frontendConfig // nil unless the block asks for one
 
 	refreshes refreshes
 	flights   flights
@@ -87,6 +91,7 @@ type Cache struct {
 func New() *Cache {
 	c := &Cache{
 		Zones:          []string{"."},
+		zones:          newZoneSet([]string{"."}),
 		capacity:       defaultCapacity,
 		maxEntry:       defaultMaxEntry,
 		pttl:           maxTTL,
@@ -166,12 +171,12 @@ var builderPool = sync.Pool{New: func() any { return newBuilder() }}
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// Only queries with one question are cached: an UPDATE or a NOTIFY for a
 	// cached name must reach the handlers behind the cache.
-	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || !c.serves(r.Question[0].Name) {
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.load(r, w, &c.ecs) {
+	if !s.load(r, w, &c.ecs) || !c.serves(s.key) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	m := c.metrics.of(metrics.WithServer(ctx))
@@ -205,11 +210,45 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	return c.miss(ctx, w, r, s, m)
 }
 
-// serves reports whether the cache handles name: in its zones and not in a
-// zone that an authoritative plugin of the block asked to bypass.
-func (c *Cache) serves(name string) bool {
-	in := len(c.Zones) == 1 && c.Zones[0] == "." || plugin.Zones(c.Zones).Matches(name) != ""
-	return in && (len(c.bypass) == 0 || plugin.Zones(c.bypass).Matches(name) == "")
+// serves reports whether the cache handles the name key starts with: in its
+// zones and not in a zone that an authoritative plugin of the block asked to
+// bypass.
+func (c *Cache) serves(key []byte) bool {
+	return c.zones.matches(key) && (len(c.bypass) == 0 || !c.bypass.matches(key))
+}
+
+// zoneSet holds zones as lowercased wire names, so that the names of keys
+// are matched against them without building strings.
+type zoneSet [][]byte
+
+func newZoneSet(zones []string) zoneSet {
+	set := make(zoneSet, 0, len(zones))
+	for _, z := range zones {
+		b := make([]byte, maxNameLen)
+		n, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(z)), b, 0, nil, false)
+		if err != nil {
+			continue // setup normalized the zones: they pack
+		}
+		set = append(set, b[:n])
+	}
+	return set
+}
+
+// matches reports whether the lowercased wire name that key starts with is
+// in one of the zones. A zone matches at a label boundary of the name, and
+// its root label then lines up with the name's.
+func (zs zoneSet) matches(key []byte) bool {
+	for off := 0; off < len(key); off += int(key[off]) + 1 {
+		for _, z := range zs {
+			if bytes.HasPrefix(key[off:], z) {
+				return true
+			}
+		}
+		if key[off] == 0 {
+			break
+		}
+	}
+	return false
 }
 
 // Lookup states.
@@ -392,7 +431,6 @@ func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 		name:   s.name[:n],
 		qtype:  question.Qtype,
 		qclass: question.Qclass,
-		limit:  dns.MaxMsgSize,
 	}
 	o := r.IsEdns0()
 	if o != nil {
@@ -403,16 +441,24 @@ func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	if !ecs.loadSubnet(q, o, w) {
 		return false
 	}
-	// The same limits as CoreDNS's request.Size: UDP clients get their
-	// EDNS size, at least 512; everything else gets a whole message.
-	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+	_, udp := w.RemoteAddr().(*net.UDPAddr)
+	s.finish(udp)
+	return true
+}
+
+// finish sets the size limit of the reply to s.q and its key. The limits
+// are those of CoreDNS's request.Size: UDP clients get their EDNS size, at
+// least 512; everything else gets a whole message.
+func (s *scratch) finish(udp bool) {
+	q := &s.q
+	q.limit = dns.MaxMsgSize
+	if udp {
 		q.limit = dns.MinMsgSize
 		if q.edns {
 			q.limit = max(q.limit, int(q.udpSize))
 		}
 	}
 	s.key = appendKey(s.key[:0], q)
-	return true
 }
 
 // appendKey appends the cache key of q: the lowercased qname, qtype, qclass

@@ -9,8 +9,10 @@ import (
 	// configure. Only these are linked into the test binary: importing
 	// core/plugin (as github.com/coredns/coredns/test does) would link every
 	// CoreDNS plugin, kubernetes and the cloud backends included.
+	_ "github.com/coredns/coredns/plugin/acl"
 	_ "github.com/coredns/coredns/plugin/autopath"
 	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/dns64"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/file"
 	_ "github.com/coredns/coredns/plugin/forward"
@@ -20,6 +22,8 @@ import (
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/rewrite"
 	_ "github.com/coredns/coredns/plugin/tsig"
+	_ "github.com/coredns/coredns/plugin/view"
+	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
 // init places compactcache in the directive list just before cache, as

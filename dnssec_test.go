@@ -1214,12 +1214,19 @@ func TestDNSSECZoneSigned(t *testing.T) {
 // needs WriteMsg), in front of the file plugin serving the signed zone from
 // another CoreDNS. The first client fills the cache for every question; then
 // the upstream stops, so every later reply, to DO and non-DO clients over
-// UDP and TCP, comes from the one entry stored per question.
+// UDP and TCP, comes from the one entry stored per question: through the
+// server core, or from the front end.
 func TestDNSSECThroughCoreDNS(t *testing.T) {
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) { testDNSSECThroughCoreDNS(t, mode) })
+	}
+}
+
+func testDNSSECThroughCoreDNS(t *testing.T, mode cacheMode) {
 	for _, origin := range []string{"ecdsa.example.", "rsa.example."} {
 		for _, first := range []secClient{{do: true}, {edns: true}, {}} {
 			b := secFileBackend(t, origin)
-			udp, tcp := startCoreDNS(t, cacheCorefile(b.addr))
+			udp, tcp := mode.start(t, b.addr)
 			cases := append(secCases(b.zone), secCase{qname: "big." + origin, qtype: dns.TypeTXT})
 			ups := map[string]*dns.Msg{}
 			for _, tc := range cases {

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 
 	"github.com/miekg/dns"
 )
@@ -86,29 +87,44 @@ func (cfg *ecsConfig) loadSubnet(q *query, o *dns.OPT, w dns.ResponseWriter) boo
 			}
 		}
 	}
-	if !cfg.add {
-		return true
+	if cfg.add {
+		cfg.addClient(q, remoteIP(w))
 	}
+	return true
+}
+
+// remoteIP returns the client's address, invalid when it has none.
+func remoteIP(w dns.ResponseWriter) netip.Addr {
 	var ip net.IP
 	switch a := w.RemoteAddr().(type) {
 	case *net.UDPAddr:
 		ip = a.IP
 	case *net.TCPAddr:
 		ip = a.IP
-	default:
-		return true
 	}
-	if ip4 := ip.To4(); ip4 != nil {
-		q.ecs.family = familyIPv4
-		copy(q.ecs.addr[:], ip4)
+	addr, _ := netip.AddrFromSlice(ip)
+	return addr
+}
+
+// addClient fills q.ecs with the client's subnet, as long as the source
+// prefix configured for its family.
+func (cfg *ecsConfig) addClient(q *query, ip netip.Addr) {
+	if !ip.IsValid() {
+		return
+	}
+	ip = ip.Unmap()
+	s := &q.ecs
+	if ip.Is4() {
+		s.family = familyIPv4
+		a := ip.As4()
+		copy(s.addr[:], a[:])
 	} else {
-		q.ecs.family = familyIPv6
-		copy(q.ecs.addr[:], ip.To16())
+		s.family = familyIPv6
+		s.addr = ip.As16()
 	}
-	q.ecs.sent = uint8(cfg.maxSource(q.ecs.family))
-	q.ecs.source = q.ecs.sent
-	q.ecs.addr = mask(q.ecs.addr, int(q.ecs.sent))
-	return true
+	s.sent = uint8(cfg.maxSource(s.family))
+	s.source = s.sent
+	s.addr = mask(s.addr, int(s.sent))
 }
 
 func (cfg *ecsConfig) maxSource(family uint16) int {
@@ -119,23 +135,29 @@ func (cfg *ecsConfig) maxSource(family uint16) int {
 }
 
 func (cfg *ecsConfig) fromOption(q *query, e *dns.EDNS0_SUBNET) bool {
-	if e.Family != familyIPv4 && e.Family != familyIPv6 || int(e.SourceNetmask) > familyBits(e.Family) {
-		return false
-	}
-	s := subnet{family: e.Family, source: e.SourceNetmask, own: true}
+	var addr [16]byte
 	if e.Family == familyIPv4 {
 		ip4 := e.Address.To4()
 		if ip4 == nil && e.Address != nil {
 			return false
 		}
-		copy(s.addr[:], ip4)
+		copy(addr[:], ip4)
 	} else {
-		copy(s.addr[:], e.Address.To16())
+		copy(addr[:], e.Address.To16())
 	}
-	if mask(s.addr, int(s.source)) != s.addr {
+	return cfg.fromSubnet(q, e.Family, e.SourceNetmask, addr)
+}
+
+// fromSubnet fills q.ecs from the client's ECS option: family, source
+// prefix and the address, in the first bytes of addr.
+func (cfg *ecsConfig) fromSubnet(q *query, family uint16, source uint8, addr [16]byte) bool {
+	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) {
 		return false
 	}
-	s.echo = s.addr
+	if mask(addr, int(source)) != addr {
+		return false
+	}
+	s := subnet{family: family, source: source, addr: addr, echo: addr, own: true}
 	s.sent = uint8(min(int(s.source), cfg.maxSource(s.family)))
 	s.addr = mask(s.addr, int(s.sent))
 	q.ecs = s

@@ -36,12 +36,15 @@ var (
 		"The number of entries tailored to a client subnet (EDNS Client Subnet).")
 	cacheRefused = counterVec("refused_total", blockLabels,
 		"The number of responses not cached because they exceed the per-entry limit.")
+	frontendRequests = counterVec("frontend_requests_total", resultLabels,
+		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable or cut by the socket buffer).")
 )
 
 // The labels of the stock cache's families: per block, and per kind of entry.
 var (
 	blockLabels  = []string{"server", "zones", "view"}
 	kindedLabels = []string{"server", "type", "zones", "view"}
+	resultLabels = []string{"server", "zones", "view", "result"}
 )
 
 func gaugeVec(name string, labels []string, help string) *prometheus.GaugeVec {
@@ -139,4 +142,16 @@ func (m *serverMetrics) stored(s *store, evicted perKind) {
 	m.bytes.Set(float64(s.bytes.Load()))
 	m.capacity.Set(float64(s.capacity))
 	m.variants.Set(float64(s.variants.Load()))
+}
+
+// frontendMetrics are a front end's counters, resolved for its server.
+type frontendMetrics struct {
+	hits, chain, shed, dropped prometheus.Counter
+}
+
+func (s *metricsSet) frontend(server string) frontendMetrics {
+	of := func(result string) prometheus.Counter {
+		return frontendRequests.WithLabelValues(server, s.zones, s.view, result)
+	}
+	return frontendMetrics{hits: of("hit"), chain: of("chain"), shed: of("shed"), dropped: of("dropped")}
 }

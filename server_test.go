@@ -76,25 +76,7 @@ func startUpstream(t *testing.T, u *upstream) string {
 			w.WriteMsg(m)
 		}
 	})
-	var (
-		pc  net.PacketConn
-		ln  net.Listener
-		err error
-	)
-	// Take an ephemeral UDP port, then the same port for TCP; another
-	// process may hold that TCP port, so try a few.
-	for range 20 {
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			break
-		}
-		pc.Close()
-	}
-	if err != nil {
-		t.Fatalf("no port free for both UDP and TCP: %v", err)
-	}
+	pc, ln := listenUDPTCP(t)
 	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
 		started := make(chan struct{})
 		s.NotifyStartedFunc = func() { close(started) }
@@ -102,6 +84,36 @@ func startUpstream(t *testing.T, u *upstream) string {
 		<-started
 		t.Cleanup(func() { s.Shutdown() })
 	}
+	return pc.LocalAddr().String()
+}
+
+// listenUDPTCP listens on an ephemeral port of 127.0.0.1, UDP and TCP.
+func listenUDPTCP(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	// Take an ephemeral UDP port, then the same port for TCP; another
+	// process may hold that TCP port, so try a few.
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+	}
+	t.Fatal("no port free for both UDP and TCP")
+	return nil, nil
+}
+
+// freePort returns an address of 127.0.0.1 whose port was free for UDP and
+// TCP a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	pc, ln := listenUDPTCP(t)
+	pc.Close()
+	ln.Close()
 	return pc.LocalAddr().String()
 }
 
@@ -165,13 +177,39 @@ func exchangeTCP(t *testing.T, addr string, m *dns.Msg) *dns.Msg {
 	return r
 }
 
-// cacheCorefile is a Corefile with compactcache in front of forward to up.
-func cacheCorefile(up string) string {
+// cacheCorefile is a Corefile with compactcache, given options, in front
+// of forward to up.
+func cacheCorefile(up string, options ...string) string {
+	block := ""
+	if len(options) > 0 {
+		block = " {\n\t\t" + strings.Join(options, "\n\t\t") + "\n\t}"
+	}
 	return `.:0 {
 	bind 127.0.0.1
-	compactcache
+	compactcache` + block + `
 	forward . ` + up + `
 }`
+}
+
+// cacheMode is how clients reach compactcache: through CoreDNS's server
+// core, or through the front end, which answers hits itself.
+type cacheMode struct {
+	name     string
+	frontend bool
+}
+
+var cacheModes = []cacheMode{{"plugin", false}, {"frontend", true}}
+
+// start starts CoreDNS with compactcache, given options, in front of
+// forward to up, and returns where the mode's clients ask.
+func (m cacheMode) start(t *testing.T, up string, options ...string) (udp, tcp string) {
+	t.Helper()
+	if !m.frontend {
+		return startCoreDNS(t, cacheCorefile(up, options...))
+	}
+	addr := freePort(t)
+	startCoreDNS(t, cacheCorefile(up, append(options, "frontend "+addr)...))
+	return addr, addr
 }
 
 // checkEcho fails unless r echoes the question of req exactly, 0x20 case
@@ -205,182 +243,194 @@ func checkOPT(t *testing.T, what string, r, req *dns.Msg) {
 }
 
 func TestServerAnswersAsUpstream(t *testing.T) {
-	t.Parallel()
-	u := exampleUpstream()
-	u.add("mixed.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("mixed.example.org. 300 IN A 192.0.2.33")}, nil, nil)
-	udp, tcp := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			u := exampleUpstream()
+			u.add("mixed.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("mixed.example.org. 300 IN A 192.0.2.33")}, nil, nil)
+			udp, tcp := mode.start(t, startUpstream(t, u))
 
-	cases := []struct {
-		name  string
-		qtype uint16
-		do    bool
-		edns  bool
-	}{
-		{"a.example.org.", dns.TypeA, false, false},
-		{"a.example.org.", dns.TypeAAAA, false, true},
-		{"t.example.org.", dns.TypeTXT, false, false},
-		{"www.example.org.", dns.TypeA, false, false}, // CNAME chain
-		{"example.org.", dns.TypeMX, false, false},
-		{"example.org.", dns.TypeNS, false, true},
-		{"_sip._udp.example.org.", dns.TypeSRV, false, false},
-		{"example.org.", dns.TypeSOA, false, false},
-		{"1.2.0.192.in-addr.arpa.", dns.TypePTR, false, false},
-		{"missing.example.org.", dns.TypeA, false, false}, // NXDOMAIN
-		{"a.example.org.", dns.TypeMX, false, true},       // NODATA
-		{"A.Example.ORG.", dns.TypeA, false, false},       // 0x20 on a cached name
-		{"MiXeD.ExAmPlE.oRg.", dns.TypeA, false, false},   // 0x20 on a miss
-		{"mixed.EXAMPLE.org.", dns.TypeA, false, true},    // and another case on the hit
-		{"WWW.example.org.", dns.TypeA, true, true},
-	}
-	for _, tc := range cases {
-		req := test.Case{Qname: tc.name, Qtype: tc.qtype, Do: tc.do}.Msg()
-		if tc.edns && !tc.do {
-			req.SetEdns0(1232, false)
-		}
-		want := u.script(tc.name, tc.qtype)(req)
-		what := tc.name + "/" + dns.TypeToString[tc.qtype]
-		for i := range 3 {
-			var got *dns.Msg
-			if i < 2 {
-				got, _ = exchangeUDP(t, udp, req)
-			} else {
-				got = exchangeTCP(t, tcp, req)
+			cases := []struct {
+				name  string
+				qtype uint16
+				do    bool
+				edns  bool
+			}{
+				{"a.example.org.", dns.TypeA, false, false},
+				{"a.example.org.", dns.TypeAAAA, false, true},
+				{"t.example.org.", dns.TypeTXT, false, false},
+				{"www.example.org.", dns.TypeA, false, false}, // CNAME chain
+				{"example.org.", dns.TypeMX, false, false},
+				{"example.org.", dns.TypeNS, false, true},
+				{"_sip._udp.example.org.", dns.TypeSRV, false, false},
+				{"example.org.", dns.TypeSOA, false, false},
+				{"1.2.0.192.in-addr.arpa.", dns.TypePTR, false, false},
+				{"missing.example.org.", dns.TypeA, false, false}, // NXDOMAIN
+				{"a.example.org.", dns.TypeMX, false, true},       // NODATA
+				{"A.Example.ORG.", dns.TypeA, false, false},       // 0x20 on a cached name
+				{"MiXeD.ExAmPlE.oRg.", dns.TypeA, false, false},   // 0x20 on a miss
+				{"mixed.EXAMPLE.org.", dns.TypeA, false, true},    // and another case on the hit
+				{"WWW.example.org.", dns.TypeA, true, true},
 			}
-			w := what + " query " + strconv.Itoa(i)
-			if err := sameReply(got, want); err != nil {
-				t.Errorf("%s: %v", w, err)
+			for _, tc := range cases {
+				req := test.Case{Qname: tc.name, Qtype: tc.qtype, Do: tc.do}.Msg()
+				if tc.edns && !tc.do {
+					req.SetEdns0(1232, false)
+				}
+				want := u.script(tc.name, tc.qtype)(req)
+				what := tc.name + "/" + dns.TypeToString[tc.qtype]
+				for i := range 3 {
+					var got *dns.Msg
+					if i < 2 {
+						got, _ = exchangeUDP(t, udp, req)
+					} else {
+						got = exchangeTCP(t, tcp, req)
+					}
+					w := what + " query " + strconv.Itoa(i)
+					if err := sameReply(got, want); err != nil {
+						t.Errorf("%s: %v", w, err)
+					}
+					checkEcho(t, w, got, req)
+					checkOPT(t, w, got, req)
+				}
+				if n := u.count(tc.name, tc.qtype); n != 1 {
+					t.Errorf("%s: upstream asked %d times, want 1", what, n)
+				}
 			}
-			checkEcho(t, w, got, req)
-			checkOPT(t, w, got, req)
-		}
-		if n := u.count(tc.name, tc.qtype); n != 1 {
-			t.Errorf("%s: upstream asked %d times, want 1", what, n)
-		}
+		})
 	}
 }
 
 func TestServerLargeAnswers(t *testing.T) {
-	t.Parallel()
-	u := newUpstream()
-	// About 2.2 KB: more than 512, more than the cache's own 1232-byte
-	// buffer, less than 4096.
-	u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("big.example.org.", 20), nil, nil)
-	// About 900 bytes: more than 512, less than 1232.
-	u.add("medium.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("medium.example.org.", 8), nil, nil)
-	// The same 2.2 KB under another name, asked first without EDNS.
-	u.add("huge.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("huge.example.org.", 20), nil, nil)
-	udp, tcp := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			u := newUpstream()
+			// About 2.2 KB: more than 512, more than the cache's own 1232-byte
+			// buffer, less than 4096.
+			u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("big.example.org.", 20), nil, nil)
+			// About 900 bytes: more than 512, less than 1232.
+			u.add("medium.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("medium.example.org.", 8), nil, nil)
+			// The same 2.2 KB under another name, asked first without EDNS.
+			u.add("huge.example.org.", dns.TypeTXT, dns.RcodeSuccess, bigTXT("huge.example.org.", 20), nil, nil)
+			udp, tcp := mode.start(t, startUpstream(t, u))
 
-	plain := func(name string) *dns.Msg { return test.Case{Qname: name, Qtype: dns.TypeTXT}.Msg() }
-	withEDNS := func(name string, size uint16) *dns.Msg {
-		m := plain(name)
-		m.SetEdns0(size, false)
-		return m
-	}
-	whole := func(what string, got, req *dns.Msg, u *upstream) {
-		t.Helper()
-		want := u.script(req.Question[0].Name, dns.TypeTXT)(req)
-		if err := sameReply(got, want); err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-		checkEcho(t, what, got, req)
-		checkOPT(t, what, got, req)
-	}
-	truncated := func(what string, got *dns.Msg, size, limit int, req *dns.Msg) {
-		t.Helper()
-		if !got.Truncated || size > limit || got.Rcode != dns.RcodeSuccess {
-			t.Errorf("%s: TC=%v, %d bytes, rcode %s; want TC, at most %d bytes, NOERROR",
-				what, got.Truncated, size, dns.RcodeToString[got.Rcode], limit)
-		}
-		checkEcho(t, what, got, req)
-		checkOPT(t, what, got, req)
-	}
+			plain := func(name string) *dns.Msg { return test.Case{Qname: name, Qtype: dns.TypeTXT}.Msg() }
+			withEDNS := func(name string, size uint16) *dns.Msg {
+				m := plain(name)
+				m.SetEdns0(size, false)
+				return m
+			}
+			whole := func(what string, got, req *dns.Msg, u *upstream) {
+				t.Helper()
+				want := u.script(req.Question[0].Name, dns.TypeTXT)(req)
+				if err := sameReply(got, want); err != nil {
+					t.Errorf("%s: %v", what, err)
+				}
+				checkEcho(t, what, got, req)
+				checkOPT(t, what, got, req)
+			}
+			truncated := func(what string, got *dns.Msg, size, limit int, req *dns.Msg) {
+				t.Helper()
+				if !got.Truncated || size > limit || got.Rcode != dns.RcodeSuccess {
+					t.Errorf("%s: TC=%v, %d bytes, rcode %s; want TC, at most %d bytes, NOERROR",
+						what, got.Truncated, size, dns.RcodeToString[got.Rcode], limit)
+				}
+				checkEcho(t, what, got, req)
+				checkOPT(t, what, got, req)
+			}
 
-	// big: first over UDP with a 4096-byte buffer (a miss, answered whole),
-	// then from the cache: whole again, cut with TC for a client without
-	// EDNS and one with 1232 bytes, and whole over TCP.
-	req := withEDNS("big.example.org.", 4096)
-	for i := range 2 {
-		got, n := exchangeUDP(t, udp, req)
-		if n <= 1232 {
-			t.Errorf("big over UDP/4096 query %d: %d bytes, want the whole answer (> 1232)", i, n)
-		}
-		whole("big over UDP/4096 query "+strconv.Itoa(i), got, req, u)
-	}
-	req = plain("big.example.org.")
-	got, n := exchangeUDP(t, udp, req)
-	truncated("big over UDP without EDNS", got, n, dns.MinMsgSize, req)
-	req = withEDNS("big.example.org.", 1232)
-	got, n = exchangeUDP(t, udp, req)
-	truncated("big over UDP/1232", got, n, 1232, req)
-	for _, req := range []*dns.Msg{plain("big.example.org."), withEDNS("Big.Example.Org.", 1232)} {
-		whole("big over TCP", exchangeTCP(t, tcp, req), req, u)
-	}
-	if c := u.count("big.example.org.", dns.TypeTXT); c != 1 {
-		t.Errorf("big: upstream asked %d times, want 1", c)
-	}
+			// big: first over UDP with a 4096-byte buffer (a miss, answered whole),
+			// then from the cache: whole again, cut with TC for a client without
+			// EDNS and one with 1232 bytes, and whole over TCP.
+			req := withEDNS("big.example.org.", 4096)
+			for i := range 2 {
+				got, n := exchangeUDP(t, udp, req)
+				if n <= 1232 {
+					t.Errorf("big over UDP/4096 query %d: %d bytes, want the whole answer (> 1232)", i, n)
+				}
+				whole("big over UDP/4096 query "+strconv.Itoa(i), got, req, u)
+			}
+			req = plain("big.example.org.")
+			got, n := exchangeUDP(t, udp, req)
+			truncated("big over UDP without EDNS", got, n, dns.MinMsgSize, req)
+			req = withEDNS("big.example.org.", 1232)
+			got, n = exchangeUDP(t, udp, req)
+			truncated("big over UDP/1232", got, n, 1232, req)
+			for _, req := range []*dns.Msg{plain("big.example.org."), withEDNS("Big.Example.Org.", 1232)} {
+				whole("big over TCP", exchangeTCP(t, tcp, req), req, u)
+			}
+			if c := u.count("big.example.org.", dns.TypeTXT); c != 1 {
+				t.Errorf("big: upstream asked %d times, want 1", c)
+			}
 
-	// medium: first without EDNS. The cache asks with its own 1232-byte
-	// buffer, so the whole answer comes back and is stored; the client gets
-	// TC, a TCP retry gets the whole answer from the cache.
-	req = plain("medium.example.org.")
-	for i := range 2 {
-		got, n := exchangeUDP(t, udp, req)
-		truncated("medium over UDP without EDNS query "+strconv.Itoa(i), got, n, dns.MinMsgSize, req)
-	}
-	whole("medium over TCP", exchangeTCP(t, tcp, req), req, u)
-	req = withEDNS("medium.example.org.", 1232)
-	got, n = exchangeUDP(t, udp, req)
-	if n > 1232 {
-		t.Errorf("medium over UDP/1232: %d bytes", n)
-	}
-	whole("medium over UDP/1232", got, req, u)
-	if c := u.count("medium.example.org.", dns.TypeTXT); c != 1 {
-		t.Errorf("medium: upstream asked %d times, want 1", c)
-	}
+			// medium: first without EDNS. The cache asks with its own 1232-byte
+			// buffer, so the whole answer comes back and is stored; the client gets
+			// TC, a TCP retry gets the whole answer from the cache.
+			req = plain("medium.example.org.")
+			for i := range 2 {
+				got, n := exchangeUDP(t, udp, req)
+				truncated("medium over UDP without EDNS query "+strconv.Itoa(i), got, n, dns.MinMsgSize, req)
+			}
+			whole("medium over TCP", exchangeTCP(t, tcp, req), req, u)
+			req = withEDNS("medium.example.org.", 1232)
+			got, n = exchangeUDP(t, udp, req)
+			if n > 1232 {
+				t.Errorf("medium over UDP/1232: %d bytes", n)
+			}
+			whole("medium over UDP/1232", got, req, u)
+			if c := u.count("medium.example.org.", dns.TypeTXT); c != 1 {
+				t.Errorf("medium: upstream asked %d times, want 1", c)
+			}
 
-	// huge: first without EDNS. Even the cache's 1232 bytes are too few:
-	// the upstream truncates, the cache asks again over TCP (miss.go) and
-	// stores the whole answer; the client gets TC, its TCP retry and every
-	// later query are hits.
-	req = plain("huge.example.org.")
-	got, n = exchangeUDP(t, udp, req)
-	truncated("huge over UDP without EDNS", got, n, dns.MinMsgSize, req)
-	if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
-		t.Errorf("huge: upstream asked %d times, want 2 (UDP, truncated, then TCP)", c)
-	}
-	for i := range 2 {
-		whole("huge over TCP query "+strconv.Itoa(i), exchangeTCP(t, tcp, req), req, u)
-	}
-	got, n = exchangeUDP(t, udp, req)
-	truncated("huge over UDP without EDNS, cached", got, n, dns.MinMsgSize, req)
-	req = withEDNS("huge.example.org.", 4096)
-	got, _ = exchangeUDP(t, udp, req)
-	whole("huge over UDP/4096", got, req, u)
-	if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
-		t.Errorf("huge: upstream asked %d times, want 2", c)
+			// huge: first without EDNS. Even the cache's 1232 bytes are too few:
+			// the upstream truncates, the cache asks again over TCP (miss.go) and
+			// stores the whole answer; the client gets TC, its TCP retry and every
+			// later query are hits.
+			req = plain("huge.example.org.")
+			got, n = exchangeUDP(t, udp, req)
+			truncated("huge over UDP without EDNS", got, n, dns.MinMsgSize, req)
+			if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
+				t.Errorf("huge: upstream asked %d times, want 2 (UDP, truncated, then TCP)", c)
+			}
+			for i := range 2 {
+				whole("huge over TCP query "+strconv.Itoa(i), exchangeTCP(t, tcp, req), req, u)
+			}
+			got, n = exchangeUDP(t, udp, req)
+			truncated("huge over UDP without EDNS, cached", got, n, dns.MinMsgSize, req)
+			req = withEDNS("huge.example.org.", 4096)
+			got, _ = exchangeUDP(t, udp, req)
+			whole("huge over UDP/4096", got, req, u)
+			if c := u.count("huge.example.org.", dns.TypeTXT); c != 2 {
+				t.Errorf("huge: upstream asked %d times, want 2", c)
+			}
+		})
 	}
 }
 
 // TestServerTTLAging checks aging on the real clock; cache_test.go covers
 // it in detail with a fake one.
 func TestServerTTLAging(t *testing.T) {
-	t.Parallel()
-	u := exampleUpstream()
-	udp, _ := startCoreDNS(t, cacheCorefile(startUpstream(t, u)))
-	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
-	first, _ := exchangeUDP(t, udp, req)
-	time.Sleep(1100 * time.Millisecond)
-	second, _ := exchangeUDP(t, udp, req)
-	if len(first.Answer) != 3 || len(second.Answer) != 3 {
-		t.Fatalf("answers: %v then %v", first.Answer, second.Answer)
-	}
-	for i, rr := range second.Answer {
-		if was := first.Answer[i].Header().Ttl; rr.Header().Ttl >= was {
-			t.Errorf("%s: TTL %d a second after %d", rr, rr.Header().Ttl, was)
-		}
-	}
-	if n := u.count("www.example.org.", dns.TypeA); n != 1 {
-		t.Errorf("upstream asked %d times, want 1", n)
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			u := exampleUpstream()
+			udp, _ := mode.start(t, startUpstream(t, u))
+			req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+			first, _ := exchangeUDP(t, udp, req)
+			time.Sleep(1100 * time.Millisecond)
+			second, _ := exchangeUDP(t, udp, req)
+			if len(first.Answer) != 3 || len(second.Answer) != 3 {
+				t.Fatalf("answers: %v then %v", first.Answer, second.Answer)
+			}
+			for i, rr := range second.Answer {
+				if was := first.Answer[i].Header().Ttl; rr.Header().Ttl >= was {
+					t.Errorf("%s: TTL %d a second after %d", rr, rr.Header().Ttl, was)
+				}
+			}
+			if n := u.count("www.example.org.", dns.TypeA); n != 1 {
+				t.Errorf("upstream asked %d times, want 1", n)
+			}
+		})
 	}
 }

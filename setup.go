@@ -42,7 +42,12 @@ func setup(c *caddy.Controller) error {
 		ca.SetRawWrites(rawSafe(cfg.Handlers()))
 		for _, h := range cfg.Handlers() {
 			if b, ok := h.(ZoneBypasser); ok {
-				ca.bypass = append(ca.bypass, b.CacheBypassZones()...)
+				ca.bypass = append(ca.bypass, newZoneSet(b.CacheBypassZones())...)
+			}
+		}
+		if ca.frontend != nil {
+			if err := setupFrontend(c, cfg, ca); err != nil {
+				return plugin.Error(pluginName, err)
 			}
 		}
 		return nil
@@ -85,6 +90,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 			}
 		}
 		ca.Zones = plugin.OriginsFromArgsOrServerBlock(args, c.ServerBlockKeys)
+		ca.zones = newZoneSet(ca.Zones)
 		seen := map[string]bool{}
 		for c.NextBlock() {
 			opt := c.Val()
@@ -109,7 +115,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -155,6 +161,8 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		return parseDisable(args, ca)
 	case "ecs":
 		return parseECS(c, args, ca)
+	case "frontend":
+		return parseFrontend(c, args, ca)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -1,0 +1,492 @@
+package compactcache
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/pkg/reuseport"
+	"github.com/coredns/coredns/plugin/pkg/transport"
+	"github.com/miekg/dns"
+)
+
+// The front end is a packet cache in front of CoreDNS's server core. It owns
+// client-facing sockets of its own, answers fresh hits straight from the
+// packet with the plugin's reply writer, and hands everything else (misses,
+// stale and prefetch-due entries, requests it does not parse) to the server
+// of its block, whose ServeDNS runs the whole chain, compactcache included,
+// as if the request had come through the server's own listener.
+
+// frontendConfig is the `frontend` option.
+type frontendConfig struct {
+	udp, tcp []string // host:port to listen on
+	sockets  int      // UDP sockets per address, each read by one goroutine
+	inflight int      // requests through the chain at most; more are shed
+	logEvery int      // log one front-end hit in logEvery; 0 logs none
+}
+
+const (
+	defaultInflight = 1024
+	// tcpIdle closes TCP connections idle this long, CoreDNS's default.
+	tcpIdle = 10 * time.Second
+)
+
+// bypassRefused are the plugins that, placed before the cache, decide who
+// gets an answer or what it is: hits from the front end would skip them.
+// The view plugin, a filter of the server's, is refused apart.
+var bypassRefused = map[string]string{
+	"acl":   "access control",
+	"tsig":  "TSIG verification",
+	"dns64": "AAAA synthesis",
+}
+
+// parseFrontend parses `frontend ADDRESS... { sockets N; inflight N; log N }`.
+// An address is host:port for UDP and TCP, or udp://host:port or
+// tcp://host:port for one of them.
+func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
+	if len(args) == 0 {
+		return fmt.Errorf("frontend: want at least one ADDRESS")
+	}
+	fc := &frontendConfig{sockets: runtime.GOMAXPROCS(0), inflight: defaultInflight}
+	for _, a := range args {
+		network, hostport := "", a
+		if i := strings.Index(a, "://"); i >= 0 {
+			network, hostport = a[:i], a[i+3:]
+		}
+		if _, _, err := net.SplitHostPort(hostport); err != nil {
+			return fmt.Errorf("frontend: %q is not HOST:PORT: %v", a, err)
+		}
+		switch network {
+		case "", transport.DNS:
+			fc.udp, fc.tcp = append(fc.udp, hostport), append(fc.tcp, hostport)
+		case "udp":
+			fc.udp = append(fc.udp, hostport)
+		case "tcp":
+			fc.tcp = append(fc.tcp, hostport)
+		default:
+			return fmt.Errorf("frontend: %q: want dns://, udp:// or tcp://, or no scheme", a)
+		}
+	}
+	for c.NextBlock() {
+		opt, vals := c.Val(), c.RemainingArgs()
+		var n *int
+		lowest := 1
+		switch opt {
+		case "sockets":
+			n = &fc.sockets
+		case "inflight":
+			n = &fc.inflight
+		case "log":
+			n = &fc.logEvery
+			lowest = 0
+		default:
+			return fmt.Errorf("frontend: unknown option %q", opt)
+		}
+		if len(vals) != 1 {
+			return fmt.Errorf("frontend %s: want one number, got %q", opt, vals)
+		}
+		v, err := strconv.Atoi(vals[0])
+		if err != nil || v < lowest {
+			return fmt.Errorf("frontend %s: %q is not a number of at least %d", opt, vals[0], lowest)
+		}
+		*n = v
+	}
+	ca.frontend = fc
+	return nil
+}
+
+// frontend is a running front end.
+type frontend struct {
+	c   *Cache
+	cfg *frontendConfig
+
+	udp []*net.UDPConn
+	tcp []net.Listener
+
+	// Set when the server is known, before the sockets are read.
+	server *dnsserver.Server
+	ctx    context.Context // what the server gives its own requests
+	m      *serverMetrics
+	fm     frontendMetrics
+
+	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
+	inflight chan struct{} // a token per request in the chain
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+}
+
+// check refuses a block where the front end would skip plugins that guard
+// or change answers, and blocks it cannot serve.
+func (fc *frontendConfig) check(cfg *dnsserver.Config) error {
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("frontend: needs Linux (recvmmsg, sendmmsg)")
+	}
+	if cfg.Transport != transport.DNS {
+		return fmt.Errorf("frontend: the block is served over %s; the front end serves plain DNS blocks only", cfg.Transport)
+	}
+	if len(cfg.FilterFuncs) > 0 {
+		return fmt.Errorf("frontend: hits would bypass the block's filters (view); remove frontend or the filter")
+	}
+	for _, h := range cfg.Handlers() {
+		if h.Name() == pluginName {
+			break // plugins after the cache never see hits anyway
+		}
+		if what, ok := bypassRefused[h.Name()]; ok {
+			return fmt.Errorf("frontend: hits would bypass %s (%s) placed before the cache; remove frontend or %s", h.Name(), what, h.Name())
+		}
+	}
+	return nil
+}
+
+// listen opens the front end's sockets: SO_REUSEPORT lets several UDP
+// sockets share an address, each read by its own goroutine, and lets a
+// reloaded instance open its sockets before the old one closes.
+func (fc *frontendConfig) listen(c *Cache) (*frontend, error) {
+	fe := &frontend{c: c, cfg: fc, inflight: make(chan struct{}, fc.inflight)}
+	for _, a := range fc.udp {
+		for range fc.sockets {
+			conn, err := listenUDP(a)
+			if err != nil {
+				fe.close()
+				return nil, fmt.Errorf("frontend: %w", err)
+			}
+			fe.udp = append(fe.udp, conn)
+		}
+	}
+	for _, a := range fc.tcp {
+		l, err := listenTCP(a)
+		if err != nil {
+			fe.close()
+			return nil, fmt.Errorf("frontend: %w", err)
+		}
+		fe.tcp = append(fe.tcp, l)
+	}
+	return fe, nil
+}
+
+// start serves the sockets, handing what is not a hit to srv.
+func (fe *frontend) start(srv *dnsserver.Server) {
+	fe.server = srv
+	ctx := context.WithValue(context.Background(), dnsserver.Key{}, srv)
+	fe.ctx = context.WithValue(ctx, dnsserver.LoopKey{}, 0)
+	fe.m = fe.c.metrics.of(srv.Addr)
+	fe.fm = fe.c.metrics.frontend(srv.Addr)
+	fe.opcodes = allowedOpcodes(srv)
+	for _, conn := range fe.udp {
+		fe.wg.Go(func() { fe.serveUDP(conn) })
+	}
+	for _, l := range fe.tcp {
+		fe.wg.Go(func() { fe.serveTCP(l) })
+	}
+}
+
+// close closes the sockets and waits for their readers; requests in the
+// chain finish on their own.
+func (fe *frontend) close() {
+	fe.closed.Store(true)
+	for _, conn := range fe.udp {
+		conn.Close()
+	}
+	for _, l := range fe.tcp {
+		l.Close()
+	}
+	fe.wg.Wait()
+}
+
+// answer serves pkt from the cache when it is a fresh hit the front end
+// can answer alone, and returns the reply, valid until s's next one. now
+// is the second the batch came in.
+func (fe *frontend) answer(s *scratch, pkt []byte, client netip.Addr, tcp bool, now time.Time) []byte {
+	c := fe.c
+	if !s.parse(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
+		return nil
+	}
+	f := c.lookup(s, now, false)
+	// Prefetches and stale entries need the request as a *dns.Msg for
+	// their refreshes: the chain does them.
+	if f.state != fresh || f.prefetch {
+		return nil
+	}
+	fe.m.requests.Inc()
+	fe.m.hits[f.kind].Inc()
+	fe.fm.hits.Inc()
+	return f.reply
+}
+
+// toChain hands a request to the server's ServeDNS in a goroutine of its
+// own, at most inflight at a time: past that the request is dropped and
+// counted, as a flood of misses must not grow goroutines without bound.
+func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
+	select {
+	case fe.inflight <- struct{}{}:
+	default:
+		fe.fm.shed.Inc()
+		return
+	}
+	fe.fm.chain.Inc()
+	req := append([]byte(nil), pkt...)
+	go func() {
+		defer func() { <-fe.inflight }()
+		fe.serveChain(req, w)
+	}()
+}
+
+// serveChain does what miekg/dns's server does with a request before its
+// handler: it checks the header the way CoreDNS's server asks it to, unpacks
+// the request, checks its TSIG; then the server's ServeDNS runs the chain.
+func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
+	if len(pkt) < headerSize {
+		fe.fm.dropped.Inc()
+		return // no ID to answer: a reply could only amplify
+	}
+	h := dns.Header{
+		Id:      binary.BigEndian.Uint16(pkt[posID:]),
+		Bits:    binary.BigEndian.Uint16(pkt[posFlags:]),
+		Qdcount: binary.BigEndian.Uint16(pkt[posQDCount:]),
+		Ancount: binary.BigEndian.Uint16(pkt[posANCount:]),
+		Nscount: binary.BigEndian.Uint16(pkt[posNSCount:]),
+		Arcount: binary.BigEndian.Uint16(pkt[posARCount:]),
+	}
+	switch dns.DefaultMsgAcceptFunc(h) {
+	case dns.MsgIgnore:
+		fe.fm.dropped.Inc()
+		return
+	case dns.MsgReject:
+		w.Write(rejection(h, dns.RcodeFormatError))
+		return
+	case dns.MsgRejectNotImplemented:
+		// CoreDNS's server accepts the opcodes its plugins allow.
+		if opcode := h.Bits >> 11 & 0xF; !fe.opcodes[opcode] || h.Qdcount != 1 {
+			w.Write(rejection(h, dns.RcodeNotImplemented))
+			return
+		}
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(pkt); err != nil {
+		fe.fm.dropped.Inc()
+		w.Write(rejection(h, dns.RcodeFormatError))
+		return
+	}
+	if t := r.IsTsig(); t != nil {
+		w.verifyTSIG(pkt, t, fe.server.TsigSecret)
+	}
+	fe.server.ServeDNS(fe.ctx, w, r)
+}
+
+// rejection is miekg/dns's server's reply to a request it rejects: the
+// header alone, with the request's ID and its TC, RD, RA, AD and CD bits,
+// and the opcode kept for NOTIMP.
+func rejection(h dns.Header, rcode int) []byte {
+	bits := hdrQR | h.Bits&(hdrTC|hdrRD|hdrRA|hdrAD|hdrCD) | uint16(rcode)
+	if rcode == dns.RcodeNotImplemented {
+		bits |= h.Bits & (0xF << 11)
+	}
+	b := make([]byte, headerSize)
+	binary.BigEndian.PutUint16(b[posID:], h.Id)
+	binary.BigEndian.PutUint16(b[posFlags:], bits)
+	return b
+}
+
+// chainWriter takes the chain's reply to one request to its client.
+type chainWriter struct {
+	local, remote net.Addr
+
+	udp *net.UDPConn
+	to  netip.AddrPort
+	tcp *tcpConn
+
+	tsigSecret     string // of the request's TSIG, when it verified
+	tsigStatus     error
+	tsigMAC        string
+	tsigTimersOnly bool
+}
+
+func (w *chainWriter) LocalAddr() net.Addr  { return w.local }
+func (w *chainWriter) RemoteAddr() net.Addr { return w.remote }
+func (w *chainWriter) Close() error         { return nil }
+func (w *chainWriter) Hijack()              {}
+func (w *chainWriter) TsigStatus() error    { return w.tsigStatus }
+func (w *chainWriter) TsigTimersOnly(b bool) {
+	w.tsigTimersOnly = b
+}
+
+// WriteMsg packs m, signed when it carries a TSIG record as miekg/dns's
+// server signs.
+func (w *chainWriter) WriteMsg(m *dns.Msg) error {
+	if t := m.IsTsig(); t != nil && w.tsigSecret != "" {
+		b, mac, err := dns.TsigGenerate(m, w.tsigSecret, w.tsigMAC, w.tsigTimersOnly)
+		if err != nil {
+			return err
+		}
+		w.tsigMAC = mac
+		_, err = w.Write(b)
+		return err
+	}
+	b, err := m.Pack()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func (w *chainWriter) Write(b []byte) (int, error) {
+	if w.tcp != nil {
+		return w.tcp.write(b)
+	}
+	return w.udp.WriteToUDPAddrPort(b, w.to)
+}
+
+// verifyTSIG sets the TSIG status of the request pkt for the plugins, with
+// the server's secrets, as miekg/dns's server does.
+func (w *chainWriter) verifyTSIG(pkt []byte, t *dns.TSIG, secrets map[string]string) {
+	secret, ok := secrets[t.Hdr.Name]
+	if !ok {
+		w.tsigStatus = dns.ErrSecret
+		return
+	}
+	w.tsigStatus = dns.TsigVerify(pkt, secret, "", false)
+	w.tsigSecret, w.tsigMAC = secret, t.MAC
+}
+
+// frontendsKey keeps, in a caddy instance's storage, the front ends its
+// blocks opened, until the instance's servers are up.
+type frontendsKey struct{}
+
+// pendingFrontend is a front end waiting for its server.
+type pendingFrontend struct {
+	fe    *frontend
+	addrs []string // the server addresses of the block, as dnsserver names them
+}
+
+func init() { caddy.RegisterEventHook(pluginName+"-frontend", startFrontends) }
+
+// startFrontends starts the front ends of an instance once its servers
+// run: only then does caddy know them, and a front end needs its block's.
+func startFrontends(event caddy.EventName, info any) error {
+	inst, ok := info.(*caddy.Instance)
+	if event != caddy.InstanceStartupEvent || !ok {
+		return nil
+	}
+	inst.StorageMu.RLock()
+	pending, _ := inst.Storage[frontendsKey{}].([]pendingFrontend)
+	inst.StorageMu.RUnlock()
+	for _, p := range pending {
+		srv := findServer(inst, p.addrs)
+		if srv == nil {
+			log.Errorf("frontend: no server for %s among the instance's; the front end stays closed", strings.Join(p.addrs, ", "))
+			p.fe.close()
+			continue
+		}
+		p.fe.start(srv)
+	}
+	return nil
+}
+
+// blockAddrs returns the addresses dnsserver gives the servers of cfg's
+// block.
+func blockAddrs(cfg *dnsserver.Config) []string {
+	addrs := make([]string, 0, len(cfg.ListenHosts))
+	for _, h := range cfg.ListenHosts {
+		addrs = append(addrs, cfg.Transport+"://"+net.JoinHostPort(h, cfg.Port))
+	}
+	return addrs
+}
+
+// findServer returns the instance's server listening on one of addrs.
+// caddy keeps the servers in an unexported field of ServerListener; it is
+// read through reflect, as the server is what the front end must hand
+// requests to and caddy offers no other way to it.
+func findServer(inst *caddy.Instance, addrs []string) *dnsserver.Server {
+	for _, sl := range inst.Servers() {
+		f := reflect.ValueOf(&sl).Elem().FieldByName("server")
+		if !f.IsValid() {
+			return nil
+		}
+		s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
+		if !ok {
+			continue
+		}
+		for _, a := range addrs {
+			if s.Addr == a {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// allowedOpcodes returns the opcodes the server accepts besides QUERY and
+// NOTIFY, which its plugins asked for; like the server itself, the field is
+// only reachable through reflect.
+func allowedOpcodes(srv *dnsserver.Server) [16]bool {
+	var ok [16]bool
+	m := reflect.ValueOf(srv).Elem().FieldByName("allowedOpcodes")
+	if m.Kind() != reflect.Map {
+		return ok
+	}
+	for _, k := range m.MapKeys() {
+		if op := k.Int(); op >= 0 && op < int64(len(ok)) {
+			ok[op] = true
+		}
+	}
+	return ok
+}
+
+// setupFrontend opens ca's front end at startup and registers it to start
+// with the servers.
+func setupFrontend(c *caddy.Controller, cfg *dnsserver.Config, ca *Cache) error {
+	if err := ca.frontend.check(cfg); err != nil {
+		return err
+	}
+	fe, err := ca.frontend.listen(ca)
+	if err != nil {
+		return err
+	}
+	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
+	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: blockAddrs(cfg)}))
+	c.OnShutdown(func() error {
+		fe.close()
+		return nil
+	})
+	return nil
+}
+
+func listenUDP(addr string) (*net.UDPConn, error) {
+	pc, err := reuseport.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
+
+func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp", addr) }
+
+// logHit logs one hit in logEvery in the common format of the log plugin,
+// without the duration; *since counts the hits since the last one logged.
+func (fe *frontend) logHit(since *int, q *query, reqLen int, reply []byte, client netip.AddrPort, proto string) {
+	if fe.cfg.logEvery == 0 {
+		return
+	}
+	if *since++; *since < fe.cfg.logEvery {
+		return
+	}
+	*since = 0
+	name, _, _ := dns.UnpackDomainName(reply, headerSize)
+	rcode := int(binary.BigEndian.Uint16(reply[posFlags:]) & 0xF)
+	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %d (front end hit, 1 in %d logged)",
+		client, q.id, dns.Type(q.qtype), dns.Class(q.qclass), name, proto, reqLen, q.do, q.udpSize,
+		dns.RcodeToString[rcode], len(reply), fe.cfg.logEvery)
+}

@@ -1,0 +1,98 @@
+package compactcache
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// TCP clients of the front end are mostly UDP clients retrying a truncated
+// answer, so TCP is served plainly: a goroutine per connection, requests
+// answered in order, hits from the cache and the rest through the chain.
+
+// serveTCP accepts connections on l until it is closed, at most inflight
+// of them open at a time.
+func (fe *frontend) serveTCP(l net.Listener) {
+	open := make(chan struct{}, fe.cfg.inflight)
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			log.Warningf("frontend: accepting on %s: %v", l.Addr(), err)
+			time.Sleep(10 * time.Millisecond) // out of descriptors: let some close
+			continue
+		}
+		select {
+		case open <- struct{}{}:
+		default:
+			fe.fm.shed.Inc()
+			conn.Close()
+			continue
+		}
+		go func() {
+			defer func() { <-open }()
+			fe.serveConn(conn)
+		}()
+	}
+}
+
+// serveConn answers the requests of one connection until the client closes
+// it or leaves it idle.
+func (fe *frontend) serveConn(conn net.Conn) {
+	defer conn.Close()
+	t := &tcpConn{conn: conn}
+	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	var sinceLogged int
+	var size [2]byte
+	pkt := make([]byte, typicalMsgLen)
+	for {
+		conn.SetReadDeadline(time.Now().Add(tcpIdle))
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint16(size[:]))
+		if n > len(pkt) {
+			pkt = make([]byte, n)
+		}
+		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
+			return
+		}
+		if reply := fe.answer(s, pkt[:n], client.Addr(), true, fe.c.now()); reply != nil {
+			fe.logHit(&sinceLogged, &s.q, n, reply, client, "tcp")
+			if _, err := t.write(reply); err != nil {
+				return
+			}
+			continue
+		}
+		fe.fm.chain.Inc()
+		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
+	}
+}
+
+// tcpConn writes messages with their two-byte length (RFC 1035 4.2.2).
+type tcpConn struct {
+	mu   sync.Mutex // a plugin may write from a goroutine of its own
+	conn net.Conn
+}
+
+func (t *tcpConn) write(msg []byte) (int, error) {
+	if len(msg) > 0xFFFF {
+		return 0, errors.New("message too long for TCP")
+	}
+	var size [2]byte
+	binary.BigEndian.PutUint16(size[:], uint16(len(msg)))
+	bufs := net.Buffers{size[:], msg}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := bufs.WriteTo(t.conn); err != nil {
+		return 0, err
+	}
+	return len(msg), nil
+}

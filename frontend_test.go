@@ -1,0 +1,336 @@
+package compactcache
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// The server tests (server_test.go) and the DNSSEC test through CoreDNS run
+// in both modes, plugin and front end. The tests here cover what only the
+// front end does: answering hits itself, byte for byte as the plugin does,
+// handing the rest to the server block, refusing blocks it would weaken,
+// and shedding load.
+
+// frontendCount returns the front end's request counter for result, in
+// blocks of zone.
+func frontendCount(zone, result string) float64 {
+	return testutil.ToFloat64(frontendRequests.WithLabelValues("dns://127.0.0.1:0", zone, "", result))
+}
+
+// exchangeRaw sends pkt over UDP and returns the reply, or nil when none
+// comes within wait.
+func exchangeRaw(t *testing.T, addr string, pkt []byte, wait time.Duration) []byte {
+	t.Helper()
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(wait))
+	if _, err := conn.Write(pkt); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, dns.MaxMsgSize)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
+// TestFrontendServesHitsItself counts what the front end did: the first
+// query of a name goes through the chain, the next ones are its own hits,
+// counted as hits of the cache too.
+func TestFrontendServesHitsItself(t *testing.T) {
+	const zone = "hits.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	fe := freePort(t)
+	startCoreDNS(t, zone+`:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend `+fe+`
+	}
+	forward . `+startUpstream(t, u)+`
+}`)
+	hits, chain := frontendCount(zone, "hit"), frontendCount(zone, "chain")
+	successHits := func() float64 {
+		return testutil.ToFloat64(cacheHits.WithLabelValues("dns://127.0.0.1:0", "success", zone, ""))
+	}
+	before := successHits()
+	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	for range 5 {
+		if r, _ := exchangeUDP(t, fe, req); len(r.Answer) != 1 {
+			t.Fatalf("answer %v", r.Answer)
+		}
+	}
+	if got := frontendCount(zone, "chain") - chain; got != 1 {
+		t.Errorf("%v requests through the chain, want 1 (the miss)", got)
+	}
+	if got := frontendCount(zone, "hit") - hits; got != 4 {
+		t.Errorf("%v front end hits, want 4", got)
+	}
+	if got := successHits() - before; got != 4 {
+		t.Errorf("%v cache hits counted, want 4", got)
+	}
+	if n := u.count("a."+zone, dns.TypeA); n != 1 {
+		t.Errorf("upstream asked %d times, want 1", n)
+	}
+}
+
+// TestFrontendRepliesAsServer sends the same requests to the server's own
+// listener and to the front end of one instance, after both saw them once:
+// hits must be the same bytes, and requests the front end leaves to the
+// chain (other opcodes, several questions, CH class, EDNS version 1, TSIG,
+// ECS, malformed) must get the server's reply.
+func TestFrontendRepliesAsServer(t *testing.T) {
+	t.Parallel()
+	u := exampleUpstream()
+	fe := freePort(t)
+	udp, _ := startCoreDNS(t, cacheCorefile(startUpstream(t, u), "frontend "+fe))
+
+	msg := func(name string, qtype uint16, edit func(m *dns.Msg)) []byte {
+		m := test.Case{Qname: name, Qtype: qtype}.Msg()
+		m.Id = 4242
+		if edit != nil {
+			edit(m)
+		}
+		b, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	edns := func(size uint16, do bool) func(*dns.Msg) {
+		return func(m *dns.Msg) { m.SetEdns0(size, do) }
+	}
+	subnet := func(addr string, source uint8) func(*dns.Msg) {
+		return func(m *dns.Msg) {
+			m.SetEdns0(1232, false)
+			ip := net.ParseIP(addr)
+			family := uint16(familyIPv6)
+			if ip.To4() != nil {
+				family, ip = familyIPv4, ip.To4()
+			}
+			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: source, Address: ip})
+		}
+	}
+	cases := []struct {
+		name string
+		pkt  []byte
+	}{
+		{"A", msg("a.example.org.", dns.TypeA, nil)},
+		{"0x20", msg("A.ExAmple.ORG.", dns.TypeA, nil)},
+		{"CNAME chain, DO", msg("www.example.org.", dns.TypeA, edns(1232, true))},
+		{"MX with additional", msg("example.org.", dns.TypeMX, edns(4096, false))},
+		{"NXDOMAIN", msg("missing.example.org.", dns.TypeA, nil)},
+		{"NODATA", msg("a.example.org.", dns.TypeMX, edns(512, false))},
+		{"ECS /24", msg("a.example.org.", dns.TypeA, subnet("198.51.100.7", 24))},
+		{"ECS /0", msg("a.example.org.", dns.TypeA, subnet("0.0.0.0", 0))},
+		{"ECS v6 /56", msg("a.example.org.", dns.TypeAAAA, subnet("2001:db8:1:2::", 56))},
+		{"ECS with host bits", msg("a.example.org.", dns.TypeA, subnet("198.51.100.7", 16))},
+		{"NOTIFY", msg("example.org.", dns.TypeSOA, func(m *dns.Msg) { m.Opcode = dns.OpcodeNotify })},
+		{"UPDATE", msg("example.org.", dns.TypeSOA, func(m *dns.Msg) { m.Opcode = dns.OpcodeUpdate })},
+		{"two questions", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.Question = append(m.Question, m.Question[0]) })},
+		{"class CH", msg("version.bind.", dns.TypeTXT, func(m *dns.Msg) { m.Question[0].Qclass = dns.ClassCHAOS })},
+		{"EDNS version 1", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) })},
+		{"TSIG, unknown key", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetTsig("key.", dns.HmacSHA256, 300, time.Now().Unix()) })},
+		{"header only", msg("a.example.org.", dns.TypeA, nil)[:headerSize]},
+		{"cut question", msg("a.example.org.", dns.TypeA, nil)[:headerSize+5]},
+	}
+	// Fill the cache through the plugin's own path.
+	for _, tc := range cases {
+		exchangeRaw(t, udp, tc.pkt, 2*time.Second)
+	}
+	for _, tc := range cases {
+		want := exchangeRaw(t, udp, tc.pkt, 2*time.Second)
+		got := exchangeRaw(t, fe, tc.pkt, 2*time.Second)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: front end replied\n%s\nserver replied\n%s", tc.name, dump(got), dump(want))
+		}
+	}
+	// No reply to a response or to a runt, from either.
+	for name, pkt := range map[string][]byte{
+		"response": msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.Response = true }),
+		"runt":     {0x42},
+	} {
+		if r := exchangeRaw(t, fe, pkt, 300*time.Millisecond); r != nil {
+			t.Errorf("%s: front end replied %x", name, r)
+		}
+	}
+}
+
+// dump prints a reply for a failure message.
+func dump(b []byte) string {
+	if b == nil {
+		return "(nothing)"
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		return err.Error()
+	}
+	return m.String()
+}
+
+// TestFrontendServesStale: expired entries go through the chain, which
+// serves them stale and refreshes them, as in the plugin's mode.
+func TestFrontendServesStale(t *testing.T) {
+	t.Parallel()
+	u := newUpstream()
+	u.add("s.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("s.example.org. 1 IN A 192.0.2.7")}, nil, nil)
+	fe := freePort(t)
+	// MINTTL 0: the entry lives as long as its record's TTL of 1 second.
+	startCoreDNS(t, cacheCorefile(startUpstream(t, u), "success 10000 3600 0", "serve_stale 1h", "frontend "+fe))
+	req := test.Case{Qname: "s.example.org.", Qtype: dns.TypeA}.Msg()
+	req.SetEdns0(1232, false)
+	exchangeUDP(t, fe, req)
+	time.Sleep(2100 * time.Millisecond)
+	u.set("s.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
+		m := new(dns.Msg)
+		return m.SetRcode(r, dns.RcodeServerFailure)
+	})
+	r, _ := exchangeUDP(t, fe, req)
+	if len(r.Answer) != 1 || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("stale answer: %v", r)
+	}
+	var ede *dns.EDNS0_EDE
+	for _, o := range r.IsEdns0().Option {
+		if e, ok := o.(*dns.EDNS0_EDE); ok {
+			ede = e
+		}
+	}
+	if ede == nil || ede.InfoCode != edeStaleAnswer {
+		t.Errorf("stale answer without EDE 3 (Stale Answer): %v", r.IsEdns0())
+	}
+}
+
+// TestFrontendRefusesBypass: a block where hits would skip access control,
+// TSIG checks, AAAA synthesis or a view's filter does not start.
+func TestFrontendRefusesBypass(t *testing.T) {
+	fe := freePort(t)
+	cases := []struct{ name, before, want string }{
+		{"acl", "acl {\n\t\tblock net 192.0.2.0/24\n\t}", "bypass acl"},
+		{"tsig", "tsig {\n\t\tsecret key. c2VjcmV0\n\t}", "bypass tsig"},
+		{"dns64", "dns64", "bypass dns64"},
+		{"view", "view v {\n\t\texpr true\n\t}", "filters (view)"},
+	}
+	for _, tc := range cases {
+		corefile := `.:0 {
+	bind 127.0.0.1
+	` + tc.before + `
+	compactcache {
+		frontend ` + fe + `
+	}
+	whoami
+}`
+		serverMu.Lock()
+		caddy.Quiet = true
+		inst, err := caddy.Start(corefileInput(corefile))
+		serverMu.Unlock()
+		if err == nil {
+			inst.Stop()
+			t.Errorf("%s: started; want an error", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q, want it to say %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestFrontendShedsLoad: with one request allowed in the chain and the
+// upstream stuck, further misses are dropped and counted, not queued.
+func TestFrontendShedsLoad(t *testing.T) {
+	const zone = "shed.frontend.test."
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	u := newUpstream()
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		u.set(n+"."+zone, dns.TypeA, func(r *dns.Msg) *dns.Msg {
+			<-release
+			m := new(dns.Msg)
+			return m.SetReply(r)
+		})
+	}
+	fe := freePort(t)
+	startCoreDNS(t, zone+`:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend `+fe+` {
+			inflight 1
+		}
+	}
+	forward . `+startUpstream(t, u)+` {
+		max_concurrent 10
+	}
+}`)
+	shed := frontendCount(zone, "shed")
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		m := test.Case{Qname: n + "." + zone, Qtype: dns.TypeA}.Msg()
+		b, _ := m.Pack()
+		exchangeRaw(t, fe, b, 50*time.Millisecond)
+	}
+	if got := frontendCount(zone, "shed") - shed; got != 4 {
+		t.Errorf("%v requests shed, want 4", got)
+	}
+	once.Do(func() { close(release) })
+}
+
+// TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
+// the socket loop does and counts allocations.
+func TestFrontendHitAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	c := newTestCache(t, exampleUpstream(), newClock())
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	req.SetEdns0(1232, true)
+	ask(t, c, req, false) // the miss fills the cache
+	want := ask(t, c, req, false)
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fe := &frontend{c: c, cfg: &frontendConfig{}, m: c.metrics.of("test"), fm: c.metrics.frontend("test")}
+	b, err := newUDPBatch(fe, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt, _ := req.Pack()
+	copy(b.bufs[0][:], pkt)
+	b.in[0].Len = uint32(len(pkt))
+	b.names[0].Family = unix.AF_INET
+	now := c.now()
+	allocs := testing.AllocsPerRun(1000, func() {
+		b.queued = 0
+		b.handle(0, now)
+	})
+	if b.queued != 1 {
+		t.Fatalf("the hit was not queued for sending")
+	}
+	got := new(dns.Msg)
+	reply := unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)
+	if err := got.Unpack(reply); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() {
+		t.Errorf("front end reply\n%s\nplugin reply\n%s", got, want)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per hit, want 0", allocs)
+	}
+}
