@@ -56,6 +56,8 @@ var bypassRefused = map[string]string{
 // An address is host:port for UDP and TCP, or udp://host:port or
 // tcp://host:port for one of them.
 func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
+	// RemainingArgs stops before a block's brace, on the same line.
+	block := c.NextArg()
 	if len(args) == 0 {
 		return fmt.Errorf("frontend: want at least one ADDRESS")
 	}
@@ -79,7 +81,7 @@ func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
 			return fmt.Errorf("frontend: %q: want dns://, udp:// or tcp://, or no scheme", a)
 		}
 	}
-	for c.NextBlock() {
+	for block && c.Next() && c.Val() != "}" {
 		opt, vals := c.Val(), c.RemainingArgs()
 		var n *int
 		lowest := 1

@@ -288,33 +288,65 @@ func TestFrontendShedsLoad(t *testing.T) {
 	once.Do(func() { close(release) })
 }
 
-// TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
-// the socket loop does and counts allocations.
-func TestFrontendHitAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
+// TestFrontendLogsSampledHits: `log 2` logs every second hit of a socket.
+func TestFrontendLogsSampledHits(t *testing.T) {
+	logs := captureLog(t)
+	fe := freePort(t)
+	startCoreDNS(t, cacheCorefile(startUpstream(t, exampleUpstream()), "frontend "+fe+" {\n\t\t\tsockets 1\n\t\t\tlog 2\n\t\t}"))
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	for range 5 { // a miss, then 4 hits
+		exchangeUDP(t, fe, req)
 	}
-	c := newTestCache(t, exampleUpstream(), newClock())
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "front end hit") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d front end hits logged, want 2:\n%s", len(lines), logs)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"A IN a.example.org. udp `) || !strings.Contains(l, " NOERROR ") {
+			t.Errorf("log line %q lacks the question or the rcode", l)
+		}
+	}
+}
+
+// hitBatch returns a UDP batch of a front end whose first slot holds a
+// request the cache has an entry for, and the plugin's reply to it.
+func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
+	c := newTestCache(tb, exampleUpstream(), newClock())
 	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
 	req.SetEdns0(1232, true)
-	ask(t, c, req, false) // the miss fills the cache
-	want := ask(t, c, req, false)
+	ask(tb, c, req, false) // the miss fills the cache
+	want := ask(tb, c, req, false)
 
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer conn.Close()
+	tb.Cleanup(func() { conn.Close() })
 	fe := &frontend{c: c, cfg: &frontendConfig{}, m: c.metrics.of("test"), fm: c.metrics.frontend("test")}
 	b, err := newUDPBatch(fe, conn)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	pkt, _ := req.Pack()
 	copy(b.bufs[0][:], pkt)
 	b.in[0].Len = uint32(len(pkt))
 	b.names[0].Family = unix.AF_INET
-	now := c.now()
+	return b, want
+}
+
+// TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
+// the socket loop does and counts allocations.
+func TestFrontendHitAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	b, want := hitBatch(t)
+	now := b.fe.c.now()
 	allocs := testing.AllocsPerRun(1000, func() {
 		b.queued = 0
 		b.handle(0, now)
@@ -323,8 +355,7 @@ func TestFrontendHitAllocatesNothing(t *testing.T) {
 		t.Fatalf("the hit was not queued for sending")
 	}
 	got := new(dns.Msg)
-	reply := unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)
-	if err := got.Unpack(reply); err != nil {
+	if err := got.Unpack(unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != want.String() {
@@ -332,5 +363,17 @@ func TestFrontendHitAllocatesNothing(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("%v allocations per hit, want 0", allocs)
+	}
+}
+
+// BenchmarkFrontendHit is the front end's work for one hit between the
+// system calls: parse, lookup, reply, queue.
+func BenchmarkFrontendHit(b *testing.B) {
+	batch, _ := hitBatch(b)
+	now := batch.fe.c.now()
+	b.ReportAllocs()
+	for b.Loop() {
+		batch.queued = 0
+		batch.handle(0, now)
 	}
 }

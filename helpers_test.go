@@ -130,7 +130,7 @@ func (c *clock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-func newTestCache(t *testing.T, u *upstream, clk *clock) *Cache {
+func newTestCache(t testing.TB, u *upstream, clk *clock) *Cache {
 	t.Helper()
 	c := New()
 	c.Next = u
@@ -139,7 +139,7 @@ func newTestCache(t *testing.T, u *upstream, clk *clock) *Cache {
 }
 
 // ask sends one query through c and returns what the client got.
-func ask(t *testing.T, c *Cache, req *dns.Msg, tcp bool) *dns.Msg {
+func ask(t testing.TB, c *Cache, req *dns.Msg, tcp bool) *dns.Msg {
 	t.Helper()
 	rec := &recorder{ResponseWriter: test.ResponseWriter{TCP: tcp}}
 	if _, err := c.ServeDNS(context.Background(), rec, req); err != nil {

@@ -72,6 +72,17 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n ecs {\n add\n max_variants 10\n }\n keepttl\n}", func(c *Cache) bool {
 			return c.ecs == ecsConfig{source4: 24, source6: 56, add: true, maxVariants: 10} && c.keepttl
 		}},
+		{"compactcache {\n frontend 127.0.0.1:53\n}", func(c *Cache) bool {
+			f := c.frontend
+			return f != nil && strings.Join(f.udp, ",") == "127.0.0.1:53" && strings.Join(f.tcp, ",") == "127.0.0.1:53" &&
+				f.sockets >= 1 && f.inflight == defaultInflight && f.logEvery == 0
+		}},
+		{"compactcache {\n frontend udp://[::1]:53 tcp://127.0.0.1:53 dns://:5353 {\n sockets 4\n inflight 10\n log 100\n }\n}", func(c *Cache) bool {
+			f := c.frontend
+			return strings.Join(f.udp, ",") == "[::1]:53,:5353" && strings.Join(f.tcp, ",") == "127.0.0.1:53,:5353" &&
+				f.sockets == 4 && f.inflight == 10 && f.logEvery == 100
+		}},
+		{"compactcache", func(c *Cache) bool { return c.frontend == nil }},
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
 			return strings.Join(c.nexcept, ",") == "example.org.,example.net."
 		}},
@@ -142,6 +153,14 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n ecs {\n nearest\n }\n}", `ecs: unknown option "nearest"`},
 		{"compactcache {\n ecs\n ecs\n}", "ecs: can only be given once"},
 		{"compactcache {\n disable both\n}", `disable: "both" is not success or denial`},
+		{"compactcache {\n frontend\n}", "frontend: want at least one ADDRESS"},
+		{"compactcache {\n frontend 127.0.0.1\n}", `frontend: "127.0.0.1" is not HOST:PORT`},
+		{"compactcache {\n frontend tls://127.0.0.1:853\n}", `frontend: "tls://127.0.0.1:853": want dns://, udp:// or tcp://`},
+		{"compactcache {\n frontend :53 {\n sockets 0\n }\n}", `frontend sockets: "0" is not a number of at least 1`},
+		{"compactcache {\n frontend :53 {\n log -1\n }\n}", `frontend log: "-1" is not a number of at least 0`},
+		{"compactcache {\n frontend :53 {\n inflight\n }\n}", "frontend inflight: want one number"},
+		{"compactcache {\n frontend :53 {\n batch 8\n }\n}", `frontend: unknown option "batch"`},
+		{"compactcache {\n frontend :53\n frontend :54\n}", "frontend: can only be given once"},
 		{"compactcache\ncompactcache", "once per Server Block"},
 	}
 	for _, tc := range tests {
