@@ -377,3 +377,52 @@ func BenchmarkFrontendHit(b *testing.B) {
 		batch.handle(0, now)
 	}
 }
+
+// TestFrontendSurvivesReload: the front end of the reloaded instance opens
+// its sockets beside the old ones and answers from the handed-over store;
+// the old front end's sockets close with the old instance.
+func TestFrontendSurvivesReload(t *testing.T) {
+	const zone = "reload.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up, fe := startUpstream(t, u), freePort(t)
+	corefile := func(extra string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	` + extra + `
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	}
+	serverMu.Lock()
+	inst, err := caddy.Start(corefileInput(corefile("")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { inst.Stop() }()
+	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, fe, req)
+	for i := range 2 {
+		serverMu.Lock()
+		inst, err = inst.Restart(corefileInput(corefile(strings.Repeat("errors\n\t", i%2))))
+		serverMu.Unlock()
+		if err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+		hits := frontendCount(zone, "hit")
+		for range 3 {
+			if r, _ := exchangeUDP(t, fe, req); len(r.Answer) != 1 {
+				t.Fatalf("reload %d: reply %v", i, r)
+			}
+		}
+		if got := frontendCount(zone, "hit") - hits; got != 3 {
+			t.Errorf("reload %d: %v front end hits, want 3", i, got)
+		}
+	}
+	if n := u.count("a."+zone, dns.TypeA); n != 1 {
+		t.Errorf("upstream asked %d times, want 1: the store was handed over", n)
+	}
+}
