@@ -59,6 +59,16 @@ func TestBinary(t *testing.T) {
 		}
 		smoke(t, bin, string(example))
 	})
+	t.Run("frontend", func(t *testing.T) {
+		// The front end takes the clients' port; the server block moves
+		// to another one, where only the front end's misses reach it.
+		fe := strings.Replace(string(example), ".:1053 {", ".:1055 {", 1)
+		fe = strings.Replace(fe, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:1053\n", 1)
+		if !strings.Contains(fe, ".:1055 {") || !strings.Contains(fe, "frontend 127.0.0.1:1053") {
+			t.Fatal("Corefile.example: no .:1053 block with a compactcache block to add the front end to")
+		}
+		smoke(t, bin, fe)
+	})
 	t.Run("cache", func(t *testing.T) {
 		stock := regexp.MustCompile(`compactcache\s*\{[^}]*\}`).ReplaceAllString(string(example), "cache")
 		if stock == string(example) {
@@ -106,19 +116,27 @@ func run(t *testing.T, timeout time.Duration, name string, args ...string) ([]by
 	}
 }
 
-// smoke starts the binary on corefile, with its ports 1053 and 1054 moved to
-// free ones, and checks the front server's answers against the zone file.
+// smoke starts the binary on corefile, with its ports 1053 and 1054 (and
+// 1055 if used) moved to free ones, and checks the answers on 1053 against
+// the zone file.
 func smoke(t *testing.T, bin, corefile string) {
-	front, upstream := freePort(t), freePort(t)
-	for upstream == front {
-		upstream = freePort(t)
-	}
-	for port, repl := range map[string]int{":1053": front, ":1054": upstream} {
-		if n := strings.Count(corefile, port); n == 0 {
-			t.Fatalf("Corefile.example has no %s", port)
+	ports := map[string]int{}
+	used := map[int]bool{}
+	for _, port := range []string{":1053", ":1054", ":1055"} {
+		if strings.Count(corefile, port) == 0 {
+			if port != ":1055" {
+				t.Fatalf("Corefile.example has no %s", port)
+			}
+			continue
 		}
-		corefile = strings.ReplaceAll(corefile, port, ":"+strconv.Itoa(repl))
+		p := freePort(t)
+		for used[p] {
+			p = freePort(t)
+		}
+		used[p], ports[port] = true, p
+		corefile = strings.ReplaceAll(corefile, port, ":"+strconv.Itoa(p))
 	}
+	front := ports[":1053"]
 	conf := filepath.Join(t.TempDir(), "Corefile")
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
