@@ -261,24 +261,25 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		Nscount: binary.BigEndian.Uint16(pkt[posNSCount:]),
 		Arcount: binary.BigEndian.Uint16(pkt[posARCount:]),
 	}
-	switch dns.DefaultMsgAcceptFunc(h) {
-	case dns.MsgIgnore:
-		fe.fm.dropped.Inc()
-		return
-	case dns.MsgReject:
-		w.Write(rejection(h, dns.RcodeFormatError))
-		return
-	case dns.MsgRejectNotImplemented:
-		// CoreDNS's server accepts the opcodes its plugins allow.
-		if opcode := h.Bits >> 11 & 0xF; !fe.opcodes[opcode] || h.Qdcount != 1 {
-			w.Write(rejection(h, dns.RcodeNotImplemented))
-			return
-		}
+	action := dns.DefaultMsgAcceptFunc(h)
+	// CoreDNS's server accepts the opcodes its plugins allow.
+	if action == dns.MsgRejectNotImplemented && fe.opcodes[h.Bits>>11&0xF] && h.Qdcount == 1 {
+		action = dns.MsgAccept
 	}
 	r := new(dns.Msg)
-	if err := r.Unpack(pkt); err != nil {
+	switch action {
+	case dns.MsgAccept:
+		err := r.Unpack(pkt)
+		if err == nil {
+			break
+		}
 		fe.fm.dropped.Inc()
-		w.Write(rejection(h, dns.RcodeFormatError))
+		fallthrough
+	case dns.MsgReject, dns.MsgRejectNotImplemented:
+		w.WriteMsg(rejection(r, h, action == dns.MsgRejectNotImplemented))
+		return
+	default:
+		fe.fm.dropped.Inc()
 		return
 	}
 	if t := r.IsTsig(); t != nil {
@@ -287,18 +288,24 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 	fe.server.ServeDNS(fe.ctx, w, r)
 }
 
-// rejection is miekg/dns's server's reply to a request it rejects: the
-// header alone, with the request's ID and its TC, RD, RA, AD and CD bits,
-// and the opcode kept for NOTIMP.
-func rejection(h dns.Header, rcode int) []byte {
-	bits := hdrQR | h.Bits&(hdrTC|hdrRD|hdrRA|hdrAD|hdrCD) | uint16(rcode)
-	if rcode == dns.RcodeNotImplemented {
-		bits |= h.Bits & (0xF << 11)
+// rejection turns r, the request as far as it unpacked, into miekg/dns's
+// server's reply to a request it rejects: the request's header bits and
+// question (when it got that far), FORMERR or NOTIMP, nothing else.
+func rejection(r *dns.Msg, h dns.Header, notImplemented bool) *dns.Msg {
+	opcode := int(h.Bits>>11) & 0xF
+	r.Truncated = h.Bits&hdrTC != 0
+	r.RecursionDesired = h.Bits&hdrRD != 0
+	r.RecursionAvailable = h.Bits&hdrRA != 0
+	r.AuthenticatedData = h.Bits&hdrAD != 0
+	r.CheckingDisabled = h.Bits&hdrCD != 0
+	r.Id = h.Id
+	r.SetRcodeFormatError(r)
+	r.Zero = false
+	if notImplemented {
+		r.Opcode, r.Rcode = opcode, dns.RcodeNotImplemented
 	}
-	b := make([]byte, headerSize)
-	binary.BigEndian.PutUint16(b[posID:], h.Id)
-	binary.BigEndian.PutUint16(b[posFlags:], bits)
-	return b
+	r.Answer, r.Ns, r.Extra = nil, nil, nil
+	return r
 }
 
 // chainWriter takes the chain's reply to one request to its client.

@@ -3,6 +3,8 @@ package compactcache
 import (
 	"bytes"
 	"net"
+	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -126,6 +128,12 @@ func TestFrontendRepliesAsServer(t *testing.T) {
 			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: source, Address: ip})
 		}
 	}
+	option := func(o dns.EDNS0) func(*dns.Msg) {
+		return func(m *dns.Msg) {
+			m.SetEdns0(1232, false)
+			m.IsEdns0().Option = append(m.IsEdns0().Option, o)
+		}
+	}
 	cases := []struct {
 		name string
 		pkt  []byte
@@ -140,6 +148,8 @@ func TestFrontendRepliesAsServer(t *testing.T) {
 		{"ECS /0", msg("a.example.org.", dns.TypeA, subnet("0.0.0.0", 0))},
 		{"ECS v6 /56", msg("a.example.org.", dns.TypeAAAA, subnet("2001:db8:1:2::", 56))},
 		{"ECS with host bits", msg("a.example.org.", dns.TypeA, subnet("198.51.100.7", 16))},
+		{"COOKIE", msg("a.example.org.", dns.TypeA, option(&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"}))},
+		{"LLQ, malformed", msg("a.example.org.", dns.TypeA, option(&dns.EDNS0_LOCAL{Code: dns.EDNS0LLQ, Data: []byte{1, 2, 3, 4}}))},
 		{"NOTIFY", msg("example.org.", dns.TypeSOA, func(m *dns.Msg) { m.Opcode = dns.OpcodeNotify })},
 		{"UPDATE", msg("example.org.", dns.TypeSOA, func(m *dns.Msg) { m.Opcode = dns.OpcodeUpdate })},
 		{"two questions", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.Question = append(m.Question, m.Question[0]) })},
@@ -425,4 +435,40 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	if n := u.count("a."+zone, dns.TypeA); n != 1 {
 		t.Errorf("upstream asked %d times, want 1: the store was handed over", n)
 	}
+}
+
+// FuzzFrontendRequest: whatever the packet, the front end's parse does not
+// panic, and a packet it takes is one miekg/dns reads, into the very query
+// and key the plugin's own load makes of the message.
+func FuzzFrontendRequest(f *testing.F) {
+	for _, b := range fzRequestSeeds() {
+		f.Add(b)
+	}
+	client := netip.MustParseAddr(clientAddr.IP.String())
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		for _, add := range []bool{false, true} {
+			cfg := defaultECS()
+			cfg.add = add
+			fe := scratchPool.New().(*scratch)
+			if !fe.parse(pkt, client, false, &cfg) {
+				return
+			}
+			m := new(dns.Msg)
+			if err := m.Unpack(pkt); err != nil {
+				t.Fatalf("the front end takes a request miekg/dns rejects: %v", err)
+			}
+			pl := scratchPool.New().(*scratch)
+			if m.Opcode != dns.OpcodeQuery || len(m.Question) != 1 || !pl.load(m, &discard{}, &cfg) {
+				t.Fatalf("the front end takes a request the plugin does not:\n%s", m)
+			}
+			a, b := fe.q, pl.q
+			if !bytes.Equal(a.name, b.name) || len(a.opts)+len(b.opts) != 0 || !bytes.Equal(fe.key, pl.key) {
+				t.Fatalf("name %x, key %x, options %x; the plugin's: %x, %x, %x", a.name, fe.key, a.opts, b.name, pl.key, b.opts)
+			}
+			a.name, a.opts, b.name, b.opts = nil, nil, nil, nil
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("query %+v; the plugin's %+v", a, b)
+			}
+		}
+	})
 }

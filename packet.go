@@ -102,8 +102,15 @@ func questionNameLen(b []byte) int {
 	return 0
 }
 
+// ignoredOptions are the EDNS options that leave a cached reply as it is
+// and that miekg/dns reads whatever their data: a request with only these
+// and ECS gets the reply the chain would give it. A plugin may still echo
+// one (edns.SupportedOption); the chain answers those. Others, whose data
+// miekg/dns checks, are for the chain too.
+var ignoredOptions = map[uint16]bool{dns.EDNS0NSID: true, dns.EDNS0COOKIE: true, dns.EDNS0PADDING: true}
+
 // parseOPT reads the OPT record b starts with into s.q: the UDP size, the
-// DO bit and the ECS option. Other options CoreDNS would echo, an EDNS
+// DO bit and the ECS option. Options other than ignoredOptions, an EDNS
 // version other than 0 (BADVERS, RFC 6891 6.1.3) and anything else in the
 // additional section are for the chain.
 func (s *scratch) parseOPT(b []byte, cfg *ecsConfig) bool {
@@ -137,22 +144,22 @@ func (s *scratch) parseOPT(b []byte, cfg *ecsConfig) bool {
 			if q.ecs.own || !s.parseSubnet(data, cfg) {
 				return false
 			}
-		case edns.SupportedOption(code):
-			return false // echoed by the chain's plugins
+		case edns.SupportedOption(code) || !ignoredOptions[code]:
+			return false
 		}
 	}
 	return true
 }
 
 // parseSubnet reads an ECS option's data. Only the form RFC 7871 6 asks
-// for is taken here, the address cut to the source prefix's bytes; the
-// chain judges the others as it does today.
+// for is taken here, the address cut to the source prefix's bytes and a
+// scope of 0; the chain judges the others as it does today.
 func (s *scratch) parseSubnet(data []byte, cfg *ecsConfig) bool {
 	if len(data) < ecsHeader {
 		return false
 	}
-	family, source := binary.BigEndian.Uint16(data), data[2]
-	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) ||
+	family, source, scope := binary.BigEndian.Uint16(data), data[2], data[3]
+	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) || scope != 0 ||
 		len(data) != ecsHeader+prefixBytes(int(source)) {
 		return false
 	}
