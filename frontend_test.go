@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -471,4 +472,48 @@ func FuzzFrontendRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFrontendSocketLoopAllocatesNothing runs hits through the real sockets,
+// system calls included, and counts the whole process's allocations: the
+// client side uses one connected socket and fixed buffers.
+func TestFrontendSocketLoopAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	fe := freePort(t)
+	startCoreDNS(t, cacheCorefile(startUpstream(t, exampleUpstream()), "frontend "+fe))
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, fe, req) // the miss
+	pkt, _ := req.Pack()
+	conn, err := net.Dial("udp", fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, dns.MaxMsgSize)
+	ask := func(n int) {
+		for range n {
+			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := conn.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ask(100) // pools and buffers grow to their steady size
+	const n = 2000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ask(n)
+	runtime.ReadMemStats(&after)
+	// Timers of the deadlines and the runtime's own bookkeeping may
+	// allocate now and then; a hit path that allocated would show n.
+	per := float64(after.Mallocs-before.Mallocs) / n
+	t.Logf("%.3f allocations per hit in the whole process", per)
+	if per > 0.1 {
+		t.Errorf("%.2f allocations per hit in the process, want 0", per)
+	}
 }
