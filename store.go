@@ -78,6 +78,7 @@ type shard struct {
 	mu   sync.Mutex
 	seed maphash.Seed
 
+	arena  *arena   // where chunks and tables come from (arena.go)
 	chunks [][]byte // the ring; nil where no chunk is allocated
 	used   []uint32 // bytes written in each chunk
 	tail   int      // the chunk being appended to, -1 before the first
@@ -124,7 +125,8 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 		sh.chunks = make([][]byte, rings)
 		sh.used = make([]uint32, rings)
 		sh.tail = -1
-		sh.table = make([]uint64, minTableSlots)
+		sh.arena = newArena(rings)
+		sh.table = sh.arena.table(minTableSlots)
 		sh.grace = grace
 		for k, l := range limits {
 			if l > 0 {
@@ -134,6 +136,7 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 		sh.held = sh.overhead() + minTableSlots*8
 		s.bytes.Add(sh.held)
 	}
+	s.releaseWhenUnreachable()
 	return s, nil
 }
 
@@ -324,13 +327,14 @@ func (sh *shard) makeTableRoom(now int64, evicted *perKind) {
 func (sh *shard) resize(n int) {
 	old := sh.table
 	sh.held += int64(n-len(old)) * 8
-	sh.table = make([]uint64, n)
+	sh.table = sh.arena.table(n)
 	sh.count = 0
 	for _, v := range old {
 		if v != 0 {
 			sh.insertSlot(v)
 		}
 	}
+	sh.arena.free(old)
 }
 
 // reserve returns a place for n bytes at the end of the ring.
@@ -343,7 +347,7 @@ func (sh *shard) reserve(n int, now int64, evicted *perKind) (chunk, off int) {
 		}
 		next := (sh.tail + 1) % len(sh.chunks)
 		if sh.chunks[next] == nil && sh.held+chunkSize <= sh.budget {
-			sh.chunks[next] = make([]byte, chunkSize)
+			sh.chunks[next] = sh.arena.chunk(next)
 			sh.held += chunkSize
 			sh.tail = next
 			continue

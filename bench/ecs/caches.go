@@ -114,6 +114,11 @@ func settled() runtime.MemStats {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
+	// compactcache's store maps its memory outside the Go heap: count it
+	// as if it were on the heap, which is where the stock cache keeps all.
+	mapped := uint64(compactcache.OffHeapBytes())
+	m.HeapInuse += mapped
+	m.HeapAlloc += mapped
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
 )
@@ -30,7 +31,7 @@ type gcResult struct {
 type zipfResult struct {
 	Hits, Queries int
 	Entries       int64 // entries held at the end (the capacity, for the stock cache)
-	HeapInuse     int64 // heap in use at the end, above the child's empty heap
+	HeapInuse     int64 // heap in use and mapped at the end, above the child's empty heap
 	StoreBytes    int64 // compactcache's own accounting at the end
 }
 
@@ -161,7 +162,7 @@ func childZipf(cfg config, kind bench.Kind, budget int64, stockEntries int) erro
 		c   *bench.Cache
 		err error
 	)
-	empty := settled()
+	empty, emptyMapped := settled(), compactcache.OffHeapBytes()
 	if kind == bench.Stock {
 		c, err = bench.NewStock(stockEntries, up)
 	} else {
@@ -193,7 +194,7 @@ func childZipf(cfg config, kind bench.Kind, budget int64, stockEntries int) erro
 		return err
 	}
 	end := settled()
-	r.HeapInuse = int64(end.HeapInuse) - int64(empty.HeapInuse)
+	r.HeapInuse = int64(end.HeapInuse) - int64(empty.HeapInuse) + compactcache.OffHeapBytes() - emptyMapped
 	if c.Compact != nil {
 		st := c.Compact.Stats()
 		r.Entries, r.StoreBytes = st.Entries, st.Bytes

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
 )
@@ -65,7 +66,8 @@ func newCache(cfg config, kind bench.Kind, up *bench.Upstream) (*bench.Cache, er
 
 // figures are one cache's in-process measurements.
 type figures struct {
-	heapInuse, heapAlloc, objects float64 // per entry, after GC
+	heapInuse, heapAlloc, objects float64 // per entry, after GC, mapped included
+	mapped                        float64 // per entry, outside the Go heap
 	storeBytes                    float64 // compactcache's own accounting per entry
 	payload                       float64 // per entry, over the N entries
 	insert                        cost    // per insert, upstream included
@@ -94,14 +96,16 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	f := new(figures)
 
 	progress("%s: inserting %d entries", kind, cfg.n)
-	before := settled()
+	before, mappedBefore := settled(), compactcache.OffHeapBytes()
 	if f.insert, err = loop(cfg.n, func(i int) error { return d.Query(c, i) }); err != nil {
 		return nil, err
 	}
-	after := settled()
+	after, mappedAfter := settled(), compactcache.OffHeapBytes()
 	n := float64(cfg.n)
-	f.heapInuse = (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
-	f.heapAlloc = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	// The store's memory outside the Go heap counts as if it were on it.
+	f.mapped = float64(mappedAfter-mappedBefore) / n
+	f.heapInuse = (float64(after.HeapInuse)-float64(before.HeapInuse))/n + f.mapped
+	f.heapAlloc = (float64(after.HeapAlloc)-float64(before.HeapAlloc))/n + f.mapped
 	f.objects = (float64(after.HeapObjects) - float64(before.HeapObjects)) / n
 	if up.Calls() != int64(cfg.n) {
 		return nil, fmt.Errorf("the upstream answered %d of %d inserts", up.Calls(), cfg.n)

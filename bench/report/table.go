@@ -84,8 +84,11 @@ func printTable(out io.Writer, cfg config, r *results) {
 		return func(k bench.Kind) (float64, bool) { return f(r.figs[k]), true }
 	}
 
-	t.row("bytes/entry, HeapInuse after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapInuse }))
-	t.row("bytes/entry, HeapAlloc after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapAlloc }))
+	t.row("bytes/entry, HeapInuse+mapped after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapInuse }))
+	t.row("bytes/entry, HeapAlloc+mapped after GC", "%.0f", times, fig(func(f *figures) float64 { return f.heapAlloc }))
+	t.row("  of which mapped outside the Go heap", "%.0f", nil, func(k bench.Kind) (float64, bool) {
+		return r.figs[k].mapped, k == bench.Compact
+	})
 	t.row("heap objects/entry", "%.2f", times, fig(func(f *figures) float64 { return f.objects }))
 	t.row("bytes/entry, Stats().Bytes/N", "%.0f", nil, func(k bench.Kind) (float64, bool) {
 		return r.figs[k].storeBytes, k == bench.Compact
@@ -140,13 +143,15 @@ func printTable(out io.Writer, cfg config, r *results) {
 		}
 		t.row(fmt.Sprintf("zipf hit %%, %d MiB", budget>>20), "%.1f", points, z(func(z zipfResult) float64 { return 100 * z.rate() }))
 		t.row("  entries held (stock: its capacity)", "%.0f", times, z(func(z zipfResult) float64 { return float64(z.Entries) }))
-		t.row("  heap in use at the end, MiB", "%.1f", times, z(func(z zipfResult) float64 { return float64(z.HeapInuse) / (1 << 20) }))
+		t.row("  heap in use + mapped at the end, MiB", "%.1f", times, z(func(z zipfResult) float64 { return float64(z.HeapInuse) / (1 << 20) }))
 	}
 
 	fmt.Fprintf(out, `
-bytes/entry: heap after runtime.GC() twice with the N entries stored, minus before, over N; every entry
-  was then queried and had to hit with its own payload. Stats().Bytes is compactcache's count of what its
-  store holds, on or off the Go heap. Payload: qname in wire form plus each record's rdata and 2 bytes.
+bytes/entry: heap after runtime.GC() twice with the N entries stored, minus before, plus the memory
+  compactcache's store maps outside the Go heap (OffHeapBytes, chunks handed out and mapped index tables),
+  over N; every entry was then queried and had to hit with its own payload. Stats().Bytes is
+  compactcache's count of what its store holds, on or off the Go heap. Payload: qname in wire form plus
+  each record's rdata and 2 bytes.
 insert: N misses through ServeDNS, each answered by an upstream that packs workload.Reply and unpacks it as
   forward does; "upstream alone" is that upstream, same queries, same driver, without a cache in front.
   The cache's own share is the difference. Allocations are MemStats.Mallocs and TotalAlloc deltas.
@@ -155,7 +160,7 @@ hit: %d queries, keys uniform over N, through ServeDNS with the reply written to
   writer only keep the message. Wall time includes the GC work the operations cause.
 runtime.GC(): each cache alone in a child process, after its fill and one settling GC.
 zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a hit is a query that does
-  not reach the upstream. Equal budgets: the stock cache holds budget / its HeapInuse bytes per entry
+  not reach the upstream. Equal budgets: the stock cache holds budget / its bytes per entry (HeapInuse)
   above; compactcache gets "capacity <budget>".
 `, cfg.hits, workload.TraceNames, workload.TraceSkew, cfg.trace, cfg.trace)
 	for _, err := range r.failed {

@@ -1,0 +1,25 @@
+//go:build !linux || race
+
+package compactcache
+
+// Without the mappings of arena_mmap.go, the arenas are made on the heap:
+// on other systems, and under the race detector, which sees a read of entry
+// bytes without the shard's lock only on memory it shadows, the Go heap's.
+
+// mapsMemory reports whether arenas live outside the Go heap in this build.
+const mapsMemory = false
+
+// arena makes a shard's memory on the Go heap, where the GC frees it.
+type arena struct{}
+
+func newArena(int) *arena { return new(arena) }
+
+func (*arena) chunk(int) []byte { return make([]byte, chunkSize) }
+
+func (*arena) table(n int) []uint64 { return make([]uint64, n) }
+
+func (*arena) free([]uint64) {}
+
+func (*arena) release() {}
+
+func (*arena) mapped() int64 { return 0 }
