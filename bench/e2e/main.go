@@ -1007,11 +1007,18 @@ func (r *runner) profile(ctx context.Context, c config) (pr profileResult) {
 			return pr
 		}
 	}
-	// dnsperf runs 3 s before and after the profile.
+	// dnsperf runs 3 s before and after the profile. The wait for quiet
+	// cores comes first: inside the phase it would delay dnsperf past the
+	// start of the profile, which would then sample an idle server.
+	if r.o.quietWait > 0 {
+		if waited, quiet := r.waitQuiet(ctx, srv); !quiet {
+			log.Printf("profile %s: the cores were still busy after %v; profiling anyway", c.Spec, waited.Round(time.Second))
+		}
+	}
 	load := r.o.profileTime + 6*time.Second
 	done := make(chan phase, 1)
 	go func() {
-		done <- r.runPhase(ctx, srv, name+".txt", "max", 0, r.perfArgs(r.hit, "-q", strconv.Itoa(r.o.outstanding), "-l", strconv.Itoa(int(load.Seconds()))))
+		done <- r.runPhase(ctx, srv, name+".txt", "profile", 0, r.perfArgs(r.hit, "-q", strconv.Itoa(r.o.outstanding), "-l", strconv.Itoa(int(load.Seconds()))))
 	}()
 	time.Sleep(3 * time.Second)
 	pr.Profile = filepath.Join(r.dir, name+".pprof")
