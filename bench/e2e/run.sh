@@ -3,7 +3,7 @@
 # compactcache (plain and with its front end) beside the stock cache and
 # Unbound as a caching forwarder, over UDP on 127.0.0.1 with dnsperf.
 #
-#   bash bench/e2e/run.sh                   # the full run: about 15 minutes
+#   bash bench/e2e/run.sh                   # the full run: about 25 minutes
 #   bash bench/e2e/run.sh -n 20000 -duration 5s -profiles ''   # a quick look
 #   bash bench/e2e/run.sh -rev HEAD -rounds 3 -rt-rates          # a commit, 3 rounds, medians
 #   bash bench/e2e/run.sh -from DIR/results.json                 # an earlier run's tables
