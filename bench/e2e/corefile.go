@@ -11,13 +11,15 @@ import (
 const (
 	kindWhoami      = "whoami"       // whoami alone: the server core's floor
 	kindCompact     = "compact"      // compactcache + forward
+	kindFrontend    = "frontend"     // compact with compactcache's front end on the server's address
 	kindStock       = "stock"        // cache + forward
 	kindKubeCompact = "kube-compact" // the kube-dns Corefile with compactcache
 	kindKubeStock   = "kube-stock"   // the kube-dns Corefile with cache
 	kindKubeWhoami  = "kube-whoami"  // the kube-dns Corefile with whoami for forward and the cache: its floor
+	kindUnbound     = "unbound"      // Unbound as a caching forwarder: unbound.conf, not a Corefile
 )
 
-var kinds = []string{kindWhoami, kindCompact, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami}
+var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindUnbound}
 
 // ports are the loopback ports of one run.
 type ports struct {
@@ -28,6 +30,7 @@ type ports struct {
 	ready      int // kube-dns Corefile: ready
 	metrics    int // kube-dns Corefile: prometheus
 	pprof      int // the pprof plugin of profile runs
+	block      int // frontend: the server block's own listener, behind the front end on server
 	reserveEnd int // one past the last port used
 }
 
@@ -40,7 +43,8 @@ func newPorts(base int) ports {
 		ready:      base + 4,
 		metrics:    base + 5,
 		pprof:      base + 6,
-		reserveEnd: base + 7,
+		block:      base + 7,
+		reserveEnd: base + 8,
 	}
 }
 
@@ -68,9 +72,17 @@ func upstreamCorefile(p ports, zone string) string {
 // pprof plugin listens on p.pprof: it sits outside the plugin chain (it only
 // starts an HTTP listener), so the chain, and compactcache's decision to
 // write hits as raw bytes, is the same as without it.
+//
+// For frontend, the front end listens on p.server, where dnsperf sends its
+// queries, and the block's own listener, which receives the front end's
+// misses in-process and nothing from dnsperf, on p.block.
 func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, ".:%d {\n    bind 127.0.0.1\n", p.server)
+	listen := p.server
+	if kind == kindFrontend {
+		listen = p.block
+	}
+	fmt.Fprintf(&b, ".:%d {\n    bind 127.0.0.1\n", listen)
 	if pprof {
 		fmt.Fprintf(&b, "    pprof 127.0.0.1:%d\n", p.pprof)
 	}
@@ -80,6 +92,9 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 		b.WriteString("    whoami\n")
 	case kindCompact:
 		fmt.Fprintf(&b, "    compactcache {\n        capacity %s\n    }\n", cs.capacity)
+		fmt.Fprintf(&b, "    forward . %s\n", up)
+	case kindFrontend:
+		fmt.Fprintf(&b, "    compactcache {\n        capacity %s\n        frontend 127.0.0.1:%d\n    }\n", cs.capacity, p.server)
 		fmt.Fprintf(&b, "    forward . %s\n", up)
 	case kindStock:
 		fmt.Fprintf(&b, "    cache {\n        success %d\n    }\n", cs.success)
@@ -121,6 +136,8 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
     reload
     loadbalance
 `)
+	case kindUnbound:
+		return "", fmt.Errorf("kind %q is configured by unboundConf, not a Corefile", kind)
 	default:
 		return "", fmt.Errorf("unknown kind %q; want one of %s", kind, strings.Join(kinds, ", "))
 	}
@@ -128,8 +145,73 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	return b.String(), nil
 }
 
+// unboundCacheSize is Unbound's msg-cache-size and rrset-cache-size: room
+// for far more than N = 200,000 entries (an entry takes one message and one
+// RRset), so that nothing is evicted. Unbound allocates entries as they
+// come, not the whole size at start, so the RSS grows with what it holds.
+const unboundCacheSize = "256m"
+
+// unboundConf returns the unbound.conf of the unbound kind: Unbound as a
+// caching forwarder on p.server, one thread, forwarding everything to the
+// upstream and caching it, without DNSSEC validation (module-config
+// "iterator", no trust anchor), as the CoreDNS kinds do. It logs to
+// logfile; its pid file and working directory are in dir.
+//
+// Beside the settings the run needs (listening address, the upstream on the
+// loopback, no chroot or privilege drop, no control socket), it turns off
+// what the CoreDNS kinds do not do for a hit: prefetch, serving expired
+// entries, rotating RRsets, QNAME minimisation (a forwarder sends the full
+// name anyway), statistics and query logging.
+func unboundConf(p ports, dir, logfile string) string {
+	return fmt.Sprintf(`server:
+    verbosity: 1
+    interface: 127.0.0.1@%[1]d
+    port: %[1]d
+    do-ip4: yes
+    do-ip6: no
+    do-udp: yes
+    do-tcp: yes
+    so-reuseport: no
+    num-threads: 1
+    access-control: 127.0.0.0/8 allow
+    do-not-query-localhost: no
+    module-config: "iterator"
+    chroot: ""
+    username: ""
+    directory: "%[2]s"
+    pidfile: "%[2]s/unbound.pid"
+    use-syslog: no
+    logfile: "%[5]s"
+    log-queries: no
+    log-replies: no
+    statistics-interval: 0
+    extended-statistics: no
+    msg-cache-size: %[3]s
+    rrset-cache-size: %[3]s
+    cache-min-ttl: 0
+    prefetch: no
+    prefetch-key: no
+    serve-expired: no
+    rrset-roundrobin: no
+    minimal-responses: yes
+    qname-minimisation: no
+
+remote-control:
+    control-enable: no
+
+forward-zone:
+    name: "."
+    forward-addr: 127.0.0.1@%[4]d
+    forward-first: no
+`, p.server, dir, unboundCacheSize, p.upstream, logfile)
+}
+
 // cached reports whether kind has a cache to fill.
 func cached(kind string) bool { return kind != kindWhoami && kind != kindKubeWhoami }
+
+// goServer reports whether kind is a CoreDNS server, with the pprof plugin
+// (heap MemStats, CPU profiles) and gctrace.
+func goServer(kind string) bool { return kind != kindUnbound }
 
 // floorOf returns the whoami kind that measures kind's floor.
 func floorOf(kind string) string {
@@ -142,7 +224,7 @@ func floorOf(kind string) string {
 // stockOf returns the kind with the stock cache in compactcache's place.
 func stockOf(kind string) (string, bool) {
 	switch kind {
-	case kindCompact:
+	case kindCompact, kindFrontend:
 		return kindStock, true
 	case kindKubeCompact:
 		return kindKubeStock, true

@@ -119,17 +119,29 @@ func TestCorefiles(t *testing.T) {
 	want := map[string][]string{
 		kindWhoami:      {"whoami"},
 		kindCompact:     {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
+		kindFrontend:    {"compactcache {", "capacity 256MiB", "frontend 127.0.0.1:15300\n", "forward . 127.0.0.1:15301"},
 		kindStock:       {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
 		kindKubeCompact: {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
 		kindKubeStock:   {"cache 3600 {", "success 300000", "loadbalance"},
 		kindKubeWhoami:  {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
 	}
 	for _, k := range kinds {
+		if k == kindUnbound {
+			if _, err := corefile(k, p, cs, false); err == nil {
+				t.Error("a Corefile for unbound")
+			}
+			continue
+		}
 		text, err := corefile(k, p, cs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(text, ".:15300 {\n    bind 127.0.0.1\n") || strings.Count(text, "{") != strings.Count(text, "}") {
+		// The front end takes dnsperf's port; the block listens on another.
+		listen := ".:15300 {\n"
+		if k == kindFrontend {
+			listen = ".:15307 {\n"
+		}
+		if !strings.HasPrefix(text, listen+"    bind 127.0.0.1\n") || strings.Count(text, "{") != strings.Count(text, "}") {
 			t.Errorf("%s:\n%s", k, text)
 		}
 		for _, s := range want[k] {
@@ -149,6 +161,57 @@ func TestCorefiles(t *testing.T) {
 	}
 	if _, err := corefile("nope", p, cs, false); err == nil {
 		t.Error("unknown kind accepted")
+	}
+}
+
+func TestUnboundConf(t *testing.T) {
+	p := newPorts(15300)
+	text := unboundConf(p, "/tmp/run", "/tmp/run/logs/unbound.server.unbound.log")
+	// Each setting on a line of its own, under the clause it belongs to.
+	clauses := map[string]map[string]string{}
+	var clause string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, " ") {
+			clause = strings.TrimSuffix(line, ":")
+			if clauses[clause] == nil {
+				clauses[clause] = map[string]string{}
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || clause == "" {
+			t.Fatalf("line %q", line)
+		}
+		if _, dup := clauses[clause][k]; dup && k != "access-control" {
+			t.Errorf("%s: %s twice", clause, k)
+		}
+		clauses[clause][k] = v
+	}
+	want := map[string]map[string]string{
+		"server": {
+			"interface": "127.0.0.1@15300", "port": "15300", "num-threads": "1", "so-reuseport": "no",
+			"do-not-query-localhost": "no", "module-config": `"iterator"`, "chroot": `""`, "username": `""`,
+			"logfile":        `"/tmp/run/logs/unbound.server.unbound.log"`,
+			"access-control": "127.0.0.0/8 allow", "msg-cache-size": "256m", "rrset-cache-size": "256m",
+			"cache-min-ttl": "0", "prefetch": "no", "serve-expired": "no",
+		},
+		"remote-control": {"control-enable": "no"},
+		"forward-zone":   {"name": `"."`, "forward-addr": "127.0.0.1@15301", "forward-first": "no"},
+	}
+	for c, kv := range want {
+		for k, v := range kv {
+			if got := clauses[c][k]; got != v {
+				t.Errorf("%s: %s: %q, want %q", c, k, got, v)
+			}
+		}
+	}
+	for _, k := range []string{"auto-trust-anchor-file", "trust-anchor-file", "trust-anchor", "root-hints"} {
+		if _, ok := clauses["server"][k]; ok {
+			t.Errorf("server: %s set: validation or iteration from the root", k)
+		}
 	}
 }
 
@@ -194,6 +257,54 @@ func TestMedianAndPairs(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| max hit q/s | 4.00 | 2.50 |") {
 		t.Errorf("ratios missing:\n%s", out.String())
+	}
+}
+
+func TestBesideUnbound(t *testing.T) {
+	mk := func(spec string, qps float64, cpu time.Duration, p99 float64, rss int64) result {
+		c, err := parseConfig(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result{Round: 1, Config: c, RSSStart: 1000, RSSFill: 1000 + rss*10,
+			Max:   &phase{Perf: perf{QPS: qps, Completed: 1000}, ServerCPU: cpu},
+			Rates: []phase{{Rate: 30000, Perf: perf{Completed: 1000, Lat: &latency{N: 1000, P50: p99 / 2, P99: p99}}, ServerCPU: cpu}}}
+	}
+	rep := &report{Options: map[string]string{"n": "10", "rates": "30000"}, Results: []result{
+		mk("frontend", 200_000, 3*time.Millisecond, 100, 500),
+		mk("unbound", 100_000, 6*time.Millisecond, 50, 1000),
+		mk("compact", 90_000, 9*time.Millisecond, 300, 500),
+	}}
+	var out strings.Builder
+	if err := rep.write(&out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, s := range []string{
+		"| figure | unbound | frontend | compact |",
+		"| server µs per hit query at max | 6.00 | 3.00 (0.50) | 9.00 (1.50) |",
+		"| max hit q/s | 100000 | 200000 (2.00) | 90000 (0.90) |",
+		"| p99 µs at 30000/s | 50 | 100 (2.00) | 300 (6.00) |",
+		"| RSS B/entry | 1000 | 500 (0.50) | 500 (0.50) |",
+		"| server CPU per hit query ≤ Unbound's (max) | frontend | 3.00 vs 6.00 µs/q = 0.50× | yes |",
+		"| max hit q/s ≥ Unbound's | frontend | 200000 vs 100000 q/s = 2.00× | yes |",
+		"| server CPU per hit query ≤ Unbound's (30000/s) | compact | 9.00 vs 6.00 µs/q = 1.50× | **no** |",
+		"| max hit q/s ≥ Unbound's | compact | 90000 vs 100000 q/s = 0.90× | **no** |",
+		// frontend against the stock cache: absent here, so no pair.
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("no %q in\n%s", s, text)
+		}
+	}
+	// Unbound has no Go heap and no GC: dashes, not zeros.
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "| unbound | 0.0 |") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 17 || cells[5] != "–" || cells[15] != "–" || cells[16] != "–" {
+			t.Errorf("unbound row with Go figures (heap, GCs, GC µs/q): %s", line)
+		}
 	}
 }
 

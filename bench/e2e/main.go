@@ -4,7 +4,8 @@
 // UDP on the loopback, with dnsperf, for compactcache and the stock cache in
 // the same run: RSS per cached entry, hit queries/s, p50/p99 latency at fixed
 // rates, and the server's CPU time per query beside the same build serving
-// whoami alone. It also takes CPU profiles under hit load. bench/e2e/run.sh
+// whoami alone, and beside Unbound as a caching forwarder. It also takes
+// CPU profiles under hit load. bench/e2e/run.sh
 // installs dnsperf and runs it; bench/e2e/RESULTS.md describes the method and
 // holds a run's tables.
 //
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,7 +36,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-const defaultConfigs = "whoami kube-whoami compact stock kube-compact kube-stock " +
+const defaultConfigs = "whoami kube-whoami compact frontend stock unbound kube-compact kube-stock " +
 	"compact@GOGC=400 compact@GOGC=off,GOMEMLIMIT=256MiB"
 
 type options struct {
@@ -108,11 +110,11 @@ func main() {
 	flag.IntVar(&o.n, "n", 200_000, "entries of the reference workload to serve and cache")
 	flag.StringVar(&o.out, "out", "", "directory for binaries, zone, Corefiles, logs, profiles and results (default: a new one under /tmp)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measured phase")
-	flag.StringVar(&rates, "rates", "10000,2000", "fixed query rates (queries/s) at which to take latency percentiles")
+	flag.StringVar(&rates, "rates", "30000,10000,2000", "fixed query rates (queries/s) at which to take latency percentiles")
 	flag.StringVar(&configs, "configs", defaultConfigs, "servers to measure, space-separated: KIND or KIND@VAR=value,... with KIND one of "+strings.Join(kinds, ", "))
-	flag.StringVar(&profiles, "profiles", "compact kube-compact stock whoami", "servers to CPU-profile under hit load, in runs of their own (\"\" for none)")
+	flag.StringVar(&profiles, "profiles", "compact frontend kube-compact stock whoami", "servers to CPU-profile under hit load, in runs of their own (\"\" for none)")
 	flag.DurationVar(&o.profileTime, "profile-time", 12*time.Second, "length of each CPU profile")
-	flag.IntVar(&o.basePort, "port", 15300, "first of 7 loopback ports the run uses")
+	flag.IntVar(&o.basePort, "port", 15300, "first of 8 loopback ports the run uses")
 	flag.IntVar(&o.serverCore, "server-core", 0, "CPU the server under test is pinned to")
 	flag.IntVar(&o.clientCore, "client-core", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.StringVar(&o.capacity, "capacity", "256MiB", "compactcache's capacity")
@@ -187,6 +189,7 @@ type runner struct {
 	o        options
 	dir      string
 	bin      string // the custom CoreDNS build
+	unbound  string // the unbound binary, for the unbound kind
 	zone     string
 	warm     string
 	fill     string
@@ -202,6 +205,14 @@ func run(ctx context.Context, o options) (*report, error) {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("%s not found: run bench/e2e/run.sh, which installs what the run needs", tool)
 		}
+	}
+	unbound := ""
+	if slices.ContainsFunc(o.configs, isUnbound) {
+		p, err := unboundPath()
+		if err != nil {
+			return nil, err
+		}
+		unbound = p
 	}
 	root, err := moduleRoot()
 	if err != nil {
@@ -230,13 +241,14 @@ func run(ctx context.Context, o options) (*report, error) {
 
 	r := &runner{
 		o: o, dir: dir,
-		bin:  filepath.Join(dir, "coredns"),
-		zone: filepath.Join(dir, "data", "zone.db"),
-		warm: filepath.Join(dir, "data", "warm.txt"),
-		fill: filepath.Join(dir, "data", "fill.txt"),
-		hit:  filepath.Join(dir, "data", "hit.txt"),
-		p:    newPorts(o.basePort),
-		cs:   cacheSpec{capacity: o.capacity, success: max(300_000, o.n*3/2)},
+		bin:     filepath.Join(dir, "coredns"),
+		unbound: unbound,
+		zone:    filepath.Join(dir, "data", "zone.db"),
+		warm:    filepath.Join(dir, "data", "warm.txt"),
+		fill:    filepath.Join(dir, "data", "fill.txt"),
+		hit:     filepath.Join(dir, "data", "hit.txt"),
+		p:       newPorts(o.basePort),
+		cs:      cacheSpec{capacity: o.capacity, success: max(300_000, o.n*3/2)},
 	}
 	if err := portsFree(r.p); err != nil {
 		return nil, err
@@ -262,6 +274,11 @@ func run(ctx context.Context, o options) (*report, error) {
 	mach["source"] = source
 	if out, err := exec.Command(r.bin, "-version").Output(); err == nil {
 		mach["coredns"] = strings.Join(strings.Fields(string(out)), " ")
+	}
+	if unbound != "" {
+		if out, err := exec.Command(unbound, "-V").Output(); err == nil {
+			mach["unbound"], _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+		}
 	}
 	if err := os.WriteFile(r.warm, []byte(probeName+" A\n"), 0o644); err != nil {
 		return nil, err
@@ -695,20 +712,44 @@ func parseMemStats(text string) map[string]int64 {
 	return m
 }
 
-// startServer writes c's Corefile and starts the server under test on its
-// core, waiting until it answers.
+func isUnbound(c config) bool { return c.Kind == kindUnbound }
+
+// unboundPath finds the unbound binary, which Debian installs in /usr/sbin.
+func unboundPath() (string, error) {
+	if p, err := exec.LookPath("unbound"); err == nil {
+		return p, nil
+	}
+	const sbin = "/usr/sbin/unbound"
+	if _, err := os.Stat(sbin); err == nil {
+		return sbin, nil
+	}
+	return "", fmt.Errorf("unbound not found: run bench/e2e/run.sh, which installs what the run needs")
+}
+
+// startServer writes c's Corefile (unbound.conf for unbound) and starts the
+// server under test on its core, waiting until it answers.
 func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bool) (*proc, string, string, error) {
-	text, err := corefile(c.Kind, r.p, r.cs, pprof)
-	if err != nil {
-		return nil, "", "", err
-	}
 	name := strings.NewReplacer("@", "_", ",", "_", "=", "-").Replace(c.Spec) + tag
-	cf := filepath.Join(r.dir, name+".Corefile")
-	if err := os.WriteFile(cf, []byte(text), 0o644); err != nil {
+	logPath := filepath.Join(r.dir, "logs", name+".server.log")
+	var text, conf string
+	var argv []string
+	if c.Kind == kindUnbound {
+		// In the foreground (-d), logging to a file of its own.
+		text = unboundConf(r.p, r.dir, filepath.Join(r.dir, "logs", name+".unbound.log"))
+		conf = filepath.Join(r.dir, name+".unbound.conf")
+		argv = []string{r.unbound, "-d", "-c", conf}
+	} else {
+		var err error
+		if text, err = corefile(c.Kind, r.p, r.cs, pprof); err != nil {
+			return nil, "", "", err
+		}
+		conf = filepath.Join(r.dir, name+".Corefile")
+		argv = []string{r.bin, "-conf", conf, "-quiet"}
+	}
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, "", "", err
 	}
-	logPath := filepath.Join(r.dir, "logs", name+".server.log")
-	p, err := startPinned(r.o.serverCore, serverEnv(c.Env), logPath, r.dir, r.bin, "-conf", cf, "-quiet")
+	p, err := startPinned(r.o.serverCore, serverEnv(c.Env), logPath, r.dir, argv[0], argv[1:]...)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -850,7 +891,9 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 		if res.RSSStart, err = rss(srv.pid()); err != nil {
 			return fail("rss: %v", err)
 		}
-		res.HeapStart, _ = r.memStats(ctx)
+		if goServer(c.Kind) {
+			res.HeapStart, _ = r.memStats(ctx)
+		}
 
 		// One pass of every query; again if dnsperf lost some, so that all N
 		// entries are stored before the RSS is read.
@@ -870,7 +913,9 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 		if res.RSSFill, err = rss(srv.pid()); err != nil {
 			return fail("rss: %v", err)
 		}
-		res.HeapFill, _ = r.memStats(ctx)
+		if goServer(c.Kind) {
+			res.HeapFill, _ = r.memStats(ctx)
+		}
 		if c.Kind == kindKubeCompact {
 			if text, err := get(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", r.p.metrics)); err == nil {
 				res.StoreBytes = sumMetric(text, "coredns_compactcache_bytes")
@@ -945,6 +990,10 @@ type profileResult struct {
 
 func (r *runner) profile(ctx context.Context, c config) (pr profileResult) {
 	pr.Config = c
+	if !goServer(c.Kind) {
+		pr.Err = "not a Go server: no pprof endpoint to profile"
+		return pr
+	}
 	srv, _, name, err := r.startServer(ctx, c, ".profile", true)
 	if err != nil {
 		pr.Err = err.Error()
@@ -958,11 +1007,18 @@ func (r *runner) profile(ctx context.Context, c config) (pr profileResult) {
 			return pr
 		}
 	}
-	// dnsperf runs 3 s before and after the profile.
+	// dnsperf runs 3 s before and after the profile. The wait for quiet
+	// cores comes first: inside the phase it would delay dnsperf past the
+	// start of the profile, which would then sample an idle server.
+	if r.o.quietWait > 0 {
+		if waited, quiet := r.waitQuiet(ctx, srv); !quiet {
+			log.Printf("profile %s: the cores were still busy after %v; profiling anyway", c.Spec, waited.Round(time.Second))
+		}
+	}
 	load := r.o.profileTime + 6*time.Second
 	done := make(chan phase, 1)
 	go func() {
-		done <- r.runPhase(ctx, srv, name+".txt", "max", 0, r.perfArgs(r.hit, "-q", strconv.Itoa(r.o.outstanding), "-l", strconv.Itoa(int(load.Seconds()))))
+		done <- r.runPhase(ctx, srv, name+".txt", "profile", 0, r.perfArgs(r.hit, "-q", strconv.Itoa(r.o.outstanding), "-l", strconv.Itoa(int(load.Seconds()))))
 	}()
 	time.Sleep(3 * time.Second)
 	pr.Profile = filepath.Join(r.dir, name+".pprof")

@@ -91,6 +91,15 @@ func (rep *report) groups() []*group {
 	return gs
 }
 
+// ifGo returns s for a CoreDNS server, a dash for a figure that only a Go
+// server has (heap, GC).
+func (g *group) ifGo(s string) string {
+	if goServer(g.kind) {
+		return s
+	}
+	return "–"
+}
+
 func (rep *report) find(spec string) *group {
 	for _, g := range rep.groups() {
 		if g.spec == spec && len(g.rs) > 0 {
@@ -225,8 +234,10 @@ func (rep *report) write(w io.Writer) error {
 			fmt.Fprintf(w, "- %s: %s\n", k, v)
 		}
 	}
-	if v := rep.Machine["coredns"]; v != "" {
-		fmt.Fprintf(w, "- coredns: %s\n", strings.ReplaceAll(v, "\n", " "))
+	for _, k := range []string{"coredns", "unbound"} {
+		if v := rep.Machine[k]; v != "" {
+			fmt.Fprintf(w, "- %s: %s\n", k, strings.ReplaceAll(v, "\n", " "))
+		}
 	}
 	fmt.Fprintf(w, "- command: `%s`\n", rep.Options["command"])
 	fmt.Fprintf(w, "- N = %d entries; each phase %s; server on CPU %s, dnsperf and the upstream on CPU %s at niceness %s; dnsperf -c %s, -q %s at max\n",
@@ -264,7 +275,7 @@ func (rep *report) write(w io.Writer) error {
 				f1(mib(int64(g.med(func(r *result) float64 { return float64(r.RSSStart) })))),
 				f1(mib(int64(g.med(func(r *result) float64 { return float64(r.RSSFill) })))),
 				rssPer, rssEnd,
-				f0(g.med(func(r *result) float64 { return r.heapPerEntry(n) })),
+				g.ifGo(f0(g.med(func(r *result) float64 { return r.heapPerEntry(n) }))),
 				orDash(f0, g.med(func(r *result) float64 { return r.storePerEntry() })),
 				f0(g.med(figFill(qps))), f1(g.med(figFill(cpuQ)))}
 		}
@@ -275,7 +286,7 @@ func (rep *report) write(w io.Writer) error {
 		us := g.med(figMax(cpuQ))
 		row = append(row, f0(g.med(figMax(qps))), f2(us), f0(1e6/us),
 			pct(g.med(figMax(func(p *phase) float64 { return p.Perf.ClientCPU.Seconds() / p.Perf.Seconds }))),
-			pct(g.med(figMax(other))), h, f0(g.med(figMax(gcs))), f2(g.med(figMax(gcQ))))
+			pct(g.med(figMax(other))), h, g.ifGo(f0(g.med(figMax(gcs)))), g.ifGo(f2(g.med(figMax(gcQ)))))
 		t.add(row...)
 	}
 	t.write(w)
@@ -298,7 +309,7 @@ func (rep *report) write(w io.Writer) error {
 				l(func(l *latency) float64 { return l.P99 }), l(func(l *latency) float64 { return l.P999 }),
 				l(func(l *latency) float64 { return l.Max }),
 				f2(g.med(figRate(q, cpuQ))), pct(g.med(figRate(q, other))), h,
-				f0(g.med(figRate(q, gcs))), f2(g.med(figRate(q, gcQ))))
+				g.ifGo(f0(g.med(figRate(q, gcs)))), g.ifGo(f2(g.med(figRate(q, gcQ)))))
 		}
 	}
 	t.write(w)
@@ -307,8 +318,10 @@ func (rep *report) write(w io.Writer) error {
 		rep.writeRounds(w)
 	}
 	rep.writeRatios(w)
+	rep.writeUnbound(w)
 	rep.writeWhoami(w)
 	rep.writeTargets(w)
+	rep.writeUnboundTargets(w)
 
 	for _, pr := range rep.Profiles {
 		fmt.Fprintf(w, "### CPU profile: %s\n\n", pr.Config.Spec)
@@ -448,7 +461,7 @@ func (rep *report) writeRounds(w io.Writer) {
 				if gcOff(g.spec) {
 					row[3] = "(at the limit)"
 				}
-				row[4] = f0(r.heapPerEntry(n))
+				row[4] = g.ifGo(f0(r.heapPerEntry(n)))
 			}
 			for _, q := range rep.rates() {
 				ph := r.rate(q)
@@ -470,19 +483,13 @@ func (rep *report) writeTargets(w io.Writer) {
 	fmt.Fprintln(w, "### Targets (issue 3, item 6, end to end)")
 	fmt.Fprintln(w)
 	t := table{head: []string{"target", "config", "measured", "met"}}
-	yes := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "**no**"
-	}
 	for _, spec := range []string{kindCompact, kindKubeCompact} {
 		g := rep.find(spec)
 		if g == nil {
 			continue
 		}
 		b := g.med(func(r *result) float64 { return r.rssPerEntry(n) })
-		t.add(fmt.Sprintf("RSS per entry < %d B", targetRSSPerEntry), spec, f0(b)+" B", yes(b > 0 && b < targetRSSPerEntry))
+		t.add(fmt.Sprintf("RSS per entry < %d B", targetRSSPerEntry), spec, f0(b)+" B", yesNo(b > 0 && b < targetRSSPerEntry))
 		if who == nil {
 			continue
 		}
@@ -502,14 +509,106 @@ func (rep *report) writeTargets(w io.Writer) {
 				continue
 			}
 			t.add(fmt.Sprintf("server CPU per hit ≤ %.2f× whoami's (%s)", targetCPUvsWhoami, fg.name), spec,
-				fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(ref), f2(a/ref)), yes(a/ref <= targetCPUvsWhoami))
+				fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(ref), f2(a/ref)), yesNo(a/ref <= targetCPUvsWhoami))
 			if floor := rep.find(floorOf(spec)); floor != nil && floor.spec != who.spec {
 				if fl := floor.med(fg.f); fl > 0 {
 					t.add(fmt.Sprintf("(beside %s, %s)", floor.spec, fg.name), spec,
-						fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(fl), f2(a/fl)), yes(a/fl <= targetCPUvsWhoami))
+						fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(fl), f2(a/fl)), yesNo(a/fl <= targetCPUvsWhoami))
 				}
 			}
 		}
 	}
 	t.write(w)
+}
+
+// writeUnbound sets each config's main figures beside Unbound's, with the
+// ratio to Unbound's in parentheses.
+func (rep *report) writeUnbound(w io.Writer) {
+	ub := rep.find(kindUnbound)
+	if ub == nil {
+		return
+	}
+	gs := []*group{ub}
+	for _, g := range rep.groups() {
+		if g.kind != kindUnbound && len(g.rs) > 0 {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) == 1 {
+		return
+	}
+	n := rep.n()
+	fmt.Fprintln(w, "### Beside Unbound (÷ Unbound's in parentheses)")
+	fmt.Fprintln(w)
+	head := []string{"figure"}
+	for _, g := range gs {
+		head = append(head, g.spec)
+	}
+	t := table{head: head}
+	row := func(name string, format func(float64) string, f func(*result) float64) {
+		r := []string{name}
+		ref := ub.med(f)
+		for _, g := range gs {
+			v := g.med(f)
+			cell := orDash(format, v)
+			if g != ub && v != 0 && ref != 0 {
+				cell += " (" + ratio(v, ref) + ")"
+			}
+			r = append(r, cell)
+		}
+		t.add(r...)
+	}
+	row("server µs per hit query at max", f2, figMax(cpuQ))
+	row("max hit q/s", f0, figMax(qps))
+	for _, q := range rep.rates() {
+		row(fmt.Sprintf("server µs/q at %d/s", q), f2, figRate(q, cpuQ))
+		row(fmt.Sprintf("p50 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P50 })))
+		row(fmt.Sprintf("p99 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P99 })))
+	}
+	row("RSS B/entry", f0, func(r *result) float64 { return r.rssPerEntry(n) })
+	row("server µs per miss (fill)", f1, figFill(cpuQ))
+	t.write(w)
+}
+
+// writeUnboundTargets checks the targets of issue 9, item 6: server CPU per
+// hit query at most Unbound's and hit queries/s at least Unbound's, for the
+// front end and the plain plugin.
+func (rep *report) writeUnboundTargets(w io.Writer) {
+	ub := rep.find(kindUnbound)
+	if ub == nil {
+		return
+	}
+	t := table{head: []string{"target", "config", "measured", "met"}}
+	for _, spec := range []string{kindFrontend, kindCompact} {
+		g := rep.find(spec)
+		if g == nil {
+			continue
+		}
+		check := func(target string, f func(*result) float64, unit string, format func(float64) string, ok func(a, b float64) bool) {
+			a, b := g.med(f), ub.med(f)
+			if a == 0 || b == 0 {
+				return
+			}
+			t.add(target, spec, fmt.Sprintf("%s vs %s %s = %s×", format(a), format(b), unit, f2(a/b)), yesNo(ok(a, b)))
+		}
+		atMost := func(a, b float64) bool { return a <= b }
+		check("server CPU per hit query ≤ Unbound's (max)", figMax(cpuQ), "µs/q", f2, atMost)
+		for _, q := range rep.rates() {
+			check(fmt.Sprintf("server CPU per hit query ≤ Unbound's (%d/s)", q), figRate(q, cpuQ), "µs/q", f2, atMost)
+		}
+		check("max hit q/s ≥ Unbound's", figMax(qps), "q/s", f0, func(a, b float64) bool { return a >= b })
+	}
+	if len(t.rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Targets (issue 9, item 6: beside Unbound)")
+	fmt.Fprintln(w)
+	t.write(w)
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
 }
