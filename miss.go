@@ -100,8 +100,16 @@ type captureWriter struct {
 	entry entry // built in b from reply, when stored
 }
 
+// newCapture returns the writer that fetches r for the cache. The writer and
+// the request it sends upstream are one allocation: the miss path's own
+// share of an insert is counted in allocations.
 func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	return &captureWriter{ResponseWriter: w, c: c, s: s, b: b, req: upstreamRequest(r, &s.q.ecs), m: m, udp: isUDP(w)}
+	k := &struct {
+		cw captureWriter
+		up upstreamMsg
+	}{cw: captureWriter{ResponseWriter: w, c: c, s: s, b: b, m: m, udp: isUDP(w)}}
+	k.cw.req = k.up.set(r, &s.q.ecs)
+	return &k.cw
 }
 
 // fetch asks the next plugin for the question with DO=1, so that one entry
@@ -157,34 +165,44 @@ func (w tcpWriter) RemoteAddr() net.Addr {
 	return &net.TCPAddr{IP: a.IP, Port: a.Port, Zone: a.Zone}
 }
 
-// upstreamRequest returns r as it goes upstream: with DO set and an EDNS
+// upstreamMsg is the request as it goes upstream, with room for the parts
+// that differ from the client's request.
+type upstreamMsg struct {
+	msg   dns.Msg
+	opt   dns.OPT
+	extra [2]dns.RR // the additional section: the OPT and one more record fit
+}
+
+// set makes u r as it goes upstream, and returns it: with DO set and an EDNS
 // buffer that fits signed answers, AD, which asks the upstream to say whether
 // it validated (RFC 6840 5.7), and the client subnet cut to the configured
 // source prefix. The plugins before the cache keep seeing r. The copy is
 // shallow but for the additional section and its OPT, the only parts that
 // change: copying whole requests costs a miss more than all its own work.
-func upstreamRequest(r *dns.Msg, ecs *subnet) *dns.Msg {
-	up := *r
-	up.AuthenticatedData = true
-	up.Extra = make([]dns.RR, 0, len(r.Extra)+1)
+func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
+	u.msg = *r
+	u.msg.AuthenticatedData = true
+	u.msg.Extra = u.extra[:0] // append moves it to the heap past len(u.extra)
 	var opt *dns.OPT
 	for _, rr := range r.Extra {
 		if o, ok := rr.(*dns.OPT); ok && opt == nil {
-			opt = &dns.OPT{Hdr: o.Hdr, Option: o.Option}
+			u.opt = dns.OPT{Hdr: o.Hdr, Option: o.Option}
+			opt = &u.opt
 			rr = opt
 		}
-		up.Extra = append(up.Extra, rr)
+		u.msg.Extra = append(u.msg.Extra, rr)
 	}
 	if opt == nil {
-		opt = &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-		up.Extra = append(up.Extra, opt)
+		u.opt = dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt = &u.opt
+		u.msg.Extra = append(u.msg.Extra, opt)
 	}
 	opt.SetDo()
 	opt.SetUDPSize(max(opt.UDPSize(), upstreamUDPSize))
 	if ecs.family != 0 {
 		setSubnet(opt, ecs.option(ecs.sent))
 	}
-	return &up
+	return &u.msg
 }
 
 // WriteMsg implements dns.ResponseWriter.

@@ -38,21 +38,26 @@ var errLeftToMiekg = errors.New("packed by miekg/dns")
 var errNoOwner = errors.New("record without an owner name")
 
 // packRR returns rr in uncompressed wire form: its owner and rdata are
-// slices of b.wire, valid until the next call. It does not write to rr,
-// which may be shared (file serves its zone's records).
-func (b *builder) packRR(rr dns.RR) (record, error) {
+// slices of b.wire, valid until the next call. An owner that is the string
+// alias, a name whose wire form is the qname, is not packed: the owner is nil,
+// the qname, as in entry.record. It does not write to rr, which may be shared
+// (file serves its zone's records).
+func (b *builder) packRR(rr dns.RR, alias string) (record, error) {
 	if rr == nil {
 		return b.packOther(rr) // miekg/dns's error for a nil record
 	}
 	h := rr.Header()
-	wire, err := appendName(b.wire[:0], h.Name)
-	if err != nil {
-		return record{}, err
+	wire := b.wire[:0]
+	var err error
+	if h.Name != alias || alias == "" {
+		if wire, err = appendName(wire, h.Name); err != nil {
+			return record{}, err
+		}
+		if len(wire) == 0 {
+			return record{}, errNoOwner
+		}
 	}
 	owner := len(wire)
-	if owner == 0 {
-		return record{}, errNoOwner
-	}
 	wire, err = appendRdata(wire, rr)
 	if err == errLeftToMiekg || len(wire)-owner > math.MaxUint16 {
 		// Too long for RDLENGTH: miekg/dns reports it.
@@ -62,7 +67,11 @@ func (b *builder) packRR(rr dns.RR) (record, error) {
 		return record{}, err
 	}
 	b.wire = wire[:cap(wire)] // keep the buffer if it grew
-	return record{owner: wire[:owner], rtype: h.Rrtype, class: h.Class, ttl: h.Ttl, rdata: wire[owner:]}, nil
+	r := record{rtype: h.Rrtype, class: h.Class, ttl: h.Ttl, rdata: wire[owner:]}
+	if owner > 0 {
+		r.owner = wire[:owner]
+	}
+	return r, nil
 }
 
 // packOther packs rr with miekg/dns: a message holding rr alone, packed into
@@ -110,19 +119,32 @@ func appendPlainName(b []byte, s string) ([]byte, bool) {
 	switch {
 	case s == ".":
 		return append(b, 0), true
-	case s == "" || s[len(s)-1] != '.' || strings.IndexByte(s, '\\') >= 0:
+	case s == "" || s[len(s)-1] != '.':
 		return b, false
 	}
-	for begin := 0; begin < len(s); {
-		l := strings.IndexByte(s[begin:], '.') // found: s ends with a dot
-		if l == 0 || l > maxLabelLen {
-			return b, false // an empty label, or one too long: miekg/dns's error
+	// One pass, in place: the wire form is s shifted by one byte, each dot
+	// turned into the length of the label after it, the last one into the
+	// root label; the first label's length goes in front.
+	off := len(b)
+	b = slices.Grow(b, len(s)+1)[:off+len(s)+1]
+	lenAt := off // where the current label's length goes
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '.':
+			l := off + i - lenAt
+			if l == 0 || l > maxLabelLen {
+				return b[:off], false // an empty label, or one too long: miekg/dns's error
+			}
+			b[lenAt] = byte(l)
+			lenAt = off + 1 + i
+		case '\\':
+			return b[:off], false // an escape: miekg/dns's to decode
+		default:
+			b[off+1+i] = c
 		}
-		b = append(b, byte(l))
-		b = append(b, s[begin:begin+l]...)
-		begin += l + 1
 	}
-	return append(b, 0), true
+	b[lenAt] = 0
+	return b, true
 }
 
 // appendRdata appends the rdata of rr in uncompressed wire form, as

@@ -43,10 +43,12 @@ func (b *builder) otherKey(key []byte) []byte {
 // still fails wherever Msg.PackBuffer would, and its other errors come in
 // record order after those.
 func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16, limit int) (entry, error) {
-	if err := b.checkPackable(m); err != nil {
+	nameLen := wireNameLen(key)
+	qname := key[:nameLen]
+	alias, err := b.checkPackable(m, qname)
+	if err != nil {
 		return nil, err
 	}
-	nameLen := wireNameLen(key)
 	b.buf = b.buf[:headerLen]
 	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(b.buf[offTTL:], ttl)
@@ -56,14 +58,13 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 	b.buf = append(b.buf, key...)
 	start := len(b.buf)
 
-	qname := key[:nameLen]
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
 	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
 	var refused error // the first record the entry cannot take
 	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
 		for _, rr := range rrs {
-			r, err := b.packRR(rr) // hop-by-hop records too: PackBuffer packed them
+			r, err := b.packRR(rr, alias) // hop-by-hop records too: PackBuffer packed them
 			switch {
 			case err != nil:
 				return nil, err
@@ -89,21 +90,25 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 }
 
 // checkPackable returns the error Msg.PackBuffer would return for the parts
-// of m that build does not pack: the RCODE, and the question's names.
-func (b *builder) checkPackable(m *dns.Msg) error {
+// of m that build does not pack: the RCODE, and the question's names. It
+// also returns the question's name when its wire form is qname, ignoring
+// case, for packRR to recognize the owners that are the qname.
+func (b *builder) checkPackable(m *dns.Msg, qname []byte) (alias string, err error) {
 	switch {
 	case m.Rcode < 0 || m.Rcode > 0xFFF:
-		return dns.ErrRcode
+		return "", dns.ErrRcode
 	case m.Rcode > 0xF && m.IsEdns0() == nil:
-		return dns.ErrExtendedRcode // the upper bits go in OPT
+		return "", dns.ErrExtendedRcode // the upper bits go in OPT
 	}
-	for _, q := range m.Question {
-		var err error
+	for i, q := range m.Question {
 		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
-			return err
+			return "", err
+		}
+		if i == 0 && equalFoldWire(b.wire, qname) {
+			alias = q.Name
 		}
 	}
-	return nil
+	return alias, nil
 }
 
 // wireRecord parses the uncompressed resource record at off in a message
@@ -170,11 +175,12 @@ func nameEnd(b []byte, off int) int {
 	return -1
 }
 
-// appendRecord lays r out in the record format of entry.go.
+// appendRecord lays r out in the record format of entry.go. An owner of nil
+// is the qname, as in entry.record.
 func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
 	r.ttl = wireTTL(r.ttl)
 	var flags byte
-	if equalFoldWire(r.owner, qname) {
+	if r.owner == nil || equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
 	}
 	if r.rtype == qtype {
