@@ -95,56 +95,79 @@ func (b *builder) packOther(rr dns.RR) (record, error) {
 }
 
 // appendName appends s, a domain name in presentation form, to b in
-// uncompressed wire form, as dns.PackDomainName writes it. Names with escapes
-// (\. and \DDD) and names it refuses are dns.PackDomainName's own.
+// uncompressed wire form, as dns.PackDomainName writes it.
 func appendName(b []byte, s string) ([]byte, error) {
-	if out, ok := appendPlainName(b, s); ok {
-		return out, nil
-	}
 	off := len(b)
 	// The wire form is one byte longer than the presentation form at most:
 	// a length byte for each label's dot, the first label's and the root's.
-	b = slices.Grow(b, len(s)+1)[:off+len(s)+1]
-	end, err := dns.PackDomainName(s, b, off, nil, false)
+	// One byte more lets packName take its plain path.
+	b = slices.Grow(b, len(s)+2)[:off+len(s)+2]
+	n, err := packName(s, b[off:])
 	if err != nil {
 		return b[:off], err
 	}
-	return b[:end], nil
+	return b[:off+n], nil
 }
 
-// appendPlainName appends s in wire form when s is a fully qualified name
-// without escapes whose labels are 1 to 63 bytes long, and reports whether
-// it did. miekg/dns does not bound the whole name, so neither does this.
-func appendPlainName(b []byte, s string) ([]byte, bool) {
-	switch {
-	case s == ".":
-		return append(b, 0), true
-	case s == "" || s[len(s)-1] != '.':
-		return b, false
+// packName writes s in wire form at the start of buf and returns its length,
+// as dns.PackDomainName(s, buf, 0, nil, false) does, errors included (ErrBuf
+// when buf is too short). Names with escapes (\. and \DDD) and names it
+// refuses are dns.PackDomainName's own.
+func packName(s string, buf []byte) (int, error) {
+	if len(s) < len(buf) {
+		if n, ok := putPlainName(buf, s); ok {
+			return n, nil
+		}
 	}
-	// One pass, in place: the wire form is s shifted by one byte, each dot
-	// turned into the length of the label after it, the last one into the
-	// root label; the first label's length goes in front.
+	return dns.PackDomainName(s, buf, 0, nil, false)
+}
+
+// appendRdataName appends a name of rdata. A name putPlainName does not
+// write is miekg/dns's, with the record it is in.
+func appendRdataName(b []byte, s string) ([]byte, error) {
 	off := len(b)
 	b = slices.Grow(b, len(s)+1)[:off+len(s)+1]
-	lenAt := off // where the current label's length goes
+	if n, ok := putPlainName(b[off:], s); ok {
+		return b[:off+n], nil
+	}
+	return b[:off], errLeftToMiekg
+}
+
+// putPlainName writes s in wire form at the start of buf, which has room for
+// len(s)+1 bytes, when s is a fully qualified name without escapes whose
+// labels are 1 to 63 bytes long, and returns its length; it reports false
+// for any other name. miekg/dns does not bound the whole name, so neither
+// does this.
+func putPlainName(buf []byte, s string) (int, bool) {
+	switch {
+	case s == ".":
+		buf[0] = 0
+		return 1, true
+	case s == "" || s[len(s)-1] != '.':
+		return 0, false
+	}
+	// One pass: the wire form is s shifted by one byte, each dot turned into
+	// the length of the label after it, the last one into the root label;
+	// the first label's length goes in front.
+	buf = buf[:len(s)+1]
+	lenAt := 0 // where the current label's length goes
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '.':
-			l := off + i - lenAt
+			l := i - lenAt
 			if l == 0 || l > maxLabelLen {
-				return b[:off], false // an empty label, or one too long: miekg/dns's error
+				return 0, false // an empty label, or one too long: miekg/dns's error
 			}
-			b[lenAt] = byte(l)
-			lenAt = off + 1 + i
+			buf[lenAt] = byte(l)
+			lenAt = i + 1
 		case '\\':
-			return b[:off], false // an escape: miekg/dns's to decode
+			return 0, false // an escape: miekg/dns's to decode
 		default:
-			b[off+1+i] = c
+			buf[i+1] = c
 		}
 	}
-	b[lenAt] = 0
-	return b, true
+	buf[lenAt] = 0
+	return len(buf), true
 }
 
 // appendRdata appends the rdata of rr in uncompressed wire form, as
@@ -195,15 +218,6 @@ func appendRdata(b []byte, rr dns.RR) ([]byte, error) {
 		if len(rr.Option) == 0 {
 			return b, nil // no options, no rdata; their packing is miekg/dns's
 		}
-	}
-	return b, errLeftToMiekg
-}
-
-// appendRdataName appends a name of rdata. A name appendPlainName does not
-// write is miekg/dns's, with the record it is in.
-func appendRdataName(b []byte, s string) ([]byte, error) {
-	if out, ok := appendPlainName(b, s); ok {
-		return out, nil
 	}
 	return b, errLeftToMiekg
 }

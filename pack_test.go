@@ -376,3 +376,24 @@ func TestBuildErrorsInPackBufferOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestPackNameMatchesMiekg compares packName with dns.PackDomainName into
+// buffers of the query's 255 bytes and shorter: the same length, bytes and
+// failures, ErrBuf for names that do not fit included.
+func TestPackNameMatchesMiekg(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	names := []string{"", ".", "a.", "a", "A.b.", `a\.b.`, `\065.`, `a\`, "..", ".a.", longName, "c." + longName, strings.Repeat("a", 64) + "."}
+	for range 5000 {
+		names = append(names, randomName(r))
+	}
+	for _, s := range names {
+		for _, size := range []int{maxNameLen, len(s) + 1, len(s), 3} {
+			got, want := make([]byte, size), make([]byte, size)
+			n, err := packName(s, got)
+			wn, werr := dns.PackDomainName(s, want, 0, nil, false)
+			if (err == nil) != (werr == nil) || err == nil && (n != wn || !bytes.Equal(got[:n], want[:wn])) {
+				t.Fatalf("packName(%q) into %d bytes: %d %x %v, dns.PackDomainName: %d %x %v", s, size, n, got[:min(n, size)], err, wn, want[:min(wn, size)], werr)
+			}
+		}
+	}
+}
