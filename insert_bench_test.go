@@ -5,6 +5,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/coredns/coredns/plugin/test"
@@ -134,5 +135,28 @@ func BenchmarkMiss(b *testing.B) {
 				b.Fatal("nothing stored")
 			}
 		})
+	}
+}
+
+// BenchmarkClassify times the verdict on an upstream reply: cacheable, for
+// how long.
+func BenchmarkClassify(b *testing.B) {
+	msgs, _ := workloadReplies(b, 1<<12)
+	reqs := make([]*dns.Msg, len(msgs))
+	for i, m := range msgs {
+		reqs[i] = new(dns.Msg)
+		reqs[i].Question = m.Question
+		m.Extra[0].(*dns.OPT).SetDo() // upstreams echo the DO=1 the cache asks with
+	}
+	c := New()
+	now := time.Now()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := i % len(msgs)
+		if v := c.classify(msgs[k], reqs[k], now); !v.store {
+			b.Fatalf("reply %d not stored: %s", k, v.why)
+		}
+		i++
 	}
 }
