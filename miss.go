@@ -170,7 +170,7 @@ func (w tcpWriter) RemoteAddr() net.Addr {
 type upstreamMsg struct {
 	msg   dns.Msg
 	opt   dns.OPT
-	extra [2]dns.RR // the additional section: the OPT and one more record fit
+	extra [1]dns.RR // the additional section as most requests have it: the OPT
 }
 
 // set makes u r as it goes upstream, and returns it: with DO set and an EDNS
