@@ -16,13 +16,14 @@ import (
 // one question that arrive while it is asked wait for that answer instead of
 // asking again.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
-	f, leader := c.flights.join(c.flightKey(s))
+	k := new(fetch)
+	f, leader := c.flights.join(c.flightKey(s), &k.flight)
 	if !leader {
 		return c.await(ctx, w, r, s, f)
 	}
 	b := builderPool.Get().(*builder)
 	defer builderPool.Put(b)
-	cw := c.newCapture(w, r, s, b, m)
+	cw := k.capture(c, w, r, s, b, m)
 	// Land the flight even if the next plugin panics (the server recovers),
 	// so that no waiter is left waiting.
 	rcode, err := dns.RcodeServerFailure, errNoReply
@@ -100,14 +101,26 @@ type captureWriter struct {
 	entry entry // built in b from reply, when stored
 }
 
-// newCapture returns the writer that fetches r for the cache. The writer and
-// the request it sends upstream are one allocation: the miss path's own
-// share of an insert is counted in allocations.
+// fetch is what asking the next plugin takes, in one allocation, since the
+// miss path's own share of an insert is counted in allocations: the writer
+// that captures the reply, the request it sends upstream, and on the miss
+// path the flight that other misses for the question wait on (they keep the
+// fetch alive until they have read it).
+type fetch struct {
+	cw     captureWriter
+	up     upstreamMsg
+	flight flight
+}
+
+// newCapture returns the writer that fetches r for the cache, outside the
+// miss path.
 func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	k := &struct {
-		cw captureWriter
-		up upstreamMsg
-	}{cw: captureWriter{ResponseWriter: w, c: c, s: s, b: b, m: m, udp: isUDP(w)}}
+	return new(fetch).capture(c, w, r, s, b, m)
+}
+
+// capture readies k's writer to fetch r for the cache, and returns it.
+func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: b, m: m, udp: isUDP(w)}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }

@@ -255,8 +255,9 @@ type flight struct {
 }
 
 // join returns the flight for key, and whether the caller leads it: the
-// leader fetches and lands it, the others wait for it to land.
-func (fs *flights) join(key uint64) (*flight, bool) {
+// leader fetches and lands it, the others wait for it to land. A leader's
+// flight is lead, the caller's memory.
+func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f, ok := fs.m[key]; ok {
@@ -270,9 +271,9 @@ func (fs *flights) join(key uint64) (*flight, bool) {
 	if fs.m == nil {
 		fs.m = map[uint64]*flight{}
 	}
-	f := &flight{key: key}
-	fs.m[key] = f
-	return f, true
+	*lead = flight{key: key}
+	fs.m[key] = lead
+	return lead, true
 }
 
 // land publishes the outcome of f to its waiters. They read it once done
