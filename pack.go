@@ -60,8 +60,7 @@ func (b *builder) packRR(rr dns.RR, alias string) (record, error) {
 	owner := len(wire)
 	wire, err = appendRdata(wire, rr)
 	if err == errLeftToMiekg || len(wire)-owner > math.MaxUint16 {
-		// Too long for RDLENGTH: miekg/dns reports it.
-		return b.packOther(rr)
+		return b.packOther(rr) // its type or values, or rdata too long for RDLENGTH, which miekg/dns reports
 	}
 	if err != nil {
 		return record{}, err
