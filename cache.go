@@ -418,7 +418,7 @@ func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
 func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	q := &s.q
 	question := r.Question[0]
-	n, err := dns.PackDomainName(question.Name, s.name[:], 0, nil, false)
+	n, err := packName(question.Name, s.name[:])
 	if err != nil {
 		return false
 	}

@@ -37,13 +37,14 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	case reply.Opcode != dns.OpcodeQuery:
 		return unusable("opcode is not QUERY")
 	}
-	t, _ := response.Typify(reply, now)
-	soa := hasSOA(reply)
-	if t == response.NoError && len(reply.Answer) > 0 && !answersQuestion(reply) {
+	sc := scanReply(reply, now)
+	t := sc.typify(reply)
+	answers := t == response.NoError && len(reply.Answer) > 0 && answersQuestion(reply)
+	if t == response.NoError && len(reply.Answer) > 0 && !answers {
 		// A CNAME chain that does not reach the queried type: NODATA when an
 		// SOA bounds it (RFC 2308 2.2), an incomplete recursion otherwise
 		// (RFC 2308 5: not cached).
-		if !soa {
+		if !sc.soa {
 			return unusable("answer does not resolve the question")
 		}
 		t = response.NoData
@@ -51,16 +52,15 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	var v verdict
 	switch t {
 	case response.NoError:
-		answers := len(reply.Answer) > 0 && answersQuestion(reply)
-		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(minTTL(reply, c.pttl), c.minpttl, c.pttl)}
+		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl), c.minpttl, c.pttl)}
 	case response.Delegation:
 		// The stock cache keeps referrals for the minimum default TTL.
 		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl)}
 	case response.NameError, response.NoData:
-		if !soa {
+		if !sc.soa {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: kindDenial, ttl: clampTTL(minTTL(reply, c.nttl), c.minnttl, c.nttl)}
+		v = verdict{kind: kindDenial, ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
@@ -83,40 +83,87 @@ func sameQuestion(reply, req *dns.Msg) bool {
 		return false
 	}
 	a, b := reply.Question[0], req.Question[0]
-	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && strings.EqualFold(a.Name, b.Name)
+	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && sameName(a.Name, b.Name)
 }
 
-func hasSOA(m *dns.Msg) bool {
-	for _, r := range m.Ns {
-		if r.Header().Rrtype == dns.TypeSOA {
-			return true
-		}
-	}
-	return false
+// replyScan is what classify reads off a reply's records, in one pass over
+// them rather than one for each question it asks.
+type replyScan struct {
+	soa     bool   // an SOA in the authority section
+	ns      int    // NS records in the authority section
+	expired bool   // a signature outside its validity period, in a DO reply
+	records bool   // any record but the additional section's OPT and TSIG
+	ttl     uint32 // the smallest TTL of the records, SOA MINIMUM included
 }
 
-// minTTL returns the smallest TTL in m, at most ceiling. An SOA counts with
-// the smaller of its TTL and its MINIMUM field, which bounds negative caching
-// (RFC 2308 5); the stock cache ignores MINIMUM. A reply without records
-// gets the stock cache's fail-safe minimum.
-func minTTL(m *dns.Msg, ceiling time.Duration) time.Duration {
-	if len(m.Answer)+len(m.Ns) == 0 && !hasRecords(m.Extra) {
-		return minDefaultTTL
-	}
-	ttl := uint32(ceiling / time.Second)
-	for _, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
+func scanReply(m *dns.Msg, now time.Time) replyScan {
+	sc := replyScan{ttl: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
+	opt := m.IsEdns0()
+	do := opt != nil && opt.Do()
+	for section, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		for _, r := range rrs {
 			h := r.Header()
+			switch h.Rrtype {
+			case dns.TypeSOA:
+				sc.soa = sc.soa || section == 1
+			case dns.TypeNS:
+				if section == 1 {
+					sc.ns++
+				}
+			case dns.TypeRRSIG:
+				if sig, ok := r.(*dns.RRSIG); ok && do && !sig.ValidityPeriod(now) {
+					sc.expired = true
+				}
+			}
 			if hopByHop(h.Rrtype) {
 				continue
 			}
-			ttl = min(ttl, wireTTL(h.Ttl))
+			sc.records = true
+			sc.ttl = min(sc.ttl, wireTTL(h.Ttl))
 			if soa, ok := r.(*dns.SOA); ok {
-				ttl = min(ttl, wireTTL(soa.Minttl))
+				sc.ttl = min(sc.ttl, wireTTL(soa.Minttl))
 			}
 		}
 	}
-	return time.Duration(ttl) * time.Second
+	return sc
+}
+
+// typify is response.Typify, the stock cache's classification, for a QUERY
+// reply with one question (classify has checked both), from the scan: the
+// same decisions in the same order, without its passes over the records.
+func (sc *replyScan) typify(m *dns.Msg) response.Type {
+	switch qtype := m.Question[0].Qtype; {
+	case qtype == dns.TypeAXFR || qtype == dns.TypeIXFR:
+		return response.Meta
+	case sc.expired:
+		return response.OtherError
+	case len(m.Answer) > 0 && m.Rcode == dns.RcodeSuccess:
+		return response.NoError
+	case len(m.Answer) > 0 && m.Rcode == dns.RcodeNameError:
+		return response.OtherError
+	case sc.soa && m.Rcode == dns.RcodeSuccess:
+		return response.NoData
+	case m.Rcode == dns.RcodeNameError:
+		return response.NameError
+	case m.Rcode == dns.RcodeServerFailure || m.Rcode == dns.RcodeNotImplemented:
+		return response.ServerError
+	case sc.ns > 0 && m.Rcode == dns.RcodeSuccess:
+		return response.Delegation
+	case m.Rcode == dns.RcodeSuccess:
+		return response.NoError
+	}
+	return response.OtherError
+}
+
+// minTTL returns the smallest TTL of the reply, at most ceiling. An SOA
+// counts with the smaller of its TTL and its MINIMUM field, which bounds
+// negative caching (RFC 2308 5); the stock cache ignores MINIMUM. A reply
+// without records gets the stock cache's fail-safe minimum.
+func (sc *replyScan) minTTL(ceiling time.Duration) time.Duration {
+	if !sc.records {
+		return minDefaultTTL
+	}
+	return time.Duration(min(uint32(ceiling/time.Second), sc.ttl)) * time.Second
 }
 
 // wireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it
@@ -126,15 +173,6 @@ func wireTTL(ttl uint32) uint32 {
 		return 0
 	}
 	return ttl
-}
-
-func hasRecords(rrs []dns.RR) bool {
-	for _, r := range rrs {
-		if !hopByHop(r.Header().Rrtype) {
-			return true
-		}
-	}
-	return false
 }
 
 func clampTTL(ttl, lo, hi time.Duration) time.Duration { return min(max(ttl, lo), hi) }
@@ -166,7 +204,7 @@ func answersQuestion(m *dns.Msg) bool {
 func ownerHas(rrs []dns.RR, name string, t, class uint16) bool {
 	for _, r := range rrs {
 		h := r.Header()
-		if (t == dns.TypeANY || h.Rrtype == t) && classMatches(h.Class, class) && strings.EqualFold(h.Name, name) {
+		if (t == dns.TypeANY || h.Rrtype == t) && classMatches(h.Class, class) && sameName(h.Name, name) {
 			return true
 		}
 	}
@@ -179,15 +217,20 @@ func cnameTarget(rrs []dns.RR, owner string, class uint16) (string, bool) {
 	target := ""
 	for _, r := range rrs {
 		c, ok := r.(*dns.CNAME)
-		if !ok || !classMatches(c.Hdr.Class, class) || !strings.EqualFold(c.Hdr.Name, owner) {
+		if !ok || !classMatches(c.Hdr.Class, class) || !sameName(c.Hdr.Name, owner) {
 			continue
 		}
-		if target != "" && !strings.EqualFold(target, c.Target) {
+		if target != "" && !sameName(target, c.Target) {
 			return "", false
 		}
 		target = c.Target
 	}
 	return target, true
 }
+
+// sameName reports whether two names in presentation form are equal, case
+// aside. Names that are the same string, most of a reply's, compare at
+// memory speed; strings.EqualFold walks them rune by rune.
+func sameName(a, b string) bool { return a == b || strings.EqualFold(a, b) }
 
 func classMatches(rrClass, qclass uint16) bool { return qclass == dns.ClassANY || rrClass == qclass }

@@ -244,7 +244,8 @@ type flights struct {
 	m  map[uint64]*flight
 }
 
-// flight is one fetch; done closes when reply, rcode and err are set.
+// flight is one fetch; done, made when a second request joins it, closes
+// when reply, rcode and err are set.
 type flight struct {
 	key   uint64
 	done  chan struct{}
@@ -254,26 +255,36 @@ type flight struct {
 }
 
 // join returns the flight for key, and whether the caller leads it: the
-// leader fetches and lands it, the others wait for it to land.
-func (fs *flights) join(key uint64) (*flight, bool) {
+// leader fetches and lands it, the others wait for it to land. A leader's
+// flight is lead, the caller's memory.
+func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f, ok := fs.m[key]; ok {
+		// The first waiter makes done: most flights have none, and the
+		// channel would be a second allocation per miss.
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
 		return f, false
 	}
 	if fs.m == nil {
 		fs.m = map[uint64]*flight{}
 	}
-	f := &flight{key: key, done: make(chan struct{})}
-	fs.m[key] = f
-	return f, true
+	*lead = flight{key: key}
+	fs.m[key] = lead
+	return lead, true
 }
 
-// land publishes the outcome of f to its waiters.
+// land publishes the outcome of f to its waiters. They read it once done
+// closes; done is made under the lock, before land takes f out of the map.
 func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
+	f.reply, f.rcode, f.err = reply, rcode, err
 	fs.mu.Lock()
 	delete(fs.m, f.key)
+	done := f.done
 	fs.mu.Unlock()
-	f.reply, f.rcode, f.err = reply, rcode, err
-	close(f.done)
+	if done != nil {
+		close(done)
+	}
 }

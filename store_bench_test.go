@@ -2,9 +2,6 @@ package compactcache
 
 import (
 	"testing"
-
-	"github.com/compactcache/compactcache/bench/workload"
-	"github.com/miekg/dns"
 )
 
 // builtEntries packs the first n entries of the reference workload, each in
@@ -12,17 +9,10 @@ import (
 func builtEntries(b *testing.B, n int) []entry {
 	b.Helper()
 	bld := newBuilder()
-	var q query
-	var name [maxNameLen]byte
+	msgs, keys := workloadReplies(b, n)
 	out := make([]entry, n)
-	for i := range out {
-		m := workload.Reply(i, workload.Plain)
-		l, err := dns.PackDomainName(m.Question[0].Name, name[:], 0, nil, false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
-		e, err := bld.build(m, appendKey(nil, &q), 0, 3600, 0, defaultMaxEntry)
+	for i, m := range msgs {
+		e, err := bld.build(m, keys[i], 0, 3600, 0, defaultMaxEntry)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,9 +10,10 @@ import (
 // builder packs a response into an entry in reused scratch buffers, so that
 // storing it costs one copy into the arena and no allocation.
 type builder struct {
-	buf  []byte // the entry being built
-	wire []byte // the response in wire form, uncompressed
-	key  []byte // a derived key
+	buf  []byte    // the entry being built
+	wire []byte    // a record in wire form, uncompressed (packRR)
+	one  [1]dns.RR // the message of one record that packOther packs
+	key  []byte    // a derived key
 
 	meta    []byte // a list of ECS variants being built
 	dropped []byte // the key of a variant dropped from the list
@@ -37,23 +38,17 @@ func (b *builder) otherKey(key []byte) []byte {
 
 // build packs the records of m behind the header and key; limit bounds the
 // bytes of the records. key starts with the lowercased wire qname and the
-// keyTail bytes, as appendKey makes it.
+// keyTail bytes, as appendKey makes it. Each record is packed on its own
+// (packRR), so that m's header and question are not packed at all; build
+// still fails wherever Msg.PackBuffer would, and its other errors come in
+// record order after those.
 func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16, limit int) (entry, error) {
-	// Pack a copy of the message header: the records may be shared with
-	// other requests (file serves its zone's), so nothing may write to them,
-	// as dns.PackRR would (it sets Rdlength). Uncompressed, every name in
-	// the wire form stands whole.
-	msg := *m
-	msg.Compress = false
-	wire, err := msg.PackBuffer(b.wire)
+	nameLen := wireNameLen(key)
+	qname := key[:nameLen]
+	alias, err := b.checkPackable(m, qname)
 	if err != nil {
 		return nil, err
 	}
-	if cap(wire) > cap(b.wire) {
-		b.wire = wire[:cap(wire)] // PackBuffer outgrew the buffer: keep the larger
-	}
-
-	nameLen := wireNameLen(key)
 	b.buf = b.buf[:headerLen]
 	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(b.buf[offTTL:], ttl)
@@ -63,34 +58,57 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 	b.buf = append(b.buf, key...)
 	start := len(b.buf)
 
-	qname := key[:nameLen]
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
 	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
-	off := headerSize
-	for range binary.BigEndian.Uint16(wire[4:]) {
-		off += wireNameLen(wire[off:]) + 4 // a question: name, type, class
-	}
-	for s := range 3 {
+	var refused error // the first record the entry cannot take
+	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
-		for range binary.BigEndian.Uint16(wire[6+2*s:]) {
-			var r record
-			r, off = wireRecord(wire, off)
-			if hopByHop(r.rtype) {
+		for _, rr := range rrs {
+			r, err := b.packRR(rr, alias) // hop-by-hop records too: PackBuffer packed them
+			switch {
+			case err != nil:
+				return nil, err
+			case refused != nil || hopByHop(r.rtype):
 				continue
-			}
-			if !rdataNamesWhole(r.rtype, r.rdata) {
-				return nil, errBadRdata
+			case !rdataNamesWhole(r.rtype, r.rdata):
+				refused = errBadRdata
+				continue
 			}
 			b.appendRecord(r, s, qname, qtype, qclass)
 			if len(b.buf)-start > limit {
-				return nil, errEntryTooLarge
+				refused = errEntryTooLarge
 			}
 			kept++
 		}
 		binary.LittleEndian.PutUint16(b.buf[offCounts+2*s:], uint16(kept))
 	}
+	if refused != nil {
+		return nil, refused
+	}
 	binary.LittleEndian.PutUint32(b.buf[offSize:], uint32(len(b.buf)))
 	return entry(b.buf), nil
+}
+
+// checkPackable returns the error Msg.PackBuffer would return for the parts
+// of m that build does not pack: the RCODE, and the question's names. It
+// also returns the question's name when its wire form is qname, ignoring
+// case, for packRR to recognize the owners that are the qname.
+func (b *builder) checkPackable(m *dns.Msg, qname []byte) (alias string, err error) {
+	switch {
+	case m.Rcode < 0 || m.Rcode > 0xFFF:
+		return "", dns.ErrRcode
+	case m.Rcode > 0xF && m.IsEdns0() == nil:
+		return "", dns.ErrExtendedRcode // the upper bits go in OPT
+	}
+	for i, q := range m.Question {
+		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
+			return "", err
+		}
+		if i == 0 && equalFoldWire(b.wire, qname) {
+			alias = q.Name
+		}
+	}
+	return alias, nil
 }
 
 // wireRecord parses the uncompressed resource record at off in a message
@@ -157,11 +175,12 @@ func nameEnd(b []byte, off int) int {
 	return -1
 }
 
-// appendRecord lays r out in the record format of entry.go.
+// appendRecord lays r out in the record format of entry.go. An owner of nil
+// is the qname, as in entry.record.
 func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
 	r.ttl = wireTTL(r.ttl)
 	var flags byte
-	if equalFoldWire(r.owner, qname) {
+	if r.owner == nil || equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
 	}
 	if r.rtype == qtype {

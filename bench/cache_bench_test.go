@@ -78,17 +78,20 @@ func BenchmarkHit(b *testing.B) {
 }
 
 // BenchmarkInsert measures a miss that stores a new entry: the upstream's own
-// cost is the "upstream" sub-benchmark, to subtract.
+// cost is the "upstream" sub-benchmark, to subtract. compactcache-raw writes
+// the client's reply as bytes, as a block of raw-safe plugins does.
 func BenchmarkInsert(b *testing.B) {
-	for _, name := range []string{"upstream", "stock", "compactcache"} {
+	for _, name := range []string{"upstream", "stock", "compactcache", "compactcache-raw"} {
 		b.Run(name, func(b *testing.B) {
 			up := &Upstream{}
 			var h plugin.Handler = up
 			switch name {
 			case "stock":
 				h = newCache(b, Stock, up)
-			case "compactcache":
-				h = newCache(b, Compact, up)
+			case "compactcache", "compactcache-raw":
+				c := newCache(b, Compact, up)
+				c.Compact.SetRawWrites(name == "compactcache-raw")
+				h = c
 			}
 			d := NewDriver(workload.Plain, nil)
 			i := 0
