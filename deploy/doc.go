@@ -12,14 +12,18 @@ package deploy
 // The sizing formula of README.md ("Sizing"), in bytes, for a Corefile whose
 // compactcache blocks have byte budgets adding up to budget:
 //
-//	GOMEMLIMIT = budget * 5/4 + 64MiB, rounded up to a MiB
-//	limit      = GOMEMLIMIT + 96MiB   (the container's memory limit and request)
+//	limit      = budget * 5/4 + 64MiB + 96MiB, rounded up to a MiB
+//	             (the container's memory limit and request)
+//	GOMEMLIMIT = limit - budget - 96MiB = budget/4 + 64MiB, the budget
+//	             rounded up to a MiB
 //
-// GOMEMLIMIT bounds the memory the Go runtime holds: the stores (which never
-// exceed their budgets), a quarter more for the garbage collector to work in,
-// and CoreDNS's own heap. The container also holds what the Go runtime does
-// not count, mostly the binary's pages (about 75MiB resident for this build
-// of every CoreDNS plugin).
+// The stores never exceed their budgets, and on Linux they map that memory
+// outside the Go heap (arena_mmap.go), where GOMEMLIMIT does not count it.
+// So GOMEMLIMIT bounds the rest of the Go runtime's memory: CoreDNS's own
+// heap, and a quarter of the budget more for the garbage of the misses that
+// fill it. The container also holds what the Go runtime does not count,
+// mostly the binary's pages (about 75MiB resident for this build of every
+// CoreDNS plugin).
 const (
 	mib = 1 << 20
 	// GoBase is CoreDNS's heap besides the caches: the runtime, goroutines,
@@ -31,14 +35,15 @@ const (
 	NonGo = 96 * mib
 )
 
-// GoMemLimit returns GOMEMLIMIT for a total byte budget.
-func GoMemLimit(budget int64) int64 {
-	return ceilMiB((budget*5+3)/4) + GoBase
-}
-
 // MemoryLimit returns the container's memory limit for a total byte budget.
 func MemoryLimit(budget int64) int64 {
-	return GoMemLimit(budget) + NonGo
+	return ceilMiB((budget*5+3)/4) + GoBase + NonGo
+}
+
+// GoMemLimit returns GOMEMLIMIT for a total byte budget: what the limit
+// leaves after the stores, which are outside the Go heap, and NonGo.
+func GoMemLimit(budget int64) int64 {
+	return MemoryLimit(budget) - ceilMiB(budget) - NonGo
 }
 
 func ceilMiB(n int64) int64 { return (n + mib - 1) / mib * mib }

@@ -212,10 +212,10 @@ func goMemLimit(s string) (int64, error) {
 
 func TestSizingFormula(t *testing.T) {
 	for _, tc := range []struct{ budget, gomem, limit int64 }{
-		{256 * mib, 384 * mib, 480 * mib},
-		{64 * mib, 144 * mib, 240 * mib},
-		{1 << 30, 1344 * mib, 1440 * mib},
-		{1*mib + 1, 66 * mib, 162 * mib}, // 1.25MiB and a byte round up to 2MiB
+		{256 * mib, 128 * mib, 480 * mib},
+		{64 * mib, 80 * mib, 240 * mib},
+		{1 << 30, 320 * mib, 1440 * mib},
+		{1*mib + 1, 64 * mib, 162 * mib}, // 1.25MiB and a byte round up to 2MiB; the budget to 2MiB
 	} {
 		if got := GoMemLimit(tc.budget); got != tc.gomem {
 			t.Errorf("GoMemLimit(%d) = %d MiB, want %d MiB", tc.budget, got/mib, tc.gomem/mib)
@@ -265,7 +265,7 @@ func memoryErrors(c corev1.Container, bs []int64) []string {
 		return append(errs, fmt.Sprintf("container %s: %v", c.Name, err))
 	}
 	if w := GoMemLimit(total); n != w {
-		errs = append(errs, fmt.Sprintf("container %s: GOMEMLIMIT %s, want %dMiB for budgets %v MiB (budget*5/4 + 64MiB)", c.Name, gomem, w/mib, mibs(bs)))
+		errs = append(errs, fmt.Sprintf("container %s: GOMEMLIMIT %s, want %dMiB for budgets %v MiB (budget/4 + 64MiB)", c.Name, gomem, w/mib, mibs(bs)))
 	}
 	return errs
 }
@@ -618,17 +618,18 @@ func TestMemoryMismatchIsCaught(t *testing.T) {
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(request)}
 		return c
 	}
-	if errs := memoryErrors(container("480Mi", "480Mi", "384MiB"), []int64{256 * mib}); len(errs) != 0 {
+	if errs := memoryErrors(container("480Mi", "480Mi", "128MiB"), []int64{256 * mib}); len(errs) != 0 {
 		t.Errorf("the documented example fails: %v", errs)
 	}
 	for _, tc := range []struct {
 		c      corev1.Container
 		budget int64
 	}{
-		{container("480Mi", "480Mi", "384MiB"), 512 * mib}, // budget raised alone
-		{container("800Mi", "800Mi", "384MiB"), 512 * mib}, // GOMEMLIMIT left behind
-		{container("480Mi", "128Mi", "384MiB"), 256 * mib}, // request below the limit
-		{container("480Mi", "480Mi", "384Mi"), 256 * mib},  // not a Go size
+		{container("480Mi", "480Mi", "128MiB"), 512 * mib}, // budget raised alone
+		{container("800Mi", "800Mi", "128MiB"), 512 * mib}, // GOMEMLIMIT left behind
+		{container("480Mi", "128Mi", "128MiB"), 256 * mib}, // request below the limit
+		{container("480Mi", "480Mi", "128Mi"), 256 * mib},  // not a Go size
+		{container("480Mi", "480Mi", "384MiB"), 256 * mib}, // the stores counted in GOMEMLIMIT
 	} {
 		if errs := memoryErrors(tc.c, []int64{tc.budget}); len(errs) == 0 {
 			t.Errorf("%+v with %d MiB: no error", tc.c.Resources, tc.budget/mib)
