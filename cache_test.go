@@ -373,3 +373,26 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 		t.Fatalf("%d of %d clients answered", len(replies), clients)
 	}
 }
+
+// TestLandReportsWaiters: the miss path recycles a fetch only when land says
+// nobody waited on its flight; a waiter reads the flight after it lands.
+func TestLandReportsWaiters(t *testing.T) {
+	var fs flights
+	var alone, shared flight
+	f, leader := fs.join(1, &alone)
+	if !leader || fs.land(f, nil, dns.RcodeSuccess, nil) {
+		t.Fatalf("a flight nobody joined: leader %v, land reported waiters", leader)
+	}
+	f, _ = fs.join(2, &shared)
+	if w, leader := fs.join(2, new(flight)); leader || w != f {
+		t.Fatalf("a second request for key 2 leads (%v) or joins another flight", leader)
+	}
+	reply := new(dns.Msg)
+	if !fs.land(f, reply, dns.RcodeSuccess, nil) {
+		t.Fatal("a flight with a waiter: land reported none")
+	}
+	<-f.done
+	if f.reply != reply {
+		t.Fatal("the waiter does not see the landed reply")
+	}
+}

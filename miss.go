@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -16,9 +17,10 @@ import (
 // one question that arrive while it is asked wait for that answer instead of
 // asking again.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
-	k := new(fetch)
+	k := fetchPool.Get().(*fetch)
 	f, leader := c.flights.join(c.flightKey(s), &k.flight)
 	if !leader {
+		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
 	}
 	b := builderPool.Get().(*builder)
@@ -27,7 +29,15 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	// Land the flight even if the next plugin panics (the server recovers),
 	// so that no waiter is left waiting.
 	rcode, err := dns.RcodeServerFailure, errNoReply
-	defer func() { c.flights.land(f, cw.reply, rcode, err) }()
+	defer func() {
+		if !c.flights.land(f, cw.reply, rcode, err) {
+			// Nobody joined the flight, and nobody can now that it has
+			// landed: the fetch is this request's alone. Cleared, so that
+			// the pool keeps no request or reply alive.
+			*k = fetch{}
+			fetchPool.Put(k)
+		}
+	}()
 	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
@@ -105,12 +115,18 @@ type captureWriter struct {
 // miss path's own share of an insert is counted in allocations: the writer
 // that captures the reply, the request it sends upstream, and on the miss
 // path the flight that other misses for the question wait on (they keep the
-// fetch alive until they have read it).
+// fetch alive until they have read it; a fetch nobody waited on goes back to
+// fetchPool).
 type fetch struct {
 	cw     captureWriter
 	up     upstreamMsg
 	flight flight
 }
+
+// fetchPool holds the fetches of misses that no other request waited on:
+// the fetch is most of the bytes a miss allocates, and the garbage collector's
+// work grows with them.
+var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
 
 // newCapture returns the writer that fetches r for the cache, outside the
 // miss path.

@@ -276,9 +276,10 @@ func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
 	return lead, true
 }
 
-// land publishes the outcome of f to its waiters. They read it once done
-// closes; done is made under the lock, before land takes f out of the map.
-func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
+// land publishes the outcome of f to its waiters, and reports whether there
+// were any. They read it once done closes; done is made under the lock,
+// before land takes f out of the map.
+func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) (waited bool) {
 	f.reply, f.rcode, f.err = reply, rcode, err
 	fs.mu.Lock()
 	delete(fs.m, f.key)
@@ -287,4 +288,5 @@ func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
 	if done != nil {
 		close(done)
 	}
+	return done != nil
 }
