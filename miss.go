@@ -290,7 +290,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if c.preferPositive && flags&flagAnswers == 0 {
 		key = cw.b.otherKey(key)
 	}
-	e, err := cw.b.build(res, key, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
+	e, err := cw.b.build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
 	if err != nil {
 		if errors.Is(err, errEntryTooLarge) {
 			cw.m.refused.Inc()
