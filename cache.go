@@ -108,6 +108,7 @@ func New() *Cache {
 		metrics:        &metricsSet{},
 		now:            time.Now,
 	}
+	c.metrics.c = c
 	if err := c.init(); err != nil {
 		panic(err) // the defaults are valid
 	}

@@ -301,7 +301,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	e.setHits(cw.hits)
-	cw.m.stored(c.store, c.store.put(e, now.Unix()))
+	cw.m.evicted(c.store.put(e, now.Unix()))
 	if c.preferPositive && flags&flagAnswers != 0 {
 		c.store.remove(cw.b.otherKey(key))
 	}
