@@ -396,3 +396,25 @@ func TestLandReportsWaiters(t *testing.T) {
 		t.Fatal("the waiter does not see the landed reply")
 	}
 }
+
+// TestClockReadsPerRequest: a miss reads the clock once, when it stores the
+// reply (the lookup found nothing to age), and a hit once, to age the entry.
+func TestClockReadsPerRequest(t *testing.T) {
+	clk := newClock()
+	c := newTestCache(t, exampleUpstream(), clk)
+	reads := 0
+	c.now = func() time.Time { reads++; return clk.now() }
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	for i, what := range []string{"miss", "hit"} {
+		reads = 0
+		if m := ask(t, c, req, false); len(m.Answer) != 2 {
+			t.Fatalf("%s: %d answers, want 2", what, len(m.Answer))
+		}
+		if reads != 1 {
+			t.Errorf("a %s read the clock %d times, want 1", what, reads)
+		}
+		if n := c.Stats().Entries; n != 1 {
+			t.Fatalf("after request %d: %d entries, want 1", i+1, n)
+		}
+	}
+}
