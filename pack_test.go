@@ -470,3 +470,18 @@ func FuzzPackRR(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkPackName times packing the question names of the reference
+// workload, as load does for every request.
+func BenchmarkPackName(b *testing.B) {
+	names := workload.NewNames(1 << 10)
+	var buf [maxNameLen]byte
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := packName(names.Name(i%(1<<10)), buf[:]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
