@@ -154,6 +154,16 @@ type scratch struct {
 	probe []byte // a key derived from key for a lookup
 	opts  []byte // the request's EDNS options echoed in the reply
 	w     *replyWriter
+	b     *builder // the entry a fetch stores; nil until the scratch's first
+}
+
+// builder returns s's entry builder, made at its first use: hits, most
+// requests, need none, and the one they may carry costs no pool of its own.
+func (s *scratch) builder() *builder {
+	if s.b == nil {
+		s.b = newBuilder()
+	}
+	return s.b
 }
 
 const (
@@ -165,8 +175,6 @@ const (
 var scratchPool = sync.Pool{New: func() any {
 	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), w: newReplyWriter()}
 }}
-
-var builderPool = sync.Pool{New: func() any { return newBuilder() }}
 
 // ServeDNS implements plugin.Handler.
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {

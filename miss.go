@@ -23,9 +23,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
 	}
-	b := builderPool.Get().(*builder)
-	defer builderPool.Put(b)
-	cw := k.capture(c, w, r, s, b, m)
+	cw := k.capture(c, w, r, s, m)
 	// Land the flight even if the next plugin panics (the server recovers),
 	// so that no waiter is left waiting.
 	rcode, err := dns.RcodeServerFailure, errNoReply
@@ -99,7 +97,7 @@ type captureWriter struct {
 	dns.ResponseWriter // what the next plugin sees of the client
 	c                  *Cache
 	s                  *scratch
-	b                  *builder
+	b                  *builder // s.builder()
 	req                *dns.Msg // the request as it goes upstream
 	m                  *serverMetrics
 
@@ -130,13 +128,13 @@ var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
 
 // newCapture returns the writer that fetches r for the cache, outside the
 // miss path.
-func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	return new(fetch).capture(c, w, r, s, b, m)
+func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+	return new(fetch).capture(c, w, r, s, m)
 }
 
 // capture readies k's writer to fetch r for the cache, and returns it.
-func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: b, m: m, udp: isUDP(w)}
+func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w)}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }

@@ -149,9 +149,7 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) boo
 	if !s.load(req, noClient{}, &c.ecs) {
 		return false
 	}
-	b := builderPool.Get().(*builder)
-	defer builderPool.Put(b)
-	cw := c.newCapture(noClient{}, req, s, b, m)
+	cw := c.newCapture(noClient{}, req, s, m)
 	cw.refresh = true
 	cw.hits = c.popularity(s)
 	cw.fetch(ctx)
@@ -184,9 +182,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.verifyTimeout == 0 {
-		b := builderPool.Get().(*builder)
-		defer builderPool.Put(b)
-		cw := c.newCapture(w, r, s, b, m)
+		cw := c.newCapture(w, r, s, m)
 		cw.refresh = true
 		rcode, err = cw.fetch(ctx)
 		ok := cw.refreshed()
