@@ -108,6 +108,7 @@ func New() *Cache {
 		metrics:        &metricsSet{},
 		now:            time.Now,
 	}
+	c.metrics.c = c
 	if err := c.init(); err != nil {
 		panic(err) // the defaults are valid
 	}
@@ -153,6 +154,16 @@ type scratch struct {
 	probe []byte // a key derived from key for a lookup
 	opts  []byte // the request's EDNS options echoed in the reply
 	w     *replyWriter
+	b     *builder // the entry a fetch stores; nil until the scratch's first
+}
+
+// builder returns s's entry builder, made at its first use: hits, most
+// requests, need none, and the one they may carry costs no pool of its own.
+func (s *scratch) builder() *builder {
+	if s.b == nil {
+		s.b = newBuilder()
+	}
+	return s.b
 }
 
 const (
@@ -164,8 +175,6 @@ const (
 var scratchPool = sync.Pool{New: func() any {
 	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), w: newReplyWriter()}
 }}
-
-var builderPool = sync.Pool{New: func() any { return newBuilder() }}
 
 // ServeDNS implements plugin.Handler.
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -182,8 +191,9 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	m := c.metrics.of(metrics.WithServer(ctx))
 	m.requests.Inc()
 
-	now := c.now()
-	f := c.lookup(s, now, !c.verifyStale)
+	// No time yet: the lookup reads the clock when it finds an entry to age,
+	// so that a miss reads it once, when it stores the reply.
+	f := c.lookup(s, time.Time{}, !c.verifyStale)
 	switch f.state {
 	case fresh:
 		m.hits[f.kind].Inc()
@@ -196,7 +206,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, m); done {
 				return rcode, err
 			}
-			if f = c.lookup(s, now, true); f.state != stale {
+			if f = c.lookup(s, f.now, true); f.state != stale {
 				break // gone meanwhile: ask as for a miss
 			}
 		} else {
@@ -262,17 +272,33 @@ const (
 type found struct {
 	state    int
 	kind     int
-	hash     uint64 // the key's hash, naming the entry for refreshes
-	reply    []byte // valid until the scratch's next reply
-	prefetch bool   // popular and near expiry
-	scope    uint8  // the ECS prefix length the entry was stored for
+	hash     uint64    // the key's hash, naming the entry for refreshes
+	reply    []byte    // valid until the scratch's next reply
+	prefetch bool      // popular and near expiry
+	scope    uint8     // the ECS prefix length the entry was stored for
+	now      time.Time // the time the lookup aged entries at
 }
 
 // lookup finds the entry for s.q and writes the reply from it; a stale
 // entry's reply is written only when withStale is set. With ECS it tries the
 // variants stored for the client's subnet, longest prefix first, then the
-// answer for everyone.
+// answer for everyone. A zero now is read from the clock when an entry is
+// found; found.now is the time used.
 func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
+	f := c.lookupAt(s, &now, withStale)
+	f.now = now
+	return f
+}
+
+// at returns *now, read from the clock first if it is zero.
+func (c *Cache) at(now *time.Time) time.Time {
+	if now.IsZero() {
+		*now = c.now()
+	}
+	return *now
+}
+
+func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool) found {
 	q := &s.q
 	switch {
 	case q.ecs.family == 0:
@@ -305,14 +331,14 @@ func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
 
 // variants returns the bitmaps of the prefix lengths of the variants, and
 // of the exact variants, stored for s.q's name and family.
-func (c *Cache) variants(s *scratch, now time.Time) (normal, exact [scopesLen]byte, ok bool) {
+func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [scopesLen]byte, ok bool) {
 	s.probe = scopesKey(s.probe[:0], s.key, s.q.ecs.family)
 	h := c.store.hash(s.probe)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(s.probe, h)
-	if e == nil || now.Unix() > e.expires()+int64(c.staleUpTo/time.Second) {
+	if e == nil || c.at(now).Unix() > e.expires()+int64(c.staleUpTo/time.Second) {
 		return normal, exact, false
 	}
 	e.setFlag(flagReferred, true)
@@ -323,7 +349,7 @@ func (c *Cache) variants(s *scratch, now time.Time) (normal, exact [scopesLen]by
 // lookupKey looks key up. Under serve_stale_policy prefer_positive an
 // answer, fresh or stale, is looked up before the denials and non-answers
 // kept beside it.
-func (c *Cache) lookupKey(s *scratch, key []byte, now time.Time, withStale bool) found {
+func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool) found {
 	if !c.preferPositive {
 		return c.probe(s, key, now, withStale, false)
 	}
@@ -336,7 +362,7 @@ func (c *Cache) lookupKey(s *scratch, key []byte, now time.Time, withStale bool)
 }
 
 // probe looks up key; answersOnly skips entries that do not answer.
-func (c *Cache) probe(s *scratch, key []byte, now time.Time, withStale, answersOnly bool) found {
+func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersOnly bool) found {
 	h := c.store.hash(key)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
@@ -345,6 +371,7 @@ func (c *Cache) probe(s *scratch, key []byte, now time.Time, withStale, answersO
 	if e == nil || answersOnly && e.flags()&flagAnswers == 0 {
 		return found{}
 	}
+	now := c.at(at)
 	f := found{kind: kindOf(e), hash: h, scope: e.scope()}
 	age := max(0, now.Unix()-int64(e.stored()))
 	left := int64(e.ttl()) - age

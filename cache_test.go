@@ -373,3 +373,48 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 		t.Fatalf("%d of %d clients answered", len(replies), clients)
 	}
 }
+
+// TestLandReportsWaiters: the miss path recycles a fetch only when land says
+// nobody waited on its flight; a waiter reads the flight after it lands.
+func TestLandReportsWaiters(t *testing.T) {
+	var fs flights
+	var alone, shared flight
+	f, leader := fs.join(1, &alone)
+	if !leader || fs.land(f, nil, dns.RcodeSuccess, nil) {
+		t.Fatalf("a flight nobody joined: leader %v, land reported waiters", leader)
+	}
+	f, _ = fs.join(2, &shared)
+	if w, leader := fs.join(2, new(flight)); leader || w != f {
+		t.Fatalf("a second request for key 2 leads (%v) or joins another flight", leader)
+	}
+	reply := new(dns.Msg)
+	if !fs.land(f, reply, dns.RcodeSuccess, nil) {
+		t.Fatal("a flight with a waiter: land reported none")
+	}
+	<-f.done
+	if f.reply != reply {
+		t.Fatal("the waiter does not see the landed reply")
+	}
+}
+
+// TestClockReadsPerRequest: a miss reads the clock once, when it stores the
+// reply (the lookup found nothing to age), and a hit once, to age the entry.
+func TestClockReadsPerRequest(t *testing.T) {
+	clk := newClock()
+	c := newTestCache(t, exampleUpstream(), clk)
+	reads := 0
+	c.now = func() time.Time { reads++; return clk.now() }
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	for i, what := range []string{"miss", "hit"} {
+		reads = 0
+		if m := ask(t, c, req, false); len(m.Answer) != 2 {
+			t.Fatalf("%s: %d answers, want 2", what, len(m.Answer))
+		}
+		if reads != 1 {
+			t.Errorf("a %s read the clock %d times, want 1", what, reads)
+		}
+		if n := c.Stats().Entries; n != 1 {
+			t.Fatalf("after request %d: %d entries, want 1", i+1, n)
+		}
+	}
+}

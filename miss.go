@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -16,18 +17,25 @@ import (
 // one question that arrive while it is asked wait for that answer instead of
 // asking again.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
-	k := new(fetch)
+	k := fetchPool.Get().(*fetch)
 	f, leader := c.flights.join(c.flightKey(s), &k.flight)
 	if !leader {
+		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
 	}
-	b := builderPool.Get().(*builder)
-	defer builderPool.Put(b)
-	cw := k.capture(c, w, r, s, b, m)
+	cw := k.capture(c, w, r, s, m)
 	// Land the flight even if the next plugin panics (the server recovers),
 	// so that no waiter is left waiting.
 	rcode, err := dns.RcodeServerFailure, errNoReply
-	defer func() { c.flights.land(f, cw.reply, rcode, err) }()
+	defer func() {
+		if !c.flights.land(f, cw.reply, rcode, err) {
+			// Nobody joined the flight, and nobody can now that it has
+			// landed: the fetch is this request's alone. Cleared, so that
+			// the pool keeps no request or reply alive.
+			*k = fetch{}
+			fetchPool.Put(k)
+		}
+	}()
 	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
@@ -50,7 +58,7 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	if f.reply == nil {
 		return f.rcode, f.err
 	}
-	if found := c.lookup(s, c.now(), true); found.state != absent {
+	if found := c.lookup(s, time.Time{}, true); found.state != absent {
 		return f.rcode, c.write(w, found.reply)
 	}
 	// The reply answers the leader's request: give it this one's ID, and
@@ -89,7 +97,7 @@ type captureWriter struct {
 	dns.ResponseWriter // what the next plugin sees of the client
 	c                  *Cache
 	s                  *scratch
-	b                  *builder
+	b                  *builder // s.builder()
 	req                *dns.Msg // the request as it goes upstream
 	m                  *serverMetrics
 
@@ -105,22 +113,28 @@ type captureWriter struct {
 // miss path's own share of an insert is counted in allocations: the writer
 // that captures the reply, the request it sends upstream, and on the miss
 // path the flight that other misses for the question wait on (they keep the
-// fetch alive until they have read it).
+// fetch alive until they have read it; a fetch nobody waited on goes back to
+// fetchPool).
 type fetch struct {
 	cw     captureWriter
 	up     upstreamMsg
 	flight flight
 }
 
+// fetchPool holds the fetches of misses that no other request waited on:
+// the fetch is most of the bytes a miss allocates, and the garbage collector's
+// work grows with them.
+var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
+
 // newCapture returns the writer that fetches r for the cache, outside the
 // miss path.
-func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	return new(fetch).capture(c, w, r, s, b, m)
+func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+	return new(fetch).capture(c, w, r, s, m)
 }
 
 // capture readies k's writer to fetch r for the cache, and returns it.
-func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, b *builder, m *serverMetrics) *captureWriter {
-	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: b, m: m, udp: isUDP(w)}
+func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w)}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }
@@ -274,7 +288,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if c.preferPositive && flags&flagAnswers == 0 {
 		key = cw.b.otherKey(key)
 	}
-	e, err := cw.b.build(res, key, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
+	e, err := cw.b.build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
 	if err != nil {
 		if errors.Is(err, errEntryTooLarge) {
 			cw.m.refused.Inc()
@@ -285,7 +299,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	e.setHits(cw.hits)
-	cw.m.stored(c.store, c.store.put(e, now.Unix()))
+	cw.m.evicted(c.store.put(e, now.Unix()))
 	if c.preferPositive && flags&flagAnswers != 0 {
 		c.store.remove(cw.b.otherKey(key))
 	}

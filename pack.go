@@ -145,27 +145,25 @@ func putPlainName(buf []byte, s string) (int, bool) {
 	case s == "" || s[len(s)-1] != '.':
 		return 0, false
 	}
-	// One pass: the wire form is s shifted by one byte, each dot turned into
-	// the length of the label after it, the last one into the root label;
-	// the first label's length goes in front.
-	buf = buf[:len(s)+1]
-	lenAt := 0 // where the current label's length goes
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '.':
-			l := i - lenAt
-			if l == 0 || l > maxLabelLen {
-				return 0, false // an empty label, or one too long: miekg/dns's error
-			}
-			buf[lenAt] = byte(l)
-			lenAt = i + 1
-		case '\\':
-			return 0, false // an escape: miekg/dns's to decode
-		default:
-			buf[i+1] = c
-		}
+	if strings.IndexByte(s, '\\') >= 0 {
+		return 0, false // an escape: miekg/dns's to decode
 	}
-	buf[lenAt] = 0
+	// The wire form is s shifted by one byte, each dot turned into the
+	// length of the label after it, the last one into the root label; the
+	// first label's length goes in front. Labels are found and copied a
+	// label at a time, not a byte at a time.
+	buf = buf[:len(s)+1]
+	at := 0 // where the current label starts in s, and its length goes in buf
+	for at < len(s) {
+		l := strings.IndexByte(s[at:], '.') // found: s ends in a dot
+		if l == 0 || l > maxLabelLen {
+			return 0, false // an empty label, or one too long: miekg/dns's error
+		}
+		buf[at] = byte(l)
+		copy(buf[at+1:], s[at:at+l])
+		at += l + 1
+	}
+	buf[at] = 0
 	return len(buf), true
 }
 

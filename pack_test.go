@@ -285,8 +285,9 @@ func randomString(r *rand.Rand, n int, alphabet string) string {
 }
 
 // TestBuildMatchesPackBuffer builds entries of the reference workload's
-// variants twice: as build does, and with every record first turned into
-// its RFC 3597 form, which only miekg/dns packs. The entries must be equal.
+// variants twice: as the miss path does, with the question name it asked,
+// and with every record first turned into its RFC 3597 form, which only
+// miekg/dns packs, and no question name known. The entries must be equal.
 func TestBuildMatchesPackBuffer(t *testing.T) {
 	b, ref := newBuilder(), newBuilder()
 	var q query
@@ -300,11 +301,11 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 			}
 			q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
 			key := appendKey(nil, &q)
-			got, err := b.build(m, key, 1, 2, 3, defaultMaxEntry)
+			got, err := b.build(m, key, m.Question[0].Name, 1, 2, 3, defaultMaxEntry)
 			if err != nil {
 				t.Fatalf("%s %d: %v", v, i, err)
 			}
-			want, err := ref.build(asRFC3597(t, m), key, 1, 2, 3, defaultMaxEntry)
+			want, err := ref.build(asRFC3597(t, m), key, "", 1, 2, 3, defaultMaxEntry)
 			if err != nil {
 				t.Fatalf("%s %d, RFC 3597: %v", v, i, err)
 			}
@@ -366,7 +367,7 @@ func TestBuildErrorsInPackBufferOrder(t *testing.T) {
 	b := newBuilder()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.build(tc.m, key, 0, 60, 0, defaultMaxEntry)
+			_, err := b.build(tc.m, key, "", 0, 60, 0, defaultMaxEntry)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("build: %v, want %v", err, tc.want)
 			}
@@ -425,7 +426,7 @@ func TestBuildAllocatesNothing(t *testing.T) {
 	key := appendKey(nil, &query{name: name[:l], qtype: m.Question[0].Qtype, qclass: m.Question[0].Qclass})
 	b := newBuilder()
 	build := func() {
-		if _, err := b.build(m, key, 0, 60, 0, defaultMaxEntry); err != nil {
+		if _, err := b.build(m, key, "", 0, 60, 0, defaultMaxEntry); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -468,4 +469,19 @@ func FuzzPackRR(f *testing.F) {
 			t.Fatalf("%q: %v", rr.String(), err)
 		}
 	})
+}
+
+// BenchmarkPackName times packing the question names of the reference
+// workload, as load does for every request.
+func BenchmarkPackName(b *testing.B) {
+	names := workload.NewNames(1 << 10)
+	var buf [maxNameLen]byte
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := packName(names.Name(i%(1<<10)), buf[:]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }

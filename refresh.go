@@ -149,9 +149,7 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) boo
 	if !s.load(req, noClient{}, &c.ecs) {
 		return false
 	}
-	b := builderPool.Get().(*builder)
-	defer builderPool.Put(b)
-	cw := c.newCapture(noClient{}, req, s, b, m)
+	cw := c.newCapture(noClient{}, req, s, m)
 	cw.refresh = true
 	cw.hits = c.popularity(s)
 	cw.fetch(ctx)
@@ -184,9 +182,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.verifyTimeout == 0 {
-		b := builderPool.Get().(*builder)
-		defer builderPool.Put(b)
-		cw := c.newCapture(w, r, s, b, m)
+		cw := c.newCapture(w, r, s, m)
 		cw.refresh = true
 		rcode, err = cw.fetch(ctx)
 		ok := cw.refreshed()
@@ -212,7 +208,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 			return false, 0, nil
 		}
 		// Answer from the refreshed entry, as a hit.
-		if f := c.lookup(s, c.now(), false); f.state == fresh {
+		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
 		}
 		return false, 0, nil
@@ -276,9 +272,10 @@ func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
 	return lead, true
 }
 
-// land publishes the outcome of f to its waiters. They read it once done
-// closes; done is made under the lock, before land takes f out of the map.
-func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
+// land publishes the outcome of f to its waiters, and reports whether there
+// were any. They read it once done closes; done is made under the lock,
+// before land takes f out of the map.
+func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) (waited bool) {
 	f.reply, f.rcode, f.err = reply, rcode, err
 	fs.mu.Lock()
 	delete(fs.m, f.key)
@@ -287,4 +284,5 @@ func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) {
 	if done != nil {
 		close(done)
 	}
+	return done != nil
 }

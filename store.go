@@ -181,11 +181,19 @@ func (s *store) locked(h uint64, f func(sh *shard)) {
 		}
 		variants, held = sh.variants-variants, sh.held-held
 		sh.mu.Unlock()
+		// Most changes move one count: an atomic add of zero would still
+		// take the cache line from the other cores.
 		for k, d := range kinds {
-			s.entries[k].Add(int64(d))
+			if d != 0 {
+				s.entries[k].Add(int64(d))
+			}
 		}
-		s.variants.Add(int64(variants))
-		s.bytes.Add(held)
+		if variants != 0 {
+			s.variants.Add(int64(variants))
+		}
+		if held != 0 {
+			s.bytes.Add(held)
+		}
 	}()
 	f(sh)
 }

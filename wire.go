@@ -41,11 +41,13 @@ func (b *builder) otherKey(key []byte) []byte {
 // keyTail bytes, as appendKey makes it. Each record is packed on its own
 // (packRR), so that m's header and question are not packed at all; build
 // still fails wherever Msg.PackBuffer would, and its other errors come in
-// record order after those.
-func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16, limit int) (entry, error) {
+// record order after those. asked is the request's question name, which
+// packed to key's name ignoring case, or "": a reply that echoes it, as
+// replies do, has its question checked without packing it again.
+func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32, flags uint16, limit int) (entry, error) {
 	nameLen := wireNameLen(key)
 	qname := key[:nameLen]
-	alias, err := b.checkPackable(m, qname)
+	alias, err := b.checkPackable(m, qname, asked)
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +94,9 @@ func (b *builder) build(m *dns.Msg, key []byte, stored, ttl uint32, flags uint16
 // checkPackable returns the error Msg.PackBuffer would return for the parts
 // of m that build does not pack: the RCODE, and the question's names. It
 // also returns the question's name when its wire form is qname, ignoring
-// case, for packRR to recognize the owners that are the qname.
-func (b *builder) checkPackable(m *dns.Msg, qname []byte) (alias string, err error) {
+// case, for packRR to recognize the owners that are the qname; asked is as
+// for build.
+func (b *builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias string, err error) {
 	switch {
 	case m.Rcode < 0 || m.Rcode > 0xFFF:
 		return "", dns.ErrRcode
@@ -101,6 +104,10 @@ func (b *builder) checkPackable(m *dns.Msg, qname []byte) (alias string, err err
 		return "", dns.ErrExtendedRcode // the upper bits go in OPT
 	}
 	for i, q := range m.Question {
+		if i == 0 && q.Name == asked && asked != "" {
+			alias = q.Name // it packs, to qname ignoring case
+			continue
+		}
 		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
 			return "", err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/compactcache/compactcache"
@@ -18,21 +19,25 @@ type cost struct {
 
 func (c cost) minus(d cost) cost { return cost{c.ns - d.ns, c.allocs - d.allocs, c.bytes - d.bytes} }
 
-// loop runs f over [0, ops) and returns its cost per operation: wall time
+func (c cost) plus(d cost) cost { return cost{c.ns + d.ns, c.allocs + d.allocs, c.bytes + d.bytes} }
+
+func (c cost) times(f float64) cost { return cost{c.ns * f, c.allocs * f, c.bytes * f} }
+
+// loop runs f over [lo, hi) and returns its cost per operation: wall time
 // (the GC work the operations cause included), MemStats.Mallocs and
 // TotalAlloc deltas.
-func loop(ops int, f func(i int) error) (cost, error) {
+func loop(lo, hi int, f func(i int) error) (cost, error) {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
 	start := time.Now()
-	for i := range ops {
+	for i := lo; i < hi; i++ {
 		if err := f(i); err != nil {
 			return cost{}, err
 		}
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&b)
-	n := float64(ops)
+	n := float64(hi - lo)
 	return cost{
 		ns:     float64(elapsed.Nanoseconds()) / n,
 		allocs: float64(b.Mallocs-a.Mallocs) / n,
@@ -71,16 +76,46 @@ type figures struct {
 	storeBytes                    float64 // compactcache's own accounting per entry
 	payload                       float64 // per entry, over the N entries
 	insert                        cost    // per insert, upstream included
+	upstream                      cost    // per query, the upstream alone, timed beside the inserts
+	ownNs                         float64 // per insert, the cache's own: see fill
 	hit, hitUnpacked              cost    // per hit, with and without the writer packing
 }
 
-// measureUpstream returns the cost of the upstream alone answering the N
-// queries of the fill, through the same driver and writer.
-func measureUpstream(cfg config, names *workload.Names) (cost, error) {
-	up := &bench.Upstream{Variant: cfg.variant}
-	d := bench.NewDriver(cfg.variant, names)
-	runtime.GC()
-	return loop(cfg.n, func(i int) error { return d.Query(up, i) })
+// insertBlock is how many queries timeInserts times at a time.
+const insertBlock = 10000
+
+// timeInserts runs insert over the N queries in blocks, each beside a block of alone,
+// the upstream alone answering the same queries through its own driver, and
+// returns their costs per query and the cache's own share of an insert: the
+// median over the blocks of the difference. A burst of load elsewhere on the
+// machine, which slows one block of one of them, then moves neither the
+// median nor the share, as it moved the difference of two loops timed
+// minutes apart. The order within a pair alternates, so that neither pays
+// more of the other's garbage collection.
+func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, ownNs float64, err error) {
+	var diffs []float64
+	for lo := 0; lo < n; lo += insertBlock {
+		hi := min(lo+insertBlock, n)
+		var w, a cost
+		if lo/insertBlock%2 == 0 {
+			if a, err = loop(lo, hi, alone); err == nil {
+				w, err = loop(lo, hi, insert)
+			}
+		} else {
+			if w, err = loop(lo, hi, insert); err == nil {
+				a, err = loop(lo, hi, alone)
+			}
+		}
+		if err != nil {
+			return cost{}, cost{}, 0, err
+		}
+		share := float64(hi-lo) / float64(n)
+		with = with.plus(w.times(share))
+		upstream = upstream.plus(a.times(share))
+		diffs = append(diffs, w.ns-a.ns)
+	}
+	slices.Sort(diffs)
+	return with, upstream, diffs[len(diffs)/2], nil
 }
 
 // measure fills kind with the N entries, checks that it holds every one, and
@@ -95,9 +130,11 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	d := bench.NewDriver(cfg.variant, names)
 	f := new(figures)
 
-	progress("%s: inserting %d entries", kind, cfg.n)
+	progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
+	alone, aloneUp := bench.NewDriver(cfg.variant, names), &bench.Upstream{Variant: cfg.variant}
 	before, mappedBefore := settled(), compactcache.OffHeapBytes()
-	if f.insert, err = loop(cfg.n, func(i int) error { return d.Query(c, i) }); err != nil {
+	f.insert, f.upstream, f.ownNs, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
+	if err != nil {
 		return nil, err
 	}
 	after, mappedAfter := settled(), compactcache.OffHeapBytes()
@@ -144,7 +181,7 @@ func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost
 	r := rand.New(rand.NewPCG(1, 2))
 	calls := up.Calls()
 	runtime.GC()
-	h, err := loop(cfg.hits, func(int) error { return d.Hit(c, r.IntN(cfg.n)) })
+	h, err := loop(0, cfg.hits, func(int) error { return d.Hit(c, r.IntN(cfg.n)) })
 	if err == nil && up.Calls() != calls {
 		err = fmt.Errorf("%d hits reached the upstream", up.Calls()-calls)
 	}

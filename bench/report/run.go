@@ -13,7 +13,6 @@ import (
 
 // results are everything the table shows.
 type results struct {
-	upstream cost
 	figs     map[bench.Kind]*figures
 	gcSmall  map[bench.Kind]gcResult
 	gcN      map[bench.Kind]gcResult
@@ -50,11 +49,7 @@ func run(cfg config) error {
 		stockCap: map[int64]int{},
 	}
 	names := workload.NewNames(cfg.n)
-	progress("upstream alone: %d queries", cfg.n)
 	var err error
-	if r.upstream, err = measureUpstream(cfg, names); err != nil {
-		return err
-	}
 	for _, kind := range cfg.kinds {
 		f, err := measure(cfg, kind, names)
 		if err != nil {
