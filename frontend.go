@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -126,7 +125,6 @@ type frontend struct {
 	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight chan struct{} // a token per request in the chain
 	wg       sync.WaitGroup
-	closed   atomic.Bool
 }
 
 // check refuses a block where the front end would skip plugins that guard
@@ -197,7 +195,6 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 // close closes the sockets and waits for their readers; requests in the
 // chain finish on their own.
 func (fe *frontend) close() {
-	fe.closed.Store(true)
 	for _, conn := range fe.udp {
 		conn.Close()
 	}
