@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
 )
@@ -63,13 +62,13 @@ func runChild(kind bench.Kind, n, hits, rounds, passes int) error {
 	}
 	d := bench.NewDriver(workload.Plain, names)
 
-	before := settled()
+	before := bench.Settled()
 	for i := range n {
 		if err := d.Query(c, i); err != nil {
 			return fmt.Errorf("%s: insert %d: %v", kind, i, err)
 		}
 	}
-	after := settled()
+	after := bench.Settled()
 	r := childResult{Hits: map[string]hitResult{}}
 	perEntry := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
 	r.HeapInuse = perEntry(after.HeapInuse, before.HeapInuse)
@@ -128,21 +127,6 @@ func newCache(kind bench.Kind, n int, up *bench.Upstream) (*bench.Cache, error) 
 		return bench.NewStock(2*n, up)
 	}
 	return bench.NewCompact(max(512<<20, int64(n)*512), up)
-}
-
-// settled returns the memory statistics once garbage is gone: two cycles,
-// the second freeing what the first's sweeping left.
-func settled() runtime.MemStats {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	// compactcache's store maps its memory outside the Go heap: count it
-	// as if it were on the heap, which is where the stock cache keeps all.
-	mapped := uint64(compactcache.OffHeapBytes())
-	m.HeapInuse += mapped
-	m.HeapAlloc += mapped
-	return m
 }
 
 // merge returns h combined with prev, the result of the passes before it:

@@ -24,7 +24,6 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
 
@@ -174,7 +173,7 @@ func measureMixed(kind bench.Kind, split bool, n int, names *workload.Names) (*m
 	}
 	req := workload.NewRequest(0, workload.DNSSEC)
 	w := bench.NewWriter()
-	before := settled()
+	before := bench.Settled()
 	for i := range n {
 		for k := range 2 {
 			do := (i+k)%2 == 0
@@ -192,7 +191,7 @@ func measureMixed(kind bench.Kind, split bool, n int, names *workload.Names) (*m
 			}
 		}
 	}
-	after := settled()
+	after := bench.Settled()
 	m := &mixed{upstream: up.Calls(), heap: float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)}
 	if kind == bench.Stock {
 		var err error
@@ -284,13 +283,13 @@ func measureNoDO(v workload.Variant, n int, names *workload.Names) (*noDO, error
 		return nil, err
 	}
 	d := bench.NewDriver(workload.Plain, names) // requests without DO
-	before := settled()
+	before := bench.Settled()
 	for i := range n {
 		if err := d.Query(c, i); err != nil {
 			return nil, fmt.Errorf("name %d: %v", i, err)
 		}
 	}
-	after := settled()
+	after := bench.Settled()
 	st := c.Compact.Stats()
 	if st.Entries != int64(n) || up.Calls() != int64(n) {
 		return nil, fmt.Errorf("%d entries, %d upstream queries for %d names", st.Entries, up.Calls(), n)
@@ -305,19 +304,4 @@ func measureNoDO(v workload.Variant, n int, names *workload.Names) (*noDO, error
 		heap:    float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n),
 		payload: float64(payload) / float64(n),
 	}, nil
-}
-
-// settled returns the memory statistics once garbage is gone: two cycles,
-// the second freeing what the first's finalizers and sweeping left.
-func settled() runtime.MemStats {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	// compactcache's store maps its memory outside the Go heap: count it
-	// as if it were on the heap, which is where the stock cache keeps all.
-	mapped := uint64(compactcache.OffHeapBytes())
-	m.HeapInuse += mapped
-	m.HeapAlloc += mapped
-	return m
 }

@@ -108,20 +108,6 @@ func variantSubnet(i, t int) (int, netip.Prefix) {
 	return j, workload.Subnet(j)
 }
 
-// settled returns the memory statistics once garbage is gone.
-func settled() runtime.MemStats {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	// compactcache's store maps its memory outside the Go heap: count it
-	// as if it were on the heap, which is where the stock cache keeps all.
-	mapped := uint64(compactcache.OffHeapBytes())
-	m.HeapInuse += mapped
-	m.HeapAlloc += mapped
-	return m
-}
-
 // cost is what one operation of a loop took on average: wall time, the
 // CPU time of the thread that ran the loop, and allocations.
 type cost struct{ ns, cpuNs, allocs float64 }

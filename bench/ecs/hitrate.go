@@ -108,7 +108,7 @@ func hitRateFigure(cfg config, stockPerEntry float64) error {
 			return err
 		}
 		results = append(results, r)
-		settled()
+		bench.Settled()
 	}
 	capacity := int(float64(cfg.budgetMiB<<20) / stockPerEntry)
 	up := newGeoUpstream()
@@ -121,7 +121,7 @@ func hitRateFigure(cfg config, stockPerEntry float64) error {
 		return err
 	}
 	results = append(results, r)
-	settled()
+	bench.Settled()
 
 	fmt.Printf("## 2. Hit rate on the ecs variant at %d MiB\n\n", cfg.budgetMiB)
 	fmt.Printf("Trace: names from the workload's zipf trace (10M names, s = 0.9, seed 1) x client subnet uniform over the 1,000 (PCG seed 7); %d queries of warm-up, then %d counted. A hit is a query that did not reach the upstream; it is for another subnet when its records carry another subnet's tag.\n\n", cfg.warm, cfg.trace)

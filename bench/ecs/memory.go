@@ -56,7 +56,7 @@ func fillCache(cfg config, names *workload.Names, kind bench.Kind, v workload.Va
 	if c.Compact != nil {
 		empty = c.Compact.Stats().Bytes
 	}
-	before := settled()
+	before := bench.Settled()
 	for t := range k {
 		for i := range cfg.n {
 			_, p := variantSubnet(i, t)
@@ -65,7 +65,7 @@ func fillCache(cfg config, names *workload.Names, kind bench.Kind, v workload.Va
 			}
 		}
 	}
-	after := settled()
+	after := bench.Settled()
 	f.heapInuse = float64(after.HeapInuse) - float64(before.HeapInuse)
 	f.heapAlloc = float64(after.HeapAlloc) - float64(before.HeapAlloc)
 	f.calls = up.Calls()
