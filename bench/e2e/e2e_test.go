@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compactcache/compactcache/bench/proc"
 )
 
 const dnsperfOutput = `DNS Performance Testing Tool
@@ -81,22 +83,9 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-func TestProcParsers(t *testing.T) {
-	stat := []byte("4242 (core dns) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 9 0 100 2000000 3000 18446744073709551615\n")
-	d, err := parseStatCPU(stat, 100)
-	if err != nil || d != 3*time.Second {
-		t.Errorf("parseStatCPU = %v, %v; want 3s", d, err)
-	}
-	status := []byte("Name:\tcoredns\nVmPeak:\t  10 kB\nVmRSS:\t  268764 kB\nThreads:\t9\n")
-	b, err := parseStatusKB(status, "VmRSS")
-	if err != nil || b != 268764<<10 {
-		t.Errorf("parseStatusKB = %v, %v", b, err)
-	}
-	if _, err := parseStatusKB(status, "VmSwap"); err == nil {
-		t.Error("missing field found")
-	}
+func TestParseCPULine(t *testing.T) {
 	l := parseCPULine(strings.Fields("100 1 20 5000 3 4 5 7 0 0"))
-	if l.Busy != time.Duration(130)*time.Second/time.Duration(clockTicks) || l.Steal != 7*time.Second/time.Duration(clockTicks) {
+	if l.Busy != time.Duration(130)*time.Second/time.Duration(proc.ClockTicks) || l.Steal != 7*time.Second/time.Duration(proc.ClockTicks) {
 		t.Errorf("parseCPULine = %+v", l)
 	}
 }

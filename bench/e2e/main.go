@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compactcache/compactcache/bench/proc"
 	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/miekg/dns"
 )
@@ -196,7 +197,7 @@ type runner struct {
 	hit      string
 	p        ports
 	cs       cacheSpec
-	upstream *proc
+	upstream *proc.Proc
 	gcOff    int64
 }
 
@@ -287,7 +288,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	if err := r.startUpstream(ctx); err != nil {
 		return rep, err
 	}
-	defer r.upstream.stop(5 * time.Second)
+	defer r.upstream.Stop(5 * time.Second)
 
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range o.configs {
@@ -462,7 +463,7 @@ func (r *runner) startUpstream(ctx context.Context) error {
 	r.upstream = p
 	// The zone loads before the server listens; give a large zone time.
 	q := workload.Question(0)
-	m, err := waitDNS(ctx, p, r.upstreamAddr(), q.Name, q.Qtype, 5*time.Minute)
+	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), dns.Question{Name: q.Name, Qtype: q.Qtype, Qclass: dns.ClassINET}, 5*time.Minute)
 	if err != nil {
 		return fmt.Errorf("upstream: %v", err)
 	}
@@ -472,7 +473,7 @@ func (r *runner) startUpstream(ctx context.Context) error {
 	if r.upstreamRequests() < 0 {
 		return fmt.Errorf("upstream: no request count from its prometheus endpoint")
 	}
-	log.Printf("upstream ready: pid %d, %d entries", p.pid(), r.o.n)
+	log.Printf("upstream ready: pid %d, %d entries", p.Pid(), r.o.n)
 	return nil
 }
 
@@ -728,7 +729,7 @@ func unboundPath() (string, error) {
 
 // startServer writes c's Corefile (unbound.conf for unbound) and starts the
 // server under test on its core, waiting until it answers.
-func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bool) (*proc, string, string, error) {
+func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bool) (*proc.Proc, string, string, error) {
 	name := strings.NewReplacer("@", "_", ",", "_", "=", "-").Replace(c.Spec) + tag
 	logPath := filepath.Join(r.dir, "logs", name+".server.log")
 	var text, conf string
@@ -755,8 +756,8 @@ func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bo
 	}
 	// A name outside the workload: NXDOMAIN from the upstream, one denial
 	// entry in the cache.
-	if _, err := waitDNS(ctx, p, r.serverAddr(), probeName, dns.TypeA, time.Minute); err != nil {
-		p.stop(5 * time.Second)
+	if _, err := proc.WaitDNS(ctx, p, r.serverAddr(), dns.Question{Name: probeName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute); err != nil {
+		p.Stop(5 * time.Second)
 		return nil, "", "", err
 	}
 	_, r.gcOff = readGCs(logPath, 0)
@@ -786,12 +787,12 @@ func setRT(pid int, on bool) error {
 // core was at most 10% busy with anything but the (idle) server and the
 // client's core at most 25% busy: the machine is shared, and a phase run
 // beside someone's build measures the build too.
-func (r *runner) waitQuiet(ctx context.Context, srv *proc) (time.Duration, bool) {
+func (r *runner) waitQuiet(ctx context.Context, srv *proc.Proc) (time.Duration, bool) {
 	start := time.Now()
 	cores := []int{r.o.serverCore, r.o.clientCore}
 	for {
 		l0 := coreLoads(cores)
-		c0, _ := cpuTime(srv.pid())
+		c0, _ := proc.CPUTime(srv.Pid())
 		t0 := time.Now()
 		select {
 		case <-ctx.Done():
@@ -799,7 +800,7 @@ func (r *runner) waitQuiet(ctx context.Context, srv *proc) (time.Duration, bool)
 		case <-time.After(time.Second):
 		}
 		l1 := coreLoads(cores)
-		c1, _ := cpuTime(srv.pid())
+		c1, _ := proc.CPUTime(srv.Pid())
 		wall := float64(time.Since(t0))
 		server := l1[0].sub(l0[0])
 		client := l1[1].sub(l0[1])
@@ -815,7 +816,7 @@ func (r *runner) waitQuiet(ctx context.Context, srv *proc) (time.Duration, bool)
 
 // runPhase runs dnsperf against srv and takes the server's CPU time, the
 // upstream's request count and the GC cycles around it.
-func (r *runner) runPhase(ctx context.Context, srv *proc, logName, name string, rate int, args []string) phase {
+func (r *runner) runPhase(ctx context.Context, srv *proc.Proc, logName, name string, rate int, args []string) phase {
 	ph := phase{Name: name, Rate: rate}
 	if r.o.quietWait > 0 && (name == "max" || rate > 0) {
 		ph.Waited, ph.Quiet = r.waitQuiet(ctx, srv)
@@ -824,29 +825,29 @@ func (r *runner) runPhase(ctx context.Context, srv *proc, logName, name string, 
 		}
 	}
 	up0 := r.upstreamRequests()
-	_, r.gcOff = readGCs(srv.stderr, r.gcOff)
+	_, r.gcOff = readGCs(srv.Log, r.gcOff)
 	cores := []int{r.o.serverCore, r.o.clientCore}
 	load0 := coreLoads(cores)
-	cpu0, err0 := cpuTime(srv.pid())
+	cpu0, err0 := proc.CPUTime(srv.Pid())
 	start := time.Now()
 	rt := r.o.rtRates && rate > 0
 	if rt {
-		ph.RT = setRT(srv.pid(), true) == nil
+		ph.RT = setRT(srv.Pid(), true) == nil
 	}
 	pf, err := runDNSPerf(ctx, r.o.clientCore, rt, filepath.Join(r.dir, "logs", logName), args)
 	if rt {
-		if err := setRT(srv.pid(), false); err != nil {
+		if err := setRT(srv.Pid(), false); err != nil {
 			log.Printf("%s: back to SCHED_OTHER: %v", name, err)
 		}
 	}
 	ph.Wall = time.Since(start)
-	cpu1, err1 := cpuTime(srv.pid())
+	cpu1, err1 := proc.CPUTime(srv.Pid())
 	load1 := coreLoads(cores)
 	for k := range cores {
 		ph.Cores[k] = load1[k].sub(load0[k])
 	}
 	up1 := r.upstreamRequests()
-	ph.GC, r.gcOff = readGCs(srv.stderr, r.gcOff)
+	ph.GC, r.gcOff = readGCs(srv.Log, r.gcOff)
 	ph.Perf = pf
 	ph.ServerCPU = cpu1 - cpu0
 	ph.Upstream = -1
@@ -870,9 +871,9 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 		res.Err = err.Error()
 		return res
 	}
-	defer srv.stop(10 * time.Second)
+	defer srv.Stop(10 * time.Second)
 	res.Corefile = text
-	res.GOMAXPROCS = gomaxprocs(srv.stderr)
+	res.GOMAXPROCS = gomaxprocs(srv.Log)
 	fail := func(format string, args ...any) result {
 		res.Err = fmt.Sprintf(format, args...)
 		return res
@@ -888,7 +889,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			return fail("warm-up: %s", ph.Err)
 		}
 		time.Sleep(time.Second)
-		if res.RSSStart, err = rss(srv.pid()); err != nil {
+		if res.RSSStart, err = proc.RSS(srv.Pid()); err != nil {
 			return fail("rss: %v", err)
 		}
 		if goServer(c.Kind) {
@@ -910,7 +911,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			}
 		}
 		time.Sleep(2 * time.Second)
-		if res.RSSFill, err = rss(srv.pid()); err != nil {
+		if res.RSSFill, err = proc.RSS(srv.Pid()); err != nil {
 			return fail("rss: %v", err)
 		}
 		if goServer(c.Kind) {
@@ -954,7 +955,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			return fail("%d/s: %s", q, ph.Err)
 		}
 	}
-	res.RSSEnd, _ = rss(srv.pid())
+	res.RSSEnd, _ = proc.RSS(srv.Pid())
 	return res
 }
 
@@ -999,7 +1000,7 @@ func (r *runner) profile(ctx context.Context, c config) (pr profileResult) {
 		pr.Err = err.Error()
 		return pr
 	}
-	defer srv.stop(10 * time.Second)
+	defer srv.Stop(10 * time.Second)
 	if cached(c.Kind) {
 		ph := r.runPhase(ctx, srv, name+".fill.txt", "fill", 0, r.perfArgs(r.fill, "-n", "1", "-q", "100", "-l", "600"))
 		if ph.Err != "" {
@@ -1098,7 +1099,7 @@ func machine() map[string]string {
 		}
 	}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		if kb, err := parseStatusKB(b, "MemTotal"); err == nil {
+		if kb, err := proc.ParseStatusKB(b, "MemTotal"); err == nil {
 			m["memory"] = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<30))
 		}
 	}

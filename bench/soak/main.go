@@ -40,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compactcache/compactcache/bench/proc"
 	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/miekg/dns"
 )
@@ -131,9 +132,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer upstream.stop()
+	defer upstream.Stop(10 * time.Second)
 	probe := workload.Question(0)
-	if err := waitDNS(ctx, upstream, upAddr, probe, 10*time.Minute); err != nil {
+	if _, err := proc.WaitDNS(ctx, upstream, upAddr, probe, 10*time.Minute); err != nil {
 		log.Fatal(err)
 	}
 	server, err := startServer(work, "server", bin, fmt.Sprintf(`.:%d {
@@ -148,10 +149,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer server.stop()
+	defer server.Stop(10 * time.Second)
 	// Ask for a name that is not in the workload's stream, so that the
 	// cache starts empty of it.
-	if err := waitDNS(ctx, server, serverAddr, dns.Question{Name: "soak.invalid.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute); err != nil {
+	if _, err := proc.WaitDNS(ctx, server, serverAddr, dns.Question{Name: "soak.invalid.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute); err != nil {
 		log.Fatal(err)
 	}
 
@@ -171,7 +172,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	prevCPU, _ := cpuTime(server.pid())
+	prevCPU, _ := proc.CPUTime(server.Pid())
 	record := func(s sample) {
 		samples = append(samples, s)
 		w.Write(s.row(cfg))
@@ -184,15 +185,15 @@ func main() {
 			s.Lost, s.ServFail, s.Other, 100*ratio(s.Hits, s.Hits+s.Misses), s.CPU)
 	}
 	first := sample{Interval: interval.Seconds()}
-	first.fill(server.pid(), prev, prev)
+	first.fill(server.Pid(), prev, prev)
 	record(first)
 
 	log.Printf("load: %v, %s every %v, dnsperf -Q %d -c %d -q %d; Zipf(%.2f) over %d names; budget %s",
 		*duration, "a sample", *interval, *qps, *clients, *outstanding, *skew, *names, *capacity)
 	start := time.Now()
 	for elapsed := time.Duration(0); elapsed < *duration && ctx.Err() == nil; {
-		if server.exited() {
-			log.Fatalf("the server exited: %v (see %s)", server.err, server.logPath)
+		if server.Exited() {
+			log.Fatalf("the server exited: %v (see %s)", server.Err(), server.Log)
 		}
 		p, err := runDNSPerf(ctx, filepath.Join(work, "dnsperf.log"), gen, []string{
 			"-s", "127.0.0.1", "-p", strconv.Itoa(*port), "-l", strconv.Itoa(int(interval.Seconds())),
@@ -209,7 +210,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		cpu, _ := cpuTime(server.pid())
+		cpu, _ := proc.CPUTime(server.Pid())
 		s := sample{Elapsed: elapsed.Seconds(), Interval: p.Seconds, QPS: p.QPS, Sent: p.Sent, Completed: p.Completed, Lost: p.Lost}
 		s.NoError, s.NXDomain, s.ServFail = p.rcodes["NOERROR"], p.rcodes["NXDOMAIN"], p.rcodes["SERVFAIL"]
 		for rc, n := range p.rcodes {
@@ -217,7 +218,7 @@ func main() {
 				s.Other += n
 			}
 		}
-		s.fill(server.pid(), prev, cur)
+		s.fill(server.Pid(), prev, cur)
 		if p.Seconds > 0 {
 			s.CPU = 100 * (cpu - prevCPU).Seconds() / p.Seconds
 		}
@@ -319,7 +320,7 @@ const plotTitle = "compactcache soak: cmd/coredns under dnsperf load"
 // fill sets the memory and cache figures of s: the process's RSS now, the
 // gauges of cur and the counters' growth from prev to cur.
 func (s *sample) fill(pid int, prev, cur metrics) {
-	s.RSS, _ = rss(pid)
+	s.RSS, _ = proc.RSS(pid)
 	s.HeapInuse = int64(cur["go_memstats_heap_inuse_bytes"])
 	s.StoreBytes = int64(cur["coredns_compactcache_bytes"])
 	s.Capacity = int64(cur["coredns_compactcache_capacity_bytes"])
@@ -537,84 +538,15 @@ func scrape(ctx context.Context, addr string) (metrics, error) {
 	return m, sc.Err()
 }
 
-// proc is a CoreDNS process the run started.
-type proc struct {
-	name, logPath string
-	cmd           *exec.Cmd
-	done          chan struct{}
-	err           error
-}
-
-func startServer(dir, name, bin, corefile string) (*proc, error) {
+// startServer starts the build on corefile, written to dir with its log.
+func startServer(dir, name, bin, corefile string) (*proc.Proc, error) {
 	conf := filepath.Join(dir, name+".Corefile")
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, name+".log")
-	out, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(bin, "-conf", conf)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = out, out
-	// The servers go with the run, however it ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, err
-	}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		out.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) stop() {
-	if p.exited() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// waitDNS asks addr for q until it answers, p exits or limit passes.
-func waitDNS(ctx context.Context, p *proc, addr string, q dns.Question, limit time.Duration) error {
-	c := &dns.Client{Net: "udp", Timeout: 500 * time.Millisecond}
-	m := new(dns.Msg)
-	m.Question = []dns.Question{q}
-	m.RecursionDesired = true
-	m.SetEdns0(1232, false)
-	deadline := time.Now().Add(limit)
-	for {
-		if _, _, err := c.ExchangeContext(ctx, m, addr); err == nil {
-			return nil
-		} else if p.exited() {
-			return fmt.Errorf("%s exited: %v (see %s)", p.name, p.err, p.logPath)
-		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s on %s: no answer within %v: %v", p.name, addr, limit, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return proc.Start(name, filepath.Join(dir, name+".log"), cmd)
 }
 
 func portFree(port int) error {
@@ -629,42 +561,4 @@ func portFree(port int) error {
 		return fmt.Errorf("udp port %d is taken: %v", port, err)
 	}
 	return u.Close()
-}
-
-// rss returns pid's resident set size in bytes (VmRSS of /proc/PID/status).
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				n, err := strconv.ParseInt(f[0], 10, 64)
-				return n << 10, err
-			}
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-}
-
-// cpuTime returns the user and system CPU time pid has used (/proc/PID/stat
-// fields 14 and 15, in clock ticks of 1/100 s on Linux).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat: no command name")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields", len(f))
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }

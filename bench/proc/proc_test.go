@@ -1,0 +1,48 @@
+//go:build linux
+
+package proc
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestParsers(t *testing.T) {
+	stat := []byte("4242 (core dns) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 9 0 100 2000000 3000 18446744073709551615\n")
+	d, err := ParseStatCPU(stat, 100)
+	if err != nil || d != 3*time.Second {
+		t.Errorf("ParseStatCPU = %v, %v; want 3s", d, err)
+	}
+	status := []byte("Name:\tcoredns\nVmPeak:\t  10 kB\nVmRSS:\t  268764 kB\nThreads:\t9\n")
+	b, err := ParseStatusKB(status, "VmRSS")
+	if err != nil || b != 268764<<10 {
+		t.Errorf("ParseStatusKB = %v, %v", b, err)
+	}
+	if _, err := ParseStatusKB(status, "VmSwap"); err == nil {
+		t.Error("missing field found")
+	}
+}
+
+// TestStartStop runs a process that would outlive the test, reads its
+// memory and CPU time, and stops it.
+func TestStartStop(t *testing.T) {
+	p, err := Start("sleep", filepath.Join(t.TempDir(), "sleep.log"), exec.Command("sleep", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Exited() || p.Err() != nil {
+		t.Fatalf("exited at once: %v", p.Err())
+	}
+	if n, err := RSS(p.Pid()); err != nil || n <= 0 {
+		t.Errorf("RSS = %d, %v", n, err)
+	}
+	if _, err := CPUTime(p.Pid()); err != nil {
+		t.Errorf("CPUTime: %v", err)
+	}
+	p.Stop(5 * time.Second)
+	if !p.Exited() || p.Err() == nil {
+		t.Errorf("after Stop: exited %v, err %v; want a signal", p.Exited(), p.Err())
+	}
+}
