@@ -125,7 +125,7 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		if len(args) != 1 {
 			return fmt.Errorf("capacity: want one SIZE, got %d arguments", len(args))
 		}
-		size, err := parseSize(args[0])
+		size, err := ParseSize(args[0])
 		if err != nil {
 			return fmt.Errorf("capacity: %w", err)
 		}
@@ -210,8 +210,9 @@ var sizeUnits = []struct {
 	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30},
 }
 
-// parseSize parses a byte count such as 256MiB, 1G or 1048576.
-func parseSize(s string) (int64, error) {
+// ParseSize parses a byte count such as 256MiB, 1G or 1048576 as the
+// capacity option does; deploy/ sizes containers from it.
+func ParseSize(s string) (int64, error) {
 	num, scale := s, int64(1)
 	for _, u := range sizeUnits {
 		if strings.HasSuffix(s, u.suffix) {

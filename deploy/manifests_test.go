@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactcache/compactcache"
 	"github.com/coredns/caddy/caddyfile"
 	"github.com/coredns/coredns/core/dnsserver"
 	appsv1 "k8s.io/api/apps/v1"
@@ -147,27 +148,6 @@ func corefile(t *testing.T, text string) []caddyfile.ServerBlock {
 	return blocks
 }
 
-// sizeUnits and parseSize follow the plugin's `capacity` syntax.
-var sizeUnits = []struct {
-	suffix string
-	scale  int64
-}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}}
-
-func parseSize(s string) (int64, error) {
-	num, scale := s, int64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			num, scale = strings.TrimSuffix(s, u.suffix), u.scale
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a size", s)
-	}
-	return n * scale, nil
-}
-
 // defaultCapacity is the plugin's budget when a block gives none (README).
 const defaultCapacity = 64 * mib
 
@@ -183,7 +163,7 @@ func budgets(t *testing.T, blocks []caddyfile.ServerBlock) []int64 {
 		budget := int64(defaultCapacity)
 		for i, tok := range toks {
 			if tok.Text == "capacity" && i+1 < len(toks) {
-				n, err := parseSize(toks[i+1].Text)
+				n, err := compactcache.ParseSize(toks[i+1].Text)
 				if err != nil {
 					t.Fatalf("%v: capacity: %v", b.Keys, err)
 				}
