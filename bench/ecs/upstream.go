@@ -179,16 +179,7 @@ func index36(c byte) int {
 }
 
 // setPrefix makes request m, built by workload.NewRequest with the ecs
-// variant, carry prefix p as its client subnet (scope 0). It allocates
-// nothing: the option's address has room for both families.
+// variant, carry prefix p as its client subnet (scope 0), allocating nothing.
 func setPrefix(m *dns.Msg, p netip.Prefix) {
-	e := m.Extra[0].(*dns.OPT).Option[0].(*dns.EDNS0_SUBNET)
-	a := p.Addr().As16() // IPv4 comes out IPv4-mapped, which To4 accepts
-	copy(e.Address, a[:])
-	e.Family = 2
-	if p.Addr().Is4() {
-		e.Family = 1
-	}
-	e.SourceNetmask = uint8(p.Bits())
-	e.SourceScope = 0
+	workload.SetPrefix(m.Extra[0].(*dns.OPT).Option[0].(*dns.EDNS0_SUBNET), p)
 }

@@ -38,8 +38,12 @@ func newOPT(v Variant) *dns.OPT {
 }
 
 // setSubnet makes e carry client j's subnet as its source, scope 0.
-func setSubnet(e *dns.EDNS0_SUBNET, j int) {
-	p := Subnet(j)
+func setSubnet(e *dns.EDNS0_SUBNET, j int) { SetPrefix(e, Subnet(j)) }
+
+// SetPrefix makes e carry prefix p as its source, scope 0. It allocates
+// nothing when e's address has room for both families, as the options of
+// NewRequest and Reply do.
+func SetPrefix(e *dns.EDNS0_SUBNET, p netip.Prefix) {
 	a := p.Addr().As16() // IPv4 comes out IPv4-mapped, which To4 accepts
 	copy(e.Address, a[:])
 	e.Family = 2
