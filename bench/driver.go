@@ -35,6 +35,11 @@ func (d *Driver) set(i int) {
 	workload.SetRequest(d.req, i, d.Variant, name)
 }
 
+func (d *Driver) hit(h plugin.Handler) error {
+	_, err := h.ServeDNS(context.Background(), d.W, d.req)
+	return err
+}
+
 // Query sends entry i's query to h with i in its context, so that a miss
 // reaches the upstream. The context costs two allocations (the context and
 // the boxed index).
@@ -48,6 +53,12 @@ func (d *Driver) Query(h plugin.Handler, i int) error {
 // if the entry is not cached the upstream fails the query.
 func (d *Driver) Hit(h plugin.Handler, i int) error {
 	d.set(i)
-	_, err := h.ServeDNS(context.Background(), d.W, d.req)
-	return err
+	return d.hit(h)
+}
+
+// HitBatch sends query j of b to h as Hit does, with the name b holds.
+func (d *Driver) HitBatch(h plugin.Handler, b *Batch, j int) error {
+	i, name := b.query(j)
+	workload.SetRequest(d.req, i, d.Variant, name)
+	return d.hit(h)
 }

@@ -143,40 +143,65 @@ func (h hitResult) merge(prev hitResult, passes int) hitResult {
 	}
 }
 
-// timeHits times hits queries for keys uniform over [0, n) from a fixed
-// seed, so that every cache and path sees the same keys, in rounds of equal
-// size one after the other. Wall time includes the GC work the queries cause.
-// A query that reaches the upstream fails.
+// roundLen is the number of hits in a round: whole batches (bench.Batch),
+// about hits/rounds.
+func roundLen(hits, rounds int) int {
+	return max(1, hits/rounds/bench.BatchLen) * bench.BatchLen
+}
+
+// timeHits times rounds of hit queries for keys uniform over [0, n) from a
+// fixed seed, so that every cache and path sees the same keys, batch by
+// batch, the batches' names built untimed. Wall time includes the GC work
+// the queries cause. A query that reaches the upstream fails.
 func timeHits(c *bench.Cache, d *bench.Driver, up *bench.Upstream, n, hits, rounds int) (hitResult, error) {
 	r := rand.New(rand.NewPCG(1, 2))
+	batch := new(bench.Batch)
+	perRound := roundLen(hits, rounds) / bench.BatchLen
 	calls := up.Calls()
-	per := max(1, hits/rounds)
 	runtime.GC()
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	cpu0 := readCPU()
-	start := time.Now()
-	res := hitResult{BestNs: math.Inf(1)}
+	var (
+		wall, best   time.Duration
+		own, busy    time.Duration // CPU time, this process's and the machine's
+		mallocs, mem uint64
+		cpuOK        = true
+	)
+	best = math.MaxInt64
 	for range rounds {
-		t := time.Now()
-		for range per {
-			if err := d.Hit(c, r.IntN(n)); err != nil {
-				return hitResult{}, err
+		var round time.Duration
+		for range perRound {
+			batch.Fill(r, n)
+			var a, b runtime.MemStats
+			runtime.ReadMemStats(&a)
+			cpu0 := readCPU()
+			start := time.Now()
+			for j := range bench.BatchLen {
+				if err := d.HitBatch(c, batch, j); err != nil {
+					return hitResult{}, err
+				}
 			}
+			round += time.Since(start)
+			cpu1 := readCPU()
+			runtime.ReadMemStats(&b)
+			own += cpu1.own - cpu0.own
+			busy += cpu1.busy - cpu0.busy
+			cpuOK = cpuOK && cpu0.ok && cpu1.ok
+			mallocs += b.Mallocs - a.Mallocs
+			mem += b.TotalAlloc - a.TotalAlloc
 		}
-		res.BestNs = min(res.BestNs, float64(time.Since(t).Nanoseconds())/float64(per))
+		wall += round
+		best = min(best, round)
 	}
-	elapsed := time.Since(start)
-	cpu1 := readCPU()
-	runtime.ReadMemStats(&b)
 	if up.Calls() != calls {
 		return hitResult{}, fmt.Errorf("%d hits reached the upstream", up.Calls()-calls)
 	}
-	h := float64(per * rounds)
-	res.Ns = float64(elapsed.Nanoseconds()) / h
-	res.CPUNs = float64(cpu1.own-cpu0.own) / h
-	res.Allocs = float64(b.Mallocs-a.Mallocs) / h
-	res.Bytes = float64(b.TotalAlloc-a.TotalAlloc) / h
-	res.Others = cpu1.othersSince(cpu0, elapsed)
-	return res, nil
+	per := float64(perRound * bench.BatchLen)
+	h := per * float64(rounds)
+	return hitResult{
+		Ns:     float64(wall.Nanoseconds()) / h,
+		BestNs: float64(best.Nanoseconds()) / per,
+		CPUNs:  float64(own.Nanoseconds()) / h,
+		Allocs: float64(mallocs) / h,
+		Bytes:  float64(mem) / h,
+		Others: cpuSample{busy: busy, own: own, ok: cpuOK}.othersSince(cpuSample{ok: true}, wall),
+	}, nil
 }

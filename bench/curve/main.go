@@ -65,7 +65,7 @@ func main() {
 		n       = fs.Int("n", 0, "internal: the child's N")
 	)
 	fs.IntVar(&cfg.hits, "hits", 500_000, "hit queries timed per cache, N and path; keys uniform over N")
-	fs.IntVar(&cfg.rounds, "rounds", 100, "rounds the hits are timed in: the fastest round's ns/op is plotted, the least disturbed by other work")
+	fs.IntVar(&cfg.rounds, "rounds", 100, "rounds the hits are timed in, each of whole batches of 4096: the fastest round's ns/op is plotted, the least disturbed by other work")
 	fs.IntVar(&cfg.passes, "passes", 3, "passes of -hits hits on each path, the paths taking turns; the fastest round of all is kept")
 	fs.DurationVar(&cfg.quietWait, "quiet-wait", 60*time.Second, "before each child, wait up to this long for the cores to be free of other work (0: do not wait)")
 	fs.StringVar(&cfg.dir, "dir", "bench/curve", "directory of curve.csv and curve.png")

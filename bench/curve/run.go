@@ -80,7 +80,7 @@ func run(cfg config) error {
 			}
 			rw := row{Cache: j.kind, Path: path, N: j.n, HeapInuse: r.HeapInuse, HeapAlloc: r.HeapAlloc, Objects: r.Objects,
 				StoreBytes: r.StoreBytes, Payload: r.Payload, HitBestNs: h.BestNs, HitNs: h.Ns, HitCPUNs: h.CPUNs, HitAllocs: h.Allocs,
-				HitBytes: h.Bytes, Hits: cfg.hits / cfg.rounds * cfg.rounds, Rounds: cfg.rounds, Passes: cfg.passes, Others: h.Others}
+				HitBytes: h.Bytes, Hits: roundLen(cfg.hits, cfg.rounds) * cfg.rounds, Rounds: cfg.rounds, Passes: cfg.passes, Others: h.Others}
 			progress("  %s %s N=%d: %.0f bytes/entry (HeapInuse), hit %.0f ns/op in the fastest round, %.0f mean (CPU %.0f), %.2f allocs/op, other work %.0f%% of the cores",
 				j.kind, path, j.n, rw.HeapInuse, rw.HitBestNs, rw.HitNs, rw.HitCPUNs, rw.HitAllocs, 100*rw.Others)
 			rows = append(rows, rw)

@@ -174,16 +174,27 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	return f, nil
 }
 
-// hits times cfg.hits queries for keys uniform over the N entries. The keys
-// come from a fixed seed, so that every cache and both writer modes see the
-// same sequence.
+// hits times about cfg.hits queries for keys uniform over the N entries, in
+// batches whose names are built untimed (see bench.Batch). The keys come
+// from a fixed seed, so that every cache and both writer modes see the same
+// sequence.
 func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost, error) {
 	r := rand.New(rand.NewPCG(1, 2))
+	batch := new(bench.Batch)
+	batches := max(1, cfg.hits/bench.BatchLen)
 	calls := up.Calls()
 	runtime.GC()
-	h, err := loop(0, cfg.hits, func(int) error { return d.Hit(c, r.IntN(cfg.n)) })
-	if err == nil && up.Calls() != calls {
-		err = fmt.Errorf("%d hits reached the upstream", up.Calls()-calls)
+	var sum cost
+	for range batches {
+		batch.Fill(r, cfg.n)
+		h, err := loop(0, bench.BatchLen, func(j int) error { return d.HitBatch(c, batch, j) })
+		if err != nil {
+			return cost{}, err
+		}
+		sum = sum.plus(h)
 	}
-	return h, err
+	if up.Calls() != calls {
+		return cost{}, fmt.Errorf("%d hits reached the upstream", up.Calls()-calls)
+	}
+	return sum.times(1 / float64(batches)), nil
 }
