@@ -11,11 +11,23 @@ import (
 // mapsMemory reports whether arenas live outside the Go heap in this build.
 const mapsMemory = true
 
+// The ring is mapped in small pages, so that only the chunks handed out are
+// resident, and each run of chunks that fills a huge page is collapsed into
+// one once the last of them is handed out: at a million entries a hit's
+// random read of its entry otherwise misses the TLB, a page walk that
+// under virtualisation costs as much as the read itself.
+const (
+	hugePage        = 2 << 20 // a transparent huge page with 4 KiB base pages (amd64, arm64)
+	chunksPerHuge   = hugePage / chunkSize
+	madviseCollapse = 25 // MADV_COLLAPSE, Linux 6.1; missing from package syscall
+)
+
 // arena is the memory of one shard outside the Go heap.
 type arena struct {
-	chunks int    // chunks in the shard's ring
-	ring   []byte // reservation for the ring's chunks, mapped at the first
-	failed bool   // the reservation failed; chunks come from the heap
+	chunks  int    // chunks in the shard's ring
+	mapping []byte // the ring's reservation, a huge page larger than the ring
+	ring    []byte // the reservation's first hugePage-aligned bytes
+	failed  bool   // the reservation failed; chunks come from the heap
 
 	// tables are the mapped tables: the current one and, during a resize,
 	// the one it replaces.
@@ -29,28 +41,51 @@ type arena struct {
 
 func newArena(chunks int) *arena { return &arena{chunks: chunks} }
 
-// chunk returns chunk i of the ring. The ring is reserved whole at the first
-// chunk, without swap reservation (MAP_NORESERVE), and its pages become
-// resident as chunks are written, so a store that never fills its budget
-// never takes it.
+// chunk returns chunk i of the ring; the shard hands chunks out in order.
+// The ring is reserved whole at the first chunk, without swap reservation
+// (MAP_NORESERVE), and its pages become resident as chunks are written, so
+// a store that never fills its budget never takes it.
 func (a *arena) chunk(i int) []byte {
 	if a.ring == nil && !a.failed {
-		ring, err := mmap(a.chunks * chunkSize)
-		if err != nil {
-			a.failed = true
-		} else {
-			// Huge pages would make a partly filled ring resident 2 MiB
-			// at a time, beyond what the budget accounting counts.
-			syscall.Madvise(ring, syscall.MADV_NOHUGEPAGE)
-			a.ring = ring
-		}
+		a.reserve()
 	}
 	if a.failed {
 		return make([]byte, chunkSize)
 	}
 	a.add(chunkSize)
 	off := i * chunkSize
-	return a.ring[off : off+chunkSize : off+chunkSize]
+	c := a.ring[off : off+chunkSize : off+chunkSize]
+	if end := off + chunkSize; end%hugePage == 0 {
+		a.collapse(a.ring[end-hugePage : end])
+	}
+	return c
+}
+
+func (a *arena) reserve() {
+	n := a.chunks * chunkSize
+	m, err := mmap(n + hugePage)
+	if err != nil {
+		a.failed = true
+		return
+	}
+	// The bytes before the first boundary and after the ring are never
+	// touched: address space, not memory.
+	skip := (hugePage - int(uintptr(unsafe.Pointer(&m[0]))%hugePage)) % hugePage
+	a.mapping, a.ring = m, m[skip:skip+n:skip+n]
+	// Huge pages at fault time would make a partly filled ring resident
+	// 2 MiB at a time, beyond what the budget accounting counts.
+	syscall.Madvise(a.ring, syscall.MADV_NOHUGEPAGE)
+}
+
+// collapse makes b, a huge page of chunks all handed out and so all counted,
+// one huge page: resident memory stays what the accounting counts. It costs
+// a copy of the 2 MiB, under the shard's lock, once per 16 chunks filled.
+// Where the kernel cannot (THP disabled, no free huge page), b stays in
+// small pages, or khugepaged collapses it later.
+func (a *arena) collapse(b []byte) {
+	if syscall.Madvise(b, syscall.MADV_HUGEPAGE) == nil {
+		syscall.Madvise(b, madviseCollapse)
+	}
 }
 
 // table returns a zeroed table of n slots.
@@ -85,9 +120,9 @@ func (a *arena) release() {
 	}
 	a.tables = nil
 	// What is left counted are the chunks handed out.
-	if a.ring != nil && syscall.Munmap(a.ring) == nil {
+	if a.mapping != nil && syscall.Munmap(a.mapping) == nil {
 		a.add(-a.mapped())
-		a.ring = nil
+		a.mapping, a.ring = nil, nil
 	}
 }
 
