@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -29,10 +30,16 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 			chunksPerHuge-1, chunksPerHuge, rss, huge, (chunksPerHuge-1)*chunkSize)
 	}
 	a.chunk(chunksPerHuge - 1)
-	if rss, huge := residence(t, a.mapping); huge != hugePage || rss != hugePage {
-		t.Fatalf("a huge page of chunks handed out: %d bytes resident, %d in huge pages; want %d, all of them",
-			rss, huge, hugePage)
+	// The collapse is done in the background.
+	var rss, huge int
+	for range 100 {
+		if rss, huge = residence(t, a.mapping); huge == hugePage && rss == hugePage {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	t.Fatalf("a huge page of chunks handed out: %d bytes resident, %d in huge pages after 2s; want %d, all of them",
+		rss, huge, hugePage)
 }
 
 // residence returns the resident bytes, and those in huge pages, of the
