@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/compactcache/compactcache/bench/workload"
@@ -33,5 +34,42 @@ func TestCaches(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHitBatch sends a batch of hits and checks that each query asked for
+// its own entry's name and got that entry's reply.
+func TestHitBatch(t *testing.T) {
+	const n = 500
+	up := &Upstream{}
+	c := newCache(t, Compact, up)
+	d := NewDriver(workload.Plain, workload.NewNames(n))
+	for i := range n {
+		if err := d.Query(c, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := new(Batch)
+	b.Fill(rand.New(rand.NewPCG(3, 4)), n)
+	seen := map[int]bool{}
+	for j := range BatchLen {
+		i, name := b.query(j)
+		if want := workload.Name(i); name != want {
+			t.Fatalf("query %d: name %q for entry %d, want %q", j, name, i, want)
+		}
+		if err := d.HitBatch(c, b, j); err != nil {
+			t.Fatalf("query %d, entry %d: %v", j, i, err)
+		}
+		m, err := d.W.Reply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Id != uint16(i) || workload.PayloadOf(m) != workload.PayloadOf(workload.Reply(i, workload.Plain)) {
+			t.Fatalf("query %d: reply %d with payload %d, want entry %d's", j, m.Id, workload.PayloadOf(m), i)
+		}
+		seen[i] = true
+	}
+	if len(seen) < n/2 {
+		t.Fatalf("a batch of %d drew %d of %d entries", BatchLen, len(seen), n)
 	}
 }
