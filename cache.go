@@ -148,13 +148,13 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = on }
 // scratch holds one request's buffers; scratches are pooled so that a hit
 // allocates nothing.
 type scratch struct {
-	q     query
-	name  [maxNameLen]byte
-	key   []byte // lowercased wire qname and keyTail bytes
-	probe []byte // a key derived from key for a lookup
-	opts  []byte // the request's EDNS options echoed in the reply
-	w     *replyWriter
-	b     *builder // the entry a fetch stores; nil until the scratch's first
+	q       query
+	name    [maxNameLen]byte
+	key     []byte // lowercased wire qname and keyTail bytes
+	probe   []byte // a key derived from key for a lookup
+	opts    []byte // the request's EDNS options echoed in the reply
+	replies replyBuffers
+	b       *builder // the entry a fetch stores; nil until the scratch's first
 }
 
 // builder returns s's entry builder, made at its first use: hits, most
@@ -173,7 +173,7 @@ const (
 )
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), w: newReplyWriter()}
+	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), replies: newReplyBuffers()}
 }}
 
 // ServeDNS implements plugin.Handler.
@@ -388,7 +388,7 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 		f.prefetch = c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
 	}
 	if f.state == fresh || withStale {
-		f.reply = s.w.appendReply(&s.q, e, c.view(age, e, f.state == stale))
+		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, f.state == stale))
 	}
 	return f
 }

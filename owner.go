@@ -37,10 +37,9 @@ func lower(c byte) byte {
 
 // appendOwner writes the owner of r: the pointer to the question when the
 // entry elided it, else the stored name, compressed against the message.
-func (w *replyWriter) appendOwner(r record) {
+func (w *replyWriter) appendOwner(msg []byte, r record) []byte {
 	if r.owner == nil {
-		w.msg = append(w.msg, qnamePointer[:]...)
-		return
+		return append(msg, qnamePointer[:]...)
 	}
-	w.appendName(r.owner)
+	return w.appendName(msg, r.owner)
 }
