@@ -65,7 +65,9 @@ func (b *builder) packRR(rr dns.RR, alias string) (record, error) {
 	if err != nil {
 		return record{}, err
 	}
-	b.wire = wire[:cap(wire)] // keep the buffer if it grew
+	if cap(wire) > cap(b.wire) {
+		b.wire = wire[:cap(wire)] // it grew: keep the larger (stored only then: see build)
+	}
 	r := record{rtype: h.Rrtype, class: h.Class, ttl: h.Ttl, rdata: wire[owner:]}
 	if owner > 0 {
 		r.owner = wire[:owner]
