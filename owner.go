@@ -35,11 +35,12 @@ func lower(c byte) byte {
 	return c
 }
 
-// appendOwner writes the owner of r: the pointer to the question when the
-// entry elided it, else the stored name, compressed against the message.
-func (w *replyWriter) appendOwner(msg []byte, r record) []byte {
-	if r.owner == nil {
+// appendOwner writes a record's owner: the pointer to the question when the
+// entry elided it (owner is nil), else the stored name, compressed against
+// the message.
+func (w *replyWriter) appendOwner(msg, owner []byte) []byte {
+	if owner == nil {
 		return append(msg, qnamePointer[:]...)
 	}
-	return w.appendName(msg, r.owner)
+	return w.appendName(msg, owner)
 }

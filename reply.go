@@ -151,18 +151,19 @@ func (b *replyBuffers) appendReply(q *query, e entry, tv ttlView) []byte {
 	var counts [3]int
 	off := e.recordsStart()
 	for s := range counts {
-		var prev record
+		var prevType uint16
+		var prevOwner []byte
 		for range e.count(s) {
 			var r record
-			r, off = e.record(off)
+			off = e.record(off, &r)
 			if r.flags&recDNSSEC != 0 && !q.do && !askedFor(r.rtype, s, q.qtype) {
 				continue
 			}
-			head := counts[s] == 0 || r.rtype != prev.rtype || !equalFoldWire(r.owner, prev.owner)
+			head := counts[s] == 0 || r.rtype != prevType || !equalFoldWire(r.owner, prevOwner)
 			marks = append(marks, mark{off: len(msg), section: s, setHead: head})
-			msg = w.appendRecord(msg, r, tv.of(r.ttl, e.ttl()))
+			msg = w.appendRecord(msg, &r, tv.of(r.ttl, e.ttl()))
 			counts[s]++
-			prev = r
+			prevType, prevOwner = r.rtype, r.owner
 		}
 	}
 
@@ -190,24 +191,24 @@ func (b *replyBuffers) appendReply(q *query, e entry, tv ttlView) []byte {
 	return msg
 }
 
-func (w *replyWriter) appendRecord(msg []byte, r record, ttl uint32) []byte {
-	msg = w.appendOwner(msg, r)
+func (w *replyWriter) appendRecord(msg []byte, r *record, ttl uint32) []byte {
+	msg = w.appendOwner(msg, r.owner)
 	msg = binary.BigEndian.AppendUint16(msg, r.rtype)
 	msg = binary.BigEndian.AppendUint16(msg, r.class)
 	msg = binary.BigEndian.AppendUint32(msg, ttl)
 	rdlen := len(msg)
 	msg = append(msg, 0, 0)
-	msg = w.appendRdata(msg, r)
+	msg = w.appendRdata(msg, r.rtype, r.rdata)
 	binary.BigEndian.PutUint16(msg[rdlen:], uint16(len(msg)-rdlen-2))
 	return msg
 }
 
-// appendRdata writes r's rdata, compressing the names of the types RFC 3597
-// section 4 lets us compress: those of RFC 1035 still in use. The names in
-// SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC rdata must stay whole.
-func (w *replyWriter) appendRdata(msg []byte, r record) []byte {
-	rd := r.rdata
-	switch r.rtype {
+// appendRdata writes rd, the rdata of a record of type t, compressing the
+// names of the types RFC 3597 section 4 lets us compress: those of RFC 1035
+// still in use. The names in SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC
+// rdata must stay whole.
+func (w *replyWriter) appendRdata(msg []byte, t uint16, rd []byte) []byte {
+	switch t {
 	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
 		return w.appendName(msg, rd)
 	case dns.TypeMX:
