@@ -69,7 +69,8 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
 		for _, rr := range rrs {
-			r, err := b.packRR(rr, alias) // hop-by-hop records too: PackBuffer packed them
+			var r record
+			err := b.packRR(rr, alias, &r) // hop-by-hop records too: PackBuffer packed them
 			switch {
 			case err != nil:
 				return nil, err
@@ -79,7 +80,7 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 				refused = errBadRdata
 				continue
 			}
-			buf = appendRecord(buf, r, s, qname, qtype, qclass)
+			buf = appendRecord(buf, &r, s, qname, qtype, qclass)
 			if len(buf)-start > limit {
 				refused = errEntryTooLarge
 			}
@@ -188,8 +189,7 @@ func nameEnd(b []byte, off int) int {
 
 // appendRecord lays r out in the record format of entry.go. An owner of nil
 // is the qname, as in entry.record.
-func appendRecord(buf []byte, r record, section int, qname []byte, qtype, qclass uint16) []byte {
-	r.ttl = wireTTL(r.ttl)
+func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclass uint16) []byte {
 	var flags byte
 	if r.owner == nil || equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
@@ -213,7 +213,7 @@ func appendRecord(buf []byte, r record, section int, qname []byte, qtype, qclass
 	if flags&recClassIsQclass == 0 {
 		buf = binary.BigEndian.AppendUint16(buf, r.class)
 	}
-	buf = binary.BigEndian.AppendUint32(buf, r.ttl)
+	buf = binary.BigEndian.AppendUint32(buf, wireTTL(r.ttl))
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.rdata)))
 	return append(buf, r.rdata...)
 }
