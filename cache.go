@@ -248,6 +248,11 @@ func newZoneSet(zones []string) zoneSet {
 // in one of the zones. A zone matches at a label boundary of the name, and
 // its root label then lines up with the name's.
 func (zs zoneSet) matches(key []byte) bool {
+	for _, z := range zs {
+		if len(z) == 1 {
+			return true // the root, which holds every name: no need to walk to its label
+		}
+	}
 	for off := 0; off < len(key); off += int(key[off]) + 1 {
 		for _, z := range zs {
 			if bytes.HasPrefix(key[off:], z) {
