@@ -111,7 +111,8 @@ func TestArenaKeptWhileShardHeld(t *testing.T) {
 			sh.mu.Unlock()
 			t.Fatal("entry gone while its shard is held")
 		}
-		r, _ := e.record(e.recordsStart())
+		var r record
+		e.record(e.recordsStart(), &r)
 		v := r.rdata[3]
 		sh.mu.Unlock()
 		if v != 7 {

@@ -148,13 +148,13 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = on }
 // scratch holds one request's buffers; scratches are pooled so that a hit
 // allocates nothing.
 type scratch struct {
-	q     query
-	name  [maxNameLen]byte
-	key   []byte // lowercased wire qname and keyTail bytes
-	probe []byte // a key derived from key for a lookup
-	opts  []byte // the request's EDNS options echoed in the reply
-	w     *replyWriter
-	b     *builder // the entry a fetch stores; nil until the scratch's first
+	q       query
+	name    [maxNameLen]byte
+	key     []byte // lowercased wire qname and keyTail bytes
+	probe   []byte // a key derived from key for a lookup
+	opts    []byte // the request's EDNS options echoed in the reply
+	replies replyBuffers
+	b       *builder // the entry a fetch stores; nil until the scratch's first
 }
 
 // builder returns s's entry builder, made at its first use: hits, most
@@ -173,7 +173,7 @@ const (
 )
 
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), w: newReplyWriter()}
+	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), replies: newReplyBuffers()}
 }}
 
 // ServeDNS implements plugin.Handler.
@@ -248,6 +248,11 @@ func newZoneSet(zones []string) zoneSet {
 // in one of the zones. A zone matches at a label boundary of the name, and
 // its root label then lines up with the name's.
 func (zs zoneSet) matches(key []byte) bool {
+	for _, z := range zs {
+		if len(z) == 1 {
+			return true // the root, which holds every name: no need to walk to its label
+		}
+	}
 	for off := 0; off < len(key); off += int(key[off]) + 1 {
 		for _, z := range zs {
 			if bytes.HasPrefix(key[off:], z) {
@@ -388,7 +393,7 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 		f.prefetch = c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
 	}
 	if f.state == fresh || withStale {
-		f.reply = s.w.appendReply(&s.q, e, c.view(age, e, f.state == stale))
+		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, f.state == stale))
 	}
 	return f
 }

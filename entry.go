@@ -189,10 +189,13 @@ type record struct {
 	rdata []byte
 }
 
-// record parses the record at off and returns it with the offset of the next.
-// The entry was built by builder, so the lengths are trusted.
-func (e entry) record(off int) (record, int) {
-	r := record{flags: e[off], rtype: e.qtype(), class: e.qclass()}
+// record parses the record at off into r and returns the offset of the
+// next. The entry was built by builder, so the lengths are trusted. It sets
+// r's fields one by one: a record built whole and copied out is read back
+// 16 bytes at a time from its narrower stores, a store-forwarding stall on
+// every record of every reply.
+func (e entry) record(off int, r *record) int {
+	r.flags, r.owner, r.rtype, r.class = e[off], nil, e.qtype(), e.qclass()
 	off++
 	if r.flags&recOwnerIsQname == 0 {
 		n := wireNameLen(e[off:])
@@ -211,7 +214,7 @@ func (e entry) record(off int) (record, int) {
 	rdlen := int(binary.BigEndian.Uint16(e[off+4:]))
 	off += 6
 	r.rdata = e[off : off+rdlen]
-	return r, off + rdlen
+	return off + rdlen
 }
 
 // wireNameLen returns the length of the uncompressed wire name at the start

@@ -85,7 +85,7 @@ func (c *Cache) flightKey(s *scratch) uint64 {
 func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return c.write(w, cw.s.w.appendReply(&cw.s.q, cw.entry, ttlView{}))
+		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, ttlView{}))
 	}
 	return w.WriteMsg(forClient(cw.reply, r, &cw.s.q))
 }

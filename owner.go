@@ -35,12 +35,12 @@ func lower(c byte) byte {
 	return c
 }
 
-// appendOwner writes the owner of r: the pointer to the question when the
-// entry elided it, else the stored name, compressed against the message.
-func (w *replyWriter) appendOwner(r record) {
-	if r.owner == nil {
-		w.msg = append(w.msg, qnamePointer[:]...)
-		return
+// appendOwner writes a record's owner: the pointer to the question when the
+// entry elided it (owner is nil), else the stored name, compressed against
+// the message.
+func (w *replyWriter) appendOwner(msg, owner []byte) []byte {
+	if owner == nil {
+		return append(msg, qnamePointer[:]...)
 	}
-	w.appendName(r.owner)
+	return w.appendName(msg, owner)
 }

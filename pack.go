@@ -37,40 +37,43 @@ var errLeftToMiekg = errors.New("packed by miekg/dns")
 // bytes at all, which no reader of the wire form can tell from the type.
 var errNoOwner = errors.New("record without an owner name")
 
-// packRR returns rr in uncompressed wire form: its owner and rdata are
+// packRR sets r to rr in uncompressed wire form: its owner and rdata are
 // slices of b.wire, valid until the next call. An owner that is the string
 // alias, a name whose wire form is the qname, is not packed: the owner is nil,
 // the qname, as in entry.record. It does not write to rr, which may be shared
-// (file serves its zone's records).
-func (b *builder) packRR(rr dns.RR, alias string) (record, error) {
+// (file serves its zone's records). r is filled in place for the reason
+// entry.record gives.
+func (b *builder) packRR(rr dns.RR, alias string, r *record) error {
 	if rr == nil {
-		return b.packOther(rr) // miekg/dns's error for a nil record
+		return b.packOther(rr, r) // miekg/dns's error for a nil record
 	}
 	h := rr.Header()
 	wire := b.wire[:0]
 	var err error
 	if h.Name != alias || alias == "" {
 		if wire, err = appendName(wire, h.Name); err != nil {
-			return record{}, err
+			return err
 		}
 		if len(wire) == 0 {
-			return record{}, errNoOwner
+			return errNoOwner
 		}
 	}
 	owner := len(wire)
 	wire, err = appendRdata(wire, rr)
 	if err == errLeftToMiekg || len(wire)-owner > math.MaxUint16 {
-		return b.packOther(rr) // its type or values, or rdata too long for RDLENGTH, which miekg/dns reports
+		return b.packOther(rr, r) // its type or values, or rdata too long for RDLENGTH, which miekg/dns reports
 	}
 	if err != nil {
-		return record{}, err
+		return err
 	}
-	b.wire = wire[:cap(wire)] // keep the buffer if it grew
-	r := record{rtype: h.Rrtype, class: h.Class, ttl: h.Ttl, rdata: wire[owner:]}
+	if cap(wire) > cap(b.wire) {
+		b.wire = wire[:cap(wire)] // it grew: keep the larger (stored only then: see build)
+	}
+	r.owner, r.rtype, r.class, r.ttl, r.rdata = nil, h.Rrtype, h.Class, h.Ttl, wire[owner:]
 	if owner > 0 {
 		r.owner = wire[:owner]
 	}
-	return r, nil
+	return nil
 }
 
 // packOther packs rr with miekg/dns: a message holding rr alone, packed into
@@ -78,19 +81,19 @@ func (b *builder) packRR(rr dns.RR, alias string) (record, error) {
 // record that may be shared; Msg.PackBuffer writes nothing to a record of its
 // answer section (an OPT there is not the message's OPT, whose extended RCODE
 // it would set).
-func (b *builder) packOther(rr dns.RR) (record, error) {
+func (b *builder) packOther(rr dns.RR, r *record) error {
 	b.one[0] = rr
 	msg := dns.Msg{Answer: b.one[:]}
 	wire, err := msg.PackBuffer(b.wire[:cap(b.wire)])
 	b.one[0] = nil // the pooled builder must not keep the record alive
 	if err != nil {
-		return record{}, err
+		return err
 	}
 	if cap(wire) > cap(b.wire) {
 		b.wire = wire[:cap(wire)] // PackBuffer outgrew the buffer: keep the larger
 	}
-	r, _ := wireRecord(wire, headerSize)
-	return r, nil
+	*r, _ = wireRecord(wire, headerSize)
+	return nil
 }
 
 // appendName appends s, a domain name in presentation form, to b in

@@ -50,7 +50,8 @@ func samePacking(b *builder, rr dns.RR) error {
 		rr.Header().Rdlength = 0xBEEF
 		before = rr.String()
 	}
-	got, gotErr := b.packRR(rr, "")
+	var got record
+	gotErr := b.packRR(rr, "", &got)
 	want, wantErr := miekgRecord(rr)
 	if rr != nil && rr.Header().Name == "" {
 		// miekg/dns packs the empty owner as nothing; packRR refuses it.

@@ -85,12 +85,18 @@ func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
 	return t - v.age
 }
 
-// replyWriter writes replies from entries into a reused buffer. One writer
-// serves one reply at a time; writers are pooled.
-type replyWriter struct {
+// replyBuffers are the buffers replies are written in, kept from one reply
+// to the next so that they stay grown; they are pooled with the scratch.
+type replyBuffers struct {
 	msg   []byte
 	marks []mark
+}
 
+// replyWriter writes the records of one reply, compressing their names
+// against what it wrote before. The message goes in and out of its methods
+// by value: appends stored through a pointer pay a write barrier while the
+// garbage collector marks, and a reply makes dozens of them.
+type replyWriter struct {
 	names     [maxNames]uint16 // offsets of names and their suffixes, for compression
 	nnames    int
 	qnameSeen bool // the question's labels are in names
@@ -103,20 +109,19 @@ type mark struct {
 	setHead bool // first record of an RRset
 }
 
-func newReplyWriter() *replyWriter {
-	return &replyWriter{msg: make([]byte, 0, typicalMsgLen), marks: make([]mark, 0, 64)}
+func newReplyBuffers() replyBuffers {
+	return replyBuffers{msg: make([]byte, 0, typicalMsgLen), marks: make([]mark, 0, 64)}
 }
 
 // appendReply writes the reply to q from e: header, the question as the
 // client wrote it, the records with their TTLs aged by tv, DNSSEC records
 // only for DO clients or when asked for, OPT when the request had one, all
-// cut to the client's limit. The returned bytes are valid until the writer's
-// next reply.
-func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
-	w.msg = w.msg[:0]
-	w.marks = w.marks[:0]
-	w.nnames = 0
-	w.qnameSeen = false
+// cut to the client's limit. The returned bytes are valid until the next
+// reply written in b.
+func (b *replyBuffers) appendReply(q *query, e entry, tv ttlView) []byte {
+	// Written in local variables, stored back once: see replyWriter.
+	msg, marks := b.msg[:0], b.marks[:0]
+	var w replyWriter
 
 	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(e.rcode())
 	ef := e.flags()
@@ -136,28 +141,29 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 	if q.cd {
 		flags |= hdrCD
 	}
-	w.msg = binary.BigEndian.AppendUint16(w.msg, q.id)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, flags)
-	w.msg = append(w.msg, 0, 1, 0, 0, 0, 0, 0, 0) // counts, patched below
-	w.msg = append(w.msg, q.name...)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, q.qtype)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, q.qclass)
+	msg = binary.BigEndian.AppendUint16(msg, q.id)
+	msg = binary.BigEndian.AppendUint16(msg, flags)
+	msg = append(msg, 0, 1, 0, 0, 0, 0, 0, 0) // counts, patched below
+	msg = append(msg, q.name...)
+	msg = binary.BigEndian.AppendUint16(msg, q.qtype)
+	msg = binary.BigEndian.AppendUint16(msg, q.qclass)
 
 	var counts [3]int
 	off := e.recordsStart()
 	for s := range counts {
-		var prev record
+		var prevType uint16
+		var prevOwner []byte
 		for range e.count(s) {
 			var r record
-			r, off = e.record(off)
+			off = e.record(off, &r)
 			if r.flags&recDNSSEC != 0 && !q.do && !askedFor(r.rtype, s, q.qtype) {
 				continue
 			}
-			head := counts[s] == 0 || r.rtype != prev.rtype || !equalFoldWire(r.owner, prev.owner)
-			w.marks = append(w.marks, mark{off: len(w.msg), section: s, setHead: head})
-			w.appendRecord(r, tv.of(r.ttl, e.ttl()))
+			head := counts[s] == 0 || r.rtype != prevType || !equalFoldWire(r.owner, prevOwner)
+			marks = append(marks, mark{off: len(msg), section: s, setHead: head})
+			msg = w.appendRecord(msg, &r, tv.of(r.ttl, e.ttl()))
 			counts[s]++
-			prev = r
+			prevType, prevOwner = r.rtype, r.owner
 		}
 	}
 
@@ -171,77 +177,79 @@ func (w *replyWriter) appendReply(q *query, e entry, tv ttlView) []byte {
 			limit -= 8 + prefixBytes(int(q.ecs.source))
 		}
 	}
-	if len(w.msg) > limit {
-		w.cut(limit, &counts)
+	if len(msg) > limit {
+		msg = cut(msg, marks, limit, &counts)
 	}
 	if q.edns {
-		w.appendOPT(q, tv.ede, e.scope())
+		msg = appendOPT(msg, q, tv.ede, e.scope())
 		counts[2]++
 	}
-	binary.BigEndian.PutUint16(w.msg[6:], uint16(counts[0]))
-	binary.BigEndian.PutUint16(w.msg[8:], uint16(counts[1]))
-	binary.BigEndian.PutUint16(w.msg[10:], uint16(counts[2]))
-	return w.msg
+	binary.BigEndian.PutUint16(msg[6:], uint16(counts[0]))
+	binary.BigEndian.PutUint16(msg[8:], uint16(counts[1]))
+	binary.BigEndian.PutUint16(msg[10:], uint16(counts[2]))
+	b.msg, b.marks = msg, marks
+	return msg
 }
 
-func (w *replyWriter) appendRecord(r record, ttl uint32) {
-	w.appendOwner(r)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, r.rtype)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, r.class)
-	w.msg = binary.BigEndian.AppendUint32(w.msg, ttl)
-	rdlen := len(w.msg)
-	w.msg = append(w.msg, 0, 0)
-	w.appendRdata(r)
-	binary.BigEndian.PutUint16(w.msg[rdlen:], uint16(len(w.msg)-rdlen-2))
+func (w *replyWriter) appendRecord(msg []byte, r *record, ttl uint32) []byte {
+	msg = w.appendOwner(msg, r.owner)
+	msg = binary.BigEndian.AppendUint16(msg, r.rtype)
+	msg = binary.BigEndian.AppendUint16(msg, r.class)
+	msg = binary.BigEndian.AppendUint32(msg, ttl)
+	rdlen := len(msg)
+	msg = append(msg, 0, 0)
+	msg = w.appendRdata(msg, r.rtype, r.rdata)
+	binary.BigEndian.PutUint16(msg[rdlen:], uint16(len(msg)-rdlen-2))
+	return msg
 }
 
-// appendRdata writes r's rdata, compressing the names of the types RFC 3597
-// section 4 lets us compress: those of RFC 1035 still in use. The names in
-// SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC rdata must stay whole.
-func (w *replyWriter) appendRdata(r record) {
-	rd := r.rdata
-	switch r.rtype {
+// appendRdata writes rd, the rdata of a record of type t, compressing the
+// names of the types RFC 3597 section 4 lets us compress: those of RFC 1035
+// still in use. The names in SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC
+// rdata must stay whole.
+func (w *replyWriter) appendRdata(msg []byte, t uint16, rd []byte) []byte {
+	switch t {
 	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
-		w.appendName(rd)
+		return w.appendName(msg, rd)
 	case dns.TypeMX:
-		w.msg = append(w.msg, rd[:2]...)
-		w.appendName(rd[2:])
+		msg = append(msg, rd[:2]...)
+		return w.appendName(msg, rd[2:])
 	case dns.TypeSOA:
 		mname := wireNameLen(rd)
 		rname := mname + wireNameLen(rd[mname:])
-		w.appendName(rd[:mname])
-		w.appendName(rd[mname:rname])
-		w.msg = append(w.msg, rd[rname:]...)
-	default:
-		w.msg = append(w.msg, rd...)
+		msg = w.appendName(msg, rd[:mname])
+		msg = w.appendName(msg, rd[mname:rname])
+		return append(msg, rd[rname:]...)
 	}
+	return append(msg, rd...)
 }
 
 // appendOPT writes the OPT record the stock cache's replies get from
 // CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0;
 // with an Extended DNS Error option when ede is not 0, and the client's ECS
 // option with the scope the answer was stored for.
-func (w *replyWriter) appendOPT(q *query, ede uint16, scope uint8) {
+func appendOPT(msg []byte, q *query, ede uint16, scope uint8) []byte {
 	var do uint32
 	if q.do {
 		do = 1 << 15
 	}
-	w.msg = append(w.msg, 0) // root owner
-	w.msg = binary.BigEndian.AppendUint16(w.msg, dns.TypeOPT)
-	w.msg = binary.BigEndian.AppendUint16(w.msg, q.udpSize)
-	w.msg = binary.BigEndian.AppendUint32(w.msg, do)
-	rdlen := len(w.msg)
-	w.msg = append(w.msg, 0, 0)
-	w.msg = append(w.msg, q.opts...)
+	msg = append(msg, 0) // root owner
+	msg = binary.BigEndian.AppendUint16(msg, dns.TypeOPT)
+	msg = binary.BigEndian.AppendUint16(msg, q.udpSize)
+	msg = binary.BigEndian.AppendUint32(msg, do)
+	rdlen := len(msg)
+	msg = append(msg, 0, 0)
+	msg = append(msg, q.opts...)
 	if ede != 0 {
-		w.msg = binary.BigEndian.AppendUint16(w.msg, dns.EDNS0EDE)
-		w.msg = binary.BigEndian.AppendUint16(w.msg, 2) // INFO-CODE, no EXTRA-TEXT
-		w.msg = binary.BigEndian.AppendUint16(w.msg, ede)
+		msg = binary.BigEndian.AppendUint16(msg, dns.EDNS0EDE)
+		msg = binary.BigEndian.AppendUint16(msg, 2) // INFO-CODE, no EXTRA-TEXT
+		msg = binary.BigEndian.AppendUint16(msg, ede)
 	}
 	if q.ecs.own {
-		w.msg = appendSubnet(w.msg, &q.ecs, scope)
+		msg = appendSubnet(msg, &q.ecs, scope)
 	}
-	binary.BigEndian.PutUint16(w.msg[rdlen:], uint16(len(w.msg)-rdlen-2))
+	binary.BigEndian.PutUint16(msg[rdlen:], uint16(len(msg)-rdlen-2))
+	return msg
 }
 
 // echoed returns the options of r's OPT that CoreDNS echoes into replies:
@@ -286,55 +294,58 @@ func appendEchoed(dst []byte, o *dns.OPT) []byte {
 	return dst[:start]
 }
 
-// cut shortens the reply to limit bytes: it drops whole RRsets from the end
-// of the additional section, which costs the client nothing it asked for,
-// and then from the other sections, setting TC (RFC 2181 9) so the client
-// retries over TCP. The header and question always fit: a wire name is at
-// most 255 bytes and the smallest limit is 512.
-func (w *replyWriter) cut(limit int, counts *[3]int) {
-	n := len(w.marks) // records kept
-	for n > 0 && w.end(n) > limit {
+// cut shortens the reply msg, whose records start at marks, to limit bytes:
+// it drops whole RRsets from the end of the additional section, which costs
+// the client nothing it asked for, and then from the other sections,
+// setting TC (RFC 2181 9) so the client retries over TCP. The header and
+// question always fit: a wire name is at most 255 bytes and the smallest
+// limit is 512.
+func cut(msg []byte, marks []mark, limit int, counts *[3]int) []byte {
+	n := len(marks) // records kept
+	for n > 0 && end(msg, marks, n) > limit {
 		n--
-		for n > 0 && !w.marks[n].setHead {
+		for n > 0 && !marks[n].setHead {
 			n--
 		}
 	}
 	*counts = [3]int{}
-	for _, m := range w.marks[:n] {
+	for _, m := range marks[:n] {
 		counts[m.section]++
 	}
-	if n < len(w.marks) && w.marks[n].section < 2 {
-		w.msg[2] |= hdrTC >> 8
+	if n < len(marks) && marks[n].section < 2 {
+		msg[2] |= hdrTC >> 8
 	}
-	w.msg = w.msg[:w.end(n)]
+	return msg[:end(msg, marks, n)]
 }
 
-// end returns where the reply ends when it keeps its first n records.
-func (w *replyWriter) end(n int) int {
-	if n == len(w.marks) {
-		return len(w.msg)
+// end returns where msg ends when it keeps the first n of the records that
+// start at marks.
+func end(msg []byte, marks []mark, n int) int {
+	if n == len(marks) {
+		return len(msg)
 	}
-	return w.marks[n].off
+	return marks[n].off
 }
 
 // appendName writes the uncompressed wire name n, replacing its longest
 // suffix already in the message by a pointer (RFC 1035 4.1.4).
-func (w *replyWriter) appendName(n []byte) {
+func (w *replyWriter) appendName(msg, n []byte) []byte {
 	if !w.qnameSeen {
 		w.qnameSeen = true
-		w.remember(headerSize, w.msg[headerSize:])
+		w.remember(headerSize, msg[headerSize:])
 	}
-	start := len(w.msg)
+	start := len(msg)
 	for i := 0; n[i] != 0; i += int(n[i]) + 1 {
-		if p, ok := w.lookup(n[i:]); ok {
-			w.msg = append(w.msg, n[:i]...)
-			w.msg = append(w.msg, 0xC0|byte(p>>8), byte(p))
+		if p, ok := w.lookup(msg, n[i:]); ok {
+			msg = append(msg, n[:i]...)
+			msg = append(msg, 0xC0|byte(p>>8), byte(p))
 			w.remember(start, n[:i+1])
-			return
+			return msg
 		}
 	}
-	w.msg = append(w.msg, n...)
+	msg = append(msg, n...)
 	w.remember(start, n)
+	return msg
 }
 
 // remember adds the offsets of each label of the name written at start.
@@ -350,10 +361,10 @@ func (w *replyWriter) remember(start int, labels []byte) {
 	}
 }
 
-// lookup returns the offset of a name in the message equal to suffix.
-func (w *replyWriter) lookup(suffix []byte) (int, bool) {
+// lookup returns the offset of a name in msg equal to suffix.
+func (w *replyWriter) lookup(msg, suffix []byte) (int, bool) {
 	for _, o := range w.names[:w.nnames] {
-		if nameAtEqual(w.msg, int(o), suffix) {
+		if nameAtEqual(msg, int(o), suffix) {
 			return int(o), true
 		}
 	}

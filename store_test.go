@@ -47,7 +47,8 @@ func (s *store) lookup(key []byte) (val uint32, ok bool) {
 	if e == nil {
 		return 0, false
 	}
-	r, _ := e.record(e.recordsStart())
+	var r record
+	e.record(e.recordsStart(), &r)
 	return binary.BigEndian.Uint32(r.rdata), true
 }
 

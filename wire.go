@@ -51,14 +51,17 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 	if err != nil {
 		return nil, err
 	}
-	b.buf = b.buf[:headerLen]
-	binary.LittleEndian.PutUint32(b.buf[offStored:], stored)
-	binary.LittleEndian.PutUint32(b.buf[offTTL:], ttl)
-	binary.LittleEndian.PutUint16(b.buf[offFlags:], flags)
-	binary.LittleEndian.PutUint32(b.buf[offLastHit:], 0) // last hit and hits
-	b.buf[offNameLen] = byte(nameLen)
-	b.buf = append(b.buf, key...)
-	start := len(b.buf)
+	// Built in a local slice, stored back once: an append stored in the
+	// builder, on the heap, pays a write barrier while the garbage collector
+	// marks, and an entry takes a few for each record.
+	buf := b.buf[:headerLen]
+	binary.LittleEndian.PutUint32(buf[offStored:], stored)
+	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
+	binary.LittleEndian.PutUint16(buf[offFlags:], flags)
+	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
+	buf[offNameLen] = byte(nameLen)
+	buf = append(buf, key...)
+	start := len(buf)
 
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
 	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
@@ -66,7 +69,8 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
 		for _, rr := range rrs {
-			r, err := b.packRR(rr, alias) // hop-by-hop records too: PackBuffer packed them
+			var r record
+			err := b.packRR(rr, alias, &r) // hop-by-hop records too: PackBuffer packed them
 			switch {
 			case err != nil:
 				return nil, err
@@ -76,19 +80,20 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 				refused = errBadRdata
 				continue
 			}
-			b.appendRecord(r, s, qname, qtype, qclass)
-			if len(b.buf)-start > limit {
+			buf = appendRecord(buf, &r, s, qname, qtype, qclass)
+			if len(buf)-start > limit {
 				refused = errEntryTooLarge
 			}
 			kept++
 		}
-		binary.LittleEndian.PutUint16(b.buf[offCounts+2*s:], uint16(kept))
+		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
 	}
+	b.buf = buf
 	if refused != nil {
 		return nil, refused
 	}
-	binary.LittleEndian.PutUint32(b.buf[offSize:], uint32(len(b.buf)))
-	return entry(b.buf), nil
+	binary.LittleEndian.PutUint32(buf[offSize:], uint32(len(buf)))
+	return entry(buf), nil
 }
 
 // checkPackable returns the error Msg.PackBuffer would return for the parts
@@ -184,8 +189,7 @@ func nameEnd(b []byte, off int) int {
 
 // appendRecord lays r out in the record format of entry.go. An owner of nil
 // is the qname, as in entry.record.
-func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclass uint16) {
-	r.ttl = wireTTL(r.ttl)
+func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclass uint16) []byte {
 	var flags byte
 	if r.owner == nil || equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
@@ -199,17 +203,17 @@ func (b *builder) appendRecord(r record, section int, qname []byte, qtype, qclas
 	if dnssecOnly(r.rtype, section) {
 		flags |= recDNSSEC
 	}
-	b.buf = append(b.buf, flags)
+	buf = append(buf, flags)
 	if flags&recOwnerIsQname == 0 {
-		b.buf = append(b.buf, r.owner...)
+		buf = append(buf, r.owner...)
 	}
 	if flags&recTypeIsQtype == 0 {
-		b.buf = binary.BigEndian.AppendUint16(b.buf, r.rtype)
+		buf = binary.BigEndian.AppendUint16(buf, r.rtype)
 	}
 	if flags&recClassIsQclass == 0 {
-		b.buf = binary.BigEndian.AppendUint16(b.buf, r.class)
+		buf = binary.BigEndian.AppendUint16(buf, r.class)
 	}
-	b.buf = binary.BigEndian.AppendUint32(b.buf, r.ttl)
-	b.buf = binary.BigEndian.AppendUint16(b.buf, uint16(len(r.rdata)))
-	b.buf = append(b.buf, r.rdata...)
+	buf = binary.BigEndian.AppendUint32(buf, wireTTL(r.ttl))
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.rdata)))
+	return append(buf, r.rdata...)
 }
