@@ -147,8 +147,9 @@ func writePNG(path string, rows []row) error {
 		"Each (cache, N) in a child process of its own, all N entries verified stored: every key queried, each hit",
 		"with its own payload. Bytes: HeapInuse after runtime.GC() twice with the N entries stored, minus before, over N",
 		"(compactcache's store mapped outside the heap counted in). Budgets: compactcache max(512 MiB, 512 B x N); stock 2N entries.",
-		fmt.Sprintf("Hits: %d passes of %d a point, in rounds of %d, one goroutine, names built untimed; plotted: the fastest round, least disturbed", passes, hits, hits/max(1, rounds)),
-		fmt.Sprintf("by other work (up to %.0f%% of the cores busy with other processes) and by the GC (means over all hits in curve.csv).", 100*others),
+		fmt.Sprintf("Hits: %d passes of %d a point, in rounds of %d, one goroutine, the queries' names built untimed in batches;", passes, hits, hits/max(1, rounds)),
+		fmt.Sprintf("plotted: the fastest round, least disturbed by other work (up to %.0f%% of the cores busy with other processes)", 100*others),
+		"and by the GC (means over all hits in curve.csv).",
 		"WriteMsg: the writer packs the reply as the server does; raw: w.Write of the reply bytes.",
 	}
 	for k, s := range notes {
