@@ -2,7 +2,6 @@ package compactcache
 
 import (
 	"bufio"
-	"bytes"
 	golog "log"
 	"net/http"
 	"os"
@@ -10,9 +9,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/compactcache/compactcache/internal/testenv"
 
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/test"
@@ -27,30 +27,11 @@ import (
 // asserts something that only holds when the cache handed the plugin a
 // *dns.Msg.
 
-// syncBuffer is a bytes.Buffer safe for the standard logger and the test to
-// share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
 // writes to, to a buffer until the test ends. Tests that call it must not be
 // parallel.
-func captureLog(t *testing.T) *syncBuffer {
-	buf := &syncBuffer{}
+func captureLog(t *testing.T) *testenv.LogBuffer {
+	buf := &testenv.LogBuffer{}
 	prev := golog.Writer()
 	golog.SetOutput(buf)
 	t.Cleanup(func() { golog.SetOutput(prev) })

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	golog "log"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/compactcache/compactcache/internal/testenv"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
@@ -136,38 +137,17 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// lockedBuffer is the standard logger's output during a row.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// debugLog turns CoreDNS debug logging on and sends the standard logger,
-// which plugin/pkg/log writes to, to a buffer until the test ends.
-func debugLog(t *testing.T) *lockedBuffer {
-	buf := &lockedBuffer{}
-	prev, wasOn := golog.Writer(), clog.D.Value()
-	golog.SetOutput(buf)
+// debugLog turns CoreDNS debug logging on and captures the standard logger
+// (captureLog) until the test ends.
+func debugLog(t *testing.T) *testenv.LogBuffer {
+	wasOn := clog.D.Value()
 	clog.D.Set()
 	t.Cleanup(func() {
-		golog.SetOutput(prev)
 		if !wasOn {
 			clog.D.Clear()
 		}
 	})
-	return buf
+	return captureLog(t)
 }
 
 const debugPrefix = "[DEBUG] plugin/" + pluginName + ": "

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
+
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -88,26 +90,6 @@ func corednsBinary(t *testing.T) string {
 	return binPath
 }
 
-// freePort returns a port free on 127.0.0.1 for both UDP and TCP.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 // fakeUpstream answers A queries with 192.0.2.53 and everything else with
 // NXDOMAIN and an SOA, over UDP and TCP on one port, and counts queries.
 type fakeUpstream struct {
@@ -135,7 +117,7 @@ func startUpstream(t *testing.T) *fakeUpstream {
 		}
 		w.WriteMsg(m)
 	})
-	p := freePort(t)
+	p := testenv.FreePort(t)
 	u.addr = fmt.Sprintf("127.0.0.1:%d", p)
 	for _, network := range []string{"udp", "tcp"} {
 		started := make(chan error, 1)
@@ -363,25 +345,8 @@ func blockOpen(fields []string) string {
 // instance is a running coredns.
 type instance struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.LogBuffer
 	done chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func start(t *testing.T, bin, corefile string, env ...string) *instance {
@@ -391,7 +356,7 @@ func start(t *testing.T, bin, corefile string, env ...string) *instance {
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{out: &syncBuffer{}, done: make(chan error, 1)}
+	in := &instance{out: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	in.cmd = exec.Command(bin, "-conf", path)
 	in.cmd.Dir = dir
 	in.cmd.Env = append(os.Environ(), env...)
@@ -550,10 +515,10 @@ func TestClusterCorefileStarts(t *testing.T) {
 	api := startAPIServer(t)
 	up := startUpstream(t)
 	r := rewrite{
-		dnsPort:     freePort(t),
-		healthAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		readyAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		metricsAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		dnsPort:     testenv.FreePort(t),
+		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		readyAddr:   fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		apiServer:   api.URL,
 		upstream:    up.addr,
 	}
@@ -639,9 +604,9 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	bin := corednsBinary(t)
 	up := startUpstream(t)
 	r := rewrite{
-		dnsPort:     freePort(t),
-		healthAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		metricsAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		dnsPort:     testenv.FreePort(t),
+		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		upstream:    up.addr,
 	}
 	original := configMapCorefile(t, "nodelocaldns.yaml", "node-local-dns")

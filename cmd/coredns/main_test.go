@@ -11,9 +11,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/compactcache/compactcache/internal/testenv"
 
 	"github.com/miekg/dns"
 )
@@ -129,9 +130,9 @@ func smoke(t *testing.T, bin, corefile string) {
 			}
 			continue
 		}
-		p := freePort(t)
+		p := testenv.FreePort(t)
 		for used[p] {
-			p = freePort(t)
+			p = testenv.FreePort(t)
 		}
 		used[p], ports[port] = true, p
 		corefile = strings.ReplaceAll(corefile, port, ":"+strconv.Itoa(p))
@@ -286,7 +287,7 @@ func start(t *testing.T, bin, conf string) {
 	t.Helper()
 	cmd := exec.Command(bin, "-conf", conf)
 	cmd.Dir = root
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -325,44 +326,4 @@ func waitReady(t *testing.T, addr string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-}
-
-// freePort returns a port on 127.0.0.1 that is free for both UDP and TCP at
-// the time of the call. Another process may take it before coredns does; the
-// window is small and a clash fails the test loudly.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for both UDP and TCP on 127.0.0.1")
-	return 0
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and our reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
