@@ -754,15 +754,7 @@ func secCheck(t *testing.T, tag string, z *secZone, tc secCase, cl secClient, re
 	}
 
 	// EDNS: OPT only for EDNS clients, DO echoed (RFC 3225 3).
-	ro, gotOPT := req.IsEdns0(), got.IsEdns0()
-	switch {
-	case ro == nil && gotOPT != nil:
-		t.Errorf("%s: OPT in the reply to a request without EDNS", tag)
-	case ro != nil && gotOPT == nil:
-		t.Errorf("%s: no OPT in the reply to an EDNS request", tag)
-	case ro != nil && gotOPT.Do() != ro.Do():
-		t.Errorf("%s: reply OPT has DO=%v, request DO=%v", tag, gotOPT.Do(), ro.Do())
-	}
+	checkOPT(t, tag, got.Msg, req)
 	// AD only for clients that set AD or DO (RFC 6840 5.7-5.8), and only
 	// when the upstream vouched for the data.
 	if wantAD := up.AuthenticatedData && (cl.ad || cl.do); got.AuthenticatedData != wantAD {
