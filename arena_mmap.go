@@ -52,7 +52,7 @@ type arena struct {
 
 	// tables are the mapped tables: the current one and, during a resize,
 	// the one it replaces.
-	tables [][]byte
+	tables []mappedTable
 
 	// mu orders release, which runs on the cleanup goroutine, after the
 	// shard's last use; held counts the bytes mapped for the tests.
@@ -91,10 +91,7 @@ func (a *arena) reserve() {
 		a.failed = true
 		return
 	}
-	// The bytes before the first boundary and after the ring are never
-	// touched: address space, not memory.
-	skip := (hugePage - int(uintptr(unsafe.Pointer(&m[0]))%hugePage)) % hugePage
-	a.mapping, a.ring = m, m[skip:skip+n:skip+n]
+	a.mapping, a.ring = m, alignHuge(m, n)
 	// Huge pages at fault time would make a partly filled ring resident
 	// 2 MiB at a time, beyond what the budget accounting counts.
 	syscall.Madvise(a.ring, syscall.MADV_NOHUGEPAGE)
@@ -123,25 +120,44 @@ func (a *arena) collapse(off int) {
 	}
 }
 
-// table returns a zeroed table of n slots.
+// mappedTable is a table and the mapping it lies in.
+type mappedTable struct {
+	mapping, table []byte
+}
+
+// table returns a zeroed table of n slots. A table of a huge page or more
+// is a whole number of huge pages, each written to within the resize that
+// fills it (slots land at random), so it lies in huge pages at no cost in
+// memory beyond what the accounting counts, and a probe of a large store
+// seldom misses the TLB.
 func (a *arena) table(n int) []uint64 {
-	if n*8 < minMappedTable {
+	size := n * 8
+	if size < minMappedTable {
 		return make([]uint64, n)
 	}
-	b, err := mmap(n * 8)
+	slack := 0
+	if size >= hugePage {
+		slack = hugePage
+	}
+	m, err := mmap(size + slack)
 	if err != nil {
 		return make([]uint64, n)
 	}
-	a.tables = append(a.tables, b)
-	a.add(int64(len(b)))
-	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
+	t := mappedTable{mapping: m, table: m[:size]}
+	if slack > 0 {
+		t.table = alignHuge(m, size)
+		syscall.Madvise(t.table, syscall.MADV_HUGEPAGE)
+	}
+	a.tables = append(a.tables, t)
+	a.add(int64(size))
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&t.table[0])), n)
 }
 
 // free unmaps t, a table that resize replaced, if it was mapped.
 func (a *arena) free(t []uint64) {
-	for i, b := range a.tables {
-		if unsafe.Pointer(&b[0]) == unsafe.Pointer(&t[0]) {
-			a.unmap(b)
+	for i, mt := range a.tables {
+		if unsafe.Pointer(&mt.table[0]) == unsafe.Pointer(&t[0]) {
+			a.unmap(mt)
 			a.tables = append(a.tables[:i], a.tables[i+1:]...)
 			return
 		}
@@ -150,8 +166,8 @@ func (a *arena) free(t []uint64) {
 
 // release unmaps everything; the shard is unreachable.
 func (a *arena) release() {
-	for _, b := range a.tables {
-		a.unmap(b)
+	for _, mt := range a.tables {
+		a.unmap(mt)
 	}
 	a.tables = nil
 	// What is left counted are the chunks handed out.
@@ -163,9 +179,9 @@ func (a *arena) release() {
 	}
 }
 
-func (a *arena) unmap(b []byte) {
-	if syscall.Munmap(b) == nil {
-		a.add(-int64(len(b)))
+func (a *arena) unmap(mt mappedTable) {
+	if syscall.Munmap(mt.mapping) == nil {
+		a.add(-int64(len(mt.table)))
 	}
 }
 
@@ -181,6 +197,14 @@ func (a *arena) mapped() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.held
+}
+
+// alignHuge returns the n bytes of m that start at its first huge page
+// boundary; m has a huge page more than n. The bytes before and after are
+// never touched: address space, not memory.
+func alignHuge(m []byte, n int) []byte {
+	skip := (hugePage - int(uintptr(unsafe.Pointer(&m[0]))%hugePage)) % hugePage
+	return m[skip : skip+n : skip+n]
 }
 
 func mmap(n int) ([]byte, error) {

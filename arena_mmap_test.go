@@ -42,6 +42,28 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 		rss, huge, hugePage)
 }
 
+// TestArenaLargeTableInHugePages maps a table of two huge pages, writes a
+// slot in each, and checks that both are huge pages: all of the table
+// resident, as the accounting counts it, and nothing more.
+func TestArenaLargeTableInHugePages(t *testing.T) {
+	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
+		t.Skip("transparent huge pages are off on this machine")
+	}
+	a := newArena(1)
+	defer a.release()
+	slots := 2 * hugePage / 8
+	tab := a.table(slots)
+	tab[0], tab[slots-1] = 1, 1
+	mt := a.tables[0]
+	if rss, huge := residence(t, mt.mapping); huge != 2*hugePage || rss != 2*hugePage {
+		t.Fatalf("a table of %d bytes, a slot written in each huge page: %d bytes resident, %d in huge pages; want all of it, in huge pages",
+			2*hugePage, rss, huge)
+	}
+	if got := a.mapped(); got != 2*hugePage {
+		t.Fatalf("the arena counts %d bytes for a table of %d", got, 2*hugePage)
+	}
+}
+
 // residence returns the resident bytes, and those in huge pages, of the
 // mappings /proc/self/smaps lists inside b.
 func residence(t *testing.T, b []byte) (rss, huge int) {
