@@ -18,8 +18,7 @@ const mapsMemory = true
 // under virtualisation costs as much as the read itself.
 const (
 	hugePage        = 2 << 20 // a transparent huge page with 4 KiB base pages (amd64, arm64)
-	chunksPerHuge   = hugePage / chunkSize
-	madviseCollapse = 25 // MADV_COLLAPSE, Linux 6.1; missing from package syscall
+	madviseCollapse = 25      // MADV_COLLAPSE, Linux 6.1; missing from package syscall
 )
 
 // Collapsing copies the 2 MiB, 0.6 to 6 ms on a virtual machine (memory the

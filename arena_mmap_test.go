@@ -19,6 +19,7 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
 		t.Skip("transparent huge pages are off on this machine")
 	}
+	const chunksPerHuge = hugePage / chunkSize
 	a := newArena(2 * chunksPerHuge)
 	defer a.release()
 	for i := range chunksPerHuge - 1 {
