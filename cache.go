@@ -289,8 +289,14 @@ type found struct {
 // variants stored for the client's subnet, longest prefix first, then the
 // answer for everyone. A zero now is read from the clock when an entry is
 // found; found.now is the time used.
+//
+// The chain below lookup fills one found through a pointer rather than
+// returning it: a hit runs on the stack of a request's new goroutine, and a
+// copy of found in every frame took it past 4 KiB, so that every hit copied
+// its stack to a larger one (2.5 µs a query under dnsperf).
 func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
-	f := c.lookupAt(s, &now, withStale)
+	var f found
+	c.lookupAt(s, &now, withStale, &f)
 	f.now = now
 	return f
 }
@@ -303,14 +309,15 @@ func (c *Cache) at(now *time.Time) time.Time {
 	return *now
 }
 
-func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool) found {
+// lookupAt fills f from the first entry found for s.q.
+func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 	q := &s.q
 	switch {
 	case q.ecs.family == 0:
 	case q.ecs.sent == 0:
 		s.probe = sourceZeroKey(s.probe[:0], s.key, q.ecs.family)
-		if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
-			return f
+		if c.lookupKey(s, s.probe, now, withStale, f) {
+			return
 		}
 	default:
 		normal, exact, ok := c.variants(s, now)
@@ -319,19 +326,19 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool) found {
 			// only queries that give as many bits as it had.
 			if l == int(q.ecs.sent) && hasBit(&exact, uint8(l)) {
 				s.probe = variantKey(s.probe[:0], s.key, keyExact, q.ecs.family, uint8(l), q.ecs.addr)
-				if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
-					return f
+				if c.lookupKey(s, s.probe, now, withStale, f) {
+					return
 				}
 			}
 			if hasBit(&normal, uint8(l)) {
 				s.probe = variantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
-				if f := c.lookupKey(s, s.probe, now, withStale); f.state != absent {
-					return f
+				if c.lookupKey(s, s.probe, now, withStale, f) {
+					return
 				}
 			}
 		}
 	}
-	return c.lookupKey(s, s.key, now, withStale)
+	c.lookupKey(s, s.key, now, withStale, f)
 }
 
 // variants returns the bitmaps of the prefix lengths of the variants, and
@@ -354,48 +361,48 @@ func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [scopesLen]b
 // lookupKey looks key up. Under serve_stale_policy prefer_positive an
 // answer, fresh or stale, is looked up before the denials and non-answers
 // kept beside it.
-func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool) found {
+// It reports whether f found an entry.
+func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool, f *found) bool {
 	if !c.preferPositive {
-		return c.probe(s, key, now, withStale, false)
+		return c.probe(s, key, now, withStale, false, f)
 	}
-	if f := c.probe(s, key, now, withStale, true); f.state != absent {
-		return f
+	if c.probe(s, key, now, withStale, true, f) {
+		return true
 	}
 	key[flagsAt(key)] |= keyOther
 	defer func() { key[flagsAt(key)] &^= keyOther }()
-	return c.probe(s, key, now, withStale, false)
+	return c.probe(s, key, now, withStale, false, f)
 }
 
-// probe looks up key; answersOnly skips entries that do not answer.
-func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersOnly bool) found {
+// probe looks up key, answersOnly skipping entries that do not answer, and
+// fills f when it finds an entry to serve; f is left alone otherwise.
+func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersOnly bool, f *found) bool {
 	h := c.store.hash(key)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(key, h)
 	if e == nil || answersOnly && e.flags()&flagAnswers == 0 {
-		return found{}
+		return false
 	}
 	now := c.at(at)
-	f := found{kind: kindOf(e), hash: h, scope: e.scope()}
 	age := max(0, now.Unix()-int64(e.stored()))
 	left := int64(e.ttl()) - age
+	state := fresh
 	switch {
 	case left > 0:
-		f.state = fresh
 	case c.staleUpTo > 0 && -left < int64(c.staleUpTo/time.Second):
-		f.state = stale
+		state = stale
 	default:
-		return found{}
+		return false
 	}
 	e.hit(now.Unix(), int64(c.prefetchWindow/time.Second))
-	if f.state == fresh {
-		f.prefetch = c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
+	f.state, f.kind, f.hash, f.scope = state, kindOf(e), h, e.scope()
+	f.prefetch = state == fresh && c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
+	if state == fresh || withStale {
+		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))
 	}
-	if f.state == fresh || withStale {
-		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, f.state == stale))
-	}
-	return f
+	return true
 }
 
 // prefetchThreshold is the TTL left below which a popular entry is fetched
