@@ -90,12 +90,15 @@ func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
 type replyBuffers struct {
 	msg   []byte
 	marks []mark
+	w     replyWriter
 }
 
 // replyWriter writes the records of one reply, compressing their names
 // against what it wrote before. The message goes in and out of its methods
 // by value: appends stored through a pointer pay a write barrier while the
-// garbage collector marks, and a reply makes dozens of them.
+// garbage collector marks, and a reply makes dozens of them. The writer
+// itself holds no pointer, so it lives in the pooled buffers rather than
+// on the stack, which a hit must keep small (see Cache.lookup).
 type replyWriter struct {
 	names     [maxNames]uint16 // offsets of names and their suffixes, for compression
 	nnames    int
@@ -121,7 +124,8 @@ func newReplyBuffers() replyBuffers {
 func (b *replyBuffers) appendReply(q *query, e entry, tv ttlView) []byte {
 	// Written in local variables, stored back once: see replyWriter.
 	msg, marks := b.msg[:0], b.marks[:0]
-	var w replyWriter
+	w := &b.w
+	w.nnames, w.qnameSeen = 0, false
 
 	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(e.rcode())
 	ef := e.flags()
