@@ -161,9 +161,8 @@ func timeHits(c *bench.Cache, d *bench.Driver, up *bench.Upstream, n, hits, roun
 	runtime.GC()
 	var (
 		wall, best   time.Duration
-		own, busy    time.Duration // CPU time, this process's and the machine's
+		cpu          = cpuSample{ok: true} // spent sending the queries
 		mallocs, mem uint64
-		cpuOK        = true
 	)
 	best = math.MaxInt64
 	for range rounds {
@@ -182,9 +181,7 @@ func timeHits(c *bench.Cache, d *bench.Driver, up *bench.Upstream, n, hits, roun
 			round += time.Since(start)
 			cpu1 := readCPU()
 			runtime.ReadMemStats(&b)
-			own += cpu1.own - cpu0.own
-			busy += cpu1.busy - cpu0.busy
-			cpuOK = cpuOK && cpu0.ok && cpu1.ok
+			cpu = cpu.plus(cpu1.since(cpu0))
 			mallocs += b.Mallocs - a.Mallocs
 			mem += b.TotalAlloc - a.TotalAlloc
 		}
@@ -199,9 +196,9 @@ func timeHits(c *bench.Cache, d *bench.Driver, up *bench.Upstream, n, hits, roun
 	return hitResult{
 		Ns:     float64(wall.Nanoseconds()) / h,
 		BestNs: float64(best.Nanoseconds()) / per,
-		CPUNs:  float64(own.Nanoseconds()) / h,
+		CPUNs:  float64(cpu.own.Nanoseconds()) / h,
 		Allocs: float64(mallocs) / h,
 		Bytes:  float64(mem) / h,
-		Others: cpuSample{busy: busy, own: own, ok: cpuOK}.othersSince(cpuSample{ok: true}, wall),
+		Others: cpu.othersShare(wall),
 	}, nil
 }

@@ -57,13 +57,23 @@ func readCPU() cpuSample {
 	return s
 }
 
-// othersSince returns the share of the cores busy with other processes'
-// work between prev and s, wall apart, or -1 if unknown.
-func (s cpuSample) othersSince(prev cpuSample, wall time.Duration) float64 {
-	if !s.ok || !prev.ok || wall <= 0 {
+// since returns the CPU time spent between prev and s.
+func (s cpuSample) since(prev cpuSample) cpuSample {
+	return cpuSample{busy: s.busy - prev.busy, own: s.own - prev.own, ok: s.ok && prev.ok}
+}
+
+// plus returns the CPU time of two spans together.
+func (s cpuSample) plus(d cpuSample) cpuSample {
+	return cpuSample{busy: s.busy + d.busy, own: s.own + d.own, ok: s.ok && d.ok}
+}
+
+// othersShare returns the share of the cores that other processes' work
+// kept busy during s, a span of wall time, or -1 if unknown.
+func (s cpuSample) othersShare(wall time.Duration) float64 {
+	if !s.ok || wall <= 0 {
 		return -1
 	}
-	others := float64((s.busy-prev.busy)-(s.own-prev.own)) / float64(wall) / float64(runtime.NumCPU())
+	others := float64(s.busy-s.own) / float64(wall) / float64(runtime.NumCPU())
 	return min(1, max(0, others))
 }
 
@@ -79,7 +89,7 @@ func waitQuiet(limit time.Duration) (time.Duration, float64) {
 	for {
 		a, t := readCPU(), time.Now()
 		time.Sleep(time.Second)
-		others := readCPU().othersSince(a, time.Since(t))
+		others := readCPU().since(a).othersShare(time.Since(t))
 		if others < quietShare || time.Since(start) >= limit {
 			return time.Since(start), others
 		}
