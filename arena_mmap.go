@@ -26,12 +26,12 @@ const (
 // its shard's lock, so one goroutine does it for every store. A collapse
 // that finds the queue full is left to khugepaged.
 var (
-	collapses      = make(chan collapse, 256)
+	collapses      = make(chan pendingCollapse, 256)
 	startCollapser sync.Once
 )
 
-// collapse is a huge page of a's ring, at offset off, to collapse.
-type collapse struct {
+// pendingCollapse is a huge page of a's ring, at offset off, to collapse.
+type pendingCollapse struct {
 	a   *arena
 	off int
 }
@@ -106,7 +106,7 @@ func (a *arena) collapseLater(off int) {
 	}
 	startCollapser.Do(func() { go collapser() })
 	select {
-	case collapses <- collapse{a, off}:
+	case collapses <- pendingCollapse{a, off}:
 	default:
 	}
 }
