@@ -12,7 +12,14 @@ const mapsMemory = false
 // arena makes a shard's memory on the Go heap, where the GC frees it.
 type arena struct{}
 
-func newArena(int) *arena { return new(arena) }
+func newArena(int, *sharedTables) *arena { return new(arena) }
+
+// sharedTables has nothing to share: tables are made on the heap.
+type sharedTables struct{}
+
+func newSharedTables(int64) *sharedTables { return nil }
+
+func (*sharedTables) reserve() int64 { return 0 }
 
 func (*arena) chunk(int) []byte { return make([]byte, chunkSize) }
 

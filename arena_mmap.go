@@ -3,6 +3,8 @@
 package compactcache
 
 import (
+	"math/bits"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -50,8 +52,10 @@ type arena struct {
 	failed  bool   // the reservation failed; chunks come from the heap
 
 	// tables are the mapped tables: the current one and, during a resize,
-	// the one it replaces.
+	// the one it replaces. shared, when not nil, holds those smaller than a
+	// huge page.
 	tables []mappedTable
+	shared *sharedTables
 
 	// mu orders release, which runs on the cleanup goroutine, after the
 	// shard's last use; held counts the bytes mapped for the tests.
@@ -62,7 +66,9 @@ type arena struct {
 	ringMu sync.Mutex
 }
 
-func newArena(chunks int) *arena { return &arena{chunks: chunks} }
+func newArena(chunks int, shared *sharedTables) *arena {
+	return &arena{chunks: chunks, shared: shared}
+}
 
 // chunk returns chunk i of the ring; the shard hands chunks out in order.
 // The ring is reserved whole at the first chunk, without swap reservation
@@ -119,20 +125,42 @@ func (a *arena) collapse(off int) {
 	}
 }
 
-// mappedTable is a table and the mapping it lies in.
+// mappedTable is a table and the mapping it lies in, or the shared huge
+// page it lies in.
 type mappedTable struct {
 	mapping, table []byte
+	page           *tablePage
 }
 
 // table returns a zeroed table of n slots. A table of a huge page or more
 // is a whole number of huge pages, each written to within the resize that
 // fills it (slots land at random), so it lies in huge pages at no cost in
 // memory beyond what the accounting counts, and a probe of a large store
-// seldom misses the TLB.
+// seldom misses the TLB. Smaller tables do too where the store shares huge
+// pages among its shards' tables (sharedTables).
 func (a *arena) table(n int) []uint64 {
 	size := n * 8
 	if size < minMappedTable {
 		return make([]uint64, n)
+	}
+	t, ok := a.mapTable(size)
+	if !ok {
+		return make([]uint64, n)
+	}
+	a.tables = append(a.tables, t)
+	if t.page != nil {
+		a.hold(int64(size)) // offHeap counts the shared page whole
+	} else {
+		a.add(int64(size))
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&t.table[0])), n)
+}
+
+func (a *arena) mapTable(size int) (mappedTable, bool) {
+	if size < hugePage && a.shared != nil {
+		if t, ok := a.shared.get(size); ok {
+			return t, true
+		}
 	}
 	slack := 0
 	if size >= hugePage {
@@ -140,16 +168,14 @@ func (a *arena) table(n int) []uint64 {
 	}
 	m, err := mmap(size + slack)
 	if err != nil {
-		return make([]uint64, n)
+		return mappedTable{}, false
 	}
 	t := mappedTable{mapping: m, table: m[:size]}
 	if slack > 0 {
 		t.table = alignHuge(m, size)
 		syscall.Madvise(t.table, syscall.MADV_HUGEPAGE)
 	}
-	a.tables = append(a.tables, t)
-	a.add(int64(size))
-	return unsafe.Slice((*uint64)(unsafe.Pointer(&t.table[0])), n)
+	return t, true
 }
 
 // free unmaps t, a table that resize replaced, if it was mapped.
@@ -179,16 +205,28 @@ func (a *arena) release() {
 }
 
 func (a *arena) unmap(mt mappedTable) {
+	if mt.page != nil {
+		a.shared.put(mt)
+		a.hold(-int64(len(mt.table)))
+		return
+	}
 	if syscall.Munmap(mt.mapping) == nil {
 		a.add(-int64(len(mt.table)))
 	}
 }
 
+// add counts n more bytes mapped for the arena.
 func (a *arena) add(n int64) {
+	a.hold(n)
+	offHeap.Add(n)
+}
+
+// hold counts n more bytes for the arena alone: a table in a shared page,
+// which offHeap counts whole.
+func (a *arena) hold(n int64) {
 	a.mu.Lock()
 	a.held += n
 	a.mu.Unlock()
-	offHeap.Add(n)
 }
 
 // mapped returns the bytes of the arena counted in offHeap.
@@ -208,4 +246,110 @@ func alignHuge(m []byte, n int) []byte {
 
 func mmap(n int) ([]byte, error) {
 	return syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_NORESERVE)
+}
+
+// sharedTables hands out the mapped tables smaller than a huge page to the
+// shards of one store, from huge pages that each hold tables of one size.
+// A store of a million entries has 64 tables of 256 KiB: on pages of their
+// own, the miss's probe of a cold table slot is a TLB miss, whose page walk
+// under virtualisation costs more than the read itself, and whose entries
+// push out those of the rest of the server.
+//
+// A page's free part is resident but in no shard's count: tables of one
+// size fill a page as the shards reach that size, and leave holes in it as
+// they outgrow it, until the last one leaves and the page is unmapped. So
+// that memory stays within the budget, at most maxPages pages are mapped,
+// and the store takes them out of its shards' budgets (reserve); a table
+// that finds no room in them is mapped on its own.
+type sharedTables struct {
+	mu       sync.Mutex
+	pages    []*tablePage
+	maxPages int
+}
+
+// minSharedTables is the smallest store capacity whose tables share huge
+// pages, and sharedShare the part of the capacity the pages may take.
+const (
+	sharedShare     = 32
+	minSharedTables = sharedShare * hugePage
+)
+
+// newSharedTables returns the shared table pages for a store of capacity
+// bytes, or nil when its tables are to be mapped on their own.
+func newSharedTables(capacity int64) *sharedTables {
+	if capacity < minSharedTables {
+		return nil
+	}
+	return &sharedTables{maxPages: int(capacity / sharedShare / hugePage)}
+}
+
+// reserve returns the bytes the store's shards leave in their budgets for
+// the shared pages: all of them, since their free parts count nowhere else.
+func (st *sharedTables) reserve() int64 {
+	if st == nil {
+		return 0
+	}
+	return int64(st.maxPages) * hugePage
+}
+
+// tablePage is a huge page of tables of one size.
+type tablePage struct {
+	mapping []byte // a huge page more than the page, for alignment
+	page    []byte // the huge page
+	size    int    // the bytes of each table
+	used    uint32 // bit i: the table at i*size is handed out
+}
+
+// get returns a zeroed table of size bytes.
+func (st *sharedTables) get(size int) (mappedTable, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p := st.pageWithRoom(size)
+	if p == nil {
+		return mappedTable{}, false
+	}
+	i := bits.TrailingZeros32(^p.used)
+	p.used |= 1 << i
+	t := p.page[i*size : (i+1)*size : (i+1)*size]
+	clear(t) // a table that an earlier one left
+	return mappedTable{table: t, page: p}, true
+}
+
+// pageWithRoom returns a page with a free table of size bytes, mapping one
+// if none has.
+func (st *sharedTables) pageWithRoom(size int) *tablePage {
+	full := uint32(1)<<(hugePage/size) - 1
+	for _, p := range st.pages {
+		if p.size == size && p.used != full {
+			return p
+		}
+	}
+	if len(st.pages) == st.maxPages {
+		return nil
+	}
+	m, err := mmap(2 * hugePage)
+	if err != nil {
+		return nil
+	}
+	p := &tablePage{mapping: m, page: alignHuge(m, hugePage), size: size}
+	syscall.Madvise(p.page, syscall.MADV_HUGEPAGE)
+	st.pages = append(st.pages, p)
+	offHeap.Add(hugePage)
+	return p
+}
+
+// put takes back t, unmapping its page once no table is left in it.
+func (st *sharedTables) put(t mappedTable) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p := t.page
+	i := int(uintptr(unsafe.Pointer(&t.table[0]))-uintptr(unsafe.Pointer(&p.page[0]))) / p.size
+	p.used &^= 1 << i
+	if p.used != 0 {
+		return
+	}
+	if syscall.Munmap(p.mapping) == nil {
+		offHeap.Add(-hugePage)
+	}
+	st.pages = slices.DeleteFunc(st.pages, func(q *tablePage) bool { return q == p })
 }

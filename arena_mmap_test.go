@@ -20,7 +20,7 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 		t.Skip("transparent huge pages are off on this machine")
 	}
 	const chunksPerHuge = hugePage / chunkSize
-	a := newArena(2 * chunksPerHuge)
+	a := newArena(2*chunksPerHuge, nil)
 	defer a.release()
 	for i := range chunksPerHuge - 1 {
 		c := a.chunk(i)
@@ -50,7 +50,7 @@ func TestArenaLargeTableInHugePages(t *testing.T) {
 	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
 		t.Skip("transparent huge pages are off on this machine")
 	}
-	a := newArena(1)
+	a := newArena(1, nil)
 	defer a.release()
 	slots := 2 * hugePage / 8
 	tab := a.table(slots)
@@ -62,6 +62,70 @@ func TestArenaLargeTableInHugePages(t *testing.T) {
 	}
 	if got := a.mapped(); got != 2*hugePage {
 		t.Fatalf("the arena counts %d bytes for a table of %d", got, 2*hugePage)
+	}
+}
+
+// TestSharedTablesShareHugePages has two shards of a large store map
+// tables smaller than a huge page: they share one huge page, counted whole
+// and taken out of the shards' budgets; a table handed out again is zeroed;
+// past the pages the store may map, a table is mapped on its own; and the
+// page is unmapped with the last table in it.
+func TestSharedTablesShareHugePages(t *testing.T) {
+	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
+		t.Skip("transparent huge pages are off on this machine")
+	}
+	if newSharedTables(minSharedTables-1) != nil {
+		t.Fatalf("a store of %d bytes shares table pages: they would be a large share of its budget", minSharedTables-1)
+	}
+	s, err := newStore(minSharedTables, perKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.shards[0].arena.shared
+	if st == nil || st != s.shards[len(s.shards)-1].arena.shared {
+		t.Fatalf("a store of %d bytes: its shards do not share table pages", int64(minSharedTables))
+	}
+	if budgets := s.shards[0].budget * int64(len(s.shards)); budgets+st.reserve() > s.capacity || st.reserve() != int64(st.maxPages)*hugePage {
+		t.Fatalf("shard budgets %d plus %d reserved for %d shared pages: more than the capacity %d", budgets, st.reserve(), st.maxPages, s.capacity)
+	}
+
+	a, b := newArena(1, st), newArena(1, st)
+	slots := minMappedTable / 8
+	before := OffHeapBytes()
+	ta, tb := a.table(slots), b.table(slots)
+	ta[0], tb[slots-1] = 1, 1
+	if len(st.pages) != 1 || OffHeapBytes()-before != hugePage {
+		t.Fatalf("two tables of %d bytes: %d huge pages, %d bytes mapped; want 1, %d", minMappedTable, len(st.pages), OffHeapBytes()-before, hugePage)
+	}
+	page := st.pages[0].mapping
+	if _, huge := residence(t, page); huge != hugePage {
+		t.Fatalf("the shared page has %d bytes in huge pages; want %d", huge, hugePage)
+	}
+	if a.mapped() != minMappedTable || b.mapped() != minMappedTable {
+		t.Fatalf("the arenas count %d and %d bytes for a table of %d each", a.mapped(), b.mapped(), minMappedTable)
+	}
+
+	a.free(ta)
+	again := a.table(slots)
+	if again[0] != 0 || len(st.pages) != 1 {
+		t.Fatalf("a table handed out again: first slot %d, %d pages; want 0, 1", again[0], len(st.pages))
+	}
+	st.maxPages = len(st.pages)
+	own := b.table(2 * slots)
+	if len(st.pages) != 1 || b.tables[len(b.tables)-1].page != nil || b.mapped() != 3*minMappedTable {
+		t.Fatalf("a table past the shared pages: %d pages, shared %v, %d bytes counted; want 1, on its own, %d",
+			len(st.pages), b.tables[len(b.tables)-1].page != nil, b.mapped(), 3*minMappedTable)
+	}
+	own[0] = 1
+	mapped := OffHeapBytes()
+	a.release()
+	b.release()
+	if unmapped := mapped - OffHeapBytes(); len(st.pages) != 0 || a.mapped() != 0 || b.mapped() != 0 || unmapped != hugePage+2*minMappedTable {
+		t.Fatalf("after release: %d pages, %d and %d bytes counted, %d unmapped; want none, %d unmapped",
+			len(st.pages), a.mapped(), b.mapped(), unmapped, hugePage+2*minMappedTable)
+	}
+	if rss, _ := residence(t, page); rss != 0 {
+		t.Fatalf("after release the page has %d bytes resident", rss)
 	}
 }
 

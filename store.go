@@ -117,15 +117,16 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 	n = 1 << (bits.Len64(uint64(n)) - 1)
 
 	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity}
+	tables := newSharedTables(capacity)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.seed = s.seed
-		sh.budget = capacity / n
+		sh.budget = (capacity - tables.reserve()) / n
 		rings := int(sh.budget / chunkSize)
 		sh.chunks = make([][]byte, rings)
 		sh.used = make([]uint32, rings)
 		sh.tail = -1
-		sh.arena = newArena(rings)
+		sh.arena = newArena(rings, tables)
 		sh.table = sh.arena.table(minTableSlots)
 		sh.grace = grace
 		for k, l := range limits {
