@@ -106,7 +106,7 @@ func New() *Cache {
 		ecs:            defaultECS(),
 		refreshes:      newRefreshes(),
 		metrics:        &metricsSet{},
-		now:            time.Now,
+		now:            coarseNow,
 	}
 	c.metrics.c = c
 	if err := c.init(); err != nil {
