@@ -302,17 +302,28 @@ type tablePage struct {
 
 // get returns a zeroed table of size bytes.
 func (st *sharedTables) get(size int) (mappedTable, bool) {
+	t, p := st.take(size)
+	if p == nil {
+		return mappedTable{}, false
+	}
+	// Zeroed outside the lock, which other shards' resizes wait on: the
+	// slot is this caller's alone once taken.
+	clear(t) // what a table that had the slot left
+	return mappedTable{table: t, page: p}, true
+}
+
+// take marks a free table of size bytes handed out and returns it and its
+// page; no page when there is no room and none may be mapped.
+func (st *sharedTables) take(size int) ([]byte, *tablePage) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	p := st.pageWithRoom(size)
 	if p == nil {
-		return mappedTable{}, false
+		return nil, nil
 	}
 	i := bits.TrailingZeros32(^p.used)
 	p.used |= 1 << i
-	t := p.page[i*size : (i+1)*size : (i+1)*size]
-	clear(t) // a table that an earlier one left
-	return mappedTable{table: t, page: p}, true
+	return p.page[i*size : (i+1)*size : (i+1)*size], p
 }
 
 // pageWithRoom returns a page with a free table of size bytes, mapping one
@@ -348,8 +359,10 @@ func (st *sharedTables) put(t mappedTable) {
 	if p.used != 0 {
 		return
 	}
+	// A page that fails to unmap stays listed, empty, for the next table
+	// of its size: the pages mapped stay within maxPages.
 	if syscall.Munmap(p.mapping) == nil {
 		offHeap.Add(-hugePage)
+		st.pages = slices.DeleteFunc(st.pages, func(q *tablePage) bool { return q == p })
 	}
-	st.pages = slices.DeleteFunc(st.pages, func(q *tablePage) bool { return q == p })
 }

@@ -11,13 +11,17 @@ import (
 // work. A coarseClock instead hands out the time that one goroutine stores
 // every tick while the clock is read; the goroutine stops after idle
 // without a read, so that an idle server does not wake for it, and the
-// next read, which reads the time itself, starts it again.
+// next read, which reads the time itself, starts it again. Its times carry
+// no monotonic reading: ages and the refresh hold-offs (refresh.go) follow
+// the wall clock, as entry ages always did.
 type coarseClock struct {
 	tick, idle time.Duration
 
-	now     atomic.Int64 // unix nanoseconds, at most a tick old while running
-	running atomic.Bool
-	read    atomic.Bool // read since the last tick
+	// now is the unix time in nanoseconds, at most a tick old, and 0 while
+	// no goroutine keeps it: one word, so that a reader never sees the
+	// clock running with a time from before it stopped.
+	now  atomic.Int64
+	read atomic.Bool // read since the last tick
 }
 
 // coarse is the process's clock: every cache reads it.
@@ -32,12 +36,11 @@ func (c *coarseClock) Now() time.Time {
 		// the flag's cache line between the cores on every query.
 		c.read.Store(true)
 	}
-	if c.running.Load() {
-		return time.Unix(0, c.now.Load())
+	if ns := c.now.Load(); ns != 0 {
+		return time.Unix(0, ns)
 	}
 	now := time.Now()
-	if c.running.CompareAndSwap(false, true) {
-		c.now.Store(now.UnixNano())
+	if c.now.CompareAndSwap(0, now.UnixNano()) {
 		go c.run()
 	}
 	return now
@@ -49,14 +52,12 @@ func (c *coarseClock) run() {
 	defer t.Stop()
 	var idle time.Duration
 	for range t.C {
-		c.now.Store(time.Now().UnixNano())
 		if c.read.Swap(false) {
 			idle = 0
-			continue
-		}
-		if idle += c.tick; idle >= c.idle {
-			c.running.Store(false)
+		} else if idle += c.tick; idle >= c.idle {
+			c.now.Store(0)
 			return
 		}
+		c.now.Store(time.Now().UnixNano())
 	}
 }

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,19 +22,40 @@ func TestCoarseClock(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if !c.running.Load() {
+	if c.now.Load() == 0 {
 		t.Fatal("the clock does not run while it is read")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for c.running.Load() && time.Now().Before(deadline) {
+	for c.now.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if c.running.Load() {
+	if c.now.Load() != 0 {
 		t.Fatalf("the clock still runs 5s after its last read (idle %v)", c.idle)
 	}
-	stopped := time.Unix(0, c.now.Load())
-	time.Sleep(20 * time.Millisecond)
-	if got := c.Now(); !got.After(stopped) || !c.running.Load() {
-		t.Fatalf("a read after the clock stopped: %v (it stopped at %v), running %v; want the time now, running again", got, stopped, c.running.Load())
+	before := time.Now()
+	if got := c.Now(); got.Before(before.Truncate(time.Millisecond)) || c.now.Load() == 0 {
+		t.Fatalf("a read after the clock stopped: %v, read at %v, running %v; want the time now, running again", got, before, c.now.Load() != 0)
+	}
+}
+
+// TestCoarseClockStartsWithTheTime has several goroutines read fresh clocks
+// at once: the ones that do not start it must not see it running with no
+// time yet.
+func TestCoarseClockStartsWithTheTime(t *testing.T) {
+	start := time.Now().Add(-time.Second)
+	for range 2000 {
+		// Stopped a moment after the reads, so that no goroutine outlives the test.
+		c := &coarseClock{tick: time.Millisecond, idle: time.Millisecond}
+		var wg sync.WaitGroup
+		got := make([]time.Time, 4)
+		for g := range got {
+			wg.Go(func() { got[g] = c.Now() })
+		}
+		wg.Wait()
+		for _, at := range got {
+			if at.Before(start) {
+				t.Fatalf("a fresh clock read %v; want a time after %v", at, start)
+			}
+		}
 	}
 }
