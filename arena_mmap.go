@@ -329,6 +329,8 @@ func (st *sharedTables) take(size int) ([]byte, *tablePage) {
 // pageWithRoom returns a page with a free table of size bytes, mapping one
 // if none has.
 func (st *sharedTables) pageWithRoom(size int) *tablePage {
+	// The bits of a full page: 32 tables of 64 KiB shift the one out of
+	// the uint32, and 0 - 1 sets all 32 (Go defines shifts past the width).
 	full := uint32(1)<<(hugePage/size) - 1
 	for _, p := range st.pages {
 		if p.size == size && p.used != full {
