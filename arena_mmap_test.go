@@ -3,6 +3,7 @@
 package compactcache
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -163,4 +164,49 @@ func residence(t *testing.T, b []byte) (rss, huge int) {
 		}
 	}
 	return rss, huge
+}
+
+// TestSharedTablesWithinBudget fills a store whose tables share huge pages
+// well past its budget: the pages stay within the number set aside for
+// them, and the memory mapped for the store, table pages counted whole,
+// within its capacity.
+func TestSharedTablesWithinBudget(t *testing.T) {
+	before := OffHeapBytes()
+	s, err := newStore(minSharedTables, perKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.shards[0].arena.shared
+	b := newBuilder()
+	label := strings.Repeat("x", 60)
+	shared, evicted := false, 0
+	for i := range 320_000 {
+		// Long names, so that the budget fills in fewer puts.
+		e, _ := testEntry(t, b, fmt.Sprintf("%s.%s.%s.n%d.example.org.", label, label, label, i), uint32(i), 3600, kindSuccess)
+		ev := s.put(e, 0)
+		evicted += ev[kindSuccess]
+		if i%1000 == 0 && !shared {
+			for j := range s.shards {
+				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].page != nil {
+					shared = true
+				}
+			}
+		}
+	}
+	checkShards(t, s)
+	if !shared {
+		t.Fatal("no table came from the shared pages")
+	}
+	if evicted == 0 {
+		t.Fatalf("320000 entries fit in %d bytes: the budget was never reached", s.capacity)
+	}
+	if len(st.pages) > st.maxPages {
+		t.Fatalf("%d shared pages mapped, %d set aside", len(st.pages), st.maxPages)
+	}
+	if held, limit := s.bytes.Load(), s.capacity-st.reserve(); held > limit {
+		t.Fatalf("the shards hold %d bytes, more than the %d the reserve leaves them", held, limit)
+	}
+	if mapped := OffHeapBytes() - before; mapped > s.capacity {
+		t.Fatalf("%d bytes mapped for a store of %d", mapped, s.capacity)
+	}
 }
