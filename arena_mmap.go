@@ -90,16 +90,14 @@ func (a *arena) chunk(i int) []byte {
 }
 
 func (a *arena) reserve() {
-	n := a.chunks * chunkSize
-	m, err := mmap(n + hugePage)
+	// Huge pages at fault time would make a partly filled ring resident
+	// 2 MiB at a time, beyond what the budget accounting counts.
+	m, ring, err := mapHugeAligned(a.chunks*chunkSize, syscall.MADV_NOHUGEPAGE)
 	if err != nil {
 		a.failed = true
 		return
 	}
-	a.mapping, a.ring = m, alignHuge(m, n)
-	// Huge pages at fault time would make a partly filled ring resident
-	// 2 MiB at a time, beyond what the budget accounting counts.
-	syscall.Madvise(a.ring, syscall.MADV_NOHUGEPAGE)
+	a.mapping, a.ring = m, ring
 }
 
 // collapseLater has the huge page at off, whose chunks are all handed out
@@ -162,20 +160,15 @@ func (a *arena) mapTable(size int) (mappedTable, bool) {
 			return t, true
 		}
 	}
-	slack := 0
+	var t mappedTable
+	var err error
 	if size >= hugePage {
-		slack = hugePage
+		t.mapping, t.table, err = mapHugeAligned(size, syscall.MADV_HUGEPAGE)
+	} else {
+		t.mapping, err = mmap(size)
+		t.table = t.mapping
 	}
-	m, err := mmap(size + slack)
-	if err != nil {
-		return mappedTable{}, false
-	}
-	t := mappedTable{mapping: m, table: m[:size]}
-	if slack > 0 {
-		t.table = alignHuge(m, size)
-		syscall.Madvise(t.table, syscall.MADV_HUGEPAGE)
-	}
-	return t, true
+	return t, err == nil
 }
 
 // free unmaps t, a table that resize replaced, if it was mapped.
@@ -229,19 +222,27 @@ func (a *arena) hold(n int64) {
 	a.mu.Unlock()
 }
 
-// mapped returns the bytes of the arena counted in offHeap.
+// mapped returns the bytes the arena holds: its chunks handed out and its
+// tables (offHeap counts a shared table's page instead).
 func (a *arena) mapped() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.held
 }
 
-// alignHuge returns the n bytes of m that start at its first huge page
-// boundary; m has a huge page more than n. The bytes before and after are
-// never touched: address space, not memory.
-func alignHuge(m []byte, n int) []byte {
+// mapHugeAligned maps n bytes that start at a huge page boundary, advised
+// with advice (MADV_HUGEPAGE or MADV_NOHUGEPAGE), and returns them and the
+// mapping they lie in, a huge page larger: the bytes before and after them
+// are never touched, address space, not memory.
+func mapHugeAligned(n, advice int) (mapping, aligned []byte, err error) {
+	m, err := mmap(n + hugePage)
+	if err != nil {
+		return nil, nil, err
+	}
 	skip := (hugePage - int(uintptr(unsafe.Pointer(&m[0]))%hugePage)) % hugePage
-	return m[skip : skip+n : skip+n]
+	aligned = m[skip : skip+n : skip+n]
+	syscall.Madvise(aligned, advice)
+	return m, aligned, nil
 }
 
 func mmap(n int) ([]byte, error) {
@@ -340,12 +341,11 @@ func (st *sharedTables) pageWithRoom(size int) *tablePage {
 	if len(st.pages) == st.maxPages {
 		return nil
 	}
-	m, err := mmap(2 * hugePage)
+	m, page, err := mapHugeAligned(hugePage, syscall.MADV_HUGEPAGE)
 	if err != nil {
 		return nil
 	}
-	p := &tablePage{mapping: m, page: alignHuge(m, hugePage), size: size}
-	syscall.Madvise(p.page, syscall.MADV_HUGEPAGE)
+	p := &tablePage{mapping: m, page: page, size: size}
 	st.pages = append(st.pages, p)
 	offHeap.Add(hugePage)
 	return p

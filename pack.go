@@ -66,14 +66,20 @@ func (b *builder) packRR(rr dns.RR, alias string, r *record) error {
 	if err != nil {
 		return err
 	}
-	if cap(wire) > cap(b.wire) {
-		b.wire = wire[:cap(wire)] // it grew: keep the larger (stored only then: see build)
-	}
+	b.keepWire(wire)
 	r.owner, r.rtype, r.class, r.ttl, r.rdata = nil, h.Rrtype, h.Class, h.Ttl, wire[owner:]
 	if owner > 0 {
 		r.owner = wire[:owner]
 	}
 	return nil
+}
+
+// keepWire keeps wire, b.wire appended to, when it outgrew b.wire. It is
+// stored only then: see build.
+func (b *builder) keepWire(wire []byte) {
+	if cap(wire) > cap(b.wire) {
+		b.wire = wire[:cap(wire)]
+	}
 }
 
 // packOther packs rr with miekg/dns: a message holding rr alone, packed into
@@ -89,9 +95,7 @@ func (b *builder) packOther(rr dns.RR, r *record) error {
 	if err != nil {
 		return err
 	}
-	if cap(wire) > cap(b.wire) {
-		b.wire = wire[:cap(wire)] // PackBuffer outgrew the buffer: keep the larger
-	}
+	b.keepWire(wire)
 	*r, _ = wireRecord(wire, headerSize)
 	return nil
 }
