@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
 )
@@ -162,7 +161,7 @@ func childZipf(cfg config, kind bench.Kind, budget int64, stockEntries int) erro
 		c   *bench.Cache
 		err error
 	)
-	empty, emptyMapped := settled(), compactcache.OffHeapBytes()
+	empty := bench.Settled()
 	if kind == bench.Stock {
 		c, err = bench.NewStock(stockEntries, up)
 	} else {
@@ -193,8 +192,8 @@ func childZipf(cfg config, kind bench.Kind, budget int64, stockEntries int) erro
 	if r.Hits, err = pass(); err != nil {
 		return err
 	}
-	end := settled()
-	r.HeapInuse = int64(end.HeapInuse) - int64(empty.HeapInuse) + compactcache.OffHeapBytes() - emptyMapped
+	end := bench.Settled() // the store's mapped memory counted in
+	r.HeapInuse = int64(end.HeapInuse) - int64(empty.HeapInuse)
 	if c.Compact != nil {
 		st := c.Compact.Stats()
 		r.Entries, r.StoreBytes = st.Entries, st.Bytes

@@ -45,16 +45,6 @@ func loop(lo, hi int, f func(i int) error) (cost, error) {
 	}, nil
 }
 
-// settled returns the memory statistics once garbage is gone: two cycles,
-// the second freeing what the first's finalizers and sweeping left.
-func settled() runtime.MemStats {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m
-}
-
 // newCache returns kind in front of up, sized for cfg.n entries: the stock
 // cache with twice the entries, so that its random eviction (per shard, a
 // 256th of the capacity each) never runs; compactcache with cfg.capacity.
@@ -132,17 +122,18 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 
 	progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
 	alone, aloneUp := bench.NewDriver(cfg.variant, names), &bench.Upstream{Variant: cfg.variant}
-	before, mappedBefore := settled(), compactcache.OffHeapBytes()
+	before, mappedBefore := bench.Settled(), compactcache.OffHeapBytes()
 	f.insert, f.upstream, f.ownNs, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
 	if err != nil {
 		return nil, err
 	}
-	after, mappedAfter := settled(), compactcache.OffHeapBytes()
+	after, mappedAfter := bench.Settled(), compactcache.OffHeapBytes()
 	n := float64(cfg.n)
-	// The store's memory outside the Go heap counts as if it were on it.
+	// bench.Settled counts the store's memory outside the Go heap as if it
+	// were on it.
 	f.mapped = float64(mappedAfter-mappedBefore) / n
-	f.heapInuse = (float64(after.HeapInuse)-float64(before.HeapInuse))/n + f.mapped
-	f.heapAlloc = (float64(after.HeapAlloc)-float64(before.HeapAlloc))/n + f.mapped
+	f.heapInuse = (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
+	f.heapAlloc = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
 	f.objects = (float64(after.HeapObjects) - float64(before.HeapObjects)) / n
 	if up.Calls() != int64(cfg.n) {
 		return nil, fmt.Errorf("the upstream answered %d of %d inserts", up.Calls(), cfg.n)

@@ -148,7 +148,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 	}
 
 	fmt.Fprintf(out, `
-bytes/entry: heap after runtime.GC() twice with the N entries stored, minus before, plus the memory
+bytes/entry: heap after GC (bench.Settled) with the N entries stored, minus before, plus the memory
   compactcache's store maps outside the Go heap (OffHeapBytes, chunks handed out and mapped index tables),
   over N; every entry was then queried and had to hit with its own payload. Stats().Bytes is
   compactcache's count of what its store holds, on or off the Go heap. Payload: qname in wire form plus
