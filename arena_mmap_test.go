@@ -5,8 +5,10 @@ package compactcache
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -17,9 +19,7 @@ import (
 // out, while a huge page's chunks are partly handed out; one huge page once
 // they all are.
 func TestArenaCollapsesFullHugePages(t *testing.T) {
-	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
-		t.Skip("transparent huge pages are off on this machine")
-	}
+	requireHugePages(t, true)
 	const chunksPerHuge = hugePage / chunkSize
 	a := newArena(2*chunksPerHuge, nil)
 	defer a.release()
@@ -48,9 +48,7 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 // slot in each, and checks that both are huge pages: all of the table
 // resident, as the accounting counts it, and nothing more.
 func TestArenaLargeTableInHugePages(t *testing.T) {
-	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
-		t.Skip("transparent huge pages are off on this machine")
-	}
+	requireHugePages(t, false)
 	a := newArena(1, nil)
 	defer a.release()
 	slots := 2 * hugePage / 8
@@ -72,9 +70,7 @@ func TestArenaLargeTableInHugePages(t *testing.T) {
 // past the pages the store may map, a table is mapped on its own; and the
 // page is unmapped with the last table in it.
 func TestSharedTablesShareHugePages(t *testing.T) {
-	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
-		t.Skip("transparent huge pages are off on this machine")
-	}
+	requireHugePages(t, false)
 	if newSharedTables(minSharedTables-1) != nil {
 		t.Fatalf("a store of %d bytes shares table pages: they would be a large share of its budget", minSharedTables-1)
 	}
@@ -92,6 +88,9 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 
 	a, b := newArena(1, st), newArena(1, st)
 	slots := minMappedTable / 8
+	// OffHeapBytes is the process's: the stores earlier tests dropped are
+	// unmapped first, so that only these arenas move it.
+	settleOffHeap()
 	before := OffHeapBytes()
 	ta, tb := a.table(slots), b.table(slots)
 	ta[0], tb[slots-1] = 1, 1
@@ -127,6 +126,56 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 	}
 	if rss, _ := residence(t, page); rss != 0 {
 		t.Fatalf("after release the page has %d bytes resident", rss)
+	}
+}
+
+// requireHugePages skips t where the kernel gives a mapping advised for
+// huge pages none at its first write (THP off, none free), or, with
+// collapse, cannot collapse small pages into one (MADV_COLLAPSE needs
+// Linux 6.1).
+func requireHugePages(t *testing.T, collapse bool) {
+	t.Helper()
+	m, page, err := mapHugeAligned(hugePage, syscall.MADV_HUGEPAGE)
+	if err != nil {
+		t.Skipf("cannot map a huge page: %v", err)
+	}
+	defer syscall.Munmap(m)
+	page[0] = 1
+	if _, huge := residence(t, m); huge != hugePage {
+		t.Skip("no transparent huge page at fault time on this machine")
+	}
+	if !collapse {
+		return
+	}
+	// Small pages of their own, to collapse.
+	m2, small, err := mapHugeAligned(hugePage, syscall.MADV_NOHUGEPAGE)
+	if err != nil {
+		t.Skipf("cannot map a huge page's worth: %v", err)
+	}
+	defer syscall.Munmap(m2)
+	for i := 0; i < len(small); i += 4096 {
+		small[i] = 1
+	}
+	if err := syscall.Madvise(small, syscall.MADV_HUGEPAGE); err != nil {
+		t.Skipf("MADV_HUGEPAGE: %v", err)
+	}
+	if err := syscall.Madvise(small, madviseCollapse); err != nil {
+		t.Skipf("MADV_COLLAPSE: %v", err)
+	}
+}
+
+// settleOffHeap runs GC cycles until the cleanups of unreachable stores
+// stop changing OffHeapBytes.
+func settleOffHeap() {
+	mapped := OffHeapBytes()
+	for range 20 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond) // cleanups run on a goroutine of their own
+		now := OffHeapBytes()
+		if now == mapped {
+			return
+		}
+		mapped = now
 	}
 }
 
