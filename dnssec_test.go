@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
+
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -508,18 +510,7 @@ func secStartServer(t *testing.T, corefile string) (string, func()) {
 	t.Helper()
 	var lastErr error
 	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		pc.Close()
+		port := testenv.FreePort(t)
 		serverMu.Lock() // server_test.go: caddy.Start is not safe for concurrent use
 		caddy.Quiet = true
 		dnsserver.Quiet = true

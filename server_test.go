@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -111,10 +112,7 @@ func listenUDPTCP(t *testing.T) (net.PacketConn, net.Listener) {
 // TCP a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	pc, ln := listenUDPTCP(t)
-	pc.Close()
-	ln.Close()
-	return pc.LocalAddr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
 }
 
 // truncatingWriter makes UDP replies fit the requester's buffer, as a DNS
