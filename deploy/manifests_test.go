@@ -148,9 +148,6 @@ func corefile(t *testing.T, text string) []caddyfile.ServerBlock {
 	return blocks
 }
 
-// defaultCapacity is the plugin's budget when a block gives none (README).
-const defaultCapacity = 64 * mib
-
 // budgets returns each compactcache block's byte budget, in order.
 func budgets(t *testing.T, blocks []caddyfile.ServerBlock) []int64 {
 	t.Helper()
@@ -160,7 +157,7 @@ func budgets(t *testing.T, blocks []caddyfile.ServerBlock) []int64 {
 		if !ok {
 			continue
 		}
-		budget := int64(defaultCapacity)
+		budget := compactcache.New().Stats().Capacity // a block's without capacity
 		for i, tok := range toks {
 			if tok.Text == "capacity" && i+1 < len(toks) {
 				n, err := compactcache.ParseSize(toks[i+1].Text)

@@ -462,8 +462,7 @@ func (r *runner) startUpstream(ctx context.Context) error {
 	}
 	r.upstream = p
 	// The zone loads before the server listens; give a large zone time.
-	q := workload.Question(0)
-	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), dns.Question{Name: q.Name, Qtype: q.Qtype, Qclass: dns.ClassINET}, 5*time.Minute)
+	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), workload.Question(0), 5*time.Minute)
 	if err != nil {
 		return fmt.Errorf("upstream: %v", err)
 	}
