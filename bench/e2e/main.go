@@ -251,8 +251,8 @@ func run(ctx context.Context, o options) (*report, error) {
 		p:       newPorts(o.basePort),
 		cs:      cacheSpec{capacity: o.capacity, success: max(300_000, o.n*3/2)},
 	}
-	if err := portsFree(r.p); err != nil {
-		return nil, err
+	if err := proc.PortsFree(r.p.server, r.p.reserveEnd); err != nil {
+		return nil, fmt.Errorf("%v (choose another -port)", err)
 	}
 
 	src, source, err := sourceTree(ctx, root, o.rev, dir)

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -37,24 +35,6 @@ func startPinned(core int, env []string, logPath, dir, name string, args ...stri
 	cmd.Env = env
 	cmd.Dir = dir
 	return proc.Start(name, logPath, cmd)
-}
-
-// portsFree checks that the run's ports are free on the loopback.
-func portsFree(p ports) error {
-	for port := p.server; port < p.reserveEnd; port++ {
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("port %d is taken (choose another -port): %v", port, err)
-		}
-		l.Close()
-		u, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return fmt.Errorf("udp port %d is taken (choose another -port): %v", port, err)
-		}
-		u.Close()
-	}
-	return nil
 }
 
 // gcTrace is what the gctrace lines of a stretch of a server's log say.

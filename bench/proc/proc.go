@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -179,4 +180,23 @@ func ParseStatusKB(b []byte, field string) (int64, error) {
 		return n << 10, nil
 	}
 	return 0, fmt.Errorf("status: no %s", field)
+}
+
+// PortsFree checks that the ports in [from, end) are free for both TCP and
+// UDP on 127.0.0.1, before a run starts servers on them.
+func PortsFree(from, end int) error {
+	for port := from; port < end; port++ {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("port %d is taken: %v", port, err)
+		}
+		l.Close()
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return fmt.Errorf("udp port %d is taken: %v", port, err)
+		}
+		u.Close()
+	}
+	return nil
 }

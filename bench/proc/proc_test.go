@@ -3,6 +3,7 @@
 package proc
 
 import (
+	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -44,5 +45,27 @@ func TestStartStop(t *testing.T) {
 	p.Stop(5 * time.Second)
 	if !p.Exited() || p.Err() == nil {
 		t.Errorf("after Stop: exited %v, err %v; want a signal", p.Exited(), p.Err())
+	}
+}
+
+// TestPortsFree finds a port listened on taken, and one closed again free.
+func TestPortsFree(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := PortsFree(port, port+1); err == nil {
+		t.Fatalf("port %d, listened on, reported free", port)
+	}
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := l2.Addr().(*net.TCPAddr).Port
+	l2.Close()
+	if err := PortsFree(free, free+1); err != nil {
+		t.Fatalf("port %d, closed, reported taken: %v", free, err)
 	}
 }

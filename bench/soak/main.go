@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -109,10 +108,8 @@ func main() {
 			log.Fatalf("go build ./cmd/coredns (run from the repository's root): %v", err)
 		}
 	}
-	for p := *port; p <= *port+2; p++ {
-		if err := portFree(p); err != nil {
-			log.Fatalf("%v (choose another -port)", err)
-		}
+	if err := proc.PortsFree(*port, *port+3); err != nil {
+		log.Fatalf("%v (choose another -port)", err)
 	}
 
 	zone := filepath.Join(work, "zone.db")
@@ -547,18 +544,4 @@ func startServer(dir, name, bin, corefile string) (*proc.Proc, error) {
 	cmd := exec.Command(bin, "-conf", conf)
 	cmd.Dir = dir
 	return proc.Start(name, filepath.Join(dir, name+".log"), cmd)
-}
-
-func portFree(port int) error {
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("port %d is taken: %v", port, err)
-	}
-	l.Close()
-	u, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return fmt.Errorf("udp port %d is taken: %v", port, err)
-	}
-	return u.Close()
 }
