@@ -2,7 +2,6 @@ package compactcache
 
 import (
 	"bufio"
-	golog "log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/compactcache/compactcache/internal/testenv"
 
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/test"
@@ -26,17 +23,6 @@ import (
 // makes the cache answer from an entry (the upstream's count stays 1), and
 // asserts something that only holds when the cache handed the plugin a
 // *dns.Msg.
-
-// captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
-// writes to, to a buffer until the test ends. Tests that call it must not be
-// parallel.
-func captureLog(t *testing.T) *testenv.LogBuffer {
-	buf := &testenv.LogBuffer{}
-	prev := golog.Writer()
-	golog.SetOutput(buf)
-	t.Cleanup(func() { golog.SetOutput(prev) })
-	return buf
-}
 
 // logRcodes returns the rcodes the log plugin logged for queries of qtype
 // for qname, in order. The default format is

@@ -3,12 +3,14 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	golog "log"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -207,4 +209,15 @@ func ttlsAtMost(got, want []dns.RR) error {
 		}
 	}
 	return nil
+}
+
+// captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
+// writes to, to a buffer until the test ends. Tests that call it must not be
+// parallel.
+func captureLog(t *testing.T) *testenv.LogBuffer {
+	buf := &testenv.LogBuffer{}
+	prev := golog.Writer()
+	golog.SetOutput(buf)
+	t.Cleanup(func() { golog.SetOutput(prev) })
+	return buf
 }
