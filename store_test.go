@@ -240,3 +240,30 @@ func TestStoreCapacityRange(t *testing.T) {
 		}
 	}
 }
+
+func TestShardCount(t *testing.T) {
+	tests := []struct {
+		capacity int64
+		procs    int
+		want     int
+	}{
+		{defaultCapacity, 2, 8},        // four per core
+		{defaultCapacity, 3, 8},        // a power of two, rounded down
+		{defaultCapacity, 64, 32},      // sixteen chunks per shard
+		{MinCapacity, 2, 1},            // too small for two rings of sixteen chunks
+		{512 << 20, 1, 4},              // the report's budget on one core
+		{16 << 30, 1, 4},               // rings of 32,768 chunks
+		{64 << 30, 1, 8},               // rings within maxChunks
+		{MaxCapacity, 1, maxShards},    // rings of maxChunks
+		{MaxCapacity, 1024, maxShards}, // no more than maxShards
+	}
+	for _, tc := range tests {
+		n := shardCount(tc.capacity, tc.procs)
+		if n != tc.want {
+			t.Errorf("shardCount(%d, %d) = %d, want %d", tc.capacity, tc.procs, n, tc.want)
+		}
+		if rings := tc.capacity / int64(n) / chunkSize; rings > maxChunks {
+			t.Errorf("shardCount(%d, %d): rings of %d chunks, more than %d", tc.capacity, tc.procs, rings, maxChunks)
+		}
+	}
+}
