@@ -252,7 +252,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 	if len(st.pages) > st.maxPages {
 		t.Fatalf("%d shared pages mapped, %d set aside", len(st.pages), st.maxPages)
 	}
-	if held, limit := s.bytes.Load(), s.capacity-st.reserve(); held > limit {
+	if held, limit := s.usage().held, s.capacity-st.reserve(); held > limit {
 		t.Fatalf("the shards hold %d bytes, more than the %d the reserve leaves them", held, limit)
 	}
 	if mapped := OffHeapBytes() - before; mapped > s.capacity {

@@ -133,9 +133,10 @@ type Stats struct {
 
 // Stats returns the store's occupancy.
 func (c *Cache) Stats() Stats {
+	u := c.store.usage()
 	return Stats{
-		Entries:  c.store.entries[kindSuccess].Load() + c.store.entries[kindDenial].Load(),
-		Bytes:    c.store.bytes.Load(),
+		Entries:  int64(u.kinds[kindSuccess] + u.kinds[kindDenial]),
+		Bytes:    u.held,
 		Capacity: c.store.capacity,
 	}
 }

@@ -151,7 +151,7 @@ func TestECSVariants(t *testing.T) {
 	}
 	// Each upstream query stored one variant.
 	checkShards(t, c.store)
-	if n := c.store.variants.Load(); n != 10 {
+	if n := c.store.usage().variants; n != 10 {
 		t.Errorf("%d ECS variants stored, want 10", n)
 	}
 }

@@ -204,12 +204,13 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		if s == nil {
 			continue // gone since prune
 		}
+		u := s.usage()
 		for k := range kindLabels {
-			m.entries[k].Set(float64(s.entries[k].Load()))
+			m.entries[k].Set(float64(u.kinds[k]))
 		}
-		m.bytes.Set(float64(s.bytes.Load()))
+		m.bytes.Set(float64(u.held))
 		m.capacity.Set(float64(s.capacity))
-		m.variants.Set(float64(s.variants.Load()))
+		m.variants.Set(float64(u.variants))
 	}
 	// Collected under the lock, so that a concurrent gathering does not
 	// interleave its values with these.

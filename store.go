@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
-	"sync/atomic"
 )
 
 // The store keeps entries as bytes in per-shard arenas and finds them through
@@ -69,10 +68,6 @@ type store struct {
 	seed     maphash.Seed
 	shards   []shard
 	capacity int64
-
-	entries  [numKinds]atomic.Int64
-	variants atomic.Int64
-	bytes    atomic.Int64
 }
 
 type shard struct {
@@ -131,7 +126,6 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 			}
 		}
 		sh.held = sh.overhead() + minTableSlots*8
-		s.bytes.Add(sh.held)
 	}
 	s.releaseWhenUnreachable()
 	return s, nil
@@ -189,35 +183,40 @@ func (s *store) update(key []byte, now int64, next func(old entry) entry) (evict
 	return evicted
 }
 
-// locked runs f on the shard of hash h with its lock held, and carries what
-// f changed into the store's counters.
+// locked runs f on the shard of hash h with its lock held.
 func (s *store) locked(h uint64, f func(sh *shard)) {
 	sh := s.shard(h)
 	sh.mu.Lock()
-	kinds, variants, held := sh.kinds, sh.variants, sh.held
 	// Unlock even if f panics, so that one bad entry does not leave the
 	// shard locked for every later query.
-	defer func() {
-		for k := range kinds {
-			kinds[k] = sh.kinds[k] - kinds[k]
-		}
-		variants, held = sh.variants-variants, sh.held-held
-		sh.mu.Unlock()
-		// Most changes move one count: an atomic add of zero would still
-		// take the cache line from the other cores.
-		for k, d := range kinds {
-			if d != 0 {
-				s.entries[k].Add(int64(d))
-			}
-		}
-		if variants != 0 {
-			s.variants.Add(int64(variants))
-		}
-		if held != 0 {
-			s.bytes.Add(held)
-		}
-	}()
+	defer sh.mu.Unlock()
 	f(sh)
+}
+
+// usage is what a store holds.
+type usage struct {
+	kinds    perKind // entries per kind
+	variants int     // entries tailored to a client subnet (ECS)
+	held     int64   // bytes: chunks, tables, ring bookkeeping
+}
+
+// usage sums what the shards hold, each read under its lock. It is read for
+// metrics and Stats, seldom; the store keeps no running totals, which every
+// insert would update with atomic adds, on a cache line that the inserts of
+// every core would pull to their own.
+func (s *store) usage() usage {
+	var u usage
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, n := range sh.kinds {
+			u.kinds[k] += n
+		}
+		u.variants += sh.variants
+		u.held += sh.held
+		sh.mu.Unlock()
+	}
+	return u
 }
 
 // sameShape reports whether o was made with the budget, caps and stale
