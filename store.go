@@ -68,6 +68,8 @@ type store struct {
 	seed     maphash.Seed
 	shards   []shard
 	capacity int64
+	limits   perKind // the entry caps as configured; shards apply their share
+	grace    int64   // the serve-stale window in seconds
 }
 
 type shard struct {
@@ -107,7 +109,7 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
 	n := shardCount(capacity, runtime.GOMAXPROCS(0))
-	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity}
+	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits, grace: grace}
 	tables := newSharedTables(capacity)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -220,10 +222,11 @@ func (s *store) usage() usage {
 }
 
 // sameShape reports whether o was made with the budget, caps and stale
-// window of s, so that it can serve in its place.
+// window of s, so that it can serve in its place. The number of shards may
+// differ: it follows GOMAXPROCS, which Go changes with the container's CPU
+// limit, and either number serves.
 func (s *store) sameShape(o *store) bool {
-	a, b := &s.shards[0], &o.shards[0]
-	return s.capacity == o.capacity && len(s.shards) == len(o.shards) && a.limits == b.limits && a.grace == b.grace
+	return s.capacity == o.capacity && s.limits == o.limits && s.grace == o.grace
 }
 
 // remove drops the entry stored under key, if any.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
@@ -265,5 +266,30 @@ func TestShardCount(t *testing.T) {
 		if rings := tc.capacity / int64(n) / chunkSize; rings > maxChunks {
 			t.Errorf("shardCount(%d, %d): rings of %d chunks, more than %d", tc.capacity, tc.procs, rings, maxChunks)
 		}
+	}
+}
+
+// TestSameShapeAcrossCores checks that a reload keeps the store when only
+// GOMAXPROCS changed, which sets the number of shards, and not when the
+// configured caps did.
+func TestSameShapeAcrossCores(t *testing.T) {
+	newOn := func(procs int, limits perKind) *store {
+		t.Helper()
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		s, err := newStore(defaultCapacity, limits, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	one, many := newOn(1, perKind{}), newOn(8, perKind{})
+	if len(one.shards) == len(many.shards) {
+		t.Fatalf("%d shards on 1 core and on 8: the test needs them to differ", len(one.shards))
+	}
+	if !one.sameShape(many) {
+		t.Error("a store made on 1 core does not serve in place of one made on 8")
+	}
+	if one.sameShape(newOn(1, perKind{kindDenial: 100})) {
+		t.Error("stores with different denial caps have the same shape")
 	}
 }
