@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
@@ -19,6 +20,11 @@ type results struct {
 	zipf     map[bench.Kind][]zipfResult
 	stockCap map[int64]int // the stock cache's capacity for each zipf budget
 	failed   []error
+
+	// The run's start and the plugin's state then: a commit made while it
+	// runs is not what it measures.
+	started  time.Time
+	revision string
 }
 
 // ok returns the kinds measured so far without a failure, in cfg's order.
@@ -47,6 +53,8 @@ func run(cfg config) error {
 		gcSmall:  map[bench.Kind]gcResult{},
 		gcN:      map[bench.Kind]gcResult{},
 		stockCap: map[int64]int{},
+		started:  time.Now(),
+		revision: revision(),
 	}
 	names := workload.NewNames(cfg.n)
 	var err error

@@ -61,9 +61,9 @@ func printTable(out io.Writer, cfg config, r *results) {
 		path = "w.Write of the reply bytes (-raw)"
 	}
 	fmt.Fprintf(out, "compactcache beside the stock cache plugin, reference workload (variant %s)\n", cfg.variant)
-	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", time.Now().UTC().Format(time.DateTime+" UTC"),
+	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", r.started.UTC().Format(time.DateTime+" UTC"),
 		cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(out, "plugin: %s\n", revision())
+	fmt.Fprintf(out, "plugin: %s\n", r.revision)
 	fmt.Fprintf(out, "N = %d entries; compactcache budget %d MiB, hits through %s; stock cache sized for %d entries\n\n",
 		cfg.n, cfg.capacity>>20, path, 2*cfg.n)
 
@@ -186,7 +186,7 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-// revision describes the working tree as the report runs (the build is not
+// revision describes the working tree as the report starts (the build is not
 // stamped: go run and GOFLAGS=-buildvcs=false leave no VCS information), so
 // that a pasted table says which state of the plugin it measured.
 func revision() string {
