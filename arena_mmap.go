@@ -251,10 +251,11 @@ func mmap(n int) ([]byte, error) {
 
 // sharedTables hands out the mapped tables smaller than a huge page to the
 // shards of one store, from huge pages that each hold tables of one size.
-// A store of a million entries has 64 tables of 256 KiB: on pages of their
-// own, the miss's probe of a cold table slot is a TLB miss, whose page walk
-// under virtualisation costs more than the read itself, and whose entries
-// push out those of the rest of the server.
+// A store of a million entries on 16 cores has 64 tables of 256 KiB, one a
+// shard (shardCount): on pages of their own, the miss's probe of a cold
+// table slot is a TLB miss, whose page walk under virtualisation costs more
+// than the read itself, and whose entries push out those of the rest of the
+// server.
 //
 // A page's free part is resident but in no shard's count: tables of one
 // size fill a page as the shards reach that size, and leave holes in it as

@@ -105,10 +105,15 @@ type position struct {
 // newStore returns a store of capacity bytes. limits caps the entries of each
 // kind, 0 meaning no cap; grace is the serve-stale window in seconds.
 func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
+	return newStoreOn(runtime.GOMAXPROCS(0), capacity, limits, grace)
+}
+
+// newStoreOn is newStore for queries that run on procs cores.
+func newStoreOn(procs int, capacity int64, limits perKind, grace int64) (*store, error) {
 	if capacity < MinCapacity || capacity > MaxCapacity {
 		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
-	n := shardCount(capacity, runtime.GOMAXPROCS(0))
+	n := shardCount(capacity, procs)
 	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits, grace: grace}
 	tables := newSharedTables(capacity)
 	for i := range s.shards {
@@ -124,7 +129,7 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 		sh.grace = grace
 		for k, l := range limits {
 			if l > 0 {
-				sh.limits[k] = max(1, (l+n-1)/n)
+				sh.limits[k] = (l-1)/n + 1 // rounded up, without the overflow of l+n-1 for caps near MaxInt
 			}
 		}
 		sh.held = sh.overhead() + minTableSlots*8
@@ -138,21 +143,33 @@ func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
 // shard at the same time.
 const shardsPerProc = 4
 
+// maxShardBudget bounds a shard's share of the budget where the number of
+// shards allows, and so its index table, which is rebuilt at twice its size
+// under the shard's lock: 64 MiB hold about 350,000 entries of the reference
+// workload, whose table's last doubling, to 4 MiB, takes about 3 ms here; the
+// table of 1.5 million entries took 90 ms (to 32 MiB).
+const maxShardBudget = 64 << 20
+
 // shardCount returns the number of shards, a power of two, of a store of
-// capacity bytes whose queries run on procs cores: shardsPerProc for each,
-// within what the rings allow. More shards cost every insert time: each
-// shard appends to a tail chunk of its own, and the more tails the writes
-// are spread over, the longer the unlock after an insert waits for them to
-// reach memory (95 ns an insert at 64 shards on two cores, 23 ns at 8; the
-// cache's own insert at a million entries 1,350 ns against 1,150).
+// capacity bytes (at most MaxCapacity) whose queries run on procs cores:
+// shardsPerProc for each, more where shards would outgrow maxShardBudget,
+// within what the rings allow. More shards cost
+// every insert time: each shard appends to a tail chunk of its own, into
+// pages that a fault has just zeroed into the caches, and the more tails
+// the inserts take turns on, the more of those lines have left the caches
+// when they are written. On two cores the cache's own insert at a million
+// entries took 1,367-1,429 ns at 64 shards and 1,160-1,208 at 8 (paired
+// runs; BENCHMARKS.md).
 func shardCount(capacity int64, procs int) int {
 	// Sixteen or more chunks per shard keep the bytes lost to the partly
 	// filled tail chunk and to reclaiming a whole chunk at a time small.
 	most := capacity / (16 * chunkSize)
 	n := max(1, min(int64(shardsPerProc*procs), maxShards, most))
 	n = 1 << (bits.Len64(uint64(n)) - 1)
-	// No ring may have more chunks than an index slot can name.
-	for n*maxChunks*chunkSize < capacity {
+	// Past maxShardBudget, more shards. That also keeps every ring within
+	// the chunks an index slot can name: maxShards rings of maxChunks are
+	// MaxCapacity.
+	for n < maxShards && n*maxShardBudget < capacity {
 		n *= 2
 	}
 	return int(n)
@@ -223,8 +240,8 @@ func (s *store) usage() usage {
 
 // sameShape reports whether o was made with the budget, caps and stale
 // window of s, so that it can serve in its place. The number of shards may
-// differ: it follows GOMAXPROCS, which Go changes with the container's CPU
-// limit, and either number serves.
+// differ: it follows GOMAXPROCS when a store is made, which Go changes with
+// the container's CPU limit, and either number serves.
 func (s *store) sameShape(o *store) bool {
 	return s.capacity == o.capacity && s.limits == o.limits && s.grace == o.grace
 }
@@ -348,7 +365,10 @@ func (sh *shard) deleteSlot(i int) {
 // chance.
 func (sh *shard) makeTableRoom(now int64, evicted *perKind) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
-		if grow := int64(len(sh.table)) * 8; sh.held+grow <= sh.budget {
+		// While it is rebuilt, the old table is mapped beside the new one,
+		// which is twice its size: room for both, so that the shard stays
+		// within its budget throughout.
+		if grow := int64(len(sh.table)) * 8; sh.held+2*grow <= sh.budget {
 			sh.resize(2 * len(sh.table))
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
@@ -68,7 +67,7 @@ func (s *store) touch(key []byte) {
 // up, and no shard holds more than its budget.
 func checkShards(t *testing.T, s *store) {
 	t.Helper()
-	var total int64
+	var sum usage
 	for i := range s.shards {
 		sh := &s.shards[i]
 		n, kinds, variants := 0, perKind{}, 0
@@ -95,13 +94,21 @@ func checkShards(t *testing.T, s *store) {
 				chunks += chunkSize
 			}
 		}
-		if held := chunks + int64(len(sh.table))*8 + sh.overhead(); held != sh.held || held > sh.budget {
+		held := chunks + int64(len(sh.table))*8 + sh.overhead()
+		if held != sh.held || held > sh.budget {
 			t.Fatalf("shard %d: holds %d bytes, accounted %d, budget %d", i, held, sh.held, sh.budget)
 		}
-		total += sh.held
+		for k := range kinds {
+			sum.kinds[k] += kinds[k]
+		}
+		sum.variants += variants
+		sum.held += held
 	}
-	if total > s.capacity {
-		t.Fatalf("store holds %d bytes, capacity %d", total, s.capacity)
+	if u := s.usage(); u != sum {
+		t.Fatalf("usage() says %+v, the shards hold %+v", u, sum)
+	}
+	if sum.held > s.capacity {
+		t.Fatalf("store holds %d bytes, capacity %d", sum.held, s.capacity)
 	}
 }
 
@@ -252,9 +259,10 @@ func TestShardCount(t *testing.T) {
 		{defaultCapacity, 3, 8},        // a power of two, rounded down
 		{defaultCapacity, 64, 32},      // sixteen chunks per shard
 		{MinCapacity, 2, 1},            // too small for two rings of sixteen chunks
-		{512 << 20, 1, 4},              // the report's budget on one core
-		{16 << 30, 1, 4},               // rings of 32,768 chunks
-		{64 << 30, 1, 8},               // rings within maxChunks
+		{512 << 20, 2, 8},              // the report's budget on two cores
+		{512 << 20, 1, 8},              // shards of maxShardBudget
+		{1 << 30, 3, 16},               // rounded down to 8, doubled for maxShardBudget
+		{16 << 30, 1, maxShards},       // shards over maxShardBudget: no more than maxShards
 		{MaxCapacity, 1, maxShards},    // rings of maxChunks
 		{MaxCapacity, 1024, maxShards}, // no more than maxShards
 	}
@@ -263,33 +271,80 @@ func TestShardCount(t *testing.T) {
 		if n != tc.want {
 			t.Errorf("shardCount(%d, %d) = %d, want %d", tc.capacity, tc.procs, n, tc.want)
 		}
-		if rings := tc.capacity / int64(n) / chunkSize; rings > maxChunks {
-			t.Errorf("shardCount(%d, %d): rings of %d chunks, more than %d", tc.capacity, tc.procs, rings, maxChunks)
+	}
+	for capacity := int64(MinCapacity); capacity <= MaxCapacity; capacity *= 2 {
+		for _, procs := range []int{1, 2, 3, 5, 8, 48, 1000} {
+			n := shardCount(capacity, procs)
+			switch rings := capacity / int64(n) / chunkSize; {
+			case n < 1 || n > maxShards || n&(n-1) != 0:
+				t.Errorf("shardCount(%d, %d) = %d: not a power of two in [1, %d]", capacity, procs, n, maxShards)
+			case rings > maxChunks:
+				t.Errorf("shardCount(%d, %d) = %d: rings of %d chunks, more than %d", capacity, procs, n, rings, maxChunks)
+			case n < maxShards && capacity/int64(n) > maxShardBudget:
+				t.Errorf("shardCount(%d, %d) = %d: shards of %d bytes, more than %d", capacity, procs, n, capacity/int64(n), maxShardBudget)
+			case n > 1 && rings < 16:
+				t.Errorf("shardCount(%d, %d) = %d: rings of %d chunks, fewer than 16", capacity, procs, n, rings)
+			}
 		}
 	}
 }
 
 // TestSameShapeAcrossCores checks that a reload keeps the store when only
-// GOMAXPROCS changed, which sets the number of shards, and not when the
-// configured caps did.
+// the number of cores changed, which sets the number of shards and so each
+// shard's share of the caps, and not when the configured caps or the stale
+// window did.
 func TestSameShapeAcrossCores(t *testing.T) {
-	newOn := func(procs int, limits perKind) *store {
+	newOn := func(procs int, limits perKind, grace int64) *store {
 		t.Helper()
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		s, err := newStore(defaultCapacity, limits, 60)
+		s, err := newStoreOn(procs, defaultCapacity, limits, grace)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	one, many := newOn(1, perKind{}), newOn(8, perKind{})
-	if len(one.shards) == len(many.shards) {
-		t.Fatalf("%d shards on 1 core and on 8: the test needs them to differ", len(one.shards))
+	caps := perKind{kindDenial: 100}
+	one, many := newOn(1, caps, 60), newOn(8, caps, 60)
+	if len(one.shards) == len(many.shards) || one.shards[0].limits == many.shards[0].limits {
+		t.Fatalf("%d shards on 1 core and %d on 8, each capped at %v and %v: the test needs them to differ",
+			len(one.shards), len(many.shards), one.shards[0].limits, many.shards[0].limits)
 	}
 	if !one.sameShape(many) {
 		t.Error("a store made on 1 core does not serve in place of one made on 8")
 	}
-	if one.sameShape(newOn(1, perKind{kindDenial: 100})) {
+	if one.sameShape(newOn(1, perKind{kindDenial: 101}, 60)) {
 		t.Error("stores with different denial caps have the same shape")
 	}
+	if one.sameShape(newOn(1, caps, 30)) {
+		t.Error("stores with different stale windows have the same shape")
+	}
+}
+
+// TestTableGrowsWithinBudget checks that a shard doubles its table only when
+// its budget holds the old table and the new one together, as they are
+// while it is rebuilt; otherwise it evicts.
+func TestTableGrowsWithinBudget(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, perKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := newBuilder()
+	put := func(i int) {
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
+		s.put(e, 0)
+	}
+	i := 0
+	for ; 4*(sh.count+1) <= 3*len(sh.table); i++ {
+		put(i)
+	}
+	slots, grow := len(sh.table), int64(len(sh.table))*8
+	sh.budget = sh.held + grow + grow/2 // room for the new table, not beside the old one
+	put(i)
+	if len(sh.table) != slots {
+		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, len(sh.table), sh.budget-sh.held, 2*grow)
+	}
+	if sh.count >= slots*3/4 {
+		t.Fatalf("%d entries in %d slots: nothing was evicted to make room", sh.count, slots)
+	}
+	checkShards(t, s)
 }
