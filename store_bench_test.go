@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 )
 
@@ -62,5 +64,34 @@ func BenchmarkStoreGet(b *testing.B) {
 		}
 		sh.mu.Unlock()
 		i++
+	}
+}
+
+// BenchmarkStorePutParallel times puts from every core at once into stores
+// of 4, 8 and 64 shards (made as for 1, 2 and 16 cores), for the lock
+// contention that the number of shards trades against the insert's cost.
+func BenchmarkStorePutParallel(b *testing.B) {
+	entries := builtEntries(b, 1<<16)
+	for _, procs := range []int{1, 2, 16} {
+		s, err := newStoreOn(procs, 256<<20, perKind{}, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range entries { // grow arenas and index first
+			s.put(e, 0)
+		}
+		b.Run(fmt.Sprintf("shards=%d", len(s.shards)), func(b *testing.B) {
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				// Each goroutine starts elsewhere in the entries, as
+				// clients asking for different names do.
+				i := int(next.Add(1)) * 7919
+				for pb.Next() {
+					s.put(entries[i%len(entries)], 0)
+					i++
+				}
+			})
+		})
 	}
 }
