@@ -61,28 +61,32 @@ func newCache(cfg config, kind bench.Kind, up *bench.Upstream) (*bench.Cache, er
 
 // figures are one cache's in-process measurements.
 type figures struct {
-	heapInuse, heapAlloc, objects float64 // per entry, after GC, mapped included
-	mapped                        float64 // per entry, outside the Go heap
-	storeBytes                    float64 // compactcache's own accounting per entry
-	payload                       float64 // per entry, over the N entries
-	insert                        cost    // per insert, upstream included
-	upstream                      cost    // per query, the upstream alone, timed beside the inserts
-	ownNs                         float64 // per insert, the cache's own: see fill
-	hit, hitUnpacked              cost    // per hit, with and without the writer packing
+	heapInuse, heapAlloc, objects float64   // per entry, after GC, mapped included
+	mapped                        float64   // per entry, outside the Go heap
+	storeBytes                    float64   // compactcache's own accounting per entry
+	payload                       float64   // per entry, over the N entries
+	insert                        cost      // per insert, upstream included
+	upstream                      cost      // per query, the upstream alone, timed beside the inserts
+	own                           quartiles // per insert, the cache's own: see timeInserts
+	hit, hitUnpacked              cost      // per hit, with and without the writer packing
 }
 
 // insertBlock is how many queries timeInserts times at a time.
 const insertBlock = 10000
 
+// quartiles are the quartiles of the blocks' figures.
+type quartiles struct{ q1, median, q3 float64 }
+
 // timeInserts runs insert over the N queries in blocks, each beside a block of alone,
 // the upstream alone answering the same queries through its own driver, and
 // returns their costs per query and the cache's own share of an insert: the
-// median over the blocks of the difference. A burst of load elsewhere on the
+// quartiles over the blocks of the difference, the median being the share,
+// the others how much it moved from block to block. A burst of load elsewhere on the
 // machine, which slows one block of one of them, then moves neither the
 // median nor the share, as it moved the difference of two loops timed
 // minutes apart. The order within a pair alternates, so that neither pays
 // more of the other's garbage collection.
-func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, ownNs float64, err error) {
+func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, own quartiles, err error) {
 	var diffs []float64
 	for lo := 0; lo < n; lo += insertBlock {
 		hi := min(lo+insertBlock, n)
@@ -97,7 +101,7 @@ func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, o
 			}
 		}
 		if err != nil {
-			return cost{}, cost{}, 0, err
+			return cost{}, cost{}, quartiles{}, err
 		}
 		share := float64(hi-lo) / float64(n)
 		with = with.plus(w.times(share))
@@ -105,7 +109,8 @@ func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, o
 		diffs = append(diffs, w.ns-a.ns)
 	}
 	slices.Sort(diffs)
-	return with, upstream, diffs[len(diffs)/2], nil
+	k := len(diffs)
+	return with, upstream, quartiles{diffs[k/4], diffs[k/2], diffs[3*k/4]}, nil
 }
 
 // measure fills kind with the N entries, checks that it holds every one, and
@@ -123,7 +128,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
 	alone, aloneUp := bench.NewDriver(cfg.variant, names), &bench.Upstream{Variant: cfg.variant}
 	before, mappedBefore := bench.Settled(), compactcache.OffHeapBytes()
-	f.insert, f.upstream, f.ownNs, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
+	f.insert, f.upstream, f.own, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
 	if err != nil {
 		return nil, err
 	}

@@ -99,9 +99,11 @@ func printTable(out io.Writer, cfg config, r *results) {
 	own := func(f *figures) cost { return f.insert.minus(f.upstream) }
 	t.row("insert ns, miss path with upstream", "%.0f", times, fig(func(f *figures) float64 { return f.insert.ns }))
 	t.row("insert ns, upstream alone", "%.0f", nil, fig(func(f *figures) float64 { return f.upstream.ns }))
-	t.row("insert ns, cache's own", "%.0f", times, fig(func(f *figures) float64 { return f.ownNs }))
+	t.row("insert ns, cache's own", "%.0f", times, fig(func(f *figures) float64 { return f.own.median }))
+	t.row("  first quartile of the blocks", "%.0f", times, fig(func(f *figures) float64 { return f.own.q1 }))
+	t.row("  third quartile of the blocks", "%.0f", times, fig(func(f *figures) float64 { return f.own.q3 }))
 	t.row("  mean of the blocks, bursts included", "%.0f", times, fig(func(f *figures) float64 { return own(f).ns }))
-	t.row("insert entries/s, cache's own", "%.0f", times, fig(func(f *figures) float64 { return 1e9 / f.ownNs }))
+	t.row("insert entries/s, cache's own", "%.0f", times, fig(func(f *figures) float64 { return 1e9 / f.own.median }))
 	t.row("insert allocs, miss path with upstream", "%.1f", times, fig(func(f *figures) float64 { return f.insert.allocs }))
 	t.row("insert allocs, upstream alone", "%.1f", nil, fig(func(f *figures) float64 { return f.upstream.allocs }))
 	t.row("insert allocs, cache's own", "%.1f", times, fig(func(f *figures) float64 { return own(f).allocs }))
@@ -156,7 +158,8 @@ bytes/entry: heap after GC (bench.Settled) with the N entries stored, minus befo
 insert: N misses through ServeDNS, each answered by an upstream that packs workload.Reply and unpacks it as
   forward does; "upstream alone" is that upstream, same queries, its own driver, without a cache in front,
   timed in blocks of %d queries alternating with the inserts'. The cache's own time is the median over
-  the blocks of the difference, robust to load elsewhere on the machine; the mean below it also counts
+  the blocks of the difference, robust to load elsewhere on the machine, with the quartiles of the
+  blocks' differences under it; the mean also counts
   the blocks where all shards grow their tables at once, and bursts of load elsewhere. Allocations: the
   difference of the MemStats.Mallocs and TotalAlloc deltas.
 hit: %d queries, keys uniform over N, through ServeDNS with the reply written to a writer that packs
