@@ -1,20 +1,16 @@
 package main
 
 import (
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/compactcache/compactcache/bench/proc"
 )
 
 // Other work on the machine slows the hits down: a child records how busy the
 // cores were with work not its own while it timed them, and the parent waits
 // for quiet cores before each child.
-
-// userHZ is the unit of /proc/stat's counters on Linux.
-const userHZ = 100
 
 // cpuSample is the machine's busy CPU time and this process's own.
 type cpuSample struct {
@@ -22,36 +18,19 @@ type cpuSample struct {
 	ok        bool
 }
 
-// readCPU samples /proc/stat and the process's resource usage.
+// readCPU samples /proc/stat and the process's resource usage. Time the
+// hypervisor took counts as busy: it is not this process's either.
 func readCPU() cpuSample {
 	var s cpuSample
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
+	all, ok := proc.CPULoads()["cpu"]
+	if !ok {
 		return s
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return s
-	}
-	// user nice system idle iowait irq softirq steal: all but idle and
-	// iowait are taken, steal by the host.
-	var ticks int64
-	for k, v := range f[1:9] {
-		if k == 3 || k == 4 {
-			continue
-		}
-		t, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return s
-		}
-		ticks += t
 	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return s
 	}
-	s.busy = time.Duration(ticks) * time.Second / userHZ
+	s.busy = all.Busy + all.Steal
 	s.own = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	s.ok = true
 	return s

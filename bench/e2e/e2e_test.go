@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/compactcache/compactcache/bench/proc"
 )
 
 const dnsperfOutput = `DNS Performance Testing Tool
@@ -80,13 +78,6 @@ func TestPercentile(t *testing.T) {
 	l := summarize([]float64{3, 1, 2}, 0)
 	if l.P50 != 2 || l.Max != 3 || l.Mean != 2 {
 		t.Errorf("%+v", l)
-	}
-}
-
-func TestParseCPULine(t *testing.T) {
-	l := parseCPULine(strings.Fields("100 1 20 5000 3 4 5 7 0 0"))
-	if l.Busy != time.Duration(130)*time.Second/time.Duration(proc.ClockTicks) || l.Steal != 7*time.Second/time.Duration(proc.ClockTicks) {
-		t.Errorf("parseCPULine = %+v", l)
 	}
 }
 

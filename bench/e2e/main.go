@@ -549,11 +549,11 @@ type phase struct {
 	Upstream  int     // queries the upstream received during the phase
 	GC        gcTrace // the server's GC cycles during the phase
 	Wall      time.Duration
-	Waited    time.Duration // waiting for quiet cores before the phase
-	Quiet     bool          // the cores were quiet when the phase began
-	RT        bool          // the server and dnsperf ran under SCHED_RR
-	Cores     [2]coreLoad   // the server's core and the client's, during the phase
-	Err       string        `json:",omitempty"`
+	Waited    time.Duration   // waiting for quiet cores before the phase
+	Quiet     bool            // the cores were quiet when the phase began
+	RT        bool            // the server and dnsperf ran under SCHED_RR
+	Cores     [2]proc.CPULoad // the server's core and the client's, during the phase
+	Err       string          `json:",omitempty"`
 }
 
 // foreign is the share of the server's core that something other than the
@@ -801,8 +801,8 @@ func (r *runner) waitQuiet(ctx context.Context, srv *proc.Proc) (time.Duration, 
 		l1 := coreLoads(cores)
 		c1, _ := proc.CPUTime(srv.Pid())
 		wall := float64(time.Since(t0))
-		server := l1[0].sub(l0[0])
-		client := l1[1].sub(l0[1])
+		server := l1[0].Sub(l0[0])
+		client := l1[1].Sub(l0[1])
 		other := float64(server.Busy+server.Steal-(c1-c0)) / wall
 		if other <= 0.10 && float64(client.Busy+client.Steal)/wall <= 0.25 {
 			return time.Since(start), true
@@ -843,7 +843,7 @@ func (r *runner) runPhase(ctx context.Context, srv *proc.Proc, logName, name str
 	cpu1, err1 := proc.CPUTime(srv.Pid())
 	load1 := coreLoads(cores)
 	for k := range cores {
-		ph.Cores[k] = load1[k].sub(load0[k])
+		ph.Cores[k] = load1[k].Sub(load0[k])
 	}
 	up1 := r.upstreamRequests()
 	ph.GC, r.gcOff = readGCs(srv.Log, r.gcOff)

@@ -85,47 +85,12 @@ func parseGCLine(line string) (time.Duration, bool) {
 	return 0, true
 }
 
-// coreLoad is a CPU's time from /proc/stat.
-type coreLoad struct {
-	Busy  time.Duration // user, nice, system, irq, softirq
-	Steal time.Duration // taken by the hypervisor
-}
-
-func (a coreLoad) sub(b coreLoad) coreLoad {
-	return coreLoad{Busy: a.Busy - b.Busy, Steal: a.Steal - b.Steal}
-}
-
 // coreLoads reads the given CPUs' times from /proc/stat.
-func coreLoads(cpus []int) []coreLoad {
-	out := make([]coreLoad, len(cpus))
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return out
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
-			continue
-		}
-		id, err := strconv.Atoi(f[0][3:])
-		if err != nil {
-			continue
-		}
-		for k, c := range cpus {
-			if c == id {
-				out[k] = parseCPULine(f[1:])
-			}
-		}
+func coreLoads(cpus []int) []proc.CPULoad {
+	all := proc.CPULoads()
+	out := make([]proc.CPULoad, len(cpus))
+	for k, c := range cpus {
+		out[k] = all["cpu"+strconv.Itoa(c)]
 	}
 	return out
-}
-
-// parseCPULine reads user nice system idle iowait irq softirq steal.
-func parseCPULine(f []string) coreLoad {
-	v := make([]int64, 8)
-	for i := range v {
-		v[i], _ = strconv.ParseInt(f[i], 10, 64)
-	}
-	tick := func(n int64) time.Duration { return time.Duration(n * int64(time.Second) / proc.ClockTicks) }
-	return coreLoad{Busy: tick(v[0] + v[1] + v[2] + v[5] + v[6]), Steal: tick(v[7])}
 }

@@ -110,17 +110,6 @@ func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit ti
 	}
 }
 
-// ClockTicks is the unit of the CPU times in /proc/PID/stat and /proc/stat.
-var ClockTicks = func() int64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err == nil {
-		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 100
-}()
-
 // CPUTime returns the user plus system CPU time pid has used, all its
 // threads, live and exited, together.
 func CPUTime(pid int) (time.Duration, error) {
