@@ -137,7 +137,7 @@ func ParseStatCPU(b []byte, ticks int64) (time.Duration, error) {
 	if err1 != nil || err2 != nil {
 		return 0, fmt.Errorf("stat: utime %q stime %q", f[11], f[12])
 	}
-	return time.Duration((utime + stime) * int64(time.Second) / ticks), nil
+	return ticksToDuration(utime+stime, ticks), nil
 }
 
 // RSS returns pid's resident set size in bytes (VmRSS).

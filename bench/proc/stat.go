@@ -66,8 +66,14 @@ func ParseCPULoads(stat string, ticks int64) map[string]CPULoad {
 		if !ok {
 			continue
 		}
-		tick := func(n int64) time.Duration { return time.Duration(n * int64(time.Second) / ticks) }
-		loads[f[0]] = CPULoad{Busy: tick(v[0] + v[1] + v[2] + v[5] + v[6]), Steal: tick(v[7])}
+		loads[f[0]] = CPULoad{Busy: ticksToDuration(v[0]+v[1]+v[2]+v[5]+v[6], ticks), Steal: ticksToDuration(v[7], ticks)}
 	}
 	return loads
+}
+
+// ticksToDuration converts n ticks of ticks per second, in whole seconds
+// first: the summed line of /proc/stat on a many-core machine up for months,
+// or a busy process's times, count more ticks than n*time.Second can hold.
+func ticksToDuration(n, ticks int64) time.Duration {
+	return time.Duration(n/ticks)*time.Second + time.Duration(n%ticks)*time.Second/time.Duration(ticks)
 }

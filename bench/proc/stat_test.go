@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -22,6 +23,12 @@ func TestParseCPULoads(t *testing.T) {
 		if loads[name] != w {
 			t.Errorf("%s: %+v, want %+v", name, loads[name], w)
 		}
+	}
+	// 64 cores for a year, at 100 ticks a second: past what ticks times
+	// time.Second can hold.
+	year := int64(64 * 365 * 24 * 3600 * 100)
+	if l := ParseCPULoads(fmt.Sprintf("cpu %d 0 0 0 0 0 0 0 0 0\n", year), 100)["cpu"]; l.Busy != 64*365*24*time.Hour {
+		t.Errorf("a year of 64 cores: busy %v, want %v", l.Busy, 64*365*24*time.Hour)
 	}
 	if d := loads["cpu"].Sub(loads["cpu0"]); d != loads["cpu0"] {
 		t.Errorf("Sub = %+v, want %+v", d, loads["cpu0"])
