@@ -27,6 +27,9 @@ func (*arena) table(n int) []uint64 { return make([]uint64, n) }
 
 func (*arena) free([]uint64) {}
 
+// mapsAlone is false: the table a resize replaces is garbage on the heap.
+func (*arena) mapsAlone(int) bool { return false }
+
 func (*arena) release() {}
 
 func (*arena) mapped() int64 { return 0 }

@@ -171,6 +171,15 @@ func (a *arena) mapTable(size int) (mappedTable, bool) {
 	return t, err == nil
 }
 
+// mapsAlone reports whether a table of size bytes is mapped on its own, so
+// that while a resize fills it the table it replaces stays mapped beside it:
+// tables of a huge page or more, and those of stores that share no pages.
+// Smaller tables come from the shared pages, which the store set aside,
+// or, when those are full, are mapped alone for less than a huge page.
+func (a *arena) mapsAlone(size int) bool {
+	return size >= hugePage || size >= minMappedTable && a.shared == nil
+}
+
 // free unmaps t, a table that resize replaced, if it was mapped.
 func (a *arena) free(t []uint64) {
 	for i, mt := range a.tables {

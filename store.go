@@ -35,8 +35,8 @@ const (
 	minTableSlots = 1 << 8
 	maxShards     = 64
 
-	// MinCapacity is the smallest byte budget a store accepts: two chunks
-	// and a small index per shard.
+	// MinCapacity is the smallest byte budget a store accepts: one shard
+	// of a few chunks and a small index.
 	MinCapacity = 1 << 20
 	// MaxCapacity keeps chunk indexes within chunkIndexBits.
 	MaxCapacity = maxShards * maxChunks * chunkSize
@@ -143,33 +143,33 @@ func newStoreOn(procs int, capacity int64, limits perKind, grace int64) (*store,
 // shard at the same time.
 const shardsPerProc = 4
 
-// maxShardBudget bounds a shard's share of the budget where the number of
-// shards allows, and so its index table, which is rebuilt at twice its size
-// under the shard's lock: 64 MiB hold about 350,000 entries of the reference
-// workload, whose table's last doubling, to 4 MiB, takes about 3 ms here; the
-// table of 1.5 million entries took 90 ms (to 32 MiB).
-const maxShardBudget = 64 << 20
+// targetShardBudget is the most of the budget a shard takes where maxShards
+// allow. It bounds the shard's index table, which is rebuilt at twice its
+// size under the shard's lock: 64 MiB hold about 350,000 entries of the
+// reference workload, whose table's last doubling, to 4 MiB, takes about
+// 3 ms here; a table of 1.5 million entries took 90 ms to double to 32 MiB.
+const targetShardBudget = 64 << 20
 
 // shardCount returns the number of shards, a power of two, of a store of
 // capacity bytes (at most MaxCapacity) whose queries run on procs cores:
-// shardsPerProc for each, more where shards would outgrow maxShardBudget,
-// within what the rings allow. More shards cost
-// every insert time: each shard appends to a tail chunk of its own, into
-// pages that a fault has just zeroed into the caches, and the more tails
-// the inserts take turns on, the more of those lines have left the caches
-// when they are written. On two cores the cache's own insert at a million
-// entries took 1,367-1,429 ns at 64 shards and 1,160-1,208 at 8 (paired
-// runs; BENCHMARKS.md).
+// shardsPerProc for each, rounded down to a power of two, fewer where a ring
+// would hold under sixteen chunks, more where a shard would take over
+// targetShardBudget. More shards cost every insert time: each shard appends
+// to a tail chunk of its own, into pages that a fault has just zeroed into
+// the caches, and the more tails the inserts take turns on, the more of
+// those lines have left the caches when they are written. On two cores the
+// cache's own insert at a million entries took 1,367-1,429 ns at 64 shards
+// and 1,160-1,208 at 8 (paired runs; BENCHMARKS.md).
 func shardCount(capacity int64, procs int) int {
 	// Sixteen or more chunks per shard keep the bytes lost to the partly
 	// filled tail chunk and to reclaiming a whole chunk at a time small.
 	most := capacity / (16 * chunkSize)
 	n := max(1, min(int64(shardsPerProc*procs), maxShards, most))
 	n = 1 << (bits.Len64(uint64(n)) - 1)
-	// Past maxShardBudget, more shards. That also keeps every ring within
+	// Past targetShardBudget, more shards. That also keeps every ring within
 	// the chunks an index slot can name: maxShards rings of maxChunks are
 	// MaxCapacity.
-	for n < maxShards && n*maxShardBudget < capacity {
+	for n < maxShards && n*targetShardBudget < capacity {
 		n *= 2
 	}
 	return int(n)
@@ -365,15 +365,24 @@ func (sh *shard) deleteSlot(i int) {
 // chance.
 func (sh *shard) makeTableRoom(now int64, evicted *perKind) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
-		// While it is rebuilt, the old table is mapped beside the new one,
-		// which is twice its size: room for both, so that the shard stays
-		// within its budget throughout.
-		if grow := int64(len(sh.table)) * 8; sh.held+2*grow <= sh.budget {
+		if sh.held+sh.growthRoom() <= sh.budget {
 			sh.resize(2 * len(sh.table))
 			continue
 		}
 		sh.advance(now, evicted)
 	}
+}
+
+// growthRoom is the budget that doubling the table takes: the bytes it adds,
+// and where the new table is mapped on its own, the old table's too, which
+// stays mapped beside it while it is filled, so that the shard is within its
+// budget throughout.
+func (sh *shard) growthRoom() int64 {
+	grow := int64(len(sh.table)) * 8
+	if sh.arena.mapsAlone(2 * len(sh.table) * 8) {
+		return 2 * grow
+	}
+	return grow
 }
 
 func (sh *shard) resize(n int) {

@@ -260,9 +260,9 @@ func TestShardCount(t *testing.T) {
 		{defaultCapacity, 64, 32},      // sixteen chunks per shard
 		{MinCapacity, 2, 1},            // too small for two rings of sixteen chunks
 		{512 << 20, 2, 8},              // the report's budget on two cores
-		{512 << 20, 1, 8},              // shards of maxShardBudget
-		{1 << 30, 3, 16},               // rounded down to 8, doubled for maxShardBudget
-		{16 << 30, 1, maxShards},       // shards over maxShardBudget: no more than maxShards
+		{512 << 20, 1, 8},              // shards of targetShardBudget
+		{1 << 30, 3, 16},               // rounded down to 8, doubled for targetShardBudget
+		{16 << 30, 1, maxShards},       // shards over targetShardBudget: no more than maxShards
 		{MaxCapacity, 1, maxShards},    // rings of maxChunks
 		{MaxCapacity, 1024, maxShards}, // no more than maxShards
 	}
@@ -272,7 +272,11 @@ func TestShardCount(t *testing.T) {
 			t.Errorf("shardCount(%d, %d) = %d, want %d", tc.capacity, tc.procs, n, tc.want)
 		}
 	}
-	for capacity := int64(MinCapacity); capacity <= MaxCapacity; capacity *= 2 {
+	capacities := []int64{3 << 20, 96 << 20, 4882 << 20, MaxCapacity - 1}
+	for c := int64(MinCapacity); c <= MaxCapacity; c *= 2 {
+		capacities = append(capacities, c)
+	}
+	for _, capacity := range capacities {
 		for _, procs := range []int{1, 2, 3, 5, 8, 48, 1000} {
 			n := shardCount(capacity, procs)
 			switch rings := capacity / int64(n) / chunkSize; {
@@ -280,8 +284,8 @@ func TestShardCount(t *testing.T) {
 				t.Errorf("shardCount(%d, %d) = %d: not a power of two in [1, %d]", capacity, procs, n, maxShards)
 			case rings > maxChunks:
 				t.Errorf("shardCount(%d, %d) = %d: rings of %d chunks, more than %d", capacity, procs, n, rings, maxChunks)
-			case n < maxShards && capacity/int64(n) > maxShardBudget:
-				t.Errorf("shardCount(%d, %d) = %d: shards of %d bytes, more than %d", capacity, procs, n, capacity/int64(n), maxShardBudget)
+			case n < maxShards && capacity/int64(n) > targetShardBudget:
+				t.Errorf("shardCount(%d, %d) = %d: shards of %d bytes, more than %d", capacity, procs, n, capacity/int64(n), targetShardBudget)
 			case n > 1 && rings < 16:
 				t.Errorf("shardCount(%d, %d) = %d: rings of %d chunks, fewer than 16", capacity, procs, n, rings)
 			}
@@ -319,32 +323,57 @@ func TestSameShapeAcrossCores(t *testing.T) {
 	}
 }
 
-// TestTableGrowsWithinBudget checks that a shard doubles its table only when
-// its budget holds the old table and the new one together, as they are
-// while it is rebuilt; otherwise it evicts.
+// TestTableGrowsWithinBudget checks that a shard whose table, doubled, is
+// mapped on its own doubles it only when its budget holds the old table
+// beside the new one, as both are mapped while it is filled; otherwise it
+// evicts.
 func TestTableGrowsWithinBudget(t *testing.T) {
-	s, err := newStoreOn(1, MinCapacity, perKind{}, 0)
+	if !mapsMemory {
+		t.Skip("tables are on the Go heap in this build: the one a resize replaces is the garbage collector's")
+	}
+	s, err := newStoreOn(1, 64<<20, perKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sh := &s.shards[0]
 	b := newBuilder()
-	put := func(i int) {
-		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
-		s.put(e, 0)
-	}
 	i := 0
-	for ; 4*(sh.count+1) <= 3*len(sh.table); i++ {
-		put(i)
+	// next stores the next entry that falls to shard 0.
+	next := func() {
+		for ; ; i++ {
+			e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
+			if s.shard(s.hash(key)) == sh {
+				s.put(e, 0)
+				i++
+				return
+			}
+		}
 	}
+	// fill stores entries of shard 0 until the next one doubles its table.
+	fill := func() {
+		for 4*(sh.count+1) <= 3*len(sh.table) {
+			next()
+		}
+	}
+	for fill(); !sh.arena.mapsAlone(2 * len(sh.table) * 8); fill() {
+		next() // doubles a table that is not mapped alone: the budget has room
+	}
+
 	slots, grow := len(sh.table), int64(len(sh.table))*8
-	sh.budget = sh.held + grow + grow/2 // room for the new table, not beside the old one
-	put(i)
+	sh.budget = sh.held + grow + grow/2 // room for the new table's added bytes, not beside the old one
+	next()
 	if len(sh.table) != slots {
 		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, len(sh.table), sh.budget-sh.held, 2*grow)
 	}
 	if sh.count >= slots*3/4 {
 		t.Fatalf("%d entries in %d slots: nothing was evicted to make room", sh.count, slots)
+	}
+
+	fill()
+	sh.budget = sh.held + 2*grow
+	next()
+	if len(sh.table) != 2*slots {
+		t.Fatalf("the table did not grow from %d slots with room for both tables", slots)
 	}
 	checkShards(t, s)
 }

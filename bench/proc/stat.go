@@ -46,7 +46,7 @@ func CPULoads() map[string]CPULoad {
 }
 
 // ParseCPULoads reads the cpu lines of /proc/stat text, whose times are in
-// ticks per second. A line it cannot read is left out.
+// ticks (more than 0) per second. A line it cannot read is left out.
 func ParseCPULoads(stat string, ticks int64) map[string]CPULoad {
 	loads := map[string]CPULoad{}
 	for line := range strings.Lines(stat) {

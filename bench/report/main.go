@@ -64,6 +64,9 @@ func main() {
 	if cfg.variant, err = workload.ParseVariant(*variant); err != nil {
 		fatal(err)
 	}
+	if cfg.n <= 0 || cfg.hits <= 0 || cfg.trace <= 0 {
+		fatal(fmt.Errorf("-n, -hits and -trace must be positive"))
+	}
 	cfg.capacity = max(512<<20, int64(cfg.n)*512)
 	if *capMiB > 0 {
 		cfg.capacity = *capMiB << 20
