@@ -7,8 +7,9 @@ import (
 
 // Where the store's memory comes from. On Linux each shard maps its chunks,
 // and its index table once that outgrows minMappedTable, outside the Go heap,
-// the tables of a large store's shards sharing huge pages (arena_mmap.go); elsewhere, and under the race detector, they are made on
-// the heap (arena_heap.go). Pointer-free memory on the heap costs the GC no
+// the tables of a large store's shards sharing huge pages (arena_mmap.go);
+// elsewhere, and under the race detector, they are made on the heap
+// (arena_heap.go). Pointer-free memory on the heap costs the GC no
 // marking, but it still has spans to sweep, and it raises the heap goal:
 // with GOGC=100 the heap may grow to twice its live size before the next
 // cycle, so a store of 1 GB on the heap lets the process grow by about

@@ -138,10 +138,11 @@ type mappedTable struct {
 // pages among its shards' tables (sharedTables).
 func (a *arena) table(n int) []uint64 {
 	size := n * 8
-	if size < minMappedTable {
+	place := a.placeOf(size)
+	if place == onHeap {
 		return make([]uint64, n)
 	}
-	t, ok := a.mapTable(size)
+	t, ok := a.mapTable(size, place)
 	if !ok {
 		return make([]uint64, n)
 	}
@@ -154,8 +155,32 @@ func (a *arena) table(n int) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&t.table[0])), n)
 }
 
-func (a *arena) mapTable(size int) (mappedTable, bool) {
-	if size < hugePage && a.shared != nil {
+// tablePlace is where a table lies.
+type tablePlace int
+
+const (
+	onHeap       tablePlace = iota // too small to be worth a mapping
+	inSharedPage                   // in a huge page shared with other shards' tables
+	mappedAlone                    // in a mapping of its own
+)
+
+// placeOf returns where a table of size bytes goes: the smallest on the
+// heap, those under a huge page in the shared pages of a store that has
+// them, the rest in mappings of their own.
+func (a *arena) placeOf(size int) tablePlace {
+	switch {
+	case size < minMappedTable:
+		return onHeap
+	case size < hugePage && a.shared != nil:
+		return inSharedPage
+	}
+	return mappedAlone
+}
+
+// mapTable maps a table of size bytes where place says; a table for the
+// shared pages that finds no room in them is mapped on its own.
+func (a *arena) mapTable(size int, place tablePlace) (mappedTable, bool) {
+	if place == inSharedPage {
 		if t, ok := a.shared.get(size); ok {
 			return t, true
 		}
@@ -172,13 +197,10 @@ func (a *arena) mapTable(size int) (mappedTable, bool) {
 }
 
 // mapsAlone reports whether a table of size bytes is mapped on its own, so
-// that while a resize fills it the table it replaces stays mapped beside it:
-// tables of a huge page or more, and those of stores that share no pages.
-// Smaller tables come from the shared pages, which the store set aside,
-// or, when those are full, are mapped alone for less than a huge page.
-func (a *arena) mapsAlone(size int) bool {
-	return size >= hugePage || size >= minMappedTable && a.shared == nil
-}
+// that while a resize fills it the table it replaces stays mapped beside it.
+// A table meant for the shared pages that finds them full is mapped alone
+// too, for less than a huge page, which this does not count.
+func (a *arena) mapsAlone(size int) bool { return a.placeOf(size) == mappedAlone }
 
 // free unmaps t, a table that resize replaced, if it was mapped.
 func (a *arena) free(t []uint64) {
