@@ -69,7 +69,6 @@ type store struct {
 	shards   []shard
 	capacity int64
 	limits   perKind // the entry caps as configured; shards apply their share
-	grace    int64   // the serve-stale window in seconds
 }
 
 type shard struct {
@@ -114,7 +113,7 @@ func newStoreOn(procs int, capacity int64, limits perKind, grace int64) (*store,
 		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
 	n := shardCount(capacity, procs)
-	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits, grace: grace}
+	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits}
 	tables := newSharedTables(capacity)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -243,7 +242,7 @@ func (s *store) usage() usage {
 // differ: it follows GOMAXPROCS when a store is made, which Go changes with
 // the container's CPU limit, and either number serves.
 func (s *store) sameShape(o *store) bool {
-	return s.capacity == o.capacity && s.limits == o.limits && s.grace == o.grace
+	return s.capacity == o.capacity && s.limits == o.limits && s.shards[0].grace == o.shards[0].grace
 }
 
 // remove drops the entry stored under key, if any.
