@@ -77,15 +77,15 @@ const insertBlock = 10000
 // quartiles are the quartiles of the blocks' figures.
 type quartiles struct{ q1, median, q3 float64 }
 
-// timeInserts runs insert over the N queries in blocks, each beside a block of alone,
-// the upstream alone answering the same queries through its own driver, and
-// returns their costs per query and the cache's own share of an insert: the
-// quartiles over the blocks of the difference, the median being the share,
-// the others how much it moved from block to block. A burst of load elsewhere on the
-// machine, which slows one block of one of them, then moves neither the
-// median nor the share, as it moved the difference of two loops timed
-// minutes apart. The order within a pair alternates, so that neither pays
-// more of the other's garbage collection.
+// timeInserts runs insert over the N queries in blocks, each beside a block
+// of alone, the upstream alone answering the same queries through its own
+// driver, and returns their costs per query and the cache's own share of an
+// insert: the quartiles over the blocks of the difference, the median being
+// the share, the others how much it moved from block to block. A burst of
+// load elsewhere on the machine, which slows one block of one of them, then
+// moves neither the median nor the share, as it moved the difference of two
+// loops timed minutes apart. The order within a pair alternates, so that
+// neither pays more of the other's garbage collection.
 func timeInserts(n int, insert, alone func(i int) error) (with, upstream cost, own quartiles, err error) {
 	var diffs []float64
 	for lo := 0; lo < n; lo += insertBlock {
