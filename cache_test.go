@@ -358,11 +358,7 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 			replies <- rec.msg
 		}()
 	}
-	await(t, "every client to wait", func() bool {
-		c.flights.mu.Lock()
-		defer c.flights.mu.Unlock()
-		return len(c.flights.m) == 1
-	})
+	await(t, "every client to wait", func() bool { return c.flights.count() == 1 })
 	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
 	close(release)
 	wg.Wait()
@@ -395,6 +391,57 @@ func TestLandReportsWaiters(t *testing.T) {
 	if f.reply != reply {
 		t.Fatal("the waiter does not see the landed reply")
 	}
+	if n := fs.count(); n != 0 {
+		t.Fatalf("%d flights left after both landed", n)
+	}
+}
+
+// TestFlightsShareAList: flights whose keys fall in one list are told apart
+// by key, and landing any of them, first, last or in between, leaves the
+// others to be joined.
+func TestFlightsShareAList(t *testing.T) {
+	keys := []uint64{3, 3 + flightLists, 3 + 2*flightLists}
+	for _, first := range keys {
+		var fs flights
+		led := map[uint64]*flight{}
+		for _, k := range keys {
+			f, leader := fs.join(k, new(flight))
+			if !leader {
+				t.Fatalf("key %d joined a flight of another key", k)
+			}
+			led[k] = f
+		}
+		fs.land(led[first], nil, dns.RcodeSuccess, nil)
+		for _, k := range keys {
+			f, leader := fs.join(k, new(flight))
+			if k == first {
+				if !leader {
+					t.Errorf("landed %d first: a new request for it joins the landed flight", first)
+				}
+				continue
+			}
+			if leader || f != led[k] {
+				t.Errorf("landed %d first: a request for %d leads (%v) or joins another flight", first, k, leader)
+			}
+		}
+		if n := fs.count(); n != len(keys) {
+			t.Errorf("landed %d first, then led it again: %d flights, want %d", first, n, len(keys))
+		}
+	}
+}
+
+// count returns the flights in flight.
+func (fs *flights) count() int {
+	n := 0
+	for i := range fs.lists {
+		l := &fs.lists[i]
+		l.mu.Lock()
+		for f := l.head; f != nil; f = f.next {
+			n++
+		}
+		l.mu.Unlock()
+	}
+	return n
 }
 
 // TestClockReadsPerRequest: a miss reads the clock once, when it stores the
