@@ -32,16 +32,54 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 			chunksPerHuge-1, chunksPerHuge, rss, huge, (chunksPerHuge-1)*chunkSize)
 	}
 	a.chunk(chunksPerHuge - 1)
-	// The collapse is done in the background.
+	// The collapse is done in the background, once no store has grown for
+	// collapseQuiet, or collapseEvery after the last one.
 	var rss, huge int
-	for range 100 {
+	for range 150 {
 		if rss, huge = residence(t, a.mapping); huge == hugePage && rss == hugePage {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("a huge page of chunks handed out: %d bytes resident, %d in huge pages after 2s; want %d, all of them",
+	t.Fatalf("a huge page of chunks handed out: %d bytes resident, %d in huge pages after 3s; want %d, all of them",
 		rss, huge, hugePage)
+}
+
+// TestCollapseTurnWaitsOutGrowth: a collapse waits while stores hand out
+// chunks, until collapseEvery after the last collapse, and runs once none
+// has been handed out for collapseQuiet.
+func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
+	t.Run("quiet", func(t *testing.T) {
+		growth.Add(1) // a chunk just handed out
+		start := time.Now()
+		turn := collapseTurn{last: start}
+		turn.await()
+		if d := time.Since(start); d < collapseQuiet || d >= collapseEvery {
+			t.Fatalf("no chunk handed out after the first: the collapse waited %v; want %v to %v", d, collapseQuiet, collapseEvery)
+		}
+	})
+	t.Run("growing", func(t *testing.T) {
+		tick := time.NewTicker(collapseQuiet / 20)
+		defer tick.Stop()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					growth.Add(1)
+				}
+			}
+		}()
+		start := time.Now()
+		turn := collapseTurn{last: start}
+		turn.await()
+		if d := time.Since(start); d < collapseEvery {
+			t.Fatalf("a chunk handed out every %v: the collapse waited %v; want %v", collapseQuiet/20, d, collapseEvery)
+		}
+	})
 }
 
 // TestArenaLargeTableInHugePages maps a table of two huge pages, writes a
