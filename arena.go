@@ -36,6 +36,17 @@ var offHeap atomic.Int64
 // this is the memory the caches take.
 func OffHeapBytes() int64 { return offHeap.Load() }
 
+// collapsesPending counts the huge pages of the stores' rings that wait to be
+// collapsed (arena_mmap.go).
+var collapsesPending atomic.Int64
+
+// HugePagesPending returns how many huge pages of the process's stores wait
+// to be collapsed: the collapses are held back while a store grows, and
+// spaced out after it. A benchmark waits for none before timing hits or the
+// garbage collector, as a collapse holds up the process's page faults while
+// it runs, and the hits of a page not yet collapsed miss the TLB.
+func HugePagesPending() int64 { return collapsesPending.Load() }
+
 // releaseWhenUnreachable unmaps the shards' memory once nothing can reach
 // it. Why this is safe:
 //

@@ -60,29 +60,36 @@ func collapser() {
 	turn := collapseTurn{last: time.Now()}
 	for c := range collapses {
 		turn.await()
+		start := time.Now()
 		c.a.collapse(c.off)
 		turn.last = time.Now()
+		turn.took = turn.last.Sub(start)
+		collapsesPending.Add(-1)
 	}
 }
 
 // collapseTurn tells the collapser when its next collapse may run.
 type collapseTurn struct {
-	last   time.Time // when the last collapse ended
-	chunks uint64    // growth as last read
-	since  time.Time // when growth was first read at that count
+	last   time.Time     // when the last collapse ended
+	took   time.Duration // how long it took
+	chunks uint64        // growth as last read
+	since  time.Time     // when growth was first read at that count
 }
 
 // await returns once no store has handed out a chunk for collapseQuiet, or
-// once collapseEvery has passed since the last collapse. It reads growth
-// every tenth of collapseQuiet, so that once the stores are quiet the
-// collapses waiting run one after another.
+// once collapseEvery has passed since the last collapse; and at least as
+// long after the last collapse as it took, so that the page faults of the
+// process wait for collapses at most half the time when many are pending,
+// as after a store filled fast. It reads growth every tenth of
+// collapseQuiet.
 func (t *collapseTurn) await() {
 	for {
 		now := time.Now()
 		if n := growth.Load(); n != t.chunks {
 			t.chunks, t.since = n, now
 		}
-		if now.Sub(t.since) >= collapseQuiet || now.Sub(t.last) >= collapseEvery {
+		rest := now.Sub(t.last)
+		if rest >= t.took && (now.Sub(t.since) >= collapseQuiet || rest >= collapseEvery) {
 			return
 		}
 		time.Sleep(collapseQuiet / 10)
@@ -157,6 +164,7 @@ func (a *arena) collapseLater(off int) {
 	startCollapser.Do(func() { go collapser() })
 	select {
 	case collapses <- pendingCollapse{a, off}:
+		collapsesPending.Add(1)
 	default:
 	}
 }

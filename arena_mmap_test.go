@@ -33,7 +33,10 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 	}
 	a.chunk(chunksPerHuge - 1)
 	// The collapse is done in the background, once no store has grown for
-	// collapseQuiet, or collapseEvery after the last one.
+	// collapseQuiet, or collapseEvery after the last one: pending until then.
+	if n := HugePagesPending(); n < 1 {
+		t.Fatalf("a huge page of chunks just handed out: %d huge pages pending, want at least 1", n)
+	}
 	var rss, huge int
 	for range 150 {
 		if rss, huge = residence(t, a.mapping); huge == hugePage && rss == hugePage {
@@ -47,8 +50,17 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 
 // TestCollapseTurnWaitsOutGrowth: a collapse waits while stores hand out
 // chunks, until collapseEvery after the last collapse, and runs once none
-// has been handed out for collapseQuiet.
+// has been handed out for collapseQuiet, but not sooner after the last
+// collapse than it took.
 func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
+	t.Run("after a long collapse", func(t *testing.T) {
+		start := time.Now()
+		turn := collapseTurn{last: start, took: 3 * collapseQuiet / 2, chunks: growth.Load(), since: start.Add(-collapseEvery)}
+		turn.await()
+		if d := time.Since(start); d < turn.took || d >= collapseEvery {
+			t.Fatalf("quiet, the last collapse took %v and just ended: the next waited %v; want %v to %v", turn.took, d, turn.took, collapseEvery)
+		}
+	})
 	t.Run("quiet", func(t *testing.T) {
 		growth.Add(1) // a chunk just handed out
 		start := time.Now()

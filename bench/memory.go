@@ -31,3 +31,19 @@ func Settled() runtime.MemStats {
 	m.HeapAlloc += uint64(mapped)
 	return m
 }
+
+// HugePagesMade waits, at most max, until compactcache has collapsed every
+// huge page of its stores' rings that waits for it, and reports whether it
+// has. A collapse holds up the process's page faults while it runs, and the
+// hits of a page not yet collapsed miss the TLB: hits and collections timed
+// before would measure the kernel's copying (compactcache.HugePagesPending).
+func HugePagesMade(max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for compactcache.HugePagesPending() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}

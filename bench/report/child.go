@@ -116,6 +116,7 @@ func childGC(cfg config, kind bench.Kind) error {
 	if err := fill(cfg, c, up); err != nil {
 		return err
 	}
+	awaitHugePages(kind)
 	runtime.GC() // the fill's garbage, so that every timed cycle finds the same heap
 	var r gcResult
 	for range 5 {

@@ -158,6 +158,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	}
 	f.payload = float64(payload) / n
 
+	awaitHugePages(kind)
 	progress("%s: timing %d hits", kind, cfg.hits)
 	if f.hit, err = hits(cfg, c, d, up); err != nil {
 		return nil, err
@@ -194,3 +195,16 @@ func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost
 	}
 	return sum.times(1 / float64(batches)), nil
 }
+
+// awaitHugePages waits for compactcache's pending huge page collapses, which
+// it holds back while its store grows, so that what follows is timed with
+// the store as it settles.
+func awaitHugePages(kind bench.Kind) {
+	if !bench.HugePagesMade(hugePagesWait) {
+		progress("%s: huge pages still pending after %v; timing anyway", kind, hugePagesWait)
+	}
+}
+
+// hugePagesWait bounds awaitHugePages: 10M entries leave about 800 pages to
+// collapse after their fill, at up to 12 ms each with the gaps between them.
+const hugePagesWait = time.Minute
