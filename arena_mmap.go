@@ -34,11 +34,13 @@ const (
 // page faults of every thread that wait for it include those of the stores'
 // rings, one every 22 or so entries a shard stores at this workload's entry
 // sizes. So the goroutine holds a collapse back while any store grows: until
-// none has handed out a chunk for collapseQuiet, or until collapseEvery
-// has passed since its last collapse, which keeps a growing store's faults
-// stalled under 1% of the time. Run as soon as their huge page was handed
-// out, the collapses of a fill of a million entries stalled it often enough
-// to make the mean insert 450 ns slower (BENCHMARKS.md).
+// none has handed out a chunk for collapseQuiet, or until collapseEvery has
+// passed since its last collapse (or since it took the page, after an idle
+// spell). A growing store's faults are then stalled under 1% of the time,
+// and its huge pages are made at 2 MiB a second until it slows. Run as soon
+// as their huge page was handed out, the collapses of a fill of a million
+// entries stalled it often enough to make the mean insert 450 ns slower
+// (BENCHMARKS.md).
 var (
 	collapses      = make(chan pendingCollapse, 4096) // 8 GiB of rings
 	startCollapser sync.Once
@@ -57,9 +59,9 @@ type pendingCollapse struct {
 }
 
 func collapser() {
-	turn := collapseTurn{last: time.Now()}
+	turn := collapseTurn{growth: &growth, last: time.Now()}
 	for c := range collapses {
-		turn.await()
+		turn.await(time.Now())
 		start := time.Now()
 		c.a.collapse(c.off)
 		turn.last = time.Now()
@@ -70,26 +72,32 @@ func collapser() {
 
 // collapseTurn tells the collapser when its next collapse may run.
 type collapseTurn struct {
-	last   time.Time     // when the last collapse ended
-	took   time.Duration // how long it took
-	chunks uint64        // growth as last read
-	since  time.Time     // when growth was first read at that count
+	growth *atomic.Uint64 // the chunks handed out, read to tell growth
+	last   time.Time      // when the last collapse ended
+	took   time.Duration  // how long it took
+	chunks uint64         // growth as last read
+	since  time.Time      // when growth was first read at that count
 }
 
-// await returns once no store has handed out a chunk for collapseQuiet, or
-// once collapseEvery has passed since the last collapse; and at least as
-// long after the last collapse as it took, so that the page faults of the
-// process wait for collapses at most half the time when many are pending,
-// as after a store filled fast. It reads growth every tenth of
-// collapseQuiet.
-func (t *collapseTurn) await() {
+// await returns, for a page the collapser took from the queue at received,
+// once no store has handed out a chunk for collapseQuiet, or once
+// collapseEvery has passed since the later of the last collapse and
+// received; and at least as long after the last collapse as it took, so
+// that the page faults of the process wait for collapses at most half the
+// time when many are pending, as after a store filled fast. It reads growth
+// every tenth of collapseQuiet.
+func (t *collapseTurn) await(received time.Time) {
+	from := t.last
+	if received.After(from) {
+		from = received // after an idle spell, a growing store's first page waits too
+	}
 	for {
 		now := time.Now()
-		if n := growth.Load(); n != t.chunks {
+		if n := t.growth.Load(); n != t.chunks {
 			t.chunks, t.since = n, now
 		}
-		rest := now.Sub(t.last)
-		if rest >= t.took && (now.Sub(t.since) >= collapseQuiet || rest >= collapseEvery) {
+		quiet := now.Sub(t.since) >= collapseQuiet
+		if now.Sub(t.last) >= t.took && (quiet || now.Sub(from) >= collapseEvery) {
 			return
 		}
 		time.Sleep(collapseQuiet / 10)
@@ -162,10 +170,13 @@ func (a *arena) collapseLater(off int) {
 		return
 	}
 	startCollapser.Do(func() { go collapser() })
+	// Counted before it is queued, so that the collapser's count of it done
+	// never comes first.
+	collapsesPending.Add(1)
 	select {
 	case collapses <- pendingCollapse{a, off}:
-		collapsesPending.Add(1)
 	default:
+		collapsesPending.Add(-1)
 	}
 }
 

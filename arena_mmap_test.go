@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +34,8 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 	}
 	a.chunk(chunksPerHuge - 1)
 	// The collapse is done in the background, once no store has grown for
-	// collapseQuiet, or collapseEvery after the last one: pending until then.
+	// collapseQuiet, or a collapseEvery after the collapser took the page:
+	// pending until then.
 	if n := HugePagesPending(); n < 1 {
 		t.Fatalf("a huge page of chunks just handed out: %d huge pages pending, want at least 1", n)
 	}
@@ -49,49 +51,57 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 }
 
 // TestCollapseTurnWaitsOutGrowth: a collapse waits while stores hand out
-// chunks, until collapseEvery after the last collapse, and runs once none
-// has been handed out for collapseQuiet, but not sooner after the last
-// collapse than it took.
+// chunks, until collapseEvery after the last collapse or after the page was
+// taken, whichever is later, and runs once none has been handed out for
+// collapseQuiet, but not sooner after the last collapse than it took. The
+// turns read a counter of their own: the stores of other tests move the
+// process's.
 func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
-	t.Run("after a long collapse", func(t *testing.T) {
-		start := time.Now()
-		turn := collapseTurn{last: start, took: 3 * collapseQuiet / 2, chunks: growth.Load(), since: start.Add(-collapseEvery)}
-		turn.await()
-		if d := time.Since(start); d < turn.took || d >= collapseEvery {
-			t.Fatalf("quiet, the last collapse took %v and just ended: the next waited %v; want %v to %v", turn.took, d, turn.took, collapseEvery)
-		}
-	})
-	t.Run("quiet", func(t *testing.T) {
-		growth.Add(1) // a chunk just handed out
-		start := time.Now()
-		turn := collapseTurn{last: start}
-		turn.await()
-		if d := time.Since(start); d < collapseQuiet || d >= collapseEvery {
-			t.Fatalf("no chunk handed out after the first: the collapse waited %v; want %v to %v", d, collapseQuiet, collapseEvery)
-		}
-	})
-	t.Run("growing", func(t *testing.T) {
+	// growing hands out a chunk every twentieth of collapseQuiet until the
+	// test ends.
+	growing := func(t *testing.T, chunks *atomic.Uint64) {
 		tick := time.NewTicker(collapseQuiet / 20)
-		defer tick.Stop()
 		stop := make(chan struct{})
-		defer close(stop)
+		t.Cleanup(func() { close(stop); tick.Stop() })
 		go func() {
 			for {
 				select {
 				case <-stop:
 					return
 				case <-tick.C:
-					growth.Add(1)
+					chunks.Add(1)
 				}
 			}
 		}()
-		start := time.Now()
-		turn := collapseTurn{last: start}
-		turn.await()
-		if d := time.Since(start); d < collapseEvery {
-			t.Fatalf("a chunk handed out every %v: the collapse waited %v; want %v", collapseQuiet/20, d, collapseEvery)
-		}
-	})
+	}
+	cases := []struct {
+		name    string
+		grow    bool
+		idle    time.Duration // since the last collapse
+		took    time.Duration // the last collapse's duration
+		atLeast time.Duration
+		before  time.Duration
+	}{
+		{name: "quiet", atLeast: collapseQuiet, before: collapseEvery},
+		{name: "growing", grow: true, atLeast: collapseEvery, before: 2 * collapseEvery},
+		{name: "growing after an idle spell", grow: true, idle: time.Hour, atLeast: collapseEvery, before: 2 * collapseEvery},
+		{name: "quiet after a long collapse", took: 3 * collapseQuiet / 2, atLeast: 3 * collapseQuiet / 2, before: collapseEvery},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var chunks atomic.Uint64
+			chunks.Add(1) // a chunk just handed out
+			if tc.grow {
+				growing(t, &chunks)
+			}
+			start := time.Now()
+			turn := collapseTurn{growth: &chunks, last: start.Add(-tc.idle), took: tc.took}
+			turn.await(start)
+			if d := time.Since(start); d < tc.atLeast || d >= tc.before {
+				t.Fatalf("the collapse waited %v; want %v to %v", d, tc.atLeast, tc.before)
+			}
+		})
+	}
 }
 
 // TestArenaLargeTableInHugePages maps a table of two huge pages, writes a

@@ -25,8 +25,9 @@ type flights struct {
 const flightLists = 64
 
 // flightList is the flights whose keys are equal modulo flightLists. Each
-// list has a cache line of its own, so that misses on two cores locking
-// neighbouring lists do not take the line from each other.
+// list is padded to a cache line's size, so that misses on two cores
+// locking neighbouring lists seldom take a line from each other (the lists
+// are not aligned to lines: two neighbours may share one).
 type flightList struct {
 	mu   sync.Mutex
 	head *flight
@@ -80,7 +81,7 @@ func (fs *flights) land(f *flight, reply *dns.Msg, rcode int, err error) (waited
 	l.mu.Lock()
 	for p := &l.head; *p != nil; p = &(*p).next {
 		if *p == f {
-			*p = f.next
+			*p, f.next = f.next, nil // its waiters keep f, not the flight after it
 			break
 		}
 	}

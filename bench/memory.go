@@ -32,13 +32,15 @@ func Settled() runtime.MemStats {
 	return m
 }
 
-// HugePagesMade waits, at most max, until compactcache has collapsed every
-// huge page of its stores' rings that waits for it, and reports whether it
-// has. A collapse holds up the process's page faults while it runs, and the
-// hits of a page not yet collapsed miss the TLB: hits and collections timed
-// before would measure the kernel's copying (compactcache.HugePagesPending).
-func HugePagesMade(max time.Duration) bool {
-	deadline := time.Now().Add(max)
+// HugePagesMade waits, at most limit, until compactcache has collapsed every
+// huge page of its stores' rings that waits in its queue, and reports
+// whether it has (pages it left to khugepaged, its queue full, are not
+// counted). A collapse holds up the process's page faults while it runs,
+// and the hits of a page not yet collapsed miss the TLB: hits and
+// collections timed before would measure the kernel's copying
+// (compactcache.HugePagesPending).
+func HugePagesMade(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
 	for compactcache.HugePagesPending() > 0 {
 		if time.Now().After(deadline) {
 			return false
