@@ -205,6 +205,7 @@ func awaitHugePages(kind bench.Kind) {
 	}
 }
 
-// hugePagesWait bounds awaitHugePages: 10M entries leave about 800 pages to
-// collapse after their fill, at up to 12 ms each with the gaps between them.
+// hugePagesWait bounds awaitHugePages: 10M entries leave about 750 pages to
+// collapse after their fill, each up to 6 ms here and followed by a gap at
+// least as long (10 ms, the collapser's polling), about 13 s in all.
 const hugePagesWait = time.Minute
