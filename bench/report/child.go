@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -52,7 +51,7 @@ func spawn(v any, args ...string) error {
 
 func childArgs(cfg config, mode string, kind bench.Kind) []string {
 	return []string{"-child", mode, "-cache", string(kind), "-variant", cfg.variant.String(),
-		"-capacity", strconv.FormatInt(cfg.capacity>>20, 10)}
+		"-capacity", strconv.FormatInt(cfg.capacity>>20, 10), "-hits", strconv.Itoa(cfg.hits)}
 }
 
 // measureGC returns the median runtime.GC() wall time with n entries in
@@ -107,7 +106,7 @@ func measureZipf(cfg config, kinds []bench.Kind, stockEntries func(budget int64)
 
 func emit(v any) error { return json.NewEncoder(os.Stdout).Encode(v) }
 
-// childGC stores cfg.n entries in kind, serves hits for a second, and times
+// childGC stores cfg.n entries in kind, answers cfg.hits hits, and times
 // five runtime.GC() calls.
 func childGC(cfg config, kind bench.Kind) error {
 	up := &bench.Upstream{Variant: cfg.variant}
@@ -119,7 +118,12 @@ func childGC(cfg config, kind bench.Kind) error {
 		return err
 	}
 	awaitHugePages(kind)
-	if err := serve(cfg, c, time.Second); err != nil {
+	// Hits first, as a server in use answers them. On this virtual machine a
+	// cycle after seconds of little work is slower, whatever the cache: 10M
+	// children timed after their store's held-back collapses gave medians
+	// of 1.1-3.8 ms, the same after a second of hits 0.75-0.85 (session 6 in
+	// BENCHMARKS.md).
+	if _, err := hits(cfg, c, bench.NewDriver(cfg.variant, nil), up); err != nil {
 		return err
 	}
 	runtime.GC() // the fill's garbage, so that every timed cycle finds the same heap
@@ -134,23 +138,6 @@ func childGC(cfg config, kind bench.Kind) error {
 	r.Median = sorted[len(sorted)/2]
 	runtime.KeepAlive(c)
 	return emit(r)
-}
-
-// serve has c answer hits at random for d, as a server in use does. On a
-// virtual machine a cycle after seconds of little work is slower, whatever
-// the cache: 10M children timed after their store's held-back collapses
-// gave medians of 1.1-3.8 ms, the same after a second of hits 0.75-0.85
-// (bench/report, session 6 in BENCHMARKS.md).
-func serve(cfg config, c *bench.Cache, d time.Duration) error {
-	drv := bench.NewDriver(cfg.variant, nil)
-	for start := time.Now(); time.Since(start) < d; {
-		for i := 0; i < 1000; i++ {
-			if err := drv.Hit(c, rand.IntN(cfg.n)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // fill stores entries [0, cfg.n) in c and checks them: every thousandth

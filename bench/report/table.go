@@ -165,12 +165,12 @@ insert: N misses through ServeDNS, each answered by an upstream that packs workl
 hit: %d queries, keys uniform over N, through ServeDNS with the reply written to a writer that packs
   WriteMsg replies as the server does (its compression map allocates); the second set of hit rows has the
   writer only keep the message. Wall time includes the GC work the operations cause.
-runtime.GC(): each cache alone in a child process, after its fill, compactcache's pending huge pages, a second
-  of hits and one settling GC.
+runtime.GC(): each cache alone in a child process, after its fill, compactcache's pending huge pages, %d
+  hits and one settling GC.
 zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a hit is a query that does
   not reach the upstream. Equal budgets: the stock cache holds budget / its bytes per entry (HeapInuse)
   above; compactcache gets "capacity <budget>".
-`, insertBlock, cfg.hits, workload.TraceNames, workload.TraceSkew, cfg.trace, cfg.trace)
+`, insertBlock, cfg.hits, cfg.hits, workload.TraceNames, workload.TraceSkew, cfg.trace, cfg.trace)
 	for _, err := range r.failed {
 		fmt.Fprintf(out, "\nFAILED, NOT MEASURED: %v\n", err)
 	}
