@@ -370,6 +370,52 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 	}
 }
 
+// TestMissLandsWhenNextPanics: when the next plugin panics under a miss (the
+// server recovers), the clients that waited for that miss's answer get
+// SERVFAIL instead of waiting forever, and no flight is left behind.
+func TestMissLandsWhenNextPanics(t *testing.T) {
+	release := make(chan struct{})
+	c := newTestCache(t, exampleUpstream(), newClock())
+	c.Next = test.HandlerFunc(func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error) {
+		<-release
+		panic("the next plugin fails")
+	})
+	ask := func() (int, error) {
+		return c.ServeDNS(context.Background(), &recorder{}, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+	}
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		ask()
+	}()
+	await(t, "the leader's flight", func() bool { return c.flights.count() == 1 })
+	type result struct {
+		rcode int
+		err   error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		rcode, err := ask()
+		waited <- result{rcode, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // let the waiter reach the flight
+	close(release)
+	if p := <-panicked; p == nil {
+		t.Fatal("the leader's ServeDNS returned: the next plugin's panic was lost")
+	}
+	select {
+	case r := <-waited:
+		if r.rcode != dns.RcodeServerFailure || r.err == nil {
+			t.Errorf("the waiter got rcode %d, error %v; want SERVFAIL and an error", r.rcode, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter is still waiting for the flight of a miss whose next plugin panicked")
+	}
+	if n := c.flights.count(); n != 0 {
+		t.Fatalf("%d flights left after the panic", n)
+	}
+}
+
 // TestLandReportsWaiters: the miss path recycles a fetch only when land says
 // nobody waited on its flight; a waiter reads the flight after it lands.
 func TestLandReportsWaiters(t *testing.T) {

@@ -23,9 +23,10 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
 	}
-	cw := k.capture(c, w, r, s, m)
 	// Land the flight even if the next plugin panics (the server recovers),
-	// so that no waiter is left waiting.
+	// so that no waiter is left waiting: deferred before anything that can
+	// panic. The pooled fetch's writer holds no reply until capture.
+	cw := &k.cw
 	rcode, err := dns.RcodeServerFailure, errNoReply
 	defer func() {
 		if !c.flights.land(f, cw.reply, rcode, err) {
@@ -36,6 +37,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 			fetchPool.Put(k)
 		}
 	}()
+	k.capture(c, w, r, s, m)
 	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
