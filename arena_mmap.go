@@ -42,12 +42,13 @@ const (
 // entries stalled it often enough to make the mean insert 450 ns slower
 // (BENCHMARKS.md).
 var (
-	collapses      = make(chan pendingCollapse, 4096) // 8 GiB of rings
+	collapses      chan pendingCollapse // made with the collapser, by the first store that fills a huge page
 	startCollapser sync.Once
 	growth         atomic.Uint64 // chunks handed out by every store, ever
 )
 
 const (
+	collapseQueue = 4096 // huge pages: 8 GiB of rings
 	collapseQuiet = 100 * time.Millisecond
 	collapseEvery = time.Second
 )
@@ -58,14 +59,10 @@ type pendingCollapse struct {
 	off int
 }
 
-func collapser() {
+func collapser(queue <-chan pendingCollapse) {
 	turn := collapseTurn{growth: &growth, last: time.Now()}
-	for c := range collapses {
-		turn.await(time.Now())
-		start := time.Now()
-		c.a.collapse(c.off)
-		turn.last = time.Now()
-		turn.took = turn.last.Sub(start)
+	for c := range queue {
+		turn.take(c)
 		collapsesPending.Add(-1)
 	}
 }
@@ -77,6 +74,20 @@ type collapseTurn struct {
 	took   time.Duration  // how long it took
 	chunks uint64         // growth as last read
 	since  time.Time      // when growth was first read at that count
+}
+
+// take collapses c's page when its turn comes. The page of a store dropped
+// meanwhile is skipped at once: its turn would hold back the pages of the
+// stores that replaced it.
+func (t *collapseTurn) take(c pendingCollapse) {
+	if c.a.released() {
+		return
+	}
+	t.await(time.Now())
+	start := time.Now()
+	c.a.collapse(c.off)
+	t.last = time.Now()
+	t.took = t.last.Sub(start)
 }
 
 // await returns, for a page the collapser took from the queue at received,
@@ -169,7 +180,10 @@ func (a *arena) collapseLater(off int) {
 	if syscall.Madvise(a.ring[off:off+hugePage], syscall.MADV_HUGEPAGE) != nil {
 		return
 	}
-	startCollapser.Do(func() { go collapser() })
+	startCollapser.Do(func() {
+		collapses = make(chan pendingCollapse, collapseQueue)
+		go collapser(collapses)
+	})
 	// Counted before it is queued, so that the collapser's count of it done
 	// never comes first.
 	collapsesPending.Add(1)
@@ -178,6 +192,13 @@ func (a *arena) collapseLater(off int) {
 	default:
 		collapsesPending.Add(-1)
 	}
+}
+
+// released reports whether the ring is unmapped: its store was dropped.
+func (a *arena) released() bool {
+	a.ringMu.Lock()
+	defer a.ringMu.Unlock()
+	return a.ring == nil
 }
 
 func (a *arena) collapse(off int) {

@@ -104,6 +104,44 @@ func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
 	}
 }
 
+// TestCollapseTurnSkipsDroppedStores: the page of a store dropped since it
+// was queued takes no turn; the page of a live store waits for its turn.
+func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
+	var chunks atomic.Uint64
+	// A collapse that just took a second: the next turn is a second away.
+	turn := collapseTurn{growth: &chunks, last: time.Now(), took: time.Second}
+	take := func(a *arena) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			turn.take(pendingCollapse{a: a})
+			close(done)
+		}()
+		return done
+	}
+	dropped := newArena(hugePage/chunkSize, nil)
+	dropped.chunk(0)
+	dropped.release()
+	select {
+	case <-take(dropped):
+	case <-time.After(turn.took / 2):
+		t.Fatal("the page of a dropped store waited for its turn")
+	}
+	live := newArena(hugePage/chunkSize, nil)
+	defer live.release()
+	live.chunk(0)
+	done := take(live)
+	select {
+	case <-done:
+		t.Fatal("the page of a live store was collapsed before its turn")
+	case <-time.After(turn.took / 2):
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the page of a live store is still waiting for its turn")
+	}
+}
+
 // TestArenaLargeTableInHugePages maps a table of two huge pages, writes a
 // slot in each, and checks that both are huge pages: all of the table
 // resident, as the accounting counts it, and nothing more.
