@@ -10,6 +10,8 @@ import (
 
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
+	ot "github.com/opentracing/opentracing-go"
+	"github.com/opentracing/opentracing-go/mocktracer"
 )
 
 func exampleUpstream() *upstream {
@@ -312,6 +314,62 @@ func TestHitAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 || w.n == 0 {
 		t.Fatalf("%v allocations per hit, %d bytes written; want 0 allocations", allocs, w.n)
+	}
+}
+
+// TestMissAllocatesNothing: on the raw path a miss allocates nothing of its
+// own, the upstream's reply aside: the fetch and the scratch are pooled, the
+// entry is built in reused buffers, and the next plugin is asked without
+// plugin.NextOrFailure's writer.
+func TestMissAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	const runs = 1000
+	replies, _ := workloadReplies(t, runs+1) // AllocsPerRun warms up with one run
+	reqs := make([]*dns.Msg, len(replies))
+	for i, m := range replies {
+		reqs[i] = new(dns.Msg).SetQuestion(m.Question[0].Name, m.Question[0].Qtype)
+	}
+	up := &cannedUpstream{replies: replies}
+	c := New()
+	c.Next = up
+	c.SetRawWrites(true)
+	w := &discard{}
+	allocs := testing.AllocsPerRun(runs, func() {
+		if _, err := c.ServeDNS(t.Context(), w, reqs[up.next]); err != nil {
+			t.Fatal(err)
+		}
+		up.next++
+	})
+	if allocs != 0 || c.Stats().Entries != runs+1 {
+		t.Fatalf("%v allocations per miss, %d entries stored; want 0 allocations, %d entries", allocs, c.Stats().Entries, runs+1)
+	}
+}
+
+// TestMissTracesTheNextPlugin: under a traced request, the next plugin runs
+// in a span of its own, a child of the request's, as plugin.NextOrFailure
+// would give it.
+func TestMissTracesTheNextPlugin(t *testing.T) {
+	tracer := mocktracer.New()
+	root := tracer.StartSpan("request")
+	u := exampleUpstream()
+	c := newTestCache(t, u, newClock())
+	var inside ot.Span
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		inside = ot.SpanFromContext(ctx)
+		return u.ServeDNS(ctx, w, r)
+	})
+	ctx := ot.ContextWithSpan(context.Background(), root)
+	if _, err := c.ServeDNS(ctx, &recorder{}, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()); err != nil {
+		t.Fatal(err)
+	}
+	spans := tracer.FinishedSpans()
+	if len(spans) != 1 || inside != ot.Span(spans[0]) {
+		t.Fatalf("%d spans finished; want one, the one the next plugin ran in", len(spans))
+	}
+	if s := spans[0]; s.OperationName != c.Next.Name() || s.ParentID != root.(*mocktracer.MockSpan).SpanContext.SpanID {
+		t.Fatalf("the next plugin's span %q, parent %d; want %q, a child of the request's span", s.OperationName, s.ParentID, c.Next.Name())
 	}
 }
 
