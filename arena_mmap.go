@@ -42,7 +42,7 @@ const (
 // entries stalled it often enough to make the mean insert 450 ns slower
 // (BENCHMARKS.md).
 var (
-	collapses      chan pendingCollapse // made with the collapser, by the first store that fills a huge page
+	collapses      chan pendingCollapse // made with the collapser, for the first huge page queued
 	startCollapser sync.Once
 	growth         atomic.Uint64 // chunks handed out by every store, ever
 )
@@ -77,17 +77,19 @@ type collapseTurn struct {
 }
 
 // take collapses c's page when its turn comes. The page of a store dropped
-// meanwhile is skipped at once: its turn would hold back the pages of the
-// stores that replaced it.
+// since it was queued takes no turn, which would hold back the pages of the
+// stores that replaced it: skipped at once, or, dropped while it waited, not
+// counted as the last collapse.
 func (t *collapseTurn) take(c pendingCollapse) {
 	if c.a.released() {
 		return
 	}
 	t.await(time.Now())
 	start := time.Now()
-	c.a.collapse(c.off)
-	t.last = time.Now()
-	t.took = t.last.Sub(start)
+	if c.a.collapse(c.off) {
+		t.last = time.Now()
+		t.took = t.last.Sub(start)
+	}
 }
 
 // await returns, for a page the collapser took from the queue at received,
@@ -201,12 +203,16 @@ func (a *arena) released() bool {
 	return a.ring == nil
 }
 
-func (a *arena) collapse(off int) {
+// collapse collapses the huge page at off, and reports whether the ring was
+// still mapped to collapse it in.
+func (a *arena) collapse(off int) bool {
 	a.ringMu.Lock()
 	defer a.ringMu.Unlock()
-	if a.ring != nil {
-		syscall.Madvise(a.ring[off:off+hugePage], madviseCollapse)
+	if a.ring == nil {
+		return false
 	}
+	syscall.Madvise(a.ring[off:off+hugePage], madviseCollapse)
+	return true
 }
 
 // mappedTable is a table and the mapping it lies in, or the shared huge

@@ -107,9 +107,10 @@ func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
 // TestCollapseTurnSkipsDroppedStores: the page of a store dropped since it
 // was queued takes no turn; the page of a live store waits for its turn.
 func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
+	// The last collapse took a second: the next turn is a second after it.
+	const took = time.Second
 	var chunks atomic.Uint64
-	// A collapse that just took a second: the next turn is a second away.
-	turn := collapseTurn{growth: &chunks, last: time.Now(), took: time.Second}
+	turn := collapseTurn{growth: &chunks, last: time.Now(), took: took}
 	take := func(a *arena) <-chan struct{} {
 		done := make(chan struct{})
 		go func() {
@@ -123,17 +124,18 @@ func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
 	dropped.release()
 	select {
 	case <-take(dropped):
-	case <-time.After(turn.took / 2):
+	case <-time.After(took / 2):
 		t.Fatal("the page of a dropped store waited for its turn")
 	}
 	live := newArena(hugePage/chunkSize, nil)
 	defer live.release()
 	live.chunk(0)
+	turn.last = time.Now() // the turn is a second from here, whatever the set-up took
 	done := take(live)
 	select {
 	case <-done:
 		t.Fatal("the page of a live store was collapsed before its turn")
-	case <-time.After(turn.took / 2):
+	case <-time.After(took / 2):
 	}
 	select {
 	case <-done:

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,9 +433,14 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 // server recovers), the clients that waited for that miss's answer get
 // SERVFAIL instead of waiting forever, and no flight is left behind.
 func TestMissLandsWhenNextPanics(t *testing.T) {
+	u := exampleUpstream()
 	release := make(chan struct{})
-	c := newTestCache(t, exampleUpstream(), newClock())
-	c.Next = test.HandlerFunc(func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error) {
+	var asked atomic.Bool
+	c := newTestCache(t, u, newClock())
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		if asked.Swap(true) {
+			return u.ServeDNS(ctx, w, r) // only the first fetch fails
+		}
 		<-release
 		panic("the next plugin fails")
 	})
@@ -456,7 +462,7 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 		rcode, err := ask()
 		waited <- result{rcode, err}
 	}()
-	time.Sleep(50 * time.Millisecond) // let the waiter reach the flight
+	await(t, "the waiter to join the flight", c.flights.waited)
 	close(release)
 	if p := <-panicked; p == nil {
 		t.Fatal("the leader's ServeDNS returned: the next plugin's panic was lost")
@@ -534,18 +540,28 @@ func TestFlightsShareAList(t *testing.T) {
 	}
 }
 
-// count returns the flights in flight.
-func (fs *flights) count() int {
-	n := 0
+// each calls fn for each flight in flight, its list locked.
+func (fs *flights) each(fn func(f *flight)) {
 	for i := range fs.lists {
 		l := &fs.lists[i]
 		l.mu.Lock()
 		for f := l.head; f != nil; f = f.next {
-			n++
+			fn(f)
 		}
 		l.mu.Unlock()
 	}
+}
+
+// count returns the flights in flight.
+func (fs *flights) count() (n int) {
+	fs.each(func(*flight) { n++ })
 	return n
+}
+
+// waited reports whether a request waits on a flight.
+func (fs *flights) waited() (waited bool) {
+	fs.each(func(f *flight) { waited = waited || f.done != nil })
+	return waited
 }
 
 // TestClockReadsPerRequest: a miss reads the clock once, when it stores the

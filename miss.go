@@ -172,9 +172,9 @@ func (cw *captureWriter) fetch(ctx context.Context) (int, error) {
 // ask sends cw.req to the next plugin, with cw as its writer. It is
 // plugin.NextOrFailure, tracing span included, without the writer that
 // NextOrFailure wraps around cw to tell a plugin.PluginTracker which plugin
-// wrote the reply: cw is not one, and the client's writer learns that the
-// cache wrote, when the cache writes to it. The wrapper was the miss path's
-// one allocation.
+// wrote the reply: it tells only a tracker directly inside it, and cw is
+// none, so that wrapper never told anything. It was the miss path's one
+// allocation.
 func (cw *captureWriter) ask(ctx context.Context) (int, error) {
 	c := cw.c
 	if c.Next == nil {
