@@ -135,10 +135,6 @@ func loop(ops int, f func(i int) error) (cost, error) {
 	return cost{ns: float64(elapsed.Nanoseconds()) / n, cpuNs: float64(cpu.Nanoseconds()) / n, allocs: float64(b.Mallocs-a.Mallocs) / n}, nil
 }
 
-// threadCPU returns the CPU time the calling thread has used (Linux's
-// RUSAGE_THREAD, microseconds: a round takes tens of milliseconds).
-func threadCPU() time.Duration { return rusage(syscall.RUSAGE_THREAD) }
-
 // processCPU returns the CPU time the process has used, every thread's.
 func processCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
 
