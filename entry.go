@@ -89,7 +89,7 @@ const (
 //	[name] owner, uncompressed wire form, absent with recOwnerIsQname
 //	[2]    type, absent with recTypeIsQtype
 //	[2]    class, absent with recClassIsQclass
-//	4      TTL as received
+//	[4]    TTL as received, absent with recTTLIsEntry
 //	2      rdata length
 //	[n]    rdata, uncompressed wire form
 //
@@ -99,6 +99,10 @@ const (
 	recTypeIsQtype   = 1 << 1
 	recClassIsQclass = 1 << 2
 	recDNSSEC        = 1 << 3 // only for DO clients, see dnssecOnly
+	// recTTLIsEntry: the record's TTL is the entry's. A reply gives each
+	// record the lower of its own TTL and the entry's, so a TTL no lower
+	// than the entry's need not be kept: that of nearly every record.
+	recTTLIsEntry = 1 << 4
 )
 
 var errEntryTooLarge = errors.New("entry larger than the per-entry limit")
@@ -210,9 +214,13 @@ func (e entry) record(off int, r *record) int {
 		r.class = binary.BigEndian.Uint16(e[off:])
 		off += 2
 	}
-	r.ttl = binary.BigEndian.Uint32(e[off:])
-	rdlen := int(binary.BigEndian.Uint16(e[off+4:]))
-	off += 6
+	r.ttl = e.ttl()
+	if r.flags&recTTLIsEntry == 0 {
+		r.ttl = binary.BigEndian.Uint32(e[off:])
+		off += 4
+	}
+	rdlen := int(binary.BigEndian.Uint16(e[off:]))
+	off += 2
 	r.rdata = e[off : off+rdlen]
 	return off + rdlen
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
 
@@ -314,6 +316,45 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 				t.Fatalf("%s %d: entry\n%x\nwant\n%x", v, i, got, want)
 			}
 		}
+	}
+}
+
+// TestRecordTTLsKeptBelowTheEntrys: a record keeps a TTL of its own only
+// when it is lower than the entry's, and reads back with the TTL a reply
+// gives it either way: the lower of its own and the entry's.
+func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
+	m := new(dns.Msg).SetQuestion("a.example.org.", dns.TypeA)
+	m.Response = true
+	ttls := []uint32{2, 300, 3600}
+	for i, ttl := range ttls {
+		m.Answer = append(m.Answer, test.A(fmt.Sprintf("a.example.org. %d IN A 192.0.2.%d", ttl, i+1)))
+	}
+	key := appendKey(nil, &query{name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
+	const entryTTL = 300 // the lowest TTL, raised to a minimum of 300
+	e, err := newBuilder().build(m, key, "a.example.org.", 1, entryTTL, 0, defaultMaxEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := e.recordsStart()
+	for i, ttl := range ttls {
+		var r record
+		next := e.record(off, &r)
+		own := ttl < entryTTL
+		if got := r.flags&recTTLIsEntry == 0; got != own {
+			t.Errorf("record of TTL %d in an entry of %d: keeps its own %v, want %v", ttl, entryTTL, got, own)
+		}
+		// flags, TTL when kept, RDLENGTH, the address: owner, type and class are the question's
+		size := 1 + 2 + 4
+		if own {
+			size += 4
+		}
+		if next-off != size {
+			t.Errorf("record %d takes %d bytes, want %d", i, next-off, size)
+		}
+		if want := min(ttl, entryTTL); min(r.ttl, e.ttl()) != want {
+			t.Errorf("record of TTL %d reads back %d: a reply would give it %d, want %d", ttl, r.ttl, min(r.ttl, e.ttl()), want)
+		}
+		off = next
 	}
 }
 

@@ -80,7 +80,7 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 				refused = errBadRdata
 				continue
 			}
-			buf = appendRecord(buf, &r, s, qname, qtype, qclass)
+			buf = appendRecord(buf, &r, s, qname, qtype, qclass, ttl)
 			if len(buf)-start > limit {
 				refused = errEntryTooLarge
 			}
@@ -187,9 +187,9 @@ func nameEnd(b []byte, off int) int {
 	return -1
 }
 
-// appendRecord lays r out in the record format of entry.go. An owner of nil
-// is the qname, as in entry.record.
-func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclass uint16) []byte {
+// appendRecord lays r out in the record format of entry.go, for an entry of
+// TTL ttl. An owner of nil is the qname, as in entry.record.
+func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
 	var flags byte
 	if r.owner == nil || equalFoldWire(r.owner, qname) {
 		flags |= recOwnerIsQname
@@ -203,6 +203,9 @@ func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclas
 	if dnssecOnly(r.rtype, section) {
 		flags |= recDNSSEC
 	}
+	if wireTTL(r.ttl) >= ttl {
+		flags |= recTTLIsEntry
+	}
 	buf = append(buf, flags)
 	if flags&recOwnerIsQname == 0 {
 		buf = append(buf, r.owner...)
@@ -213,7 +216,9 @@ func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclas
 	if flags&recClassIsQclass == 0 {
 		buf = binary.BigEndian.AppendUint16(buf, r.class)
 	}
-	buf = binary.BigEndian.AppendUint32(buf, wireTTL(r.ttl))
+	if flags&recTTLIsEntry == 0 {
+		buf = binary.BigEndian.AppendUint32(buf, wireTTL(r.ttl))
+	}
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.rdata)))
 	return append(buf, r.rdata...)
 }
