@@ -405,7 +405,8 @@ func listVariant(b *builder, old entry, base []byte, family uint16, v variant, m
 }
 
 // outlive makes the list e live at least until expires, unix seconds: a
-// list lives as long as the variants it lists.
+// list lives as long as the variants it lists. A list holds no records, so
+// moving its TTL changes no record's (see offTTL).
 func outlive(e entry, expires int64) {
 	if expires > e.expires() {
 		binary.LittleEndian.PutUint32(e[offTTL:], uint32(expires-int64(e.stored())))

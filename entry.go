@@ -16,7 +16,9 @@ import (
 //	offset  size  field
 //	0       4     size of the entry, header included
 //	4       4     stored: unix seconds when the response was stored
-//	8       4     ttl: the entry's TTL in seconds, already clamped
+//	8       4     ttl: the entry's TTL in seconds, already clamped; fixed
+//	              once the entry is built, since records that drop their
+//	              own TTL (recTTLIsEntry) read it back from here
 //	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial, ...
 //	14      2     answer count
 //	16      2     authority count
@@ -89,7 +91,8 @@ const (
 //	[name] owner, uncompressed wire form, absent with recOwnerIsQname
 //	[2]    type, absent with recTypeIsQtype
 //	[2]    class, absent with recClassIsQclass
-//	[4]    TTL as received, absent with recTTLIsEntry
+//	[4]    TTL as received, 0 for one with the top bit set (wireTTL);
+//	       absent with recTTLIsEntry
 //	2      rdata length
 //	[n]    rdata, uncompressed wire form
 //

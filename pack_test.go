@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/bench/workload"
-	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
 
@@ -304,34 +303,42 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 			}
 			q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
 			key := appendKey(nil, &q)
-			got, err := b.build(m, key, m.Question[0].Name, 1, 2, 3, defaultMaxEntry)
-			if err != nil {
-				t.Fatalf("%s %d: %v", v, i, err)
-			}
-			want, err := ref.build(asRFC3597(t, m), key, "", 1, 2, 3, defaultMaxEntry)
-			if err != nil {
-				t.Fatalf("%s %d, RFC 3597: %v", v, i, err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%s %d: entry\n%x\nwant\n%x", v, i, got, want)
+			// An entry TTL under the records' drops theirs; one over
+			// them keeps them (recTTLIsEntry), TTL bytes compared too.
+			for _, ttl := range []uint32{2, math.MaxUint32} {
+				got, err := b.build(m, key, m.Question[0].Name, 1, ttl, 3, defaultMaxEntry)
+				if err != nil {
+					t.Fatalf("%s %d: %v", v, i, err)
+				}
+				want, err := ref.build(asRFC3597(t, m), key, "", 1, ttl, 3, defaultMaxEntry)
+				if err != nil {
+					t.Fatalf("%s %d, RFC 3597: %v", v, i, err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s %d, entry TTL %d: entry\n%x\nwant\n%x", v, i, ttl, got, want)
+				}
 			}
 		}
 	}
 }
 
 // TestRecordTTLsKeptBelowTheEntrys: a record keeps a TTL of its own only
-// when it is lower than the entry's, and reads back with the TTL a reply
-// gives it either way: the lower of its own and the entry's.
+// when it is lower than the entry's (a TTL with the top bit set counts as 0,
+// RFC 2181 8), and a reply gives every record the TTL it gave before records
+// dropped theirs: the lower of its own and the entry's, aged.
 func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	m := new(dns.Msg).SetQuestion("a.example.org.", dns.TypeA)
 	m.Response = true
-	ttls := []uint32{2, 300, 3600}
+	ttls := []uint32{0, 2, 300, 3600, 1 << 31}
 	for i, ttl := range ttls {
-		m.Answer = append(m.Answer, test.A(fmt.Sprintf("a.example.org. %d IN A 192.0.2.%d", ttl, i+1)))
+		m.Answer = append(m.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: "a.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
+			A:   net.IPv4(192, 0, 2, byte(i+1)),
+		})
 	}
-	key := appendKey(nil, &query{name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
+	q := query{id: 1, name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET, limit: dns.MaxMsgSize}
 	const entryTTL = 300 // the lowest TTL, raised to a minimum of 300
-	e, err := newBuilder().build(m, key, "a.example.org.", 1, entryTTL, 0, defaultMaxEntry)
+	e, err := newBuilder().build(m, appendKey(nil, &q), "a.example.org.", 1, entryTTL, 0, defaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +346,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	for i, ttl := range ttls {
 		var r record
 		next := e.record(off, &r)
-		own := ttl < entryTTL
+		own := wireTTL(ttl) < entryTTL
 		if got := r.flags&recTTLIsEntry == 0; got != own {
 			t.Errorf("record of TTL %d in an entry of %d: keeps its own %v, want %v", ttl, entryTTL, got, own)
 		}
@@ -351,10 +358,25 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 		if next-off != size {
 			t.Errorf("record %d takes %d bytes, want %d", i, next-off, size)
 		}
-		if want := min(ttl, entryTTL); min(r.ttl, e.ttl()) != want {
-			t.Errorf("record of TTL %d reads back %d: a reply would give it %d, want %d", ttl, r.ttl, min(r.ttl, e.ttl()), want)
-		}
 		off = next
+	}
+	const age = 1
+	b := newReplyBuffers()
+	reply := new(dns.Msg)
+	if err := reply.Unpack(b.appendReply(&q, e, ttlView{age: age})); err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Answer) != len(ttls) {
+		t.Fatalf("a reply of %d answers from an entry of %d", len(reply.Answer), len(ttls))
+	}
+	for i, ttl := range ttls {
+		want := uint32(0)
+		if left := min(wireTTL(ttl), entryTTL); left > age {
+			want = left - age
+		}
+		if got := reply.Answer[i].Header().Ttl; got != want {
+			t.Errorf("record of TTL %d in an entry of %d, aged %d s: a reply gives it %d, want %d", ttl, entryTTL, age, got, want)
+		}
 	}
 }
 
