@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/cli"
 )
 
 // The paths a hit takes to the client: compactcache's raw bytes (w.Write,
@@ -52,6 +53,9 @@ type config struct {
 	dir            string // where curve.csv and curve.png go
 }
 
+// cmd is this command, for its usage and its lines on stderr.
+const cmd = cli.Command("curve")
+
 func main() {
 	// A flag set of its own: CoreDNS's packages define flags of theirs on
 	// the default one (-conf, -dns.port, ...), which mean nothing here.
@@ -69,7 +73,7 @@ func main() {
 	fs.IntVar(&cfg.passes, "passes", 3, "passes of -hits hits on each path, the paths taking turns; the fastest round of all is kept")
 	fs.DurationVar(&cfg.quietWait, "quiet-wait", 60*time.Second, "before each child, wait up to this long for the cores to be free of other work (0: do not wait)")
 	fs.StringVar(&cfg.dir, "dir", "bench/curve", "directory of curve.csv and curve.png")
-	fs.Usage = func() { usage(fs) }
+	fs.Usage = func() { cmd.Usage(fs) }
 	fs.Parse(os.Args[1:])
 
 	var err error
@@ -83,15 +87,15 @@ func main() {
 		}
 	default:
 		if cfg.compact, err = parseNs(*compact); err != nil {
-			fatal(err)
+			cmd.Fatal(err)
 		}
 		if cfg.stock, err = parseNs(*stock); err != nil {
-			fatal(err)
+			cmd.Fatal(err)
 		}
 		err = run(cfg)
 	}
 	if err != nil {
-		fatal(err)
+		cmd.Fatal(err)
 	}
 }
 
@@ -108,25 +112,4 @@ func parseNs(s string) ([]int, error) {
 		ns = append(ns, n)
 	}
 	return ns, nil
-}
-
-// usage prints the flags but the internal ones.
-func usage(fs *flag.FlagSet) {
-	out := fs.Output()
-	fmt.Fprintf(out, "Usage: go run ./bench/curve [flags]\n\n")
-	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Usage, "internal:") {
-			return
-		}
-		fmt.Fprintf(out, "  -%s\t%s (default %s)\n", f.Name, f.Usage, f.DefValue)
-	})
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "curve:", err)
-	os.Exit(1)
-}
-
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "curve: "+format+"\n", args...)
 }

@@ -64,11 +64,11 @@ func run(cfg config) error {
 		if cfg.quietWait > 0 {
 			waited, others := waitQuiet(cfg.quietWait)
 			if others >= quietShare {
-				progress("%s, N=%d: other work keeps %.0f%% of the cores busy after %v of waiting; measuring anyway",
+				cmd.Progress("%s, N=%d: other work keeps %.0f%% of the cores busy after %v of waiting; measuring anyway",
 					j.kind, j.n, 100*others, waited.Round(1e9))
 			}
 		}
-		progress("%s, N=%d: filling, verifying, timing %d passes of %d hits per path, in a child", j.kind, j.n, cfg.passes, cfg.hits)
+		cmd.Progress("%s, N=%d: filling, verifying, timing %d passes of %d hits per path, in a child", j.kind, j.n, cfg.passes, cfg.hits)
 		r, err := spawn(j.kind, j.n, cfg)
 		if err != nil {
 			return err
@@ -81,7 +81,7 @@ func run(cfg config) error {
 			rw := row{Cache: j.kind, Path: path, N: j.n, HeapInuse: r.HeapInuse, HeapAlloc: r.HeapAlloc, Objects: r.Objects,
 				StoreBytes: r.StoreBytes, Payload: r.Payload, HitBestNs: h.BestNs, HitNs: h.Ns, HitCPUNs: h.CPUNs, HitAllocs: h.Allocs,
 				HitBytes: h.Bytes, Hits: roundLen(cfg.hits, cfg.rounds) * cfg.rounds, Rounds: cfg.rounds, Passes: cfg.passes, Others: h.Others}
-			progress("  %s %s N=%d: %.0f bytes/entry (HeapInuse), hit %.0f ns/op in the fastest round, %.0f mean (CPU %.0f), %.2f allocs/op, other work %.0f%% of the cores",
+			cmd.Progress("  %s %s N=%d: %.0f bytes/entry (HeapInuse), hit %.0f ns/op in the fastest round, %.0f mean (CPU %.0f), %.2f allocs/op, other work %.0f%% of the cores",
 				j.kind, path, j.n, rw.HeapInuse, rw.HitBestNs, rw.HitNs, rw.HitCPUNs, rw.HitAllocs, 100*rw.Others)
 			rows = append(rows, rw)
 		}
@@ -94,7 +94,7 @@ func run(cfg config) error {
 	if err := writePNG(pngPath, rows); err != nil {
 		return err
 	}
-	progress("wrote %s and %s", csvPath, pngPath)
+	cmd.Progress("wrote %s and %s", csvPath, pngPath)
 	return nil
 }
 

@@ -57,7 +57,7 @@ func childArgs(cfg config, mode string, kind bench.Kind) []string {
 // measureGC returns the median runtime.GC() wall time with n entries in
 // kind, measured in a child.
 func measureGC(cfg config, kind bench.Kind, n int) (gcResult, error) {
-	progress("%s: timing runtime.GC() with %d entries, in a child", kind, n)
+	cmd.Progress("%s: timing runtime.GC() with %d entries, in a child", kind, n)
 	var r gcResult
 	err := spawn(&r, append(childArgs(cfg, "gc", kind), "-n", strconv.Itoa(n))...)
 	return r, err
@@ -85,7 +85,7 @@ func measureZipf(cfg config, kinds []bench.Kind, stockEntries func(budget int64)
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				progress("%s: zipf hit rate at %d MiB, in a child", kind, budget>>20)
+				cmd.Progress("%s: zipf hit rate at %d MiB, in a child", kind, budget>>20)
 				var z zipfResult
 				err := spawn(&z, args...)
 				mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/cli"
 	"github.com/compactcache/compactcache/bench/workload"
 )
 
@@ -36,6 +37,9 @@ type config struct {
 	budgets  []int64 // zipf budgets, bytes
 	trace    int
 }
+
+// cmd is this command, for its usage and its lines on stderr.
+const cmd = cli.Command("report")
 
 func main() {
 	// A flag set of its own: CoreDNS's packages define flags of theirs on
@@ -57,15 +61,15 @@ func main() {
 	fs.IntVar(&cfg.hits, "hits", 1_000_000, "hit queries timed")
 	fs.IntVar(&cfg.gcSmall, "gc-small", 100_000, "the small N runtime.GC() is timed at, beside N")
 	fs.IntVar(&cfg.trace, "trace", 1_000_000, "zipf queries per pass: one pass warms up, the next is measured")
-	fs.Usage = func() { usage(fs) }
+	fs.Usage = func() { cmd.Usage(fs) }
 	fs.Parse(os.Args[1:])
 
 	var err error
 	if cfg.variant, err = workload.ParseVariant(*variant); err != nil {
-		fatal(err)
+		cmd.Fatal(err)
 	}
 	if cfg.n <= 0 || cfg.hits <= 0 || cfg.trace <= 0 {
-		fatal(fmt.Errorf("-n, -hits and -trace must be positive"))
+		cmd.Fatal(fmt.Errorf("-n, -hits and -trace must be positive"))
 	}
 	cfg.capacity = max(512<<20, int64(cfg.n)*512)
 	if *capMiB > 0 {
@@ -74,7 +78,7 @@ func main() {
 	for _, b := range strings.Split(*budgets, ",") {
 		var mib int64
 		if _, err := fmt.Sscan(b, &mib); err != nil || mib <= 0 {
-			fatal(fmt.Errorf("bad budget %q", b))
+			cmd.Fatal(fmt.Errorf("bad budget %q", b))
 		}
 		cfg.budgets = append(cfg.budgets, mib<<20)
 	}
@@ -90,40 +94,17 @@ func main() {
 			case bench.Stock, bench.Compact:
 				cfg.kinds = append(cfg.kinds, k)
 			default:
-				fatal(fmt.Errorf("unknown cache %q (want cache, compactcache)", k))
+				cmd.Fatal(fmt.Errorf("unknown cache %q (want cache, compactcache)", k))
 			}
 		}
 		if cfg.n > stockMax && slices.Contains(cfg.kinds, bench.Stock) {
-			fatal(fmt.Errorf("-n %d: the stock cache needs about 2.2 KB of memory per entry; above %d measure compactcache alone (-caches compactcache)", cfg.n, stockMax))
+			cmd.Fatal(fmt.Errorf("-n %d: the stock cache needs about 2.2 KB of memory per entry; above %d measure compactcache alone (-caches compactcache)", cfg.n, stockMax))
 		}
 		err = run(cfg)
 	default:
 		err = fmt.Errorf("unknown child %q", *child)
 	}
 	if err != nil {
-		fatal(err)
+		cmd.Fatal(err)
 	}
-}
-
-// usage prints the flags but the internal ones, which only the report gives
-// its own children.
-func usage(fs *flag.FlagSet) {
-	out := fs.Output()
-	fmt.Fprintf(out, "Usage: go run ./bench/report [flags]\n\n")
-	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Usage, "internal:") {
-			return
-		}
-		fmt.Fprintf(out, "  -%s\t%s (default %s)\n", f.Name, f.Usage, f.DefValue)
-	})
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "report:", err)
-	os.Exit(1)
-}
-
-// progress tells the user, on stderr, what the minutes are spent on.
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "report: "+format+"\n", args...)
 }

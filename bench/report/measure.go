@@ -125,7 +125,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	d := bench.NewDriver(cfg.variant, names)
 	f := new(figures)
 
-	progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
+	cmd.Progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
 	alone, aloneUp := bench.NewDriver(cfg.variant, names), &bench.Upstream{Variant: cfg.variant}
 	before, mappedBefore := bench.Settled(), compactcache.OffHeapBytes()
 	f.insert, f.upstream, f.own, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
@@ -144,7 +144,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 		return nil, fmt.Errorf("the upstream answered %d of %d inserts", up.Calls(), cfg.n)
 	}
 
-	progress("%s: checking that every entry is stored", kind)
+	cmd.Progress("%s: checking that every entry is stored", kind)
 	if c.Compact != nil {
 		st := c.Compact.Stats()
 		if st.Entries != int64(cfg.n) {
@@ -159,7 +159,7 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 	f.payload = float64(payload) / n
 
 	awaitHugePages(kind)
-	progress("%s: timing %d hits", kind, cfg.hits)
+	cmd.Progress("%s: timing %d hits", kind, cfg.hits)
 	if f.hit, err = hits(cfg, c, d, up); err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost
 // the store as it settles.
 func awaitHugePages(kind bench.Kind) {
 	if !bench.HugePagesMade(hugePagesWait) {
-		progress("%s: huge pages still pending after %v; timing anyway", kind, hugePagesWait)
+		cmd.Progress("%s: huge pages still pending after %v; timing anyway", kind, hugePagesWait)
 	}
 }
 

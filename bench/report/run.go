@@ -39,7 +39,7 @@ func (r *results) ok(cfg config) []bench.Kind {
 }
 
 func (r *results) fail(kind bench.Kind, err error) {
-	progress("%s: FAILED: %v", kind, err)
+	cmd.Progress("%s: FAILED: %v", kind, err)
 	r.failed = append(r.failed, fmt.Errorf("%s: %w", kind, err))
 	delete(r.figs, kind)
 }
