@@ -38,7 +38,7 @@ var (
 	cacheRefused = counterVec("refused_total", blockLabels,
 		"The number of responses not cached because they exceed the per-entry limit.")
 	frontendRequests = counterVec("frontend_requests_total", resultLabels,
-		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable or cut by the socket buffer).")
+		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
 )
 
 // The labels of the stock cache's families: per block, and per kind of entry.

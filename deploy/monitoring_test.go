@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	encjson "encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -11,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/compactcache/compactcache" // Registers compactcache and its metrics.
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -209,8 +212,8 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	}
 	slices.Sort(plugins)
 	t.Logf("the plugin exports %d families: %v", len(plugins), plugins)
-	if len(plugins) < 11 {
-		t.Errorf("only %d coredns_compactcache_ families gathered; the README lists 11", len(plugins))
+	if len(plugins) < 12 {
+		t.Errorf("only %d coredns_compactcache_ families gathered; the README lists 12 besides the front end's", len(plugins))
 	}
 
 	for file, used := range map[string]map[string][]string{dashboardFile: dashboardMetrics(t), alertsFile: alertMetrics(t)} {
@@ -218,13 +221,17 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 			t.Errorf("%s names no metric", file)
 		}
 		for n, where := range used {
+			if strings.HasPrefix(n, frontendFamilies) {
+				continue // TestFrontendPanelExported
+			}
 			if !have[n] {
 				t.Errorf("%s: %s (in %v) is not exported", file, n, where)
 			}
 		}
 	}
 
-	// The dashboard shows every family of the plugin.
+	// The dashboard shows every family of the plugin: those above, and the
+	// front end's (TestFrontendPanelExported).
 	dash := dashboardMetrics(t)
 	for _, n := range plugins {
 		if _, ok := dash[n]; !ok {
@@ -320,4 +327,50 @@ func TestAlertRules(t *testing.T) {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// frontendFamilies starts the names of the families that only a block with
+// a front end exports: exported builds none.
+const frontendFamilies = "coredns_compactcache_frontend_"
+
+// TestFrontendPanelExported: the custom build serving a block with a front
+// end exports every front end family the dashboard names.
+func TestFrontendPanelExported(t *testing.T) {
+	var names []string
+	for n := range dashboardMetrics(t) {
+		if strings.HasPrefix(n, frontendFamilies) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s has no panel of the front end", dashboardFile)
+	}
+	bin := corednsBinary(t)
+	frontend := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	in := start(t, bin, fmt.Sprintf(`.:%d {
+	bind 127.0.0.1
+	prometheus %s
+	compactcache {
+		frontend udp://%s
+	}
+	whoami
+}
+`, testenv.FreePort(t), metricsAddr, frontend))
+	waitHTTP(t, in, "http://"+metricsAddr+"/metrics", 30*time.Second)
+	for range 2 { // through the chain, then a hit
+		if r := query(t, frontend, "udp", "www.example.org", dns.TypeA); r.Rcode != dns.RcodeSuccess {
+			t.Fatalf("through the front end: rcode %s", dns.RcodeToString[r.Rcode])
+		}
+	}
+	m := scrape(t, "http://"+metricsAddr+"/metrics")
+	for _, n := range names {
+		if len(m[n]) == 0 {
+			t.Errorf("the dashboard names %s, which a block with a front end does not export", n)
+		}
+	}
+	if got := sum(m[frontendFamilies+"requests_total"]); got != 2 {
+		t.Errorf("%srequests_total sums to %v over its results, want the 2 requests", frontendFamilies, got)
+	}
+	in.stop(t, 20*time.Second)
 }
