@@ -311,6 +311,7 @@ type chainWriter struct {
 
 	udp *net.UDPConn
 	to  netip.AddrPort
+	oob []byte // the reply's control message: its source (frontend_linux.go)
 	tcp *tcpConn
 
 	tsigSecret     string // of the request's TSIG, when it verified
@@ -351,6 +352,10 @@ func (w *chainWriter) WriteMsg(m *dns.Msg) error {
 func (w *chainWriter) Write(b []byte) (int, error) {
 	if w.tcp != nil {
 		return w.tcp.write(b)
+	}
+	if len(w.oob) > 0 {
+		n, _, err := w.udp.WriteMsgUDPAddrPort(b, w.oob, w.to)
+		return n, err
 	}
 	return w.udp.WriteToUDPAddrPort(b, w.to)
 }

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -39,6 +40,18 @@ type udpBatch struct {
 	out     [batchLen]unix.Mmsghdr
 	outIov  [batchLen]unix.Iovec
 
+	// On a socket bound to the unspecified address, each reply leaves from
+	// the address its request came to, as miekg/dns's server sends it: the
+	// kernel would send it from the address of its route to the client,
+	// which on a host of several addresses need not be the one the client
+	// asked, and the client drops it. The kernel gives each request's
+	// destination in a control message (IP_PKTINFO, IPV6_PKTINFO) in inOOB,
+	// and a reply's control message in outOOB names it as the source. The
+	// buffers are of uint64, for the control messages' alignment.
+	pktinfo bool
+	inOOB   [batchLen][oobLen / 8]uint64
+	outOOB  [batchLen][oobLen / 8]uint64
+
 	received, queued, sent int
 	errno                  syscall.Errno
 	sinceLogged            int
@@ -54,6 +67,12 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		return nil, err
 	}
 	b := &udpBatch{fe: fe, conn: conn, raw: raw, local: conn.LocalAddr()}
+	if a, ok := b.local.(*net.UDPAddr); ok && a.IP.IsUnspecified() {
+		if err := askDestinations(raw); err != nil {
+			return nil, err
+		}
+		b.pktinfo = true
+	}
 	for i := range batchLen {
 		b.inIov[i].Base = &b.bufs[i][0]
 		b.inIov[i].SetLen(maxRequest)
@@ -116,11 +135,103 @@ func (b *udpBatch) handle(i int, now time.Time) {
 		b.outIov[k].SetLen(len(reply))
 		b.out[k] = unix.Mmsghdr{Hdr: unix.Msghdr{Name: h.Hdr.Name, Namelen: h.Hdr.Namelen, Iov: &b.outIov[k]}}
 		b.out[k].Hdr.SetIovlen(1)
+		if b.pktinfo {
+			oob := oobBytes(&b.outOOB[k])
+			if n := replySource(oob, b.requestOOB(i)); n > 0 {
+				b.out[k].Hdr.Control = &oob[0]
+				b.out[k].Hdr.SetControllen(n)
+			}
+		}
 		b.queued++
 		fe.logHit(&b.sinceLogged, &s.q, len(pkt), reply, client, "udp")
 		return
 	}
-	fe.toChain(pkt, &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, to: client})
+	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, to: client}
+	if b.pktinfo {
+		// The chain replies later, from its own goroutine: its own copy.
+		oob := oobBytes(new([oobLen / 8]uint64))
+		w.oob = oob[:replySource(oob, b.requestOOB(i))]
+	}
+	fe.toChain(pkt, w)
+}
+
+// oobLen is the room for the one control message a request or a reply
+// carries here, IPV6_PKTINFO's or IP_PKTINFO's.
+const oobLen = 64
+
+func oobBytes(b *[oobLen / 8]uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), oobLen)
+}
+
+// requestOOB returns the control messages the kernel gave with the request
+// in slot i.
+func (b *udpBatch) requestOOB(i int) []byte {
+	return oobBytes(&b.inOOB[i])[:min(int(b.in[i].Hdr.Controllen), oobLen)]
+}
+
+// askDestinations has the kernel give each request's destination address
+// with it: IPV6_PKTINFO on an IPv6 socket, which gives IPv4 requests' too,
+// as mapped addresses, and IP_PKTINFO on an IPv4 one.
+func askDestinations(raw syscall.RawConn) error {
+	var err error
+	cerr := raw.Control(func(fd uintptr) {
+		var sa unix.Sockaddr
+		if sa, err = unix.Getsockname(int(fd)); err != nil {
+			return
+		}
+		if _, v6 := sa.(*unix.SockaddrInet6); v6 {
+			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+		} else {
+			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return fmt.Errorf("asking for requests' destinations: %w", err)
+	}
+	return nil
+}
+
+// replySource writes into dst, 8-byte aligned, the control message that
+// sends a reply from the destination that the request's control messages
+// in oob name, and returns its length: 0 when they name none. The interface
+// is left to the routing, as miekg/dns leaves it.
+func replySource(dst, oob []byte) int {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		n := int(h.Len)
+		if n < unix.SizeofCmsghdr || n > len(oob) {
+			return 0
+		}
+		data := oob[unix.CmsgLen(0):n]
+		switch {
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			got := (*unix.Inet6Pktinfo)(unsafe.Pointer(&data[0]))
+			put := (*unix.Inet6Pktinfo)(unsafe.Pointer(&dst[unix.CmsgLen(0)]))
+			*put = unix.Inet6Pktinfo{Addr: got.Addr}
+			return putCmsgHeader(dst, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			got := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
+			put := (*unix.Inet4Pktinfo)(unsafe.Pointer(&dst[unix.CmsgLen(0)]))
+			// Addr is the header's destination; Spec_dst, the local address
+			// the kernel routed the request to, may differ.
+			*put = unix.Inet4Pktinfo{Spec_dst: got.Addr}
+			return putCmsgHeader(dst, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+		}
+		oob = oob[min(unix.CmsgSpace(len(data)), len(oob)):]
+	}
+	return 0
+}
+
+// putCmsgHeader writes the header of a control message of n bytes of data
+// at the start of dst, and returns the message's length with its padding.
+func putCmsgHeader(dst []byte, level, typ int32, n int) int {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&dst[0]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(n))
+	return unix.CmsgSpace(n)
 }
 
 // recv reads a batch; false asks the poller to wait for the socket.
@@ -129,6 +240,10 @@ func (b *udpBatch) recv(fd uintptr) bool {
 		b.in[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 		b.in[i].Hdr.Flags = 0
 		b.in[i].Len = 0
+		if b.pktinfo {
+			b.in[i].Hdr.Control = (*byte)(unsafe.Pointer(&b.inOOB[i][0]))
+			b.in[i].Hdr.SetControllen(oobLen)
+		}
 	}
 	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EINTR {

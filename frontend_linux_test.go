@@ -1,0 +1,187 @@
+package compactcache
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+)
+
+// inNetns is set in the environment of a test binary that runs one test in a
+// network namespace of its own (runInNetns).
+const inNetns = "COMPACTCACHE_TEST_IN_NETNS"
+
+// TestFrontendRepliesFromTheAddressAsked: a front end bound to the
+// unspecified address sends each reply from the address its request came to,
+// as CoreDNS's own server does. Left to the kernel, the source of a reply is
+// the address of the route to the client, which on a host of several
+// addresses need not be the one the client asked, and the client drops a
+// reply from an address it did not ask. A query to 127.0.0.2 from 127.0.0.1
+// shows it: the route to the client gives 127.0.0.1. The test runs in a
+// network namespace whose only interface is the loopback, so that the
+// unspecified address reaches nothing else.
+func TestFrontendRepliesFromTheAddressAsked(t *testing.T) {
+	if os.Getenv(inNetns) == "" {
+		runInNetns(t)
+		return
+	}
+	upLoopback(t)
+	const zone = "source.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	_, port, err := net.SplitHostPort(freePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startCoreDNS(t, zone+`:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend udp://0.0.0.0:`+port+`
+	}
+	forward . `+startUpstream(t, u)+`
+}`)
+	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	pkt, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{"127.0.0.2", "127.0.0.1"} {
+		hits, chain := frontendCount(zone, "hit"), frontendCount(zone, "chain")
+		// The first query of the name goes through the chain, whose writer
+		// sends the reply; the others are the front end's hits.
+		for range 2 {
+			if exchangeRaw(t, net.JoinHostPort(to, port), pkt, 2*time.Second) == nil {
+				t.Fatalf("no reply that a client of %s takes", to)
+			}
+		}
+		if got := frontendCount(zone, "hit") + frontendCount(zone, "chain") - hits - chain; got != 2 {
+			t.Errorf("%s: the front end counted %v requests, want 2", to, got)
+		}
+	}
+	if frontendCount(zone, "chain") != 1 {
+		t.Errorf("%v requests through the chain, want the first one", frontendCount(zone, "chain"))
+	}
+}
+
+// runInNetns runs t again, alone, in a child process in a network namespace
+// of its own: with a user namespace of its own too where this process is
+// not root.
+func runInNetns(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), inNetns+"=1")
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if uid := os.Getuid(); uid != 0 {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+	}
+	cmd.SysProcAttr = attr
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		t.Logf("in a network namespace of its own:\n%s", out)
+	case errors.As(err, &exit):
+		t.Fatalf("in a network namespace of its own: %v\n%s", err, out)
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOSPC):
+		// Where the kernel or a container gives no namespaces: nothing was
+		// tested, and the wildcard address must not be bound outside one.
+		t.Skipf("no network namespace can be made here: %v", err)
+	default:
+		t.Fatal(err)
+	}
+}
+
+// upLoopback brings up the loopback interface of a new network namespace,
+// which starts down.
+func upLoopback(t *testing.T) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		t.Fatal(err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		t.Fatalf("bringing up lo: %v", err)
+	}
+	if ifaces, err := net.Interfaces(); err != nil || len(ifaces) != 1 {
+		t.Fatalf("interfaces %v (%v), want the loopback alone", ifaces, err)
+	}
+}
+
+// TestReplySource: the source of a reply is the destination of its request,
+// from either family's control message, wherever it is among the request's.
+func TestReplySource(t *testing.T) {
+	v6 := unix.Inet6Pktinfo{Ifindex: 7}
+	copy(v6.Addr[:], net.ParseIP("2001:db8::53"))
+	v4 := unix.Inet4Pktinfo{Ifindex: 7, Spec_dst: [4]byte{192, 0, 2, 1}, Addr: [4]byte{192, 0, 2, 53}}
+	other := cmsg(unix.SOL_SOCKET, unix.SO_TIMESTAMP, make([]byte, 16))
+	tests := []struct {
+		name string
+		oob  []byte
+		want []byte // nil: no control message
+	}{
+		{"IPv6", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6)),
+			cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&unix.Inet6Pktinfo{Addr: v6.Addr}))},
+		{"IPv4", cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4)),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
+		{"after another", append(other, cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))...),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
+		{"none", nil, nil},
+		{"another only", other, nil},
+		{"cut short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6))[:unix.CmsgLen(8)], nil},
+		{"data too short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, make([]byte, 8)), nil},
+	}
+	for _, tc := range tests {
+		var buf [oobLen / 8]uint64
+		dst := oobBytes(&buf)
+		n := replySource(dst, aligned(tc.oob))
+		if !bytes.Equal(dst[:n], tc.want) {
+			t.Errorf("%s: control message %x, want %x", tc.name, dst[:n], tc.want)
+		}
+	}
+}
+
+// cmsg returns a control message of level and type with data, padded.
+func cmsg(level, typ int32, data []byte) []byte {
+	b := make([]byte, unix.CmsgSpace(len(data)))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(b[unix.CmsgLen(0):], data)
+	return b
+}
+
+// aligned returns a copy of b in memory aligned as the kernel aligns
+// control messages.
+func aligned(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	words := make([]uint64, (len(b)+7)/8)
+	out := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(b))
+	copy(out, b)
+	return out
+}
+
+func asBytes[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
