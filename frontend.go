@@ -355,7 +355,11 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	}
 	if len(w.oob) > 0 {
 		n, _, err := w.udp.WriteMsgUDPAddrPort(b, w.oob, w.to)
-		return n, err
+		if err == nil {
+			return n, nil
+		}
+		// No reply can leave from a broadcast or multicast destination:
+		// the routing's source then, as without.
 	}
 	return w.udp.WriteToUDPAddrPort(b, w.to)
 }

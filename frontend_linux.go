@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -146,6 +147,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 		fe.logHit(&b.sinceLogged, &s.q, len(pkt), reply, client, "udp")
 		return
 	}
+	client = withScope(client, &b.names[i])
 	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, to: client}
 	if b.pktinfo {
 		// The chain replies later, from its own goroutine: its own copy.
@@ -196,8 +198,10 @@ func askDestinations(raw syscall.RawConn) error {
 
 // replySource writes into dst, 8-byte aligned, the control message that
 // sends a reply from the destination that the request's control messages
-// in oob name, and returns its length: 0 when they name none. The interface
-// is left to the routing, as miekg/dns leaves it.
+// in oob name, and returns its length: 0 when they name none. An IPv4
+// destination, mapped or not, goes in IP_PKTINFO, as miekg/dns sends it:
+// kernels before 4.5 ignore a mapped address in IPV6_PKTINFO. The interface
+// is left to the routing, as there.
 func replySource(dst, oob []byte) int {
 	for len(oob) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
@@ -209,20 +213,28 @@ func replySource(dst, oob []byte) int {
 		switch {
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
 			got := (*unix.Inet6Pktinfo)(unsafe.Pointer(&data[0]))
+			if a := netip.AddrFrom16(got.Addr); a.Is4In6() {
+				return putPktinfo4(dst, a.As4())
+			}
 			put := (*unix.Inet6Pktinfo)(unsafe.Pointer(&dst[unix.CmsgLen(0)]))
 			*put = unix.Inet6Pktinfo{Addr: got.Addr}
 			return putCmsgHeader(dst, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
 		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
-			got := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
-			put := (*unix.Inet4Pktinfo)(unsafe.Pointer(&dst[unix.CmsgLen(0)]))
 			// Addr is the header's destination; Spec_dst, the local address
 			// the kernel routed the request to, may differ.
-			*put = unix.Inet4Pktinfo{Spec_dst: got.Addr}
-			return putCmsgHeader(dst, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			return putPktinfo4(dst, (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0])).Addr)
 		}
 		oob = oob[min(unix.CmsgSpace(len(data)), len(oob)):]
 	}
 	return 0
+}
+
+// putPktinfo4 writes into dst the IP_PKTINFO control message that sends
+// from addr, and returns its length.
+func putPktinfo4(dst []byte, addr [4]byte) int {
+	put := (*unix.Inet4Pktinfo)(unsafe.Pointer(&dst[unix.CmsgLen(0)]))
+	*put = unix.Inet4Pktinfo{Spec_dst: addr}
+	return putCmsgHeader(dst, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
 }
 
 // putCmsgHeader writes the header of a control message of n bytes of data
@@ -267,11 +279,28 @@ func (b *udpBatch) send(fd uintptr) bool {
 		case unix.EAGAIN, unix.EINTR:
 			return false
 		default:
+			if h := &b.out[b.sent].Hdr; h.Controllen != 0 {
+				// No reply can leave from a broadcast or multicast
+				// destination: the routing's source then, as without.
+				h.Control = nil
+				h.SetControllen(0)
+				continue
+			}
 			b.fe.fm.dropped.Inc()
 			b.sent++
 		}
 	}
 	return true
+}
+
+// withScope gives client, read from sa, sa's IPv6 scope as its zone: a
+// link-local client is reached only through the interface it came by. A
+// hit's reply reuses sa itself; the chain's is sent to client.
+func withScope(client netip.AddrPort, sa *unix.RawSockaddrInet6) netip.AddrPort {
+	if sa.Family != unix.AF_INET6 || sa.Scope_id == 0 {
+		return client
+	}
+	return netip.AddrPortFrom(client.Addr().WithZone(strconv.FormatUint(uint64(sa.Scope_id), 10)), client.Port())
 }
 
 // addrPortOf reads a socket address the kernel wrote, of either family;

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,10 @@ import (
 // inNetns is set in the environment of a test binary that runs one test in a
 // network namespace of its own (runInNetns).
 const inNetns = "COMPACTCACHE_TEST_IN_NETNS"
+
+// netnsUnusable starts the skip message of a child that cannot configure
+// its network namespace.
+const netnsUnusable = "the network namespace cannot be configured"
 
 // TestFrontendRepliesFromTheAddressAsked: a front end bound to the
 // unspecified address sends each reply from the address its request came to,
@@ -38,6 +44,7 @@ func TestFrontendRepliesFromTheAddressAsked(t *testing.T) {
 	const zone = "source.frontend.test."
 	u := newUpstream()
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u.add("b."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("b." + zone + " 300 IN A 192.0.2.2")}, nil, nil)
 	_, port, err := net.SplitHostPort(freePort(t))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +77,50 @@ func TestFrontendRepliesFromTheAddressAsked(t *testing.T) {
 	if frontendCount(zone, "chain") != 1 {
 		t.Errorf("%v requests through the chain, want the first one", frontendCount(zone, "chain"))
 	}
+
+	// No reply can leave from a broadcast address: a request to one gets its
+	// reply from the routing's source, as before the front end named sources.
+	client, err := (&net.ListenConfig{Control: allowBroadcast}).ListenPacket(t.Context(), "udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	broadcast := &net.UDPAddr{IP: net.IPv4(127, 255, 255, 255), Port: atoi(t, port)}
+	other, err := test.Case{Qname: "b." + zone, Qtype: dns.TypeA}.Msg().Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, dns.MaxMsgSize)
+	for _, path := range []string{"chain", "hit"} {
+		if _, err := client.WriteTo(other, broadcast); err != nil {
+			t.Fatal(err)
+		}
+		client.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, from, err := client.ReadFrom(buf); err != nil {
+			t.Errorf("%s: no reply to a request to %s: %v", path, broadcast, err)
+		} else {
+			t.Logf("%s: the reply to a request to %s came from %s", path, broadcast, from)
+		}
+	}
+}
+
+func allowBroadcast(_, _ string, c syscall.RawConn) error {
+	var err error
+	if cerr := c.Control(func(fd uintptr) {
+		err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // runInNetns runs t again, alone, in a child process in a network namespace
@@ -89,6 +140,8 @@ func runInNetns(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	switch {
+	case err == nil && bytes.Contains(out, []byte(netnsUnusable)):
+		t.Skipf("in a network namespace of its own:\n%s", out)
 	case err == nil:
 		t.Logf("in a network namespace of its own:\n%s", out)
 	case errors.As(err, &exit):
@@ -119,7 +172,11 @@ func upLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); errors.Is(err, unix.EPERM) {
+		// A namespace made but not ours to configure, as where a security
+		// module restricts unprivileged ones.
+		t.Skipf("%s: bringing up lo: %v", netnsUnusable, err)
+	} else if err != nil {
 		t.Fatalf("bringing up lo: %v", err)
 	}
 	if ifaces, err := net.Interfaces(); err != nil || len(ifaces) != 1 {
@@ -133,7 +190,10 @@ func TestReplySource(t *testing.T) {
 	v6 := unix.Inet6Pktinfo{Ifindex: 7}
 	copy(v6.Addr[:], net.ParseIP("2001:db8::53"))
 	v4 := unix.Inet4Pktinfo{Ifindex: 7, Spec_dst: [4]byte{192, 0, 2, 1}, Addr: [4]byte{192, 0, 2, 53}}
+	mapped := unix.Inet6Pktinfo{Ifindex: 7, Addr: netip.AddrFrom4(v4.Addr).As16()}
 	other := cmsg(unix.SOL_SOCKET, unix.SO_TIMESTAMP, make([]byte, 16))
+	short := cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))
+	(*unix.Cmsghdr)(unsafe.Pointer(&short[0])).SetLen(8)
 	tests := []struct {
 		name string
 		oob  []byte
@@ -141,6 +201,8 @@ func TestReplySource(t *testing.T) {
 	}{
 		{"IPv6", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6)),
 			cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&unix.Inet6Pktinfo{Addr: v6.Addr}))},
+		{"IPv4 mapped, as a dual-stack socket gets it", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&mapped)),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
 		{"IPv4", cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4)),
 			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
 		{"after another", append(other, cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))...),
@@ -149,6 +211,7 @@ func TestReplySource(t *testing.T) {
 		{"another only", other, nil},
 		{"cut short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6))[:unix.CmsgLen(8)], nil},
 		{"data too short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, make([]byte, 8)), nil},
+		{"header's length too short", short, nil},
 	}
 	for _, tc := range tests {
 		var buf [oobLen / 8]uint64
@@ -184,4 +247,23 @@ func aligned(b []byte) []byte {
 
 func asBytes[T any](v *T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// TestWithScope: a link-local client's address keeps the interface it came
+// by, for the chain's reply; others are left as they are.
+func TestWithScope(t *testing.T) {
+	linkLocal := unix.RawSockaddrInet6{Family: unix.AF_INET6, Scope_id: 3, Addr: netip.MustParseAddr("fe80::1").As16()}
+	global := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: netip.MustParseAddr("2001:db8::1").As16()}
+	for _, tc := range []struct {
+		sa   *unix.RawSockaddrInet6
+		want string
+	}{
+		{&linkLocal, "[fe80::1%3]:53"},
+		{&global, "[2001:db8::1]:53"},
+	} {
+		tc.sa.Port = 53 << 8 // network byte order
+		if got := withScope(addrPortOf(tc.sa), tc.sa).String(); got != tc.want {
+			t.Errorf("%s, want %s", got, tc.want)
+		}
+	}
 }

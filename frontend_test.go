@@ -351,29 +351,40 @@ func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
 }
 
 // TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
-// the socket loop does and counts allocations.
+// the socket loop does and counts allocations: on a socket of one address,
+// and on one of the unspecified address, whose replies name their source.
 func TestFrontendHitAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
 	}
-	b, want := hitBatch(t)
-	now := b.fe.c.now()
-	allocs := testing.AllocsPerRun(1000, func() {
-		b.queued = 0
-		b.handle(0, now)
-	})
-	if b.queued != 1 {
-		t.Fatalf("the hit was not queued for sending")
-	}
-	got := new(dns.Msg)
-	if err := got.Unpack(unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)); err != nil {
-		t.Fatal(err)
-	}
-	if got.String() != want.String() {
-		t.Errorf("front end reply\n%s\nplugin reply\n%s", got, want)
-	}
-	if allocs != 0 {
-		t.Errorf("%v allocations per hit, want 0", allocs)
+	for _, unspecified := range []bool{false, true} {
+		b, want := hitBatch(t)
+		if unspecified {
+			b.pktinfo = true
+			dst := unix.Inet6Pktinfo{Addr: netip.MustParseAddr("2001:db8::53").As16()}
+			b.in[0].Hdr.SetControllen(copy(oobBytes(&b.inOOB[0]), cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&dst))))
+		}
+		now := b.fe.c.now()
+		allocs := testing.AllocsPerRun(1000, func() {
+			b.queued = 0
+			b.handle(0, now)
+		})
+		if b.queued != 1 {
+			t.Fatalf("unspecified %v: the hit was not queued for sending", unspecified)
+		}
+		got := new(dns.Msg)
+		if err := got.Unpack(unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("unspecified %v: front end reply\n%s\nplugin reply\n%s", unspecified, got, want)
+		}
+		if named := b.out[0].Hdr.Controllen != 0; named != unspecified {
+			t.Errorf("unspecified %v: the reply names its source: %v", unspecified, named)
+		}
+		if allocs != 0 {
+			t.Errorf("unspecified %v: %v allocations per hit, want 0", unspecified, allocs)
+		}
 	}
 }
 
