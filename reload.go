@@ -3,28 +3,55 @@ package compactcache
 import (
 	"strings"
 	"sync"
+	"time"
 )
 
 // On reload, CoreDNS starts a new instance of every plugin before it stops
 // the old ones. The stock cache starts empty. compactcache hands its store
 // to its successor in the same server block instead, when the settings that
-// shape the store (budget, entry caps, stale window) are unchanged, so that a
-// reload neither drops the cache nor holds two full stores.
+// shape the store (budget, entry caps, stale window) and those that decide
+// what it holds (contents) are unchanged, so that a reload neither drops the
+// cache nor holds two full stores, and a changed TTL cap or disable takes
+// effect at once, as with the stock cache.
 
 // handoffs holds the stores that instances being reloaded offer, by block.
 var handoffs = struct {
 	sync.Mutex
-	m map[string]*store
-}{m: map[string]*store{}}
+	m map[string]handoff
+}{m: map[string]handoff{}}
+
+// handoff is a store on offer and the contents settings it was filled under.
+type handoff struct {
+	store    *store
+	contents contents
+}
+
+// contents are the settings that decide which replies a store holds, for how
+// long, and under which keys.
+type contents struct {
+	pttl, minpttl, nttl, minnttl, failttl time.Duration
+	pexcept, nexcept                      string // the disable zones, joined
+	maxEntry                              int
+	ecs                                   ecsConfig
+	preferPositive                        bool
+}
+
+func (c *Cache) contents() contents {
+	return contents{
+		pttl: c.pttl, minpttl: c.minpttl, nttl: c.nttl, minnttl: c.minnttl, failttl: c.failttl,
+		pexcept: strings.Join(c.pexcept, " "), nexcept: strings.Join(c.nexcept, " "),
+		maxEntry: c.maxEntry, ecs: c.ecs, preferPositive: c.preferPositive,
+	}
+}
 
 func blockID(keys []string) string { return strings.Join(keys, " ") }
 
-// offer makes s available to the next instance of the block; caddy calls it
-// just before a reload.
-func offer(block string, s *store) {
+// offer makes c's store available to the next instance of the block; caddy
+// calls it just before a reload.
+func (c *Cache) offer(block string) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
-	handoffs.m[block] = s
+	handoffs.m[block] = handoff{c.store, c.contents()}
 }
 
 // withdraw takes back what the block offered and nobody took, once the
@@ -32,21 +59,22 @@ func offer(block string, s *store) {
 func withdraw(block string, s *store) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
-	if handoffs.m[block] == s {
+	if handoffs.m[block].store == s {
 		delete(handoffs.m, block)
 	}
 }
 
 // takeOver replaces c's new, empty store by the store offered for block
-// when it has the same shape.
+// when it has the same shape and was filled under the same contents
+// settings.
 func (c *Cache) takeOver(block string) bool {
 	handoffs.Lock()
 	defer handoffs.Unlock()
 	old, ok := handoffs.m[block]
-	if !ok || !old.sameShape(c.store) {
+	if !ok || !old.store.sameShape(c.store) || old.contents != c.contents() {
 		return false
 	}
 	delete(handoffs.m, block)
-	c.store = old
+	c.store = old.store
 	return true
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // TestReloadKeepsTheCache reloads a running CoreDNS with changed Corefiles:
-// a change that leaves the store's shape keeps the entries, one that changes
-// the budget starts a new store.
+// a change that leaves the store's shape and what it holds keeps the
+// entries; one that changes the budget, a TTL cap or what is disabled starts
+// a new store.
 func TestReloadKeepsTheCache(t *testing.T) {
 	u := exampleUpstream()
 	up := startUpstream(t, u)
@@ -36,8 +37,12 @@ func TestReloadKeepsTheCache(t *testing.T) {
 		corefile string
 		queries  int // upstream queries for the name after the reload's query
 	}{
-		{block("errors\n\tcompactcache 600"), 1},                            // TTL cap changed: same store
-		{block("errors\n\tcompactcache 600 {\n\t\tcapacity 32MiB\n\t}"), 2}, // budget changed: cold
+		{block("errors\n\tcompactcache"), 1},                                // another plugin: the same store
+		{block("errors\n\tcompactcache {\n\t\tprefetch 5\n\t}"), 1},         // prefetch: the same store
+		{block("errors\n\tcompactcache 600 {\n\t\tprefetch 5\n\t}"), 2},     // TTL cap: what is stored changes
+		{block("errors\n\tcompactcache 600 {\n\t\tcapacity 32MiB\n\t}"), 3}, // budget: the store's shape changes
+		// disable: nothing kept that it disables, and the answer no longer stored
+		{block("errors\n\tcompactcache 600 {\n\t\tcapacity 32MiB\n\t\tdisable success\n\t}"), 4},
 	} {
 		serverMu.Lock()
 		inst, err = inst.Restart(corefileInput(step.corefile))

@@ -29,7 +29,7 @@ func setup(c *caddy.Controller) error {
 		log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
 	}
 	c.OnRestart(func() error {
-		offer(block, ca.store)
+		ca.offer(block)
 		return nil
 	})
 	c.OnRestartFailed(func() error {
@@ -41,6 +41,10 @@ func setup(c *caddy.Controller) error {
 		ca.metrics.view = cfg.ViewName
 		ca.SetRawWrites(rawSafe(cfg.Handlers()))
 		for _, h := range cfg.Handlers() {
+			if h.Name() == "cache" {
+				// Two caches in a row: the mistake of a switch half made.
+				return plugin.Error(pluginName, fmt.Errorf("the block has cache too; compactcache replaces it: remove cache"))
+			}
 			if b, ok := h.(ZoneBypasser); ok {
 				ca.bypass = append(ca.bypass, newZoneSet(b.CacheBypassZones())...)
 			}
@@ -192,11 +196,12 @@ func parseKind(opt string, args []string, capacity *int, ttl, minttl *time.Durat
 	return nil
 }
 
-// parseTTL parses a TTL in seconds, at least lowest.
+// parseTTL parses a TTL in seconds, at least lowest and at most the
+// largest TTL there is (RFC 2181 section 8).
 func parseTTL(what, s string, lowest int) (time.Duration, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < lowest {
-		return 0, fmt.Errorf("%s: %q is not a number of seconds of at least %d", what, s, lowest)
+	if err != nil || n < lowest || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s: %q is not a number of seconds between %d and %d", what, s, lowest, math.MaxInt32)
 	}
 	return time.Duration(n) * time.Second, nil
 }
@@ -227,7 +232,8 @@ func ParseSize(s string) (int64, error) {
 	return n * scale, nil
 }
 
-// parsePrefetch parses `prefetch AMOUNT [[DURATION] [PERCENTAGE%]]`.
+// parsePrefetch parses `prefetch AMOUNT [[DURATION] [PERCENTAGE%]]`. A
+// DURATION under a second is a second: entries keep their hits in seconds.
 func parsePrefetch(args []string, ca *Cache) error {
 	if len(args) == 0 || len(args) > 3 {
 		return fmt.Errorf("prefetch: want AMOUNT [[DURATION] [PERCENTAGE%%]], got %d arguments", len(args))
@@ -237,23 +243,29 @@ func parsePrefetch(args []string, ca *Cache) error {
 		return fmt.Errorf("prefetch: AMOUNT %q is not a number of queries between 0 and %d", args[0], math.MaxUint16)
 	}
 	ca.prefetch = n
-	for _, arg := range args[1:] {
-		if pct, ok := strings.CutSuffix(arg, "%"); ok {
-			p, err := strconv.Atoi(pct)
-			if err != nil || p < 10 || p > 90 {
-				return fmt.Errorf("prefetch: PERCENTAGE %q is not between 10%% and 90%%", arg)
-			}
-			ca.percentage = p
-			continue
-		}
-		if arg != args[1] {
-			return fmt.Errorf("prefetch: PERCENTAGE %q needs its %% sign", arg)
-		}
-		d, err := time.ParseDuration(arg)
+	rest := args[1:]
+	if len(rest) > 0 && !strings.HasSuffix(rest[0], "%") {
+		d, err := time.ParseDuration(rest[0])
 		if err != nil || d <= 0 {
-			return fmt.Errorf("prefetch: DURATION %q is not a positive duration such as 1m", arg)
+			return fmt.Errorf("prefetch: DURATION %q is not a positive duration such as 1m", rest[0])
 		}
-		ca.prefetchWindow = d
+		ca.prefetchWindow = max(d, time.Second)
+		rest = rest[1:]
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	pct, ok := strings.CutSuffix(rest[0], "%")
+	if !ok {
+		return fmt.Errorf("prefetch: PERCENTAGE %q needs its %% sign", rest[0])
+	}
+	p, err := strconv.Atoi(pct)
+	if err != nil || p < 10 || p > 90 {
+		return fmt.Errorf("prefetch: PERCENTAGE %q is not between 10%% and 90%%", rest[0])
+	}
+	ca.percentage = p
+	if len(rest) > 1 {
+		return fmt.Errorf("prefetch: %q after PERCENTAGE %q; want AMOUNT [[DURATION] [PERCENTAGE%%]]", rest[1], rest[0])
 	}
 	return nil
 }
@@ -298,8 +310,11 @@ func parseServeStale(args []string, ca *Cache) error {
 	}
 	if len(rest) > 0 {
 		t, err := time.ParseDuration(rest[0])
-		if err != nil || t < 0 || t%time.Second != 0 || t/time.Second > math.MaxInt32 {
+		if err != nil || t < 0 || t%time.Second != 0 {
 			return fmt.Errorf("serve_stale: RESPONSE_TTL %q is not a whole number of seconds such as 30s", rest[0])
+		}
+		if t/time.Second > math.MaxInt32 {
+			return fmt.Errorf("serve_stale: RESPONSE_TTL %q is above the largest TTL, %ds", rest[0], math.MaxInt32)
 		}
 		ca.staleTTL = t
 	}

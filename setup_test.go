@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,9 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n prefetch 2 30s\n}", func(c *Cache) bool { return c.prefetch == 2 && c.prefetchWindow == 30*time.Second }},
 		{"compactcache {\n prefetch 2 30s 50%\n}", func(c *Cache) bool { return c.percentage == 50 }},
 		{"compactcache {\n prefetch 2 20%\n}", func(c *Cache) bool { return c.percentage == 20 && c.prefetchWindow == time.Minute }},
+		// Hits are kept in seconds: a shorter window is one second.
+		{"compactcache {\n prefetch 2 500ms\n}", func(c *Cache) bool { return c.prefetchWindow == time.Second }},
+		{"compactcache 2147483647", func(c *Cache) bool { return c.pttl == math.MaxInt32*time.Second }},
 		{"compactcache {\n serve_stale\n}", func(c *Cache) bool {
 			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.failRecheck == defaultFailRecheck &&
 				c.store.shards[0].grace == 3600
@@ -106,6 +110,8 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{`compactcache 0`, `TTL: "0"`},
 		{`compactcache -5`, `TTL: "-5"`},
+		{`compactcache 18446744073`, `TTL: "18446744073" is not a number of seconds between 1 and 2147483647`},
+		{"compactcache {\n success 10 2147483648\n}", `success TTL: "2147483648"`},
 		{"compactcache {\n capacity\n}", "capacity: want one SIZE"},
 		{"compactcache {\n capacity 64XB\n}", `capacity: "64XB"`},
 		{"compactcache {\n capacity 0\n}", `capacity: "0"`},
@@ -134,6 +140,10 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n prefetch 1 1m 95%\n}", `prefetch: PERCENTAGE "95%"`},
 		{"compactcache {\n prefetch 1 1m 50\n}", `prefetch: PERCENTAGE "50" needs its % sign`},
 		{"compactcache {\n prefetch 1 1m 50% 1\n}", "prefetch: want AMOUNT [[DURATION] [PERCENTAGE%]], got 4"},
+		{"compactcache {\n prefetch 10 1m 1m\n}", `prefetch: PERCENTAGE "1m" needs its % sign`},
+		{"compactcache {\n prefetch 10 50% 60%\n}", `prefetch: "60%" after PERCENTAGE "50%"`},
+		{"compactcache {\n prefetch 10 50% 1m\n}", `prefetch: "1m" after PERCENTAGE "50%"`},
+		{"compactcache {\n serve_stale 1h immediate 2147483648s\n}", `serve_stale: RESPONSE_TTL "2147483648s" is above the largest TTL`},
 		{"compactcache {\n serve_stale -1h\n}", `serve_stale: DURATION "-1h"`},
 		{"compactcache {\n serve_stale 1h later\n}", `serve_stale: mode "later"`},
 		{"compactcache {\n serve_stale 1h immediate 1.5s\n}", `serve_stale: RESPONSE_TTL "1.5s"`},
@@ -172,5 +182,27 @@ func TestParseErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %q does not contain %q", tc.input, err, tc.want)
 		}
+	}
+}
+
+// TestRefusesTheStockCacheBeside: a block with both caches, a switch half
+// made, does not start. (The stock cache is linked in for differential_test.go.)
+func TestRefusesTheStockCacheBeside(t *testing.T) {
+	corefile := `.:0 {
+	bind 127.0.0.1
+	cache
+	compactcache
+	whoami
+}`
+	serverMu.Lock()
+	caddy.Quiet = true
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err == nil {
+		inst.Stop()
+		t.Fatal("a block with cache and compactcache started")
+	}
+	if !strings.Contains(err.Error(), "compactcache replaces it: remove cache") {
+		t.Errorf("error %q, want it to say to remove cache", err)
 	}
 }

@@ -116,7 +116,7 @@ func TestStressMixed(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 			old := active.Load()
-			offer(block, old.c.store) // OnRestart
+			old.c.offer(block) // OnRestart
 			if third := int(3 * time.Since(start) / duration); third > reloads[1] && third < 3 {
 				shape = 1 - shape
 			}
