@@ -63,6 +63,20 @@ func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
 	return udp, tcp
 }
 
+// startError starts a CoreDNS instance from corefile, which should not
+// start, and returns the error it did not start with; nil, the instance
+// stopped, when it started.
+func startError(corefile string) error {
+	serverMu.Lock()
+	caddy.Quiet = true
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err == nil {
+		inst.Stop()
+	}
+	return err
+}
+
 // startUpstream serves u on 127.0.0.1, UDP and TCP on one port, as a real
 // authoritative server would: the reply's OPT echoes the request's and UDP
 // replies are truncated to the requester's buffer (512 without EDNS). Queries

@@ -194,12 +194,8 @@ func TestRefusesTheStockCacheBeside(t *testing.T) {
 	compactcache
 	whoami
 }`
-	serverMu.Lock()
-	caddy.Quiet = true
-	inst, err := caddy.Start(corefileInput(corefile))
-	serverMu.Unlock()
+	err := startError(corefile)
 	if err == nil {
-		inst.Stop()
 		t.Fatal("a block with cache and compactcache started")
 	}
 	if !strings.Contains(err.Error(), "compactcache replaces it: remove cache") {
