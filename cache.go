@@ -426,8 +426,8 @@ func (c *Cache) view(age int64, e entry, isStale bool) ttlView {
 	switch {
 	case e.rcode() == dns.RcodeServerFailure:
 		v.ede = edeCachedError // an error, stale or not: no stale data
-	case isStale && e.rcode() == dns.RcodeNameError:
-		v.ede = edeStaleNXDomain
+	case isStale && (e.rcode() == dns.RcodeNameError || e.flags()&flagNXName != 0):
+		v.ede = edeStaleNXDomain // a compact denial's too: the name does not exist
 	case isStale:
 		v.ede = edeStaleAnswer
 	}

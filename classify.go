@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ type verdict struct {
 	store   bool
 	kind    int
 	answers bool // a success that answers the question asked
+	nxname  bool // a compact denial that the name exists (RFC 9824)
 	ttl     time.Duration
 	why     string // why it is not stored, for the debug line
 	bad     bool   // not stored for being malformed or not what was asked: counted in drops
@@ -60,7 +62,7 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 		if !sc.soa {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: kindDenial, ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
+		v = verdict{kind: kindDenial, nxname: sc.nxname && t == response.NoData, ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
@@ -90,6 +92,7 @@ func sameQuestion(reply, req *dns.Msg) bool {
 // them rather than one for each question it asks.
 type replyScan struct {
 	soa     bool   // an SOA in the authority section
+	nxname  bool   // an NXNAME proof in the authority section (provesNoName)
 	ns      int    // NS records in the authority section
 	expired bool   // a signature outside its validity period, in a DO reply
 	records bool   // any record but the additional section's OPT and TSIG
@@ -106,6 +109,8 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 			switch h.Rrtype {
 			case dns.TypeSOA:
 				sc.soa = sc.soa || section == 1
+			case dns.TypeNSEC, dns.TypeNSEC3:
+				sc.nxname = sc.nxname || section == 1 && provesNoName(r, m.Question[0].Name)
 			case dns.TypeNS:
 				if section == 1 {
 					sc.ns++
@@ -126,6 +131,20 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 		}
 	}
 	return sc
+}
+
+// provesNoName reports whether rr is the NSEC or NSEC3 record of name whose
+// type bitmap has NXNAME: the sign by which a compact denial of existence,
+// NOERROR without data for a DO query, says that the name does not exist
+// (RFC 9824 section 3).
+func provesNoName(rr dns.RR, name string) bool {
+	switch rr := rr.(type) {
+	case *dns.NSEC:
+		return sameName(rr.Hdr.Name, name) && slices.Contains(rr.TypeBitMap, dns.TypeNXNAME)
+	case *dns.NSEC3:
+		return rr.Match(name) && slices.Contains(rr.TypeBitMap, dns.TypeNXNAME)
+	}
+	return false
 }
 
 // typify is response.Typify, the stock cache's classification, for a QUERY

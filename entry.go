@@ -59,6 +59,7 @@ const (
 	flagReferred  = 1 << 9  // hit since written or since the ring last passed it
 	flagMeta      = 1 << 10 // the cache's bookkeeping, not a response
 	flagVariant   = 1 << 11 // tailored to a client subnet (ECS)
+	flagNXName    = 1 << 12 // a compact denial of a name (RFC 9824): NXDOMAIN without DO
 )
 
 // Key flags: the bits of the request, besides the question, that select an

@@ -373,6 +373,9 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 	if v.answers {
 		f |= flagAnswers
 	}
+	if v.nxname {
+		f |= flagNXName
+	}
 	return f
 }
 
@@ -388,6 +391,9 @@ func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	}
 	if !q.do && !q.ad {
 		m.AuthenticatedData = false
+	}
+	if !q.do && compactNXDomain(res) {
+		m.Rcode = dns.RcodeNameError
 	}
 	keep := func(rr dns.RR, section int) bool {
 		t := rr.Header().Rrtype
@@ -412,6 +418,22 @@ func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 		m.Extra = append(m.Extra, o)
 	}
 	return &m
+}
+
+// compactNXDomain reports whether res is a compact denial of its question's
+// name (RFC 9824): NOERROR without data, and an NXNAME proof. A client
+// without DO, which gets none of the proof, gets NXDOMAIN, as RFC 9824
+// section 5 suggests; the upstream was asked with DO.
+func compactNXDomain(res *dns.Msg) bool {
+	if res.Rcode != dns.RcodeSuccess || len(res.Answer) > 0 || len(res.Question) != 1 {
+		return false
+	}
+	for _, rr := range res.Ns {
+		if provesNoName(rr, res.Question[0].Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // echoedSubnet is the ECS option a client gets with a reply that carried

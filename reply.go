@@ -127,8 +127,12 @@ func (b *replyBuffers) appendReply(q *query, e entry, tv ttlView) []byte {
 	w := &b.w
 	w.nnames, w.qnameSeen = 0, false
 
-	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(e.rcode())
 	ef := e.flags()
+	rcode := e.rcode()
+	if ef&flagNXName != 0 && !q.do {
+		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
+	}
+	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
 	if ef&flagAA != 0 {
 		flags |= hdrAA
 	}
