@@ -62,7 +62,7 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 		if !sc.soa {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: kindDenial, nxname: sc.nxname && t == response.NoData, ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
+		v = verdict{kind: kindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
@@ -92,7 +92,6 @@ func sameQuestion(reply, req *dns.Msg) bool {
 // them rather than one for each question it asks.
 type replyScan struct {
 	soa     bool   // an SOA in the authority section
-	nxname  bool   // an NXNAME proof in the authority section (provesNoName)
 	ns      int    // NS records in the authority section
 	expired bool   // a signature outside its validity period, in a DO reply
 	records bool   // any record but the additional section's OPT and TSIG
@@ -109,8 +108,6 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 			switch h.Rrtype {
 			case dns.TypeSOA:
 				sc.soa = sc.soa || section == 1
-			case dns.TypeNSEC, dns.TypeNSEC3:
-				sc.nxname = sc.nxname || section == 1 && provesNoName(r, m.Question[0].Name)
 			case dns.TypeNS:
 				if section == 1 {
 					sc.ns++
@@ -133,19 +130,34 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 	return sc
 }
 
-// provesNoName reports whether rr is the NSEC or NSEC3 record of name whose
-// type bitmap has NXNAME: the sign by which a compact denial of existence,
-// NOERROR without data for a DO query, says that the name does not exist
-// (RFC 9824 section 3).
-func provesNoName(rr dns.RR, name string) bool {
-	switch rr := rr.(type) {
-	case *dns.NSEC:
-		return sameName(rr.Hdr.Name, name) && slices.Contains(rr.TypeBitMap, dns.TypeNXNAME)
-	case *dns.NSEC3:
-		return rr.Match(name) && slices.Contains(rr.TypeBitMap, dns.TypeNXNAME)
+// compactNXDomain reports whether m is a compact denial of its question's
+// name (RFC 9824): NOERROR without data, an SOA, and the name's NSEC or
+// NSEC3 with NXNAME in its type bitmap, the sign that the name does not
+// exist. A client without DO, which gets none of the proof, gets NXDOMAIN,
+// as section 5 has resolvers restore it: the upstream was asked with DO.
+func compactNXDomain(m *dns.Msg) bool {
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) > 0 || len(m.Question) != 1 {
+		return false
 	}
-	return false
+	soa, proof := false, false
+	for _, rr := range m.Ns {
+		switch rr := rr.(type) {
+		case *dns.SOA:
+			soa = true
+		case *dns.NSEC:
+			proof = proof || slices.Contains(rr.TypeBitMap, dns.TypeNXNAME) && sameName(rr.Hdr.Name, m.Question[0].Name)
+		case *dns.NSEC3:
+			// The bitmap first, and few iterations (RFC 9276 section 3.2):
+			// hashing the name costs an iteration a round.
+			proof = proof || slices.Contains(rr.TypeBitMap, dns.TypeNXNAME) && rr.Iterations <= maxNSEC3Iterations && rr.Match(m.Question[0].Name)
+		}
+	}
+	return soa && proof
 }
+
+// maxNSEC3Iterations is the most NSEC3 iterations a proof is hashed for; RFC
+// 9276 has validators treat more as insecure, and compact denials use 0.
+const maxNSEC3Iterations = 150
 
 // typify is response.Typify, the stock cache's classification, for a QUERY
 // reply with one question (classify has checked both), from the scan: the

@@ -420,22 +420,6 @@ func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	return &m
 }
 
-// compactNXDomain reports whether res is a compact denial of its question's
-// name (RFC 9824): NOERROR without data, and an NXNAME proof. A client
-// without DO, which gets none of the proof, gets NXDOMAIN, as RFC 9824
-// section 5 suggests; the upstream was asked with DO.
-func compactNXDomain(res *dns.Msg) bool {
-	if res.Rcode != dns.RcodeSuccess || len(res.Answer) > 0 || len(res.Question) != 1 {
-		return false
-	}
-	for _, rr := range res.Ns {
-		if provesNoName(rr, res.Question[0].Name) {
-			return true
-		}
-	}
-	return false
-}
-
 // echoedSubnet is the ECS option a client gets with a reply that carried
 // got: its own, with the reply's scope at most its source prefix (RFC 7871
 // 7.2.2), and none when it sent none.
