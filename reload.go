@@ -44,7 +44,9 @@ func (c *Cache) contents() contents {
 	}
 }
 
-func blockID(keys []string) string { return strings.Join(keys, " ") }
+// blockID names a server block for handoffs: by its keys, and its view,
+// since the blocks of several views of one address share their keys.
+func blockID(keys []string, view string) string { return strings.Join(keys, " ") + " view " + view }
 
 // offer makes c's store available to the next instance of the block; caddy
 // calls it just before a reload.

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"net"
 	"testing"
 
 	"github.com/coredns/caddy"
@@ -56,6 +57,62 @@ func TestReloadKeepsTheCache(t *testing.T) {
 		}
 		if n := u.count("a.example.org.", dns.TypeA); n != step.queries {
 			t.Fatalf("after reload:\n%s\nupstream asked %d times, want %d", step.corefile, n, step.queries)
+		}
+	}
+}
+
+// TestReloadKeepsEachViewsCache: the blocks of two views of one address share
+// their keys; a reload hands each its own store, and no client gets the
+// other view's answer (split horizon).
+func TestReloadKeepsEachViewsCache(t *testing.T) {
+	const name = "v.example.org."
+	ups := map[string]*upstream{}
+	corefile := ""
+	_, port, err := net.SplitHostPort(freePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, client := range []string{"127.0.0.1", "127.0.0.2"} {
+		u := newUpstream()
+		u.add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + " 300 IN A 192.0.2." + client[len(client)-1:])}, nil, nil)
+		ups[client] = u
+		corefile += `.:` + port + ` {
+	bind 127.0.0.1
+	view from` + client[len(client)-1:] + ` {
+		expr client_ip() == '` + client + `'
+	}
+	compactcache
+	forward . ` + startUpstream(t, u) + `
+}
+`
+	}
+	serverMu.Lock()
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { inst.Stop() }()
+	for round := range 2 {
+		for client, u := range ups {
+			c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(client)}}}
+			r, _, err := c.Exchange(test.Case{Qname: name, Qtype: dns.TypeA}.Msg(), net.JoinHostPort("127.0.0.1", port))
+			if err != nil {
+				t.Fatalf("round %d, from %s: %v", round, client, err)
+			}
+			want := "192.0.2." + client[len(client)-1:]
+			if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != want {
+				t.Errorf("round %d, from %s: %v, want %s, its view's", round, client, r.Answer, want)
+			}
+			if n := u.count(name, dns.TypeA); n != 1 {
+				t.Errorf("round %d, from %s: its view's upstream asked %d times, want once: the cache kept", round, client, n)
+			}
+		}
+		serverMu.Lock()
+		inst, err = inst.Restart(corefileInput(corefile))
+		serverMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -24,10 +24,9 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	block := blockID(c.ServerBlockKeys)
-	if ca.takeOver(block) {
-		log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
-	}
+	// The block's name for handoffs, known once the servers are made: blocks
+	// of several views share their keys.
+	var block string
 	c.OnRestart(func() error {
 		ca.offer(block)
 		return nil
@@ -38,6 +37,10 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnStartup(func() error {
 		cfg := dnsserver.GetConfig(c)
+		block = blockID(c.ServerBlockKeys, cfg.ViewName)
+		if ca.takeOver(block) {
+			log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
+		}
 		ca.metrics.view = cfg.ViewName
 		ca.SetRawWrites(rawSafe(cfg.Handlers()))
 		for _, h := range cfg.Handlers() {
