@@ -399,6 +399,7 @@ func startFrontends(event caddy.EventName, info any) error {
 	pending, _ := inst.Storage[frontendsKey{}].([]pendingFrontend)
 	inst.StorageMu.RUnlock()
 	for _, p := range pending {
+		unstarted.remove(p.fe)
 		srv := findServer(inst, p.addrs)
 		if srv == nil {
 			log.Errorf("frontend: no server for %s among the instance's; the front end stays closed", strings.Join(p.addrs, ", "))
@@ -408,6 +409,40 @@ func startFrontends(event caddy.EventName, info any) error {
 		p.fe.start(srv)
 	}
 	return nil
+}
+
+// unstarted are the front ends whose sockets are open and whose instance's
+// servers are not up yet. A reload that fails after a block's front end
+// opened its sockets drops the new instance without shutting it down: the
+// old instance closes them (closeUnstarted), or its clients' datagrams
+// would go to sockets nobody reads (SO_REUSEPORT shares the address).
+var unstarted = frontendSet{m: map[*frontend]bool{}}
+
+type frontendSet struct {
+	mu sync.Mutex
+	m  map[*frontend]bool
+}
+
+func (s *frontendSet) add(fe *frontend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[fe] = true
+}
+
+func (s *frontendSet) remove(fe *frontend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, fe)
+}
+
+// closeUnstarted closes the front ends of an instance that never started.
+func closeUnstarted() {
+	unstarted.mu.Lock()
+	defer unstarted.mu.Unlock()
+	for fe := range unstarted.m {
+		fe.close()
+		delete(unstarted.m, fe)
+	}
 }
 
 // blockAddrs returns the addresses dnsserver gives the servers of cfg's
@@ -470,6 +505,7 @@ func setupFrontend(c *caddy.Controller, cfg *dnsserver.Config, ca *Cache) error 
 	if err != nil {
 		return err
 	}
+	unstarted.add(fe)
 	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
 	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: blockAddrs(cfg)}))
 	c.OnShutdown(func() error {

@@ -445,6 +445,31 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	if n := u.count("a."+zone, dns.TypeA); n != 1 {
 		t.Errorf("upstream asked %d times, want 1: the store was handed over", n)
 	}
+
+	// A reload that fails after the new front end opened its sockets (the
+	// second block starts after the first, and may not) leaves the old
+	// instance serving, and no socket of the new one beside it to take
+	// datagrams nobody reads.
+	serverMu.Lock()
+	failed, err := inst.Restart(corefileInput(corefile("") + "\n.:0 {\n\tbind 127.0.0.1\n\tcache\n\tcompactcache\n\twhoami\n}"))
+	serverMu.Unlock()
+	if err == nil {
+		inst = failed
+		t.Fatal("a reload with cache beside compactcache succeeded")
+	}
+	pkt, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for range 40 {
+		if exchangeRaw(t, fe, pkt, 200*time.Millisecond) == nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("after a failed reload, %d of 40 requests to the front end got no reply", lost)
+	}
 }
 
 // FuzzFrontendRequest: whatever the packet, the front end's parse does not

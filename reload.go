@@ -46,7 +46,13 @@ func (c *Cache) contents() contents {
 
 // blockID names a server block for handoffs: by its keys, and its view,
 // since the blocks of several views of one address share their keys.
-func blockID(keys []string, view string) string { return strings.Join(keys, " ") + " view " + view }
+func blockID(keys []string, view string) string {
+	id := strings.Join(keys, " ")
+	if view != "" {
+		id += " (view " + view + ")"
+	}
+	return id
+}
 
 // offer makes c's store available to the next instance of the block; caddy
 // calls it just before a reload.

@@ -33,6 +33,7 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnRestartFailed(func() error {
 		withdraw(block, ca.store)
+		closeUnstarted()
 		return nil
 	})
 	c.OnStartup(func() error {
