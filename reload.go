@@ -31,7 +31,6 @@ type handoff struct {
 type contents struct {
 	pttl, minpttl, nttl, minnttl, failttl time.Duration
 	pexcept, nexcept                      string // the disable zones, joined
-	maxEntry                              int
 	ecs                                   ecsConfig
 	preferPositive                        bool
 }
@@ -40,7 +39,7 @@ func (c *Cache) contents() contents {
 	return contents{
 		pttl: c.pttl, minpttl: c.minpttl, nttl: c.nttl, minnttl: c.minnttl, failttl: c.failttl,
 		pexcept: strings.Join(c.pexcept, " "), nexcept: strings.Join(c.nexcept, " "),
-		maxEntry: c.maxEntry, ecs: c.ecs, preferPositive: c.preferPositive,
+		ecs: c.ecs, preferPositive: c.preferPositive,
 	}
 }
 

@@ -116,3 +116,34 @@ func TestReloadKeepsEachViewsCache(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadContents: what changes the replies a store holds, or their keys,
+// keeps a reload from handing the store over; what is read at hit time does
+// not.
+func TestReloadContents(t *testing.T) {
+	base := mustParse(t, "compactcache").contents()
+	for _, tc := range []struct {
+		option string
+		same   bool
+	}{
+		{"compactcache 600", false},
+		{"compactcache {\n success 0 600\n}", false},
+		{"compactcache {\n success 0 3600 60\n}", false},
+		{"compactcache {\n denial 0 600\n}", false},
+		{"compactcache {\n denial 0 1800 60\n}", false},
+		{"compactcache {\n servfail 1s\n}", false},
+		{"compactcache {\n disable success example.org\n}", false},
+		{"compactcache {\n disable denial example.org\n}", false},
+		{"compactcache {\n ecs 16\n}", false},
+		{"compactcache {\n ecs 24 48 {\n  max_variants 5\n }\n}", false},
+		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", false},
+		{"compactcache {\n prefetch 5 1m 20%\n}", true},
+		{"compactcache {\n keepttl\n}", true},
+		{"compactcache {\n serve_stale 1h verify 1s\n}", true},
+		{"compactcache example.org", true}, // zones are matched at request time
+	} {
+		if same := mustParse(t, tc.option).contents() == base; same != tc.same {
+			t.Errorf("%q: contents the same as the default's: %v, want %v", tc.option, same, tc.same)
+		}
+	}
+}
