@@ -463,7 +463,7 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	}
 	lost := 0
 	for range 40 {
-		if exchangeRaw(t, fe, pkt, 200*time.Millisecond) == nil {
+		if exchangeRaw(t, fe, pkt, time.Second) == nil {
 			lost++
 		}
 	}
