@@ -408,14 +408,18 @@ func startFrontends(event caddy.EventName, info any) error {
 		}
 		p.fe.start(srv)
 	}
+	// What is left belongs to an instance that never started: a failed
+	// reload whose old instance had no compactcache to close it.
+	closeUnstarted()
 	return nil
 }
 
 // unstarted are the front ends whose sockets are open and whose instance's
 // servers are not up yet. A reload that fails after a block's front end
 // opened its sockets drops the new instance without shutting it down: the
-// old instance closes them (closeUnstarted), or its clients' datagrams
-// would go to sockets nobody reads (SO_REUSEPORT shares the address).
+// old instance closes them (closeUnstarted) if it has compactcache, else the
+// next instance that starts does, or clients' datagrams would go to sockets
+// nobody reads (SO_REUSEPORT shares the address).
 var unstarted = frontendSet{m: map[*frontend]bool{}}
 
 type frontendSet struct {
@@ -515,12 +519,29 @@ func setupFrontend(c *caddy.Controller, cfg *dnsserver.Config, ca *Cache) error 
 	return nil
 }
 
+// listenUDP opens a UDP socket on addr. On the unspecified address it asks
+// for each request's destination at once, before any request arrives, so
+// that every reply can leave from the address its request came to (see
+// udpBatch.pktinfo).
 func listenUDP(addr string) (*net.UDPConn, error) {
 	pc, err := reuseport.ListenPacket("udp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return pc.(*net.UDPConn), nil
+	conn := pc.(*net.UDPConn)
+	if unspecified(conn.LocalAddr()) {
+		if err := askDestinations(conn); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// unspecified reports whether a is a UDP address of 0.0.0.0 or ::.
+func unspecified(a net.Addr) bool {
+	u, ok := a.(*net.UDPAddr)
+	return ok && u.IP.IsUnspecified()
 }
 
 func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp", addr) }

@@ -68,12 +68,7 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		return nil, err
 	}
 	b := &udpBatch{fe: fe, conn: conn, raw: raw, local: conn.LocalAddr()}
-	if a, ok := b.local.(*net.UDPAddr); ok && a.IP.IsUnspecified() {
-		if err := askDestinations(raw); err != nil {
-			return nil, err
-		}
-		b.pktinfo = true
-	}
+	b.pktinfo = unspecified(b.local) // listenUDP asked for the destinations
 	for i := range batchLen {
 		b.inIov[i].Base = &b.bufs[i][0]
 		b.inIov[i].SetLen(maxRequest)
@@ -174,8 +169,11 @@ func (b *udpBatch) requestOOB(i int) []byte {
 // askDestinations has the kernel give each request's destination address
 // with it: IPV6_PKTINFO on an IPv6 socket, which gives IPv4 requests' too,
 // as mapped addresses, and IP_PKTINFO on an IPv4 one.
-func askDestinations(raw syscall.RawConn) error {
-	var err error
+func askDestinations(conn *net.UDPConn) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
 	cerr := raw.Control(func(fd uintptr) {
 		var sa unix.Sockaddr
 		if sa, err = unix.Getsockname(int(fd)); err != nil {

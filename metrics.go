@@ -118,7 +118,7 @@ func (s *metricsSet) of(server string) *serverMetrics {
 func (s *metricsSet) resolve(server string) *serverMetrics {
 	m := &serverMetrics{
 		server:   server,
-		store:    weak.Make(s.c.store), // setup's takeOver is over: requests have come
+		store:    weak.Make(s.c.store), // takeOver (OnStartup) is over: requests have come
 		requests: cacheRequests.WithLabelValues(server, s.zones, s.view),
 		misses:   cacheMisses.WithLabelValues(server, s.zones, s.view),
 		drops:    cacheDrops.WithLabelValues(server, s.zones, s.view),

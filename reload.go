@@ -43,10 +43,14 @@ func (c *Cache) contents() contents {
 	}
 }
 
-// blockID names a server block for handoffs: by its keys, and its view,
-// since the blocks of several views of one address share their keys.
-func blockID(keys []string, view string) string {
+// blockID names a server block for handoffs: by its keys, its bind
+// addresses and its view, since blocks that bind other addresses, and the
+// views of one address, share their keys.
+func blockID(keys, binds []string, view string) string {
 	id := strings.Join(keys, " ")
+	if b := strings.TrimSpace(strings.Join(binds, " ")); b != "" {
+		id += " (bind " + b + ")"
+	}
 	if view != "" {
 		id += " (view " + view + ")"
 	}

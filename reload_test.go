@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
@@ -61,59 +62,64 @@ func TestReloadKeepsTheCache(t *testing.T) {
 	}
 }
 
-// TestReloadKeepsEachViewsCache: the blocks of two views of one address share
-// their keys; a reload hands each its own store, and no client gets the
-// other view's answer (split horizon).
-func TestReloadKeepsEachViewsCache(t *testing.T) {
+// TestReloadKeepsEachBlocksCache: blocks that bind other addresses, and the
+// blocks of two views of one address, share their keys; a reload hands each
+// its own store, and no client gets another block's answer (split horizon).
+func TestReloadKeepsEachBlocksCache(t *testing.T) {
 	const name = "v.example.org."
-	ups := map[string]*upstream{}
-	corefile := ""
-	_, port, err := net.SplitHostPort(freePort(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, client := range []string{"127.0.0.1", "127.0.0.2"} {
-		u := newUpstream()
-		u.add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + " 300 IN A 192.0.2." + client[len(client)-1:])}, nil, nil)
-		ups[client] = u
-		corefile += `.:` + port + ` {
-	bind 127.0.0.1
-	view from` + client[len(client)-1:] + ` {
-		expr client_ip() == '` + client + `'
-	}
-	compactcache
-	forward . ` + startUpstream(t, u) + `
-}
-`
-	}
-	serverMu.Lock()
-	inst, err := caddy.Start(corefileInput(corefile))
-	serverMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { inst.Stop() }()
-	for round := range 2 {
-		for client, u := range ups {
-			c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(client)}}}
-			r, _, err := c.Exchange(test.Case{Qname: name, Qtype: dns.TypeA}.Msg(), net.JoinHostPort("127.0.0.1", port))
-			if err != nil {
-				t.Fatalf("round %d, from %s: %v", round, client, err)
-			}
-			want := "192.0.2." + client[len(client)-1:]
-			if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != want {
-				t.Errorf("round %d, from %s: %v, want %s, its view's", round, client, r.Answer, want)
-			}
-			if n := u.count(name, dns.TypeA); n != 1 {
-				t.Errorf("round %d, from %s: its view's upstream asked %d times, want once: the cache kept", round, client, n)
-			}
-		}
-		serverMu.Lock()
-		inst, err = inst.Restart(corefileInput(corefile))
-		serverMu.Unlock()
+	type side struct{ block, from, to string } // a block's own line, a client's address, the server's
+	for _, tc := range []struct {
+		name  string
+		sides [2]side
+	}{
+		{"views", [2]side{
+			{"view one {\n\t\texpr client_ip() == '127.0.0.1'\n\t}\n\tbind 127.0.0.1", "127.0.0.1", "127.0.0.1"},
+			{"view two {\n\t\texpr client_ip() == '127.0.0.2'\n\t}\n\tbind 127.0.0.1", "127.0.0.2", "127.0.0.1"},
+		}},
+		{"binds", [2]side{
+			{"bind 127.0.0.1", "127.0.0.1", "127.0.0.1"},
+			{"bind ::1", "::1", "::1"},
+		}},
+	} {
+		_, port, err := net.SplitHostPort(freePort(t))
 		if err != nil {
 			t.Fatal(err)
 		}
+		corefile := ""
+		var ups [2]*upstream
+		for i, sd := range tc.sides {
+			ups[i] = newUpstream()
+			ups[i].add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("%s 300 IN A 192.0.2.%d", name, i+1))}, nil, nil)
+			corefile += ".:" + port + " {\n\t" + sd.block + "\n\tcompactcache\n\tforward . " + startUpstream(t, ups[i]) + "\n}\n"
+		}
+		serverMu.Lock()
+		inst, err := caddy.Start(corefileInput(corefile))
+		serverMu.Unlock()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for round := range 2 {
+			for i, sd := range tc.sides {
+				c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(sd.from)}}}
+				r, _, err := c.Exchange(test.Case{Qname: name, Qtype: dns.TypeA}.Msg(), net.JoinHostPort(sd.to, port))
+				if err != nil {
+					t.Fatalf("%s, round %d, from %s: %v", tc.name, round, sd.from, err)
+				}
+				if want := fmt.Sprintf("192.0.2.%d", i+1); len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != want {
+					t.Errorf("%s, round %d, from %s: %v, want %s, its block's", tc.name, round, sd.from, r.Answer, want)
+				}
+				if n := ups[i].count(name, dns.TypeA); n != 1 {
+					t.Errorf("%s, round %d, from %s: its block's upstream asked %d times, want once: the cache kept", tc.name, round, sd.from, n)
+				}
+			}
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		inst.Stop()
 	}
 }
 

@@ -25,7 +25,7 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	// The block's name for handoffs, known once the servers are made: blocks
-	// of several views share their keys.
+	// of several views or binds share their keys.
 	var block string
 	c.OnRestart(func() error {
 		ca.offer(block)
@@ -38,17 +38,19 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnStartup(func() error {
 		cfg := dnsserver.GetConfig(c)
-		block = blockID(c.ServerBlockKeys, cfg.ViewName)
+		for _, h := range cfg.Handlers() {
+			if h.Name() == "cache" {
+				// Two caches in a row: the mistake of a switch half made.
+				return plugin.Error(pluginName, fmt.Errorf("the block has cache too; compactcache replaces it: remove cache"))
+			}
+		}
+		block = blockID(c.ServerBlockKeys, cfg.ListenHosts, cfg.ViewName)
 		if ca.takeOver(block) {
 			log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
 		}
 		ca.metrics.view = cfg.ViewName
 		ca.SetRawWrites(rawSafe(cfg.Handlers()))
 		for _, h := range cfg.Handlers() {
-			if h.Name() == "cache" {
-				// Two caches in a row: the mistake of a switch half made.
-				return plugin.Error(pluginName, fmt.Errorf("the block has cache too; compactcache replaces it: remove cache"))
-			}
 			if b, ok := h.(ZoneBypasser); ok {
 				ca.bypass = append(ca.bypass, newZoneSet(b.CacheBypassZones())...)
 			}

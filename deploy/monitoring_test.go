@@ -348,6 +348,7 @@ func TestFrontendPanelExported(t *testing.T) {
 	bin := corednsBinary(t)
 	frontend := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	port := testenv.FreePort(t)
 	in := start(t, bin, fmt.Sprintf(`.:%d {
 	bind 127.0.0.1
 	prometheus %s
@@ -356,7 +357,10 @@ func TestFrontendPanelExported(t *testing.T) {
 	}
 	whoami
 }
-`, testenv.FreePort(t), metricsAddr, frontend))
+`, port, metricsAddr, frontend))
+	// CoreDNS prints its version once every block's startup has run, the
+	// front end's included; the metrics listener answers before that.
+	waitOutput(t, in, "CoreDNS-", 30*time.Second)
 	waitHTTP(t, in, "http://"+metricsAddr+"/metrics", 30*time.Second)
 	for range 2 { // through the chain, then a hit
 		if r := query(t, frontend, "udp", "www.example.org", dns.TypeA); r.Rcode != dns.RcodeSuccess {
