@@ -410,14 +410,14 @@ func startFrontends(event caddy.EventName, info any) error {
 	}
 	// What is left belongs to an instance that never started: a failed
 	// reload whose old instance had no compactcache to close it.
-	closeUnstarted()
+	unstarted.closeAll()
 	return nil
 }
 
 // unstarted are the front ends whose sockets are open and whose instance's
 // servers are not up yet. A reload that fails after a block's front end
 // opened its sockets drops the new instance without shutting it down: the
-// old instance closes them (closeUnstarted) if it has compactcache, else the
+// old instance closes them (unstarted.closeAll) if it has compactcache, else the
 // next instance that starts does, or clients' datagrams would go to sockets
 // nobody reads (SO_REUSEPORT shares the address).
 var unstarted = frontendSet{m: map[*frontend]bool{}}
@@ -439,13 +439,13 @@ func (s *frontendSet) remove(fe *frontend) {
 	delete(s.m, fe)
 }
 
-// closeUnstarted closes the front ends of an instance that never started.
-func closeUnstarted() {
-	unstarted.mu.Lock()
-	defer unstarted.mu.Unlock()
-	for fe := range unstarted.m {
+// closeAll closes the front ends in s and empties it.
+func (s *frontendSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for fe := range s.m {
 		fe.close()
-		delete(unstarted.m, fe)
+		delete(s.m, fe)
 	}
 }
 

@@ -33,7 +33,7 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnRestartFailed(func() error {
 		withdraw(block, ca.store)
-		closeUnstarted()
+		unstarted.closeAll() // what a failed new instance opened
 		return nil
 	})
 	c.OnStartup(func() error {
