@@ -383,12 +383,16 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(key, h)
-	if e == nil || answersOnly && e.flags()&flagAnswers == 0 {
+	if e == nil || answersOnly && e.flags()&flagAnswers == 0 || !s.q.takes(e) {
 		return false
 	}
 	now := c.at(at)
 	age := max(0, now.Unix()-int64(e.stored()))
-	left := int64(e.ttl()) - age
+	ttl := e.ttl()
+	if s.q.do {
+		ttl = e.proofTTL()
+	}
+	left := int64(ttl) - age
 	state := fresh
 	switch {
 	case left > 0:
@@ -404,6 +408,12 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))
 	}
 	return true
+}
+
+// takes reports whether an entry found under q's key may answer q: an answer
+// fetched without ECS serves no client that sent a subnet (RFC 7871 7.3.1).
+func (q *query) takes(e entry) bool {
+	return e.flags()&flagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
 }
 
 // prefetchThreshold is the TTL left below which a popular entry is fetched

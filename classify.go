@@ -17,8 +17,9 @@ type verdict struct {
 	answers bool // a success that answers the question asked
 	nxname  bool // a compact denial that the name exists (RFC 9824)
 	ttl     time.Duration
-	why     string // why it is not stored, for the debug line
-	bad     bool   // not stored for being malformed or not what was asked: counted in drops
+	floor   time.Duration // MINTTL: no record is kept with a lower TTL
+	why     string        // why it is not stored, for the debug line
+	bad     bool          // not stored for being malformed or not what was asked: counted in drops
 }
 
 // unusable is the verdict on a reply that is malformed or does not answer
@@ -54,15 +55,15 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	var v verdict
 	switch t {
 	case response.NoError:
-		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl), c.minpttl, c.pttl)}
+		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl, false), c.minpttl, c.pttl), floor: c.minpttl}
 	case response.Delegation:
 		// The stock cache keeps referrals for the minimum default TTL.
-		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl)}
+		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl), floor: c.minpttl}
 	case response.NameError, response.NoData:
 		if !sc.soa {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: kindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl), c.minnttl, c.nttl)}
+		v = verdict{kind: kindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl, true), c.minnttl, c.nttl), floor: c.minnttl}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
@@ -91,17 +92,20 @@ func sameQuestion(reply, req *dns.Msg) bool {
 // replyScan is what classify reads off a reply's records, in one pass over
 // them rather than one for each question it asks.
 type replyScan struct {
-	soa     bool   // an SOA in the authority section
-	ns      int    // NS records in the authority section
-	expired bool   // a signature outside its validity period, in a DO reply
-	records bool   // any record but the additional section's OPT and TSIG
-	ttl     uint32 // the smallest TTL of the records, SOA MINIMUM included
+	soa     bool // an SOA in the authority section
+	ns      int  // NS records in the authority section
+	expired bool // a signature outside its validity period, in a DO reply
+	records bool // any record but the additional section's OPT and TSIG
+	// The smallest TTLs of the records clients without DO get, of those
+	// only DO clients get (dnssecOnly), and the smallest SOA MINIMUM.
+	dataTTL, proofTTL, soaMinimum uint32
 }
 
 func scanReply(m *dns.Msg, now time.Time) replyScan {
-	sc := replyScan{ttl: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
+	sc := replyScan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
 	opt := m.IsEdns0()
 	do := opt != nil && opt.Do()
+	qtype := m.Question[0].Qtype
 	for section, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		for _, r := range rrs {
 			h := r.Header()
@@ -121,9 +125,13 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 				continue
 			}
 			sc.records = true
-			sc.ttl = min(sc.ttl, wireTTL(h.Ttl))
+			if dnssecOnly(h.Rrtype, section) && !askedFor(h.Rrtype, section, qtype) {
+				sc.proofTTL = min(sc.proofTTL, wireTTL(h.Ttl))
+			} else {
+				sc.dataTTL = min(sc.dataTTL, wireTTL(h.Ttl))
+			}
 			if soa, ok := r.(*dns.SOA); ok {
-				sc.ttl = min(sc.ttl, wireTTL(soa.Minttl))
+				sc.soaMinimum = min(sc.soaMinimum, wireTTL(soa.Minttl))
 			}
 		}
 	}
@@ -186,15 +194,25 @@ func (sc *replyScan) typify(m *dns.Msg) response.Type {
 	return response.OtherError
 }
 
-// minTTL returns the smallest TTL of the reply, at most ceiling. An SOA
-// counts with the smaller of its TTL and its MINIMUM field, which bounds
-// negative caching (RFC 2308 5); the stock cache ignores MINIMUM. A reply
+// minTTL returns the entry's TTL, at most ceiling: the smallest TTL of the
+// records every client gets. The DNSSEC records only DO clients get keep
+// their own, shorter TTLs, which the lookup reads for DO clients (see
+// entry.proofTTL): records a client does not receive must not shorten what it
+// receives. For a denial, an SOA's MINIMUM bounds it too (RFC 2308 5; the
+// stock cache ignores MINIMUM); it does not bound positive answers. A reply
 // without records gets the stock cache's fail-safe minimum.
-func (sc *replyScan) minTTL(ceiling time.Duration) time.Duration {
+func (sc *replyScan) minTTL(ceiling time.Duration, denial bool) time.Duration {
 	if !sc.records {
 		return minDefaultTTL
 	}
-	return time.Duration(min(uint32(ceiling/time.Second), sc.ttl)) * time.Second
+	ttl := sc.dataTTL
+	if ttl == math.MaxUint32 {
+		ttl = sc.proofTTL // nothing but DNSSEC records
+	}
+	if denial {
+		ttl = min(ttl, sc.soaMinimum)
+	}
+	return time.Duration(min(uint32(ceiling/time.Second), ttl)) * time.Second
 }
 
 // wireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it

@@ -60,6 +60,14 @@ const (
 	flagMeta      = 1 << 10 // the cache's bookkeeping, not a response
 	flagVariant   = 1 << 11 // tailored to a client subnet (ECS)
 	flagNXName    = 1 << 12 // a compact denial of a name (RFC 9824): NXDOMAIN without DO
+	// flagShortProof: DNSSEC records that only DO clients get expire before
+	// the entry; DO clients read the entry's lifetime from them (proofTTL).
+	flagShortProof = 1 << 13
+	// flagNoECS: fetched without ECS, so tailored to no client or to this
+	// server's own address; it serves clients without ECS and source /0
+	// queries only (RFC 7871 7.3.1 makes only an answer to an ECS query
+	// good for every client).
+	flagNoECS = 1 << 14
 )
 
 // Key flags: the bits of the request, besides the question, that select an
@@ -144,6 +152,26 @@ func (e entry) qtype() uint16 {
 
 func (e entry) qclass() uint16 {
 	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
+}
+
+// proofTTL returns the entry's lifetime for DO clients: its TTL, or less when
+// it holds DNSSEC records (those that only DO clients get) that expire first.
+func (e entry) proofTTL() uint32 {
+	ttl := e.ttl()
+	if e.flags()&flagShortProof == 0 {
+		return ttl
+	}
+	var r record
+	off, qtype := e.recordsStart(), e.qtype()
+	for s := range 3 {
+		for range e.count(s) {
+			off = e.record(off, &r)
+			if r.flags&recDNSSEC != 0 && !askedFor(r.rtype, s, qtype) {
+				ttl = min(ttl, r.ttl)
+			}
+		}
+	}
+	return ttl
 }
 
 // expires returns the unix second at which the entry's TTL runs out.

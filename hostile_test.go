@@ -380,14 +380,14 @@ func hostileRows() []hostileRow {
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				return hostileReply(r, dns.RcodeSuccess, []dns.RR{test.A("q.example.org. 0 IN A 192.0.2.1")}, nil, nil)
 			},
-			// Stored for the success MINTTL (5 s), as by the stock cache,
-			// and served with TTL 0.
+			// Stored for the success MINTTL (5 s) and served with it, as by
+			// the stock cache.
 			entries: 1, asks: 1,
 			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
 				for _, m := range []*dns.Msg{first, second} {
 					answers(t, m, 1)
-					if ttl := m.Answer[0].Header().Ttl; ttl != 0 {
-						t.Fatalf("served with TTL %d, want 0", ttl)
+					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(minDefaultTTL/time.Second) {
+						t.Fatalf("served with TTL %d, want MINTTL", ttl)
 					}
 				}
 				h.clk.advance(minDefaultTTL)
@@ -410,15 +410,15 @@ func hostileRows() []hostileRow {
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				return hostileReply(r, dns.RcodeSuccess, []dns.RR{test.A("q.example.org. 2147483653 IN A 192.0.2.1")}, nil, nil)
 			},
-			// RFC 2181 8: the TTL counts as 0. The record is served with TTL
-			// 0 and the entry lives as a TTL-0 answer's does: the success
-			// MINTTL, 5 s.
+			// RFC 2181 8: the TTL counts as 0. The entry lives as a TTL-0
+			// answer's does, the success MINTTL, 5 s, and the record is
+			// served with it.
 			entries: 1, asks: 1,
 			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
 				for _, m := range []*dns.Msg{first, second} {
 					answers(t, m, 1)
-					if ttl := m.Answer[0].Header().Ttl; ttl != 0 {
-						t.Fatalf("served with TTL %d, want 0", ttl)
+					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(minDefaultTTL/time.Second) {
+						t.Fatalf("served with TTL %d, want MINTTL", ttl)
 					}
 				}
 				h.clk.advance(minDefaultTTL)
@@ -434,12 +434,12 @@ func hostileRows() []hostileRow {
 				return hostileReply(r, dns.RcodeSuccess, []dns.RR{test.A("q.example.org. 300 IN A 192.0.2.1"), test.A("q.example.org. 4294967295 IN A 192.0.2.2")}, nil, nil)
 			},
 			// The entry's TTL is the smallest, 0, so MINTTL: each record is
-			// served with at most that.
+			// served with that.
 			entries: 1, asks: 1,
 			check: func(t *testing.T, h *hostileRun, first, _ *dns.Msg) {
 				answers(t, first, 2)
 				for _, rr := range first.Answer {
-					if want := map[string]uint32{"192.0.2.1": 5, "192.0.2.2": 0}[rr.(*dns.A).A.String()]; rr.Header().Ttl != want {
+					if want := map[string]uint32{"192.0.2.1": 5, "192.0.2.2": 5}[rr.(*dns.A).A.String()]; rr.Header().Ttl != want {
 						t.Fatalf("%s served with TTL %d, want %d", rr, rr.Header().Ttl, want)
 					}
 				}

@@ -46,7 +46,7 @@ func BenchmarkBuild(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		k := i % len(msgs)
-		if _, err := bld.build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, defaultMaxEntry); err != nil {
+		if _, err := bld.build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, 0, defaultMaxEntry); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -224,8 +224,8 @@ type upstreamMsg struct {
 
 // set makes u r as it goes upstream, and returns it: with DO set and an EDNS
 // buffer that fits signed answers, AD, which asks the upstream to say whether
-// it validated (RFC 6840 5.7), and the client subnet cut to the configured
-// source prefix. The plugins before the cache keep seeing r. The copy is
+// it validated (RFC 6840 5.7), the client subnet cut to the configured
+// source prefix, and without the client's TSIG. The plugins before the cache keep seeing r. The copy is
 // shallow but for the additional section and its OPT, the only parts that
 // change: copying whole requests costs a miss more than all its own work.
 func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
@@ -234,6 +234,12 @@ func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 	u.msg.Extra = u.extra[:0] // append moves it to the heap past len(u.extra)
 	var opt *dns.OPT
 	for _, rr := range r.Extra {
+		if rr.Header().Rrtype == dns.TypeTSIG {
+			// The client's signature covers the message as it sent it,
+			// which this one is not, and must be last (RFC 8945 5.1),
+			// where the OPT goes: the upstream would answer FORMERR.
+			continue
+		}
 		if o, ok := rr.(*dns.OPT); ok && opt == nil {
 			u.opt = dns.OPT{Hdr: o.Hdr, Option: o.Option}
 			opt = &u.opt
@@ -305,12 +311,15 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if variant {
 		flags |= flagVariant
 	}
+	if cw.s.q.ecs.family == 0 {
+		flags |= flagNoECS
+	}
 	// Under prefer_positive, what does not answer is kept beside the answer
 	// it would otherwise replace; an answer replaces both.
 	if c.preferPositive && flags&flagAnswers == 0 {
 		key = cw.b.otherKey(key)
 	}
-	e, err := cw.b.build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), flags, c.maxEntry)
+	e, err := cw.b.build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.maxEntry)
 	if err != nil {
 		if errors.Is(err, errEntryTooLarge) {
 			cw.m.refused.Inc()
@@ -397,7 +406,7 @@ func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	}
 	keep := func(rr dns.RR, section int) bool {
 		t := rr.Header().Rrtype
-		if t == dns.TypeOPT {
+		if hopByHop(t) {
 			return false
 		}
 		return q.do || !dnssecOnly(t, section) || askedFor(t, section, q.qtype)

@@ -306,11 +306,11 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 			// An entry TTL under the records' drops theirs; one over
 			// them keeps them (recTTLIsEntry), TTL bytes compared too.
 			for _, ttl := range []uint32{2, math.MaxUint32} {
-				got, err := b.build(m, key, m.Question[0].Name, 1, ttl, 3, defaultMaxEntry)
+				got, err := b.build(m, key, m.Question[0].Name, 1, ttl, 0, 3, defaultMaxEntry)
 				if err != nil {
 					t.Fatalf("%s %d: %v", v, i, err)
 				}
-				want, err := ref.build(asRFC3597(t, m), key, "", 1, ttl, 3, defaultMaxEntry)
+				want, err := ref.build(asRFC3597(t, m), key, "", 1, ttl, 0, 3, defaultMaxEntry)
 				if err != nil {
 					t.Fatalf("%s %d, RFC 3597: %v", v, i, err)
 				}
@@ -338,7 +338,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	}
 	q := query{id: 1, name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET, limit: dns.MaxMsgSize}
 	const entryTTL = 300 // the lowest TTL, raised to a minimum of 300
-	e, err := newBuilder().build(m, appendKey(nil, &q), "a.example.org.", 1, entryTTL, 0, defaultMaxEntry)
+	e, err := newBuilder().build(m, appendKey(nil, &q), "a.example.org.", 1, entryTTL, 0, 0, defaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestBuildErrorsInPackBufferOrder(t *testing.T) {
 	b := newBuilder()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.build(tc.m, key, "", 0, 60, 0, defaultMaxEntry)
+			_, err := b.build(tc.m, key, "", 0, 60, 0, 0, defaultMaxEntry)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("build: %v, want %v", err, tc.want)
 			}
@@ -490,7 +490,7 @@ func TestBuildAllocatesNothing(t *testing.T) {
 	key := appendKey(nil, &query{name: name[:l], qtype: m.Question[0].Qtype, qclass: m.Question[0].Qclass})
 	b := newBuilder()
 	build := func() {
-		if _, err := b.build(m, key, "", 0, 60, 0, defaultMaxEntry); err != nil {
+		if _, err := b.build(m, key, "", 0, 60, 0, 0, defaultMaxEntry); err != nil {
 			t.Fatal(err)
 		}
 	}

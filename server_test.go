@@ -154,6 +154,17 @@ func exchangeUDP(t *testing.T, addr string, m *dns.Msg) (*dns.Msg, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r, n := exchangeWire(t, addr, q)
+	if r.Id != m.Id {
+		t.Fatalf("%s over UDP: reply ID %d, want %d", m.Question[0].String(), r.Id, m.Id)
+	}
+	return r, n
+}
+
+// exchangeWire sends the packed query q over UDP and returns the reply and
+// its size on the wire.
+func exchangeWire(t *testing.T, addr string, q []byte) (*dns.Msg, int) {
+	t.Helper()
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -166,14 +177,11 @@ func exchangeUDP(t *testing.T, addr string, m *dns.Msg) (*dns.Msg, int) {
 	buf := make([]byte, dns.MaxMsgSize)
 	n, err := conn.Read(buf)
 	if err != nil {
-		t.Fatalf("%s over UDP: %v", m.Question[0].String(), err)
+		t.Fatalf("query over UDP: %v", err)
 	}
 	r := new(dns.Msg)
 	if err := r.Unpack(buf[:n]); err != nil {
-		t.Fatalf("%s over UDP: unpacking the reply: %v", m.Question[0].String(), err)
-	}
-	if r.Id != m.Id {
-		t.Fatalf("%s over UDP: reply ID %d, want %d", m.Question[0].String(), r.Id, m.Id)
+		t.Fatalf("query over UDP: unpacking the reply: %v", err)
 	}
 	return r, n
 }

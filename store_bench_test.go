@@ -14,7 +14,7 @@ func builtEntries(b *testing.B, n int) []entry {
 	msgs, keys := workloadReplies(b, n)
 	out := make([]entry, n)
 	for i, m := range msgs {
-		e, err := bld.build(m, keys[i], "", 0, 3600, 0, defaultMaxEntry)
+		e, err := bld.build(m, keys[i], "", 0, 3600, 0, 0, defaultMaxEntry)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func testEntry(t testing.TB, b *builder, name string, val uint32, ttl uint32, ki
 	if kind == kindDenial {
 		flags = flagDenial
 	}
-	e, err := b.build(m, key, "", 0, ttl, flags, defaultMaxEntry)
+	e, err := b.build(m, key, "", 0, ttl, 0, flags, defaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,15 +36,18 @@ func (b *builder) otherKey(key []byte) []byte {
 	return b.key
 }
 
-// build packs the records of m behind the header and key; limit bounds the
-// bytes of the records. key starts with the lowercased wire qname and the
+// build packs the records of m behind the header and key, for an entry of
+// TTL ttl whose records are kept with TTLs of at least floor (MINTTL, as the
+// stock cache serves them: a record served with TTL 0 while the entry lives
+// would defeat every cache behind this one); limit bounds the bytes of the
+// records. key starts with the lowercased wire qname and the
 // keyTail bytes, as appendKey makes it. Each record is packed on its own
 // (packRR), so that m's header and question are not packed at all; build
 // still fails wherever Msg.PackBuffer would, and its other errors come in
 // record order after those. asked is the request's question name, which
 // packed to key's name ignoring case, or "": a reply that echoes it, as
 // replies do, has its question checked without packing it again.
-func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32, flags uint16, limit int) (entry, error) {
+func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl, floor uint32, flags uint16, limit int) (entry, error) {
 	nameLen := wireNameLen(key)
 	qname := key[:nameLen]
 	alias, err := b.checkPackable(m, qname, asked)
@@ -57,7 +60,6 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 	buf := b.buf[:headerLen]
 	binary.LittleEndian.PutUint32(buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
-	binary.LittleEndian.PutUint16(buf[offFlags:], flags)
 	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
 	buf[offNameLen] = byte(nameLen)
 	buf = append(buf, key...)
@@ -80,6 +82,10 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 				refused = errBadRdata
 				continue
 			}
+			r.ttl = max(wireTTL(r.ttl), floor)
+			if r.ttl < ttl && dnssecOnly(r.rtype, s) && !askedFor(r.rtype, s, qtype) {
+				flags |= flagShortProof
+			}
 			buf = appendRecord(buf, &r, s, qname, qtype, qclass, ttl)
 			if len(buf)-start > limit {
 				refused = errEntryTooLarge
@@ -88,6 +94,7 @@ func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl uint32
 		}
 		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
 	}
+	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with flagShortProof, known now
 	b.buf = buf
 	if refused != nil {
 		return nil, refused
