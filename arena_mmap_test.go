@@ -3,6 +3,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"fmt"
 	"os"
 	"runtime"
@@ -326,7 +328,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.shards[0].arena.shared
-	b := newBuilder()
+	b := entry.NewBuilder()
 	label := strings.Repeat("x", 60)
 	shared, evicted := false, 0
 	for i := range 320_000 {

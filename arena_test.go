@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"context"
 	"fmt"
 	"runtime"
@@ -23,7 +25,7 @@ func filledStore(t *testing.T) ([]*arena, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	for i := range 60_000 {
 		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, kindSuccess)
 		s.put(e, 0)
@@ -94,7 +96,7 @@ func TestArenaKeptWhileShardHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	e, key := testEntry(t, b, "held.example.org.", 7, 3600, kindSuccess)
 	s.put(e, 0)
 	h := s.hash(key)
@@ -111,9 +113,9 @@ func TestArenaKeptWhileShardHeld(t *testing.T) {
 			sh.mu.Unlock()
 			t.Fatal("entry gone while its shard is held")
 		}
-		var r record
-		e.record(e.recordsStart(), &r)
-		v := r.rdata[3]
+		var r entry.Record
+		e.Record(e.RecordsStart(), &r)
+		v := r.Rdata[3]
 		sh.mu.Unlock()
 		if v != 7 {
 			t.Fatalf("read %d from the held shard, stored 7", v)

@@ -4,6 +4,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"bytes"
 	"context"
 	"net"
@@ -150,31 +152,25 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = on }
 // allocates nothing.
 type scratch struct {
 	q       query
-	name    [maxNameLen]byte
+	name    [entry.MaxNameLen]byte
 	key     []byte // lowercased wire qname and keyTail bytes
 	probe   []byte // a key derived from key for a lookup
 	opts    []byte // the request's EDNS options echoed in the reply
 	replies replyBuffers
-	b       *builder // the entry a fetch stores; nil until the scratch's first
+	b       *entry.Builder // the entry a fetch stores; nil until the scratch's first
 }
 
 // builder returns s's entry builder, made at its first use: hits, most
 // requests, need none, and the one they may carry costs no pool of its own.
-func (s *scratch) builder() *builder {
+func (s *scratch) builder() *entry.Builder {
 	if s.b == nil {
-		s.b = newBuilder()
+		s.b = entry.NewBuilder()
 	}
 	return s.b
 }
 
-const (
-	maxNameLen = 255
-	// maxKeyLen is the longest key: a name, the key tail and an ECS suffix.
-	maxKeyLen = maxNameLen + keyTail + 2 + 16
-)
-
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, maxKeyLen), probe: make([]byte, 0, maxKeyLen), replies: newReplyBuffers()}
+	return &scratch{key: make([]byte, 0, entry.MaxKeyLen), probe: make([]byte, 0, entry.MaxKeyLen), replies: newReplyBuffers()}
 }}
 
 // ServeDNS implements plugin.Handler.
@@ -235,7 +231,7 @@ type zoneSet [][]byte
 func newZoneSet(zones []string) zoneSet {
 	set := make(zoneSet, 0, len(zones))
 	for _, z := range zones {
-		b := make([]byte, maxNameLen)
+		b := make([]byte, entry.MaxNameLen)
 		n, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(z)), b, 0, nil, false)
 		if err != nil {
 			continue // setup normalized the zones: they pack
@@ -316,7 +312,7 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 	switch {
 	case q.ecs.family == 0:
 	case q.ecs.sent == 0:
-		s.probe = sourceZeroKey(s.probe[:0], s.key, q.ecs.family)
+		s.probe = entry.SourceZeroKey(s.probe[:0], s.key, q.ecs.family)
 		if c.lookupKey(s, s.probe, now, withStale, f) {
 			return
 		}
@@ -325,14 +321,14 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 		for l := int(q.ecs.sent); ok && l >= 0; l-- {
 			// An answer whose upstream wanted more bits than it got serves
 			// only queries that give as many bits as it had.
-			if l == int(q.ecs.sent) && hasBit(&exact, uint8(l)) {
-				s.probe = variantKey(s.probe[:0], s.key, keyExact, q.ecs.family, uint8(l), q.ecs.addr)
+			if l == int(q.ecs.sent) && entry.HasBit(&exact, uint8(l)) {
+				s.probe = entry.VariantKey(s.probe[:0], s.key, entry.KeyExact, q.ecs.family, uint8(l), q.ecs.addr)
 				if c.lookupKey(s, s.probe, now, withStale, f) {
 					return
 				}
 			}
-			if hasBit(&normal, uint8(l)) {
-				s.probe = variantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
+			if entry.HasBit(&normal, uint8(l)) {
+				s.probe = entry.VariantKey(s.probe[:0], s.key, 0, q.ecs.family, uint8(l), q.ecs.addr)
 				if c.lookupKey(s, s.probe, now, withStale, f) {
 					return
 				}
@@ -344,19 +340,19 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 
 // variants returns the bitmaps of the prefix lengths of the variants, and
 // of the exact variants, stored for s.q's name and family.
-func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [scopesLen]byte, ok bool) {
-	s.probe = scopesKey(s.probe[:0], s.key, s.q.ecs.family)
+func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.ScopesLen]byte, ok bool) {
+	s.probe = entry.ScopesKey(s.probe[:0], s.key, s.q.ecs.family)
 	h := c.store.hash(s.probe)
 	sh := c.store.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(s.probe, h)
-	if e == nil || c.at(now).Unix() > e.expires()+int64(c.staleUpTo/time.Second) {
+	if e == nil || c.at(now).Unix() > e.Expires()+int64(c.staleUpTo/time.Second) {
 		return normal, exact, false
 	}
-	e.setFlag(flagReferred, true)
-	l := e.list()
-	return *l.bits(), *l.exact(), true
+	e.SetFlag(entry.FlagReferred, true)
+	l := e.List()
+	return *l.Bits(), *l.Exact(), true
 }
 
 // lookupKey looks key up. Under serve_stale_policy prefer_positive an
@@ -370,8 +366,8 @@ func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool
 	if c.probe(s, key, now, withStale, true, f) {
 		return true
 	}
-	key[flagsAt(key)] |= keyOther
-	defer func() { key[flagsAt(key)] &^= keyOther }()
+	key[entry.FlagsAt(key)] |= entry.KeyOther
+	defer func() { key[entry.FlagsAt(key)] &^= entry.KeyOther }()
 	return c.probe(s, key, now, withStale, false, f)
 }
 
@@ -383,14 +379,14 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(key, h)
-	if e == nil || answersOnly && e.flags()&flagAnswers == 0 || !s.q.takes(e) {
+	if e == nil || answersOnly && e.Flags()&entry.FlagAnswers == 0 || !s.q.takes(e) {
 		return false
 	}
 	now := c.at(at)
-	age := max(0, now.Unix()-int64(e.stored()))
-	ttl := e.ttl()
+	age := max(0, now.Unix()-int64(e.Stored()))
+	ttl := e.TTL()
 	if s.q.do {
-		ttl = e.proofTTL()
+		ttl = e.ProofTTL()
 	}
 	left := int64(ttl) - age
 	state := fresh
@@ -401,9 +397,9 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 	default:
 		return false
 	}
-	e.hit(now.Unix(), int64(c.prefetchWindow/time.Second))
-	f.state, f.kind, f.hash, f.scope = state, kindOf(e), h, e.scope()
-	f.prefetch = state == fresh && c.prefetch > 0 && e.hits() >= c.prefetch && left <= c.prefetchThreshold(e)
+	e.Hit(now.Unix(), int64(c.prefetchWindow/time.Second))
+	f.state, f.kind, f.hash, f.scope = state, kindOf(e), h, e.Scope()
+	f.prefetch = state == fresh && c.prefetch > 0 && e.Hits() >= c.prefetch && left <= c.prefetchThreshold(e)
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))
 	}
@@ -412,20 +408,20 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 
 // takes reports whether an entry found under q's key may answer q: an answer
 // fetched without ECS serves no client that sent a subnet (RFC 7871 7.3.1).
-func (q *query) takes(e entry) bool {
-	return e.flags()&flagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
+func (q *query) takes(e entry.Entry) bool {
+	return e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
 }
 
 // prefetchThreshold is the TTL left below which a popular entry is fetched
 // again: PERCENTAGE of its TTL, rounded up as the stock cache does.
-func (c *Cache) prefetchThreshold(e entry) int64 {
-	return (int64(e.ttl())*int64(c.percentage) + 99) / 100
+func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
+	return (int64(e.TTL())*int64(c.percentage) + 99) / 100
 }
 
 // view says how e is served from the cache at age seconds: TTLs aged (or
 // kept with keepttl, or the serve-stale response TTL), and the Extended DNS
 // Error (RFC 8914) of cached failures and stale answers.
-func (c *Cache) view(age int64, e entry, isStale bool) ttlView {
+func (c *Cache) view(age int64, e entry.Entry, isStale bool) ttlView {
 	v := ttlView{age: uint32(age)}
 	if c.keepttl {
 		v.age = 0
@@ -434,9 +430,9 @@ func (c *Cache) view(age int64, e entry, isStale bool) ttlView {
 		v.fixed, v.value = true, uint32(c.staleTTL/time.Second)
 	}
 	switch {
-	case e.rcode() == dns.RcodeServerFailure:
+	case e.Rcode() == dns.RcodeServerFailure:
 		v.ede = edeCachedError // an error, stale or not: no stale data
-	case isStale && (e.rcode() == dns.RcodeNameError || e.flags()&flagNXName != 0):
+	case isStale && (e.Rcode() == dns.RcodeNameError || e.Flags()&entry.FlagNXName != 0):
 		v.ede = edeStaleNXDomain // a compact denial's too: the name does not exist
 	case isStale:
 		v.ede = edeStaleAnswer
@@ -468,7 +464,7 @@ func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
 func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	q := &s.q
 	question := r.Question[0]
-	n, err := packName(question.Name, s.name[:])
+	n, err := entry.PackName(question.Name, s.name[:])
 	if err != nil {
 		return false
 	}
@@ -508,20 +504,5 @@ func (s *scratch) finish(udp bool) {
 			q.limit = max(q.limit, int(q.udpSize))
 		}
 	}
-	s.key = appendKey(s.key[:0], q)
-}
-
-// appendKey appends the cache key of q: the lowercased qname, qtype, qclass
-// and the key flags. The DO bit is not part of it: entries keep DNSSEC
-// records and the reply writer drops them for DO=0 clients.
-func appendKey(b []byte, q *query) []byte {
-	off := len(b)
-	b = append(b, q.name...)
-	lowerInPlace(b[off:])
-	b = append(b, byte(q.qtype>>8), byte(q.qtype), byte(q.qclass>>8), byte(q.qclass))
-	var flags byte
-	if q.cd {
-		flags |= keyCD
-	}
-	return append(b, flags)
+	s.key = entry.AppendKey(s.key[:0], q.name, q.qtype, q.qclass, q.cd)
 }

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"math"
 	"slices"
 	"strings"
@@ -121,17 +123,17 @@ func scanReply(m *dns.Msg, now time.Time) replyScan {
 					sc.expired = true
 				}
 			}
-			if hopByHop(h.Rrtype) {
+			if entry.HopByHop(h.Rrtype) {
 				continue
 			}
 			sc.records = true
-			if dnssecOnly(h.Rrtype, section) && !askedFor(h.Rrtype, section, qtype) {
-				sc.proofTTL = min(sc.proofTTL, wireTTL(h.Ttl))
+			if entry.DNSSECOnly(h.Rrtype, section) && !entry.AskedFor(h.Rrtype, section, qtype) {
+				sc.proofTTL = min(sc.proofTTL, entry.WireTTL(h.Ttl))
 			} else {
-				sc.dataTTL = min(sc.dataTTL, wireTTL(h.Ttl))
+				sc.dataTTL = min(sc.dataTTL, entry.WireTTL(h.Ttl))
 			}
 			if soa, ok := r.(*dns.SOA); ok {
-				sc.soaMinimum = min(sc.soaMinimum, wireTTL(soa.Minttl))
+				sc.soaMinimum = min(sc.soaMinimum, entry.WireTTL(soa.Minttl))
 			}
 		}
 	}
@@ -213,15 +215,6 @@ func (sc *replyScan) minTTL(ceiling time.Duration, denial bool) time.Duration {
 		ttl = min(ttl, sc.soaMinimum)
 	}
 	return time.Duration(min(uint32(ceiling/time.Second), ttl)) * time.Second
-}
-
-// wireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it
-// means zero.
-func wireTTL(ttl uint32) uint32 {
-	if ttl > math.MaxInt32 {
-		return 0
-	}
-	return ttl
 }
 
 func clampTTL(ttl, lo, hi time.Duration) time.Duration { return min(max(ttl, lo), hi) }

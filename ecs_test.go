@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -292,15 +294,15 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
-	base := appendKey(nil, &query{name: []byte("\x03geo\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
-	key := scopesKey(nil, base, familyIPv4)
+	b := entry.NewBuilder()
+	base := keyOf(&query{name: []byte("\x03geo\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
+	key := entry.ScopesKey(nil, base, familyIPv4)
 	const max = 300
 	writes, drops := 0, 0
 	for i := range 2 * max {
-		v := variant{prefix: 24, addr: [16]byte{10, byte(i >> 8), byte(i)}}
-		s.update(key, 0, func(old entry) entry {
-			fresh, dropped := listVariant(b, old, base, familyIPv4, v, max, 0, 300)
+		v := entry.Variant{Prefix: 24, Addr: [16]byte{10, byte(i >> 8), byte(i)}}
+		s.update(key, 0, func(old entry.Entry) entry.Entry {
+			fresh, dropped := entry.ListVariant(b, old, base, familyIPv4, v, max, 0, 300)
 			if fresh != nil {
 				writes++
 			}
@@ -315,10 +317,10 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 	}
 	h := s.hash(key)
 	sh := s.shard(h)
-	l := sh.get(key, h).list()
-	oldest := l.item(0).addr
-	if l.count() != max || oldest[1] != max>>8 || oldest[2] != max%256 || !hasBit(l.bits(), 24) {
-		t.Fatalf("list holds %d variants, the oldest %v", l.count(), oldest[:3])
+	l := sh.get(key, h).List()
+	oldest := l.Item(0).Addr
+	if l.Count() != max || oldest[1] != max>>8 || oldest[2] != max%256 || !entry.HasBit(l.Bits(), 24) {
+		t.Fatalf("list holds %d variants, the oldest %v", l.Count(), oldest[:3])
 	}
 }
 

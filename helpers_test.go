@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"context"
 	"fmt"
 	golog "log"
@@ -210,6 +212,11 @@ func ttlsAtMost(got, want []dns.RR) error {
 	}
 	return nil
 }
+
+var mustRR = testenv.MustRR
+
+// keyOf returns the cache key of q's question.
+func keyOf(q *query) []byte { return entry.AppendKey(nil, q.name, q.qtype, q.qclass, q.cd) }
 
 // captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
 // writes to, to a buffer until the test ends. Tests that call it must not be

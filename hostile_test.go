@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -199,7 +201,7 @@ func exactSizeReply(t *testing.T, r *dns.Msg, size int) *dns.Msg {
 // per-entry limit bounds.
 func entryRecordsLen(t *testing.T, m *dns.Msg, qname string, qtype, qclass uint16) int {
 	t.Helper()
-	var name [maxNameLen]byte
+	var name [entry.MaxNameLen]byte
 	n, err := dns.PackDomainName(qname, name[:], 0, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -212,18 +214,18 @@ func entryRecordsLen(t *testing.T, m *dns.Msg, qname string, qtype, qclass uint1
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, _ := wireRecord(buf[:end], 0)
-			if hopByHop(r.rtype) {
+			r, _ := entry.WireRecord(buf[:end], 0)
+			if entry.HopByHop(r.Type) {
 				continue
 			}
-			size += 1 + 4 + 2 + len(r.rdata)
-			if !equalFoldWire(r.owner, name[:n]) {
-				size += len(r.owner)
+			size += 1 + 4 + 2 + len(r.Rdata)
+			if !entry.EqualFoldWire(r.Owner, name[:n]) {
+				size += len(r.Owner)
 			}
-			if r.rtype != qtype {
+			if r.Type != qtype {
 				size += 2
 			}
-			if r.class != qclass {
+			if r.Class != qclass {
 				size += 2
 			}
 		}

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"context"
 	"net"
 	"syscall"
@@ -22,7 +24,7 @@ const insertPool = 1 << 15
 func workloadReplies(tb testing.TB, n int) ([]*dns.Msg, [][]byte) {
 	tb.Helper()
 	var q query
-	var name [maxNameLen]byte
+	var name [entry.MaxNameLen]byte
 	msgs, keys := make([]*dns.Msg, n), make([][]byte, n)
 	for i := range msgs {
 		m := workload.Reply(i, workload.Plain)
@@ -31,7 +33,7 @@ func workloadReplies(tb testing.TB, n int) ([]*dns.Msg, [][]byte) {
 			tb.Fatal(err)
 		}
 		q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
-		msgs[i], keys[i] = m, appendKey(nil, &q)
+		msgs[i], keys[i] = m, keyOf(&q)
 	}
 	return msgs, keys
 }
@@ -41,12 +43,12 @@ func workloadReplies(tb testing.TB, n int) ([]*dns.Msg, [][]byte) {
 // buffers, the question name known as on the miss path.
 func BenchmarkBuild(b *testing.B) {
 	msgs, keys := workloadReplies(b, 1<<12)
-	bld := newBuilder()
+	bld := entry.NewBuilder()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		k := i % len(msgs)
-		if _, err := bld.build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, 0, defaultMaxEntry); err != nil {
+		if _, err := bld.Build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, 0, defaultMaxEntry); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"context"
 	"errors"
 	"net"
@@ -78,7 +80,7 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 // the client subnet sent.
 func (c *Cache) flightKey(s *scratch) uint64 {
 	if e := &s.q.ecs; e.family != 0 {
-		s.probe = variantKey(s.probe[:0], s.key, 0, e.family, e.sent, e.addr)
+		s.probe = entry.VariantKey(s.probe[:0], s.key, 0, e.family, e.sent, e.addr)
 		return c.store.hash(s.probe)
 	}
 	return c.store.hash(s.key)
@@ -100,8 +102,8 @@ type captureWriter struct {
 	dns.ResponseWriter // what the next plugin sees of the client
 	c                  *Cache
 	s                  *scratch
-	b                  *builder // s.builder()
-	req                *dns.Msg // the request as it goes upstream
+	b                  *entry.Builder // s.builder()
+	req                *dns.Msg       // the request as it goes upstream
 	m                  *serverMetrics
 
 	udp     bool // a truncated reply will be asked again over TCP
@@ -109,7 +111,7 @@ type captureWriter struct {
 	hits    int  // popularity the stored entry inherits
 
 	reply *dns.Msg
-	entry entry // built in b from reply, when stored
+	entry entry.Entry // built in b from reply, when stored
 }
 
 // fetch is what asking the next plugin takes, in one allocation, since the
@@ -196,9 +198,9 @@ func (cw *captureWriter) refreshed() bool {
 		return false
 	}
 	if cw.c.preferPositive {
-		return cw.entry.flags()&flagAnswers != 0
+		return cw.entry.Flags()&entry.FlagAnswers != 0
 	}
-	return cw.entry.rcode() == dns.RcodeSuccess || cw.entry.rcode() == dns.RcodeNameError
+	return cw.entry.Rcode() == dns.RcodeSuccess || cw.entry.Rcode() == dns.RcodeNameError
 }
 
 func isUDP(w dns.ResponseWriter) bool {
@@ -309,19 +311,19 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	flags := entryFlags(res, v)
 	if variant {
-		flags |= flagVariant
+		flags |= entry.FlagVariant
 	}
 	if cw.s.q.ecs.family == 0 {
-		flags |= flagNoECS
+		flags |= entry.FlagNoECS
 	}
 	// Under prefer_positive, what does not answer is kept beside the answer
 	// it would otherwise replace; an answer replaces both.
-	if c.preferPositive && flags&flagAnswers == 0 {
-		key = cw.b.otherKey(key)
+	if c.preferPositive && flags&entry.FlagAnswers == 0 {
+		key = cw.b.OtherKey(key)
 	}
-	e, err := cw.b.build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.maxEntry)
+	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.maxEntry)
 	if err != nil {
-		if errors.Is(err, errEntryTooLarge) {
+		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.refused.Inc()
 		} else {
 			cw.m.drops.Inc()
@@ -329,10 +331,10 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
 		return
 	}
-	e.setHits(cw.hits)
+	e.SetHits(cw.hits)
 	cw.m.evicted(c.store.put(e, now.Unix()))
-	if c.preferPositive && flags&flagAnswers != 0 {
-		c.store.remove(cw.b.otherKey(key))
+	if c.preferPositive && flags&entry.FlagAnswers != 0 {
+		c.store.remove(cw.b.OtherKey(key))
 	}
 	if variant {
 		c.recordVariant(cw.b, cw.s, e, now.Unix())
@@ -342,12 +344,12 @@ func (cw *captureWriter) store(res *dns.Msg) {
 
 // recordVariant adds the ECS variant e of s.q's name to the name's list,
 // dropping the oldest past max_variants.
-func (c *Cache) recordVariant(b *builder, s *scratch, e entry, now int64) {
-	family, v := s.q.ecs.family, variantOf(e)
+func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now int64) {
+	family, v := s.q.ecs.family, entry.VariantOf(e)
 	var dropped []byte
-	key := scopesKey(b.key[:0], s.key, family)
-	c.store.update(key, now, func(old entry) entry {
-		list, d := listVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.ttl())
+	key := entry.ScopesKey(b.Key[:0], s.key, family)
+	c.store.update(key, now, func(old entry.Entry) entry.Entry {
+		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.TTL())
 		dropped = d
 		return list
 	})
@@ -363,29 +365,6 @@ func (c *Cache) disabled(kind int, name string) bool {
 		except = c.nexcept
 	}
 	return len(except) > 0 && plugin.Zones(except).Matches(name) != ""
-}
-
-func entryFlags(m *dns.Msg, v verdict) uint16 {
-	f := uint16(m.Rcode) & flagRcodeMask
-	if m.Authoritative {
-		f |= flagAA
-	}
-	if m.RecursionAvailable {
-		f |= flagRA
-	}
-	if m.AuthenticatedData {
-		f |= flagAD
-	}
-	if v.kind == kindDenial {
-		f |= flagDenial
-	}
-	if v.answers {
-		f |= flagAnswers
-	}
-	if v.nxname {
-		f |= flagNXName
-	}
-	return f
 }
 
 // forClient tailors res, a reply that was not cached, to the client that
@@ -406,10 +385,10 @@ func forClient(res, r *dns.Msg, q *query) *dns.Msg {
 	}
 	keep := func(rr dns.RR, section int) bool {
 		t := rr.Header().Rrtype
-		if hopByHop(t) {
+		if entry.HopByHop(t) {
 			return false
 		}
-		return q.do || !dnssecOnly(t, section) || askedFor(t, section, q.qtype)
+		return q.do || !entry.DNSSECOnly(t, section) || entry.AskedFor(t, section, q.qtype)
 	}
 	m.Answer = filterRRs(res.Answer, 0, keep)
 	m.Ns = filterRRs(res.Ns, 1, keep)

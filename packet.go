@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"encoding/binary"
 	"net/netip"
 
@@ -54,11 +56,12 @@ func (s *scratch) parse(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig)
 	if arcount > 1 {
 		return false // TSIG, or more than the OPT
 	}
-	n := questionNameLen(pkt[headerSize:])
-	if n == 0 {
+	// A question's name has nothing to point back to: RFC 1035 4.1.4
+	// pointers there are left to the chain.
+	off := entry.NameEnd(pkt, headerSize)
+	if off < 0 {
 		return false
 	}
-	off := headerSize + n
 	if len(pkt) < off+4 || binary.BigEndian.Uint16(pkt[off+2:]) != dns.ClassINET {
 		return false
 	}
@@ -82,24 +85,6 @@ func (s *scratch) parse(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig)
 	}
 	s.finish(!tcp)
 	return true
-}
-
-// questionNameLen returns the length of the uncompressed name b starts
-// with, or 0 when it is not one: a question's name has nothing to point
-// back to, and RFC 1035 4.1.4 pointers there are left to the chain.
-func questionNameLen(b []byte) int {
-	off := 0
-	for off < len(b) && off < maxNameLen {
-		l := int(b[off])
-		switch {
-		case l == 0:
-			return off + 1
-		case l > 63:
-			return 0 // a pointer or a reserved label type
-		}
-		off += 1 + l
-	}
-	return 0
 }
 
 // ignoredOptions are the EDNS options that leave a cached reply as it is
@@ -160,7 +145,7 @@ func (s *scratch) parseSubnet(data []byte, cfg *ecsConfig) bool {
 	}
 	family, source, scope := binary.BigEndian.Uint16(data), data[2], data[3]
 	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) || scope != 0 ||
-		len(data) != ecsHeader+prefixBytes(int(source)) {
+		len(data) != ecsHeader+entry.PrefixBytes(int(source)) {
 		return false
 	}
 	var addr [16]byte

@@ -163,7 +163,7 @@ func (c *Cache) popularity(s *scratch) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.get(s.key, h); e != nil {
-		return e.hits()
+		return e.Hits()
 	}
 	return 0
 }

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -54,11 +56,11 @@ const (
 // perKind counts something for each kind of entry.
 type perKind [numKinds]int
 
-func kindOf(e entry) int {
-	switch f := e.flags(); {
-	case f&flagMeta != 0:
+func kindOf(e entry.Entry) int {
+	switch f := e.Flags(); {
+	case f&entry.FlagMeta != 0:
 		return kindMeta
-	case f&flagDenial != 0:
+	case f&entry.FlagDenial != 0:
 		return kindDenial
 	}
 	return kindSuccess
@@ -181,8 +183,8 @@ func (s *store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)
 // put stores e, a complete entry, replacing any entry with the same key, and
 // returns the number of entries of each kind evicted to make room. now is in
 // unix seconds.
-func (s *store) put(e entry, now int64) (evicted perKind) {
-	h := s.hash(e.key())
+func (s *store) put(e entry.Entry, now int64) (evicted perKind) {
+	h := s.hash(e.Key())
 	s.locked(h, func(sh *shard) { sh.put(e, h, now, &evicted) })
 	return evicted
 }
@@ -191,7 +193,7 @@ func (s *store) put(e entry, now int64) (evicted perKind) {
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
 // is only valid inside next.
-func (s *store) update(key []byte, now int64, next func(old entry) entry) (evicted perKind) {
+func (s *store) update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (evicted perKind) {
 	h := s.hash(key)
 	s.locked(h, func(sh *shard) {
 		if e := next(sh.get(key, h)); e != nil {
@@ -263,7 +265,7 @@ func (sh *shard) overhead() int64 {
 
 // get returns the entry stored under key, or nil. The caller holds sh.mu and
 // must not use the entry after releasing it.
-func (sh *shard) get(key []byte, h uint64) entry {
+func (sh *shard) get(key []byte, h uint64) entry.Entry {
 	if i := sh.find(key, h); i >= 0 {
 		return sh.at(sh.table[i])
 	}
@@ -279,7 +281,7 @@ func (sh *shard) find(key []byte, h uint64) int {
 		if v == 0 {
 			return -1
 		}
-		if v>>locBits == tag && bytes.Equal(sh.at(v).key(), key) {
+		if v>>locBits == tag && bytes.Equal(sh.at(v).Key(), key) {
 			return int(i)
 		}
 	}
@@ -301,17 +303,17 @@ func (sh *shard) slotOf(loc uint64, h uint64) int {
 }
 
 // at returns the entry a slot value locates.
-func (sh *shard) at(v uint64) entry {
+func (sh *shard) at(v uint64) entry.Entry {
 	loc := v&locMask - 1
 	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
-	n := binary.LittleEndian.Uint32(b[offSize:])
-	return entry(b[:n:n])
+	n := binary.LittleEndian.Uint32(b[entry.OffSize:])
+	return entry.Entry(b[:n:n])
 }
 
 func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
 
-func (sh *shard) put(e entry, h uint64, now int64, evicted *perKind) {
-	if len(e) > maxEntryLen {
+func (sh *shard) put(e entry.Entry, h uint64, now int64, evicted *perKind) {
+	if len(e) > entry.MaxLen {
 		panic("compactcache: entry over maxEntryLen reached the store")
 	}
 	sh.makeTableRoom(now, evicted)
@@ -319,7 +321,7 @@ func (sh *shard) put(e entry, h uint64, now int64, evicted *perKind) {
 	copy(sh.chunks[chunk][off:], e)
 	v := h>>locBits<<locBits | location(chunk, off) + 1
 
-	if i := sh.find(e.key(), h); i >= 0 {
+	if i := sh.find(e.Key(), h); i >= 0 {
 		sh.tally(sh.at(sh.table[i]), -1)
 		sh.table[i] = v
 	} else {
@@ -441,11 +443,11 @@ func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
 	b := sh.chunks[c]
 	w := 0
 	for off := 0; off < int(sh.used[c]); {
-		e := entry(b[off:])
-		n := e.size()
-		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
-			if e.referenced() && now <= e.expires()+sh.grace {
-				e.passed()
+		e := entry.Entry(b[off:])
+		n := e.Size()
+		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
+			if e.Referenced() && now <= e.Expires()+sh.grace {
+				e.Passed()
 				copy(b[w:], b[off:off+n])
 				sh.table[i] = sh.table[i]>>locBits<<locBits | location(c, w) + 1
 				w += n
@@ -459,16 +461,16 @@ func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
 	sh.forget(c)
 }
 
-func (sh *shard) drop(i int, e entry, evicted *perKind) {
+func (sh *shard) drop(i int, e entry.Entry, evicted *perKind) {
 	sh.tally(e, -1)
 	evicted[kindOf(e)]++
 	sh.deleteSlot(i)
 }
 
 // tally counts e in (d = 1) or out (d = -1) of the shard's counts.
-func (sh *shard) tally(e entry, d int) {
+func (sh *shard) tally(e entry.Entry, d int) {
 	sh.kinds[kindOf(e)] += d
-	if e.flags()&flagVariant != 0 {
+	if e.Flags()&entry.FlagVariant != 0 {
 		sh.variants += d
 	}
 }
@@ -501,10 +503,10 @@ func (sh *shard) evictOldest(k int, evicted *perKind) {
 			off = pos.off
 		}
 		for off < int(sh.used[c]) {
-			e := entry(sh.chunks[c][off:])
-			next := off + e.size()
+			e := entry.Entry(sh.chunks[c][off:])
+			next := off + e.Size()
 			if kindOf(e) == k {
-				if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.key())); i >= 0 {
+				if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
 					sh.drop(i, e, evicted)
 					sh.cursor[k] = position{chunk: c, off: next, valid: true}
 					return

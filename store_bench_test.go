@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -8,17 +10,17 @@ import (
 
 // builtEntries packs the first n entries of the reference workload, each in
 // a buffer of its own, so that the benchmarks time the store alone.
-func builtEntries(b *testing.B, n int) []entry {
+func builtEntries(b *testing.B, n int) []entry.Entry {
 	b.Helper()
-	bld := newBuilder()
+	bld := entry.NewBuilder()
 	msgs, keys := workloadReplies(b, n)
-	out := make([]entry, n)
+	out := make([]entry.Entry, n)
 	for i, m := range msgs {
-		e, err := bld.build(m, keys[i], "", 0, 3600, 0, 0, defaultMaxEntry)
+		e, err := bld.Build(m, keys[i], "", 0, 3600, 0, 0, defaultMaxEntry)
 		if err != nil {
 			b.Fatal(err)
 		}
-		out[i] = append(entry(nil), e...)
+		out[i] = append(entry.Entry(nil), e...)
 	}
 	return out
 }
@@ -55,7 +57,7 @@ func BenchmarkStoreGet(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		key := entries[i%len(entries)].key()
+		key := entries[i%len(entries)].Key()
 		h := s.hash(key)
 		sh := s.shard(h)
 		sh.mu.Lock()

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -12,7 +14,7 @@ import (
 
 // testEntry builds the entry for name with an A record carrying val, so a
 // lookup can tell which version it found.
-func testEntry(t testing.TB, b *builder, name string, val uint32, ttl uint32, kind int) (entry, []byte) {
+func testEntry(t testing.TB, b *entry.Builder, name string, val uint32, ttl uint32, kind int) (entry.Entry, []byte) {
 	t.Helper()
 	m := new(dns.Msg)
 	m.SetQuestion(name, dns.TypeA)
@@ -20,18 +22,18 @@ func testEntry(t testing.TB, b *builder, name string, val uint32, ttl uint32, ki
 	binary.BigEndian.PutUint32(rr.A.To4(), val)
 	m.Answer = []dns.RR{rr}
 	var q query
-	var buf [maxNameLen]byte
+	var buf [entry.MaxNameLen]byte
 	n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q.name, q.qtype, q.qclass = buf[:n], dns.TypeA, dns.ClassINET
-	key := appendKey(nil, &q)
+	key := keyOf(&q)
 	var flags uint16
 	if kind == kindDenial {
-		flags = flagDenial
+		flags = entry.FlagDenial
 	}
-	e, err := b.build(m, key, "", 0, ttl, 0, flags, defaultMaxEntry)
+	e, err := b.Build(m, key, "", 0, ttl, 0, flags, defaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +49,9 @@ func (s *store) lookup(key []byte) (val uint32, ok bool) {
 	if e == nil {
 		return 0, false
 	}
-	var r record
-	e.record(e.recordsStart(), &r)
-	return binary.BigEndian.Uint32(r.rdata), true
+	var r entry.Record
+	e.Record(e.RecordsStart(), &r)
+	return binary.BigEndian.Uint32(r.Rdata), true
 }
 
 func (s *store) touch(key []byte) {
@@ -58,7 +60,7 @@ func (s *store) touch(key []byte) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.get(key, h); e != nil {
-		e.hit(0, 60)
+		e.Hit(0, 60)
 	}
 }
 
@@ -77,11 +79,11 @@ func checkShards(t *testing.T, s *store) {
 			}
 			n++
 			e := sh.at(v)
-			if h := s.hash(e.key()); h>>locBits != v>>locBits {
+			if h := s.hash(e.Key()); h>>locBits != v>>locBits {
 				t.Fatalf("shard %d: slot hash bits do not match the entry's key", i)
 			}
 			kinds[kindOf(e)]++
-			if e.flags()&flagVariant != 0 {
+			if e.Flags()&entry.FlagVariant != 0 {
 				variants++
 			}
 		}
@@ -117,7 +119,7 @@ func TestStoreNeverExceedsBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	latest := map[string]uint32{}
 	var keys [][]byte
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -168,7 +170,7 @@ func TestStoreSecondChance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	var hot [][]byte
 	for i := range 500 {
 		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, kindSuccess)
@@ -204,7 +206,7 @@ func TestStoreDropsExpiredDespiteHits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	e, key := testEntry(t, b, "old.example.org.", 1, 10, kindSuccess)
 	s.put(e, 0)
 	s.touch(key)
@@ -224,7 +226,7 @@ func TestStoreKindLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBuilder()
+	b := entry.NewBuilder()
 	for i := range 5000 {
 		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, kindDenial)
 		s.put(e, 0)
@@ -336,7 +338,7 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := &s.shards[0]
-	b := newBuilder()
+	b := entry.NewBuilder()
 	i := 0
 	// next stores the next entry that falls to shard 0.
 	next := func() {

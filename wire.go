@@ -1,231 +1,406 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
+
 	"encoding/binary"
-	"errors"
+	"slices"
+
+	"github.com/coredns/coredns/plugin/pkg/edns"
 
 	"github.com/miekg/dns"
 )
 
-// builder packs a response into an entry in reused scratch buffers, so that
-// storing it costs one copy into the arena and no allocation.
-type builder struct {
-	buf  []byte    // the entry being built
-	wire []byte    // a record in wire form, uncompressed (packRR)
-	one  [1]dns.RR // the message of one record that packOther packs
-	key  []byte    // a derived key
+const (
+	headerSize = 12
+	optLen     = 11 // an OPT record without options
 
-	meta    []byte // a list of ECS variants being built
-	dropped []byte // the key of a variant dropped from the list
+	// typicalMsgLen is the size pooled buffers start at: that of the EDNS
+	// buffers of DNS flag day 2020. They grow with the rare larger message
+	// and stay grown in their pool; starting at 64 KiB cost every query in
+	// flight 130 KiB.
+	typicalMsgLen = 1232
+	edeLen        = 6 // an EDE option without EXTRA-TEXT
+
+	// Compression pointers reach the first 16 KiB of a message.
+	maxPointer = 0x3FFF
+	// maxNames bounds the names the writer remembers for compression; a
+	// name past it is written whole, which is correct, only longer.
+	maxNames = 64
+)
+
+// Header bits in the second 16-bit word (RFC 1035 4.1.1, RFC 4035 3.2).
+const (
+	hdrQR = 1 << 15
+	hdrAA = 1 << 10
+	hdrTC = 1 << 9
+	hdrRD = 1 << 8
+	hdrRA = 1 << 7
+	hdrAD = 1 << 5
+	hdrCD = 1 << 4
+)
+
+// query is what a reply needs from its request. The plugin fills it from a
+// *dns.Msg; a front end can fill it from the packet without unpacking one.
+type query struct {
+	id     uint16
+	opcode int
+	rd     bool
+	cd     bool
+	ad     bool
+	name   []byte // the question's name in wire form, as the client wrote it
+	qtype  uint16
+	qclass uint16
+
+	edns    bool // the request had OPT: the reply gets one
+	do      bool
+	udpSize uint16
+	ecs     subnet
+	opts    []byte // EDNS options echoed in wire form, see echoedOptions
+	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
 }
 
-func newBuilder() *builder {
-	return &builder{
-		buf:  make([]byte, 0, typicalMsgLen),
-		wire: make([]byte, typicalMsgLen),
-		key:  make([]byte, 0, maxKeyLen),
+// ttlView says how stored TTLs become reply TTLs, and which Extended DNS
+// Error the reply carries.
+type ttlView struct {
+	age   uint32 // seconds since the entry was stored; 0 with keepttl
+	fixed bool   // every TTL is value, for serve-stale replies
+	value uint32
+	ede   uint16 // INFO-CODE of RFC 8914, 0 for none
+}
 
-		meta:    make([]byte, 0, 4096),
-		dropped: make([]byte, 0, maxKeyLen),
+// Extended DNS Error codes (RFC 8914 section 4).
+const (
+	edeStaleAnswer   = 3
+	edeCachedError   = 13
+	edeStaleNXDomain = 19
+)
+
+func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
+	if v.fixed {
+		return v.value
 	}
-}
-
-// otherKey returns key with keyOther set, in b's key buffer.
-func (b *builder) otherKey(key []byte) []byte {
-	b.key = withFlagsTo(b.key[:0], key, keyOther)
-	return b.key
-}
-
-// build packs the records of m behind the header and key, for an entry of
-// TTL ttl whose records are kept with TTLs of at least floor (MINTTL, as the
-// stock cache serves them: a record served with TTL 0 while the entry lives
-// would defeat every cache behind this one); limit bounds the bytes of the
-// records. key starts with the lowercased wire qname and the
-// keyTail bytes, as appendKey makes it. Each record is packed on its own
-// (packRR), so that m's header and question are not packed at all; build
-// still fails wherever Msg.PackBuffer would, and its other errors come in
-// record order after those. asked is the request's question name, which
-// packed to key's name ignoring case, or "": a reply that echoes it, as
-// replies do, has its question checked without packing it again.
-func (b *builder) build(m *dns.Msg, key []byte, asked string, stored, ttl, floor uint32, flags uint16, limit int) (entry, error) {
-	nameLen := wireNameLen(key)
-	qname := key[:nameLen]
-	alias, err := b.checkPackable(m, qname, asked)
-	if err != nil {
-		return nil, err
+	t := min(recTTL, entryTTL)
+	if v.age >= t {
+		return 0
 	}
-	// Built in a local slice, stored back once: an append stored in the
-	// builder, on the heap, pays a write barrier while the garbage collector
-	// marks, and an entry takes a few for each record.
-	buf := b.buf[:headerLen]
-	binary.LittleEndian.PutUint32(buf[offStored:], stored)
-	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
-	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
-	buf[offNameLen] = byte(nameLen)
-	buf = append(buf, key...)
-	start := len(buf)
+	return t - v.age
+}
 
-	qtype := binary.BigEndian.Uint16(key[nameLen:])
-	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
-	var refused error // the first record the entry cannot take
-	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
-		kept := 0
-		for _, rr := range rrs {
-			var r record
-			err := b.packRR(rr, alias, &r) // hop-by-hop records too: PackBuffer packed them
-			switch {
-			case err != nil:
-				return nil, err
-			case refused != nil || hopByHop(r.rtype):
+// replyBuffers are the buffers replies are written in, kept from one reply
+// to the next so that they stay grown; they are pooled with the scratch.
+type replyBuffers struct {
+	msg   []byte
+	marks []mark
+	w     replyWriter
+}
+
+// replyWriter writes the records of one reply, compressing their names
+// against what it wrote before. The message goes in and out of its methods
+// by value: appends stored through a pointer pay a write barrier while the
+// garbage collector marks, and a reply makes dozens of them. The writer
+// itself holds no pointer, so it lives in the pooled buffers rather than
+// on the stack, which a hit must keep small (see Cache.lookup).
+type replyWriter struct {
+	names     [maxNames]uint16 // offsets of names and their suffixes, for compression
+	nnames    int
+	qnameSeen bool // the question's labels are in names
+}
+
+// mark records where a record starts, for cutting replies at RRset bounds.
+type mark struct {
+	off     int
+	section int
+	setHead bool // first record of an RRset
+}
+
+func newReplyBuffers() replyBuffers {
+	return replyBuffers{msg: make([]byte, 0, typicalMsgLen), marks: make([]mark, 0, 64)}
+}
+
+// appendReply writes the reply to q from e: header, the question as the
+// client wrote it, the records with their TTLs aged by tv, DNSSEC records
+// only for DO clients or when asked for, OPT when the request had one, all
+// cut to the client's limit. The returned bytes are valid until the next
+// reply written in b.
+func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
+	// Written in local variables, stored back once: see replyWriter.
+	msg, marks := b.msg[:0], b.marks[:0]
+	w := &b.w
+	w.nnames, w.qnameSeen = 0, false
+
+	ef := e.Flags()
+	rcode := e.Rcode()
+	if ef&entry.FlagNXName != 0 && !q.do {
+		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
+	}
+	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
+	if ef&entry.FlagAA != 0 {
+		flags |= hdrAA
+	}
+	if ef&entry.FlagRA != 0 {
+		flags |= hdrRA
+	}
+	// RFC 6840 5.7-5.8: AD only for clients that asked with AD or DO.
+	if ef&entry.FlagAD != 0 && (q.ad || q.do) {
+		flags |= hdrAD
+	}
+	if q.rd {
+		flags |= hdrRD
+	}
+	if q.cd {
+		flags |= hdrCD
+	}
+	msg = binary.BigEndian.AppendUint16(msg, q.id)
+	msg = binary.BigEndian.AppendUint16(msg, flags)
+	msg = append(msg, 0, 1, 0, 0, 0, 0, 0, 0) // counts, patched below
+	msg = append(msg, q.name...)
+	msg = binary.BigEndian.AppendUint16(msg, q.qtype)
+	msg = binary.BigEndian.AppendUint16(msg, q.qclass)
+
+	var counts [3]int
+	off := e.RecordsStart()
+	for s := range counts {
+		var prevType uint16
+		var prevOwner []byte
+		for range e.Count(s) {
+			var r entry.Record
+			off = e.Record(off, &r)
+			if r.Flags&entry.RecDNSSEC != 0 && !q.do && !entry.AskedFor(r.Type, s, q.qtype) {
 				continue
-			case !rdataNamesWhole(r.rtype, r.rdata):
-				refused = errBadRdata
-				continue
 			}
-			r.ttl = max(wireTTL(r.ttl), floor)
-			if r.ttl < ttl && dnssecOnly(r.rtype, s) && !askedFor(r.rtype, s, qtype) {
-				flags |= flagShortProof
-			}
-			buf = appendRecord(buf, &r, s, qname, qtype, qclass, ttl)
-			if len(buf)-start > limit {
-				refused = errEntryTooLarge
-			}
-			kept++
-		}
-		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
-	}
-	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with flagShortProof, known now
-	b.buf = buf
-	if refused != nil {
-		return nil, refused
-	}
-	binary.LittleEndian.PutUint32(buf[offSize:], uint32(len(buf)))
-	return entry(buf), nil
-}
-
-// checkPackable returns the error Msg.PackBuffer would return for the parts
-// of m that build does not pack: the RCODE, and the question's names. It
-// also returns the question's name when its wire form is qname, ignoring
-// case, for packRR to recognize the owners that are the qname; asked is as
-// for build.
-func (b *builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias string, err error) {
-	switch {
-	case m.Rcode < 0 || m.Rcode > 0xFFF:
-		return "", dns.ErrRcode
-	case m.Rcode > 0xF && m.IsEdns0() == nil:
-		return "", dns.ErrExtendedRcode // the upper bits go in OPT
-	}
-	for i, q := range m.Question {
-		if i == 0 && q.Name == asked && asked != "" {
-			alias = q.Name // it packs, to qname ignoring case
-			continue
-		}
-		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
-			return "", err
-		}
-		if i == 0 && equalFoldWire(b.wire, qname) {
-			alias = q.Name
+			head := counts[s] == 0 || r.Type != prevType || !entry.EqualFoldWire(r.Owner, prevOwner)
+			marks = append(marks, mark{off: len(msg), section: s, setHead: head})
+			msg = w.appendRecord(msg, &r, tv.of(r.TTL, e.TTL()))
+			counts[s]++
+			prevType, prevOwner = r.Type, r.Owner
 		}
 	}
-	return alias, nil
+
+	limit := q.limit
+	if q.edns {
+		limit -= optLen + len(q.opts)
+		if tv.ede != 0 {
+			limit -= edeLen
+		}
+		if q.ecs.own {
+			limit -= 8 + entry.PrefixBytes(int(q.ecs.source))
+		}
+	}
+	if len(msg) > limit {
+		msg = cut(msg, marks, limit, &counts)
+	}
+	if q.edns {
+		msg = appendOPT(msg, q, tv.ede, e.Scope())
+		counts[2]++
+	}
+	binary.BigEndian.PutUint16(msg[6:], uint16(counts[0]))
+	binary.BigEndian.PutUint16(msg[8:], uint16(counts[1]))
+	binary.BigEndian.PutUint16(msg[10:], uint16(counts[2]))
+	b.msg, b.marks = msg, marks
+	return msg
 }
 
-// wireRecord parses the uncompressed resource record at off in a message
-// miekg/dns packed, and returns it with the offset of the next.
-func wireRecord(wire []byte, off int) (record, int) {
-	nl := wireNameLen(wire[off:])
-	r := record{owner: wire[off : off+nl]}
-	off += nl
-	r.rtype = binary.BigEndian.Uint16(wire[off:])
-	r.class = binary.BigEndian.Uint16(wire[off+2:])
-	r.ttl = binary.BigEndian.Uint32(wire[off+4:])
-	rdlen := int(binary.BigEndian.Uint16(wire[off+8:]))
-	off += 10
-	r.rdata = wire[off : off+rdlen]
-	return r, off + rdlen
+func (w *replyWriter) appendRecord(msg []byte, r *entry.Record, ttl uint32) []byte {
+	msg = w.appendOwner(msg, r.Owner)
+	msg = binary.BigEndian.AppendUint16(msg, r.Type)
+	msg = binary.BigEndian.AppendUint16(msg, r.Class)
+	msg = binary.BigEndian.AppendUint32(msg, ttl)
+	rdlen := len(msg)
+	msg = append(msg, 0, 0)
+	msg = w.appendRdata(msg, r.Type, r.Rdata)
+	binary.BigEndian.PutUint16(msg[rdlen:], uint16(len(msg)-rdlen-2))
+	return msg
 }
 
-// hopByHop reports the types that belong to one transaction and are never
-// cached: OPT (RFC 6891) and TSIG (RFC 8945).
-func hopByHop(t uint16) bool { return t == dns.TypeOPT || t == dns.TypeTSIG }
-
-// dnssecOnly reports the records of section that only DO clients get:
-// RRSIG, NSEC and NSEC3 (RFC 4035 3.2.1), and DS in referrals (3.1.4).
-func dnssecOnly(t uint16, section int) bool {
-	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
-}
-
-// askedFor reports the exception to dnssecOnly: a client that asks for the
-// type explicitly gets it in the answer section, DO or not.
-func askedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
-
-// errBadRdata refuses records the reply writer could not write back.
-var errBadRdata = errors.New("rdata without the domain names its type has")
-
-// rdataNamesWhole reports whether the rdata of the types whose names the
-// reply writer compresses holds whole names where they belong: miekg/dns
-// accepts such records with RDLENGTH 0 from the wire.
-func rdataNamesWhole(t uint16, rd []byte) bool {
+// appendRdata writes rd, the rdata of a record of type t, compressing the
+// names of the types RFC 3597 section 4 lets us compress: those of RFC 1035
+// still in use. The names in SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC
+// rdata must stay whole.
+func (w *replyWriter) appendRdata(msg []byte, t uint16, rd []byte) []byte {
 	switch t {
 	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
-		return nameEnd(rd, 0) == len(rd)
+		return w.appendName(msg, rd)
 	case dns.TypeMX:
-		return len(rd) > 2 && nameEnd(rd, 2) == len(rd)
+		msg = append(msg, rd[:2]...)
+		return w.appendName(msg, rd[2:])
 	case dns.TypeSOA:
-		mname := nameEnd(rd, 0)
-		return mname > 0 && nameEnd(rd, mname)+20 == len(rd)
+		mname := entry.WireNameLen(rd)
+		rname := mname + entry.WireNameLen(rd[mname:])
+		msg = w.appendName(msg, rd[:mname])
+		msg = w.appendName(msg, rd[mname:rname])
+		return append(msg, rd[rname:]...)
 	}
-	return true
+	return append(msg, rd...)
 }
 
-// nameEnd returns the offset past the uncompressed wire name at off in b, or
-// -1 when b does not hold one there.
-func nameEnd(b []byte, off int) int {
-	for off < len(b) {
-		l := int(b[off])
-		switch {
-		case l == 0:
-			return off + 1
-		case l > 63:
-			return -1
+// appendOPT writes the OPT record the stock cache's replies get from
+// CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0;
+// with an Extended DNS Error option when ede is not 0, and the client's ECS
+// option with the scope the answer was stored for.
+func appendOPT(msg []byte, q *query, ede uint16, scope uint8) []byte {
+	var do uint32
+	if q.do {
+		do = 1 << 15
+	}
+	msg = append(msg, 0) // root owner
+	msg = binary.BigEndian.AppendUint16(msg, dns.TypeOPT)
+	msg = binary.BigEndian.AppendUint16(msg, q.udpSize)
+	msg = binary.BigEndian.AppendUint32(msg, do)
+	rdlen := len(msg)
+	msg = append(msg, 0, 0)
+	msg = append(msg, q.opts...)
+	if ede != 0 {
+		msg = binary.BigEndian.AppendUint16(msg, dns.EDNS0EDE)
+		msg = binary.BigEndian.AppendUint16(msg, 2) // INFO-CODE, no EXTRA-TEXT
+		msg = binary.BigEndian.AppendUint16(msg, ede)
+	}
+	if q.ecs.own {
+		msg = appendSubnet(msg, &q.ecs, scope)
+	}
+	binary.BigEndian.PutUint16(msg[rdlen:], uint16(len(msg)-rdlen-2))
+	return msg
+}
+
+// echoed returns the options of r's OPT that CoreDNS echoes into replies:
+// those plugins register with edns.SetSupportedOption (request.SizeAndDo
+// copies them for the stock cache). ECS is answered apart.
+func echoed(r *dns.Msg) []dns.EDNS0 {
+	o := r.IsEdns0()
+	if o == nil {
+		return nil
+	}
+	return echoedOf(o)
+}
+
+func echoedOf(o *dns.OPT) []dns.EDNS0 {
+	var opts []dns.EDNS0
+	for _, opt := range o.Option {
+		if code := opt.Option(); code != dns.EDNS0SUBNET && edns.SupportedOption(code) {
+			opts = append(opts, opt)
+		}
+	}
+	return opts
+}
+
+// appendEchoed appends to dst the options echoed of o, in wire form. Most
+// requests have none, and then it allocates nothing.
+func appendEchoed(dst []byte, o *dns.OPT) []byte {
+	opts := echoedOf(o)
+	if len(opts) == 0 {
+		return dst
+	}
+	// miekg/dns packs options only as part of an OPT record: pack one in
+	// dst's spare room (the scratch keeps it for later requests) and keep
+	// its rdata, after the root owner, type, class, TTL and rdlength.
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}, Option: opts}
+	start := len(dst)
+	for room := typicalMsgLen; room <= dns.MaxMsgSize; room *= 4 {
+		dst = slices.Grow(dst, room)[:start+room]
+		if n, err := dns.PackRR(opt, dst, start, nil, false); err == nil {
+			return append(dst[:start], dst[start+optLen:n]...)
+		}
+	}
+	return dst[:start]
+}
+
+// cut shortens the reply msg, whose records start at marks, to limit bytes:
+// it drops whole RRsets from the end of the additional section, which costs
+// the client nothing it asked for, and then from the other sections,
+// setting TC (RFC 2181 9) so the client retries over TCP. The header and
+// question always fit: a wire name is at most 255 bytes and the smallest
+// limit is 512.
+func cut(msg []byte, marks []mark, limit int, counts *[3]int) []byte {
+	n := len(marks) // records kept
+	for n > 0 && end(msg, marks, n) > limit {
+		n--
+		for n > 0 && !marks[n].setHead {
+			n--
+		}
+	}
+	*counts = [3]int{}
+	for _, m := range marks[:n] {
+		counts[m.section]++
+	}
+	if n < len(marks) && marks[n].section < 2 {
+		msg[2] |= hdrTC >> 8
+	}
+	return msg[:end(msg, marks, n)]
+}
+
+// end returns where msg ends when it keeps the first n of the records that
+// start at marks.
+func end(msg []byte, marks []mark, n int) int {
+	if n == len(marks) {
+		return len(msg)
+	}
+	return marks[n].off
+}
+
+// appendName writes the uncompressed wire name n, replacing its longest
+// suffix already in the message by a pointer (RFC 1035 4.1.4).
+func (w *replyWriter) appendName(msg, n []byte) []byte {
+	if !w.qnameSeen {
+		w.qnameSeen = true
+		w.remember(headerSize, msg[headerSize:])
+	}
+	start := len(msg)
+	for i := 0; n[i] != 0; i += int(n[i]) + 1 {
+		if p, ok := w.lookup(msg, n[i:]); ok {
+			msg = append(msg, n[:i]...)
+			msg = append(msg, 0xC0|byte(p>>8), byte(p))
+			w.remember(start, n[:i+1])
+			return msg
+		}
+	}
+	msg = append(msg, n...)
+	w.remember(start, n)
+	return msg
+}
+
+// remember adds the offsets of each label of the name written at start.
+// labels is the name as written; only its length bytes are read, up to the
+// root label or the end of labels.
+func (w *replyWriter) remember(start int, labels []byte) {
+	for i := 0; i < len(labels) && labels[i] != 0 && labels[i]&0xC0 == 0; i += int(labels[i]) + 1 {
+		if start+i > maxPointer || w.nnames == maxNames {
+			return
+		}
+		w.names[w.nnames] = uint16(start + i)
+		w.nnames++
+	}
+}
+
+// lookup returns the offset of a name in msg equal to suffix.
+func (w *replyWriter) lookup(msg, suffix []byte) (int, bool) {
+	for _, o := range w.names[:w.nnames] {
+		if nameAtEqual(msg, int(o), suffix) {
+			return int(o), true
+		}
+	}
+	return 0, false
+}
+
+// nameAtEqual reports whether the name at off in msg, which may end in a
+// pointer, equals the uncompressed name n, ignoring ASCII case. The writer
+// only writes pointers backwards, so following them terminates.
+func nameAtEqual(msg []byte, off int, n []byte) bool {
+	i := 0
+	for {
+		for msg[off]&0xC0 == 0xC0 {
+			off = int(binary.BigEndian.Uint16(msg[off:]) & maxPointer)
+		}
+		l := int(msg[off])
+		if l != int(n[i]) {
+			return false
+		}
+		if l == 0 {
+			return true
+		}
+		if !entry.EqualFoldWire(msg[off+1:off+1+l], n[i+1:i+1+l]) {
+			return false
 		}
 		off += l + 1
+		i += l + 1
 	}
-	return -1
-}
-
-// appendRecord lays r out in the record format of entry.go, for an entry of
-// TTL ttl. An owner of nil is the qname, as in entry.record.
-func appendRecord(buf []byte, r *record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
-	var flags byte
-	if r.owner == nil || equalFoldWire(r.owner, qname) {
-		flags |= recOwnerIsQname
-	}
-	if r.rtype == qtype {
-		flags |= recTypeIsQtype
-	}
-	if r.class == qclass {
-		flags |= recClassIsQclass
-	}
-	if dnssecOnly(r.rtype, section) {
-		flags |= recDNSSEC
-	}
-	if wireTTL(r.ttl) >= ttl {
-		flags |= recTTLIsEntry
-	}
-	buf = append(buf, flags)
-	if flags&recOwnerIsQname == 0 {
-		buf = append(buf, r.owner...)
-	}
-	if flags&recTypeIsQtype == 0 {
-		buf = binary.BigEndian.AppendUint16(buf, r.rtype)
-	}
-	if flags&recClassIsQclass == 0 {
-		buf = binary.BigEndian.AppendUint16(buf, r.class)
-	}
-	if flags&recTTLIsEntry == 0 {
-		buf = binary.BigEndian.AppendUint32(buf, wireTTL(r.ttl))
-	}
-	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.rdata)))
-	return append(buf, r.rdata...)
 }

@@ -1,8 +1,10 @@
-// Package testenv has what the tests that start servers share: a loopback
-// port for a server to listen on, and a buffer for its log.
+// Package testenv has what the tests share: a loopback port for a server to
+// listen on, a buffer for its log, and records written as zone-file text.
 package testenv
 
 import (
+	"github.com/miekg/dns"
+
 	"bytes"
 	"net"
 	"strconv"
@@ -49,4 +51,15 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// MustRR returns the record s says in zone-file text, failing the test when
+// it does not parse.
+func MustRR(tb testing.TB, s string) dns.RR {
+	tb.Helper()
+	rr, err := dns.NewRR(s)
+	if err != nil {
+		tb.Fatalf("dns.NewRR(%q): %v", s, err)
+	}
+	return rr
 }

@@ -1,6 +1,8 @@
-package compactcache
+package entry
 
 import (
+	"github.com/compactcache/compactcache/internal/testenv"
+
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
@@ -20,38 +22,38 @@ import (
 // miekgRecord packs rr with dns.PackRR, uncompressed, and reads it back: the
 // reference packRR must match byte for byte. It packs a copy, since PackRR
 // sets the record's Rdlength.
-func miekgRecord(rr dns.RR) (record, error) {
+func miekgRecord(rr dns.RR) (Record, error) {
 	if rr != nil {
 		rr = dns.Copy(rr)
 	}
 	buf := make([]byte, 2*dns.MaxMsgSize)
 	off, err := dns.PackRR(rr, buf, 0, nil, false)
 	if err != nil {
-		return record{}, err
+		return Record{}, err
 	}
 	// The owner's length is that of the name packed alone: an empty name
 	// packs to nothing, which wireRecord cannot tell.
 	n, err := dns.PackDomainName(rr.Header().Name, make([]byte, len(buf)), 0, nil, false)
 	if err != nil {
-		return record{}, err
+		return Record{}, err
 	}
-	r := record{owner: buf[:n], rtype: binary.BigEndian.Uint16(buf[n:]), class: binary.BigEndian.Uint16(buf[n+2:]), ttl: binary.BigEndian.Uint32(buf[n+4:])}
-	r.rdata = buf[n+10 : off]
-	if int(binary.BigEndian.Uint16(buf[n+8:])) != len(r.rdata) {
-		return record{}, errors.New("PackRR's RDLENGTH is not its rdata's")
+	r := Record{Owner: buf[:n], Type: binary.BigEndian.Uint16(buf[n:]), Class: binary.BigEndian.Uint16(buf[n+2:]), TTL: binary.BigEndian.Uint32(buf[n+4:])}
+	r.Rdata = buf[n+10 : off]
+	if int(binary.BigEndian.Uint16(buf[n+8:])) != len(r.Rdata) {
+		return Record{}, errors.New("PackRR's RDLENGTH is not its rdata's")
 	}
 	return r, nil
 }
 
 // samePacking reports how packRR's output for rr differs from dns.PackRR's,
 // errors included, and checks that rr was not written to.
-func samePacking(b *builder, rr dns.RR) error {
+func samePacking(b *Builder, rr dns.RR) error {
 	before := ""
 	if rr != nil {
 		rr.Header().Rdlength = 0xBEEF
 		before = rr.String()
 	}
-	var got record
+	var got Record
 	gotErr := b.packRR(rr, "", &got)
 	want, wantErr := miekgRecord(rr)
 	if rr != nil && rr.Header().Name == "" {
@@ -65,12 +67,12 @@ func samePacking(b *builder, rr dns.RR) error {
 		return errors.New("packRR error " + errString(gotErr) + ", dns.PackRR error " + errString(wantErr))
 	case gotErr != nil:
 		return nil
-	case !bytes.Equal(got.owner, want.owner):
-		return errors.New("owner " + hex.EncodeToString(got.owner) + ", want " + hex.EncodeToString(want.owner))
-	case got.rtype != want.rtype || got.class != want.class || got.ttl != want.ttl:
+	case !bytes.Equal(got.Owner, want.Owner):
+		return errors.New("owner " + hex.EncodeToString(got.Owner) + ", want " + hex.EncodeToString(want.Owner))
+	case got.Type != want.Type || got.Class != want.Class || got.TTL != want.TTL:
 		return errors.New("type, class or TTL differ")
-	case !bytes.Equal(got.rdata, want.rdata):
-		return errors.New("rdata " + hex.EncodeToString(got.rdata) + ", want " + hex.EncodeToString(want.rdata))
+	case !bytes.Equal(got.Rdata, want.Rdata):
+		return errors.New("rdata " + hex.EncodeToString(got.Rdata) + ", want " + hex.EncodeToString(want.Rdata))
 	}
 	return nil
 }
@@ -82,14 +84,13 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func mustRR(t *testing.T, s string) dns.RR {
-	t.Helper()
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		t.Fatalf("dns.NewRR(%q): %v", s, err)
-	}
-	return rr
-}
+// maxRecordBytes is the plugin's default limit on an entry's records.
+const maxRecordBytes = 64 << 10
+
+// longName is a name of 255 bytes in wire form, the longest there is.
+var longName = strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61) + "."
+
+var mustRR = testenv.MustRR
 
 // TestPackRRMatchesMiekg packs records of every type packRR handles, and of
 // some it leaves to miekg/dns, and compares them byte for byte with
@@ -166,7 +167,7 @@ func TestPackRRMatchesMiekg(t *testing.T) {
 		{"target not fully qualified", &dns.SOA{Hdr: hdr("a.example.", dns.TypeSOA), Ns: "ns.example", Mbox: "h.example."}, false},
 		{"nil", nil, false},
 	}
-	b := newBuilder()
+	b := NewBuilder()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := samePacking(b, tc.rr); err != nil {
@@ -189,7 +190,7 @@ func TestPackRRMatchesMiekg(t *testing.T) {
 // labels and strings around their length limits.
 func TestPackRRRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	b := newBuilder()
+	b := NewBuilder()
 	for i := range 20000 {
 		rr := randomRR(r)
 		if err := samePacking(b, rr); err != nil {
@@ -291,9 +292,8 @@ func randomString(r *rand.Rand, n int, alphabet string) string {
 // and with every record first turned into its RFC 3597 form, which only
 // miekg/dns packs, and no question name known. The entries must be equal.
 func TestBuildMatchesPackBuffer(t *testing.T) {
-	b, ref := newBuilder(), newBuilder()
-	var q query
-	var name [maxNameLen]byte
+	b, ref := NewBuilder(), NewBuilder()
+	var name [MaxNameLen]byte
 	for _, v := range []workload.Variant{workload.Plain, workload.CNAME | workload.DNSSEC, workload.ECS} {
 		for i := range 300 {
 			m := workload.Reply(i, v)
@@ -301,16 +301,15 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
-			key := appendKey(nil, &q)
+			key := AppendKey(nil, name[:l], m.Question[0].Qtype, m.Question[0].Qclass, false)
 			// An entry TTL under the records' drops theirs; one over
 			// them keeps them (recTTLIsEntry), TTL bytes compared too.
 			for _, ttl := range []uint32{2, math.MaxUint32} {
-				got, err := b.build(m, key, m.Question[0].Name, 1, ttl, 0, 3, defaultMaxEntry)
+				got, err := b.Build(m, key, m.Question[0].Name, 1, ttl, 0, 3, maxRecordBytes)
 				if err != nil {
 					t.Fatalf("%s %d: %v", v, i, err)
 				}
-				want, err := ref.build(asRFC3597(t, m), key, "", 1, ttl, 0, 3, defaultMaxEntry)
+				want, err := ref.Build(asRFC3597(t, m), key, "", 1, ttl, 0, 3, maxRecordBytes)
 				if err != nil {
 					t.Fatalf("%s %d, RFC 3597: %v", v, i, err)
 				}
@@ -318,64 +317,6 @@ func TestBuildMatchesPackBuffer(t *testing.T) {
 					t.Fatalf("%s %d, entry TTL %d: entry\n%x\nwant\n%x", v, i, ttl, got, want)
 				}
 			}
-		}
-	}
-}
-
-// TestRecordTTLsKeptBelowTheEntrys: a record keeps a TTL of its own only
-// when it is lower than the entry's (a TTL with the top bit set counts as 0,
-// RFC 2181 8), and a reply gives every record the TTL it gave before records
-// dropped theirs: the lower of its own and the entry's, aged.
-func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
-	m := new(dns.Msg).SetQuestion("a.example.org.", dns.TypeA)
-	m.Response = true
-	ttls := []uint32{0, 2, 300, 3600, 1 << 31}
-	for i, ttl := range ttls {
-		m.Answer = append(m.Answer, &dns.A{
-			Hdr: dns.RR_Header{Name: "a.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
-			A:   net.IPv4(192, 0, 2, byte(i+1)),
-		})
-	}
-	q := query{id: 1, name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET, limit: dns.MaxMsgSize}
-	const entryTTL = 300 // the lowest TTL, raised to a minimum of 300
-	e, err := newBuilder().build(m, appendKey(nil, &q), "a.example.org.", 1, entryTTL, 0, 0, defaultMaxEntry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := e.recordsStart()
-	for i, ttl := range ttls {
-		var r record
-		next := e.record(off, &r)
-		own := wireTTL(ttl) < entryTTL
-		if got := r.flags&recTTLIsEntry == 0; got != own {
-			t.Errorf("record of TTL %d in an entry of %d: keeps its own %v, want %v", ttl, entryTTL, got, own)
-		}
-		// flags, TTL when kept, RDLENGTH, the address: owner, type and class are the question's
-		size := 1 + 2 + 4
-		if own {
-			size += 4
-		}
-		if next-off != size {
-			t.Errorf("record %d takes %d bytes, want %d", i, next-off, size)
-		}
-		off = next
-	}
-	const age = 1
-	b := newReplyBuffers()
-	reply := new(dns.Msg)
-	if err := reply.Unpack(b.appendReply(&q, e, ttlView{age: age})); err != nil {
-		t.Fatal(err)
-	}
-	if len(reply.Answer) != len(ttls) {
-		t.Fatalf("a reply of %d answers from an entry of %d", len(reply.Answer), len(ttls))
-	}
-	for i, ttl := range ttls {
-		want := uint32(0)
-		if left := min(wireTTL(ttl), entryTTL); left > age {
-			want = left - age
-		}
-		if got := reply.Answer[i].Header().Ttl; got != want {
-			t.Errorf("record of TTL %d in an entry of %d, aged %d s: a reply gives it %d, want %d", ttl, entryTTL, age, got, want)
 		}
 	}
 }
@@ -405,7 +346,7 @@ func asRFC3597(t *testing.T, m *dns.Msg) *dns.Msg {
 // cannot pack anywhere in the message wins over an earlier record the entry
 // refuses, and the question and RCODE are checked though not packed.
 func TestBuildErrorsInPackBufferOrder(t *testing.T) {
-	key := appendKey(nil, &query{name: []byte("\x01a\x07example\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
+	key := AppendKey(nil, []byte("\x01a\x07example\x00"), dns.TypeA, dns.ClassINET, false)
 	ok := &dns.A{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}
 	badRdata := &dns.CNAME{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 60}}
 	unpackable := &dns.A{Hdr: dns.RR_Header{Name: "a.example", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}
@@ -428,10 +369,10 @@ func TestBuildErrorsInPackBufferOrder(t *testing.T) {
 		// PackBuffer packed it, and the entry got a record it could not read.
 		{"record without an owner", msg(0, "a.example.", ok, &dns.A{Hdr: dns.RR_Header{Rrtype: dns.TypeA, Class: dns.ClassINET}}), errNoOwner},
 	}
-	b := newBuilder()
+	b := NewBuilder()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.build(tc.m, key, "", 0, 60, 0, 0, defaultMaxEntry)
+			_, err := b.Build(tc.m, key, "", 0, 60, 0, 0, maxRecordBytes)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("build: %v, want %v", err, tc.want)
 			}
@@ -452,9 +393,9 @@ func TestPackNameMatchesMiekg(t *testing.T) {
 		names = append(names, randomName(r))
 	}
 	for _, s := range names {
-		for _, size := range []int{maxNameLen, len(s) + 1, len(s), 3} {
+		for _, size := range []int{MaxNameLen, len(s) + 1, len(s), 3} {
 			got, want := make([]byte, size), make([]byte, size)
-			n, err := packName(s, got)
+			n, err := PackName(s, got)
 			wn, werr := dns.PackDomainName(s, want, 0, nil, false)
 			if (err == nil) != (werr == nil) || err == nil && (n != wn || !bytes.Equal(got[:n], want[:wn])) {
 				t.Fatalf("packName(%q) into %d bytes: %d %x %v, dns.PackDomainName: %d %x %v", s, size, n, got[:min(n, size)], err, wn, want[:min(wn, size)], werr)
@@ -482,15 +423,15 @@ func TestBuildAllocatesNothing(t *testing.T) {
 		mustRR(t, `a.example. 300 IN TXT "v=spf1 -all" "second"`),
 		mustRR(t, "a.example. 300 IN AAAA 2001:db8::1"),
 	)
-	var name [maxNameLen]byte
+	var name [MaxNameLen]byte
 	l, err := dns.PackDomainName(m.Question[0].Name, name[:], 0, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := appendKey(nil, &query{name: name[:l], qtype: m.Question[0].Qtype, qclass: m.Question[0].Qclass})
-	b := newBuilder()
+	key := AppendKey(nil, name[:l], m.Question[0].Qtype, m.Question[0].Qclass, false)
+	b := NewBuilder()
 	build := func() {
-		if _, err := b.build(m, key, "", 0, 60, 0, 0, defaultMaxEntry); err != nil {
+		if _, err := b.Build(m, key, "", 0, 60, 0, 0, maxRecordBytes); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -523,7 +464,7 @@ func FuzzPackRR(f *testing.F) {
 		}
 		f.Add(buf[:n])
 	}
-	b := newBuilder()
+	b := NewBuilder()
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		rr, _, err := dns.UnpackRR(wire, 0)
 		if err != nil || rr == nil {
@@ -539,11 +480,11 @@ func FuzzPackRR(f *testing.F) {
 // workload, as load does for every request.
 func BenchmarkPackName(b *testing.B) {
 	names := workload.NewNames(1 << 10)
-	var buf [maxNameLen]byte
+	var buf [MaxNameLen]byte
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := packName(names.Name(i%(1<<10)), buf[:]); err != nil {
+		if _, err := PackName(names.Name(i%(1<<10)), buf[:]); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -1,4 +1,4 @@
-package compactcache
+package entry
 
 import (
 	"encoding/base64"
@@ -23,6 +23,9 @@ import (
 // fields), miekg/dns packs, so that its escapes, its quirks and its errors
 // stay the rule.
 
+// msgHeaderLen is the length of a DNS message's header (RFC 1035 4.1.1).
+const msgHeaderLen = 12
+
 // maxLabelLen is the longest label of a domain name (RFC 1035 2.3.4).
 const maxLabelLen = 63
 
@@ -43,7 +46,7 @@ var errNoOwner = errors.New("record without an owner name")
 // the qname, as in entry.record. It does not write to rr, which may be shared
 // (file serves its zone's records). r is filled in place for the reason
 // entry.record gives.
-func (b *builder) packRR(rr dns.RR, alias string, r *record) error {
+func (b *Builder) packRR(rr dns.RR, alias string, r *Record) error {
 	if rr == nil {
 		return b.packOther(rr, r) // miekg/dns's error for a nil record
 	}
@@ -67,16 +70,16 @@ func (b *builder) packRR(rr dns.RR, alias string, r *record) error {
 		return err
 	}
 	b.keepWire(wire)
-	r.owner, r.rtype, r.class, r.ttl, r.rdata = nil, h.Rrtype, h.Class, h.Ttl, wire[owner:]
+	r.Owner, r.Type, r.Class, r.TTL, r.Rdata = nil, h.Rrtype, h.Class, h.Ttl, wire[owner:]
 	if owner > 0 {
-		r.owner = wire[:owner]
+		r.Owner = wire[:owner]
 	}
 	return nil
 }
 
 // keepWire keeps wire, b.wire appended to, when it outgrew b.wire. It is
 // stored only then: see build.
-func (b *builder) keepWire(wire []byte) {
+func (b *Builder) keepWire(wire []byte) {
 	if cap(wire) > cap(b.wire) {
 		b.wire = wire[:cap(wire)]
 	}
@@ -87,7 +90,7 @@ func (b *builder) keepWire(wire []byte) {
 // record that may be shared; Msg.PackBuffer writes nothing to a record of its
 // answer section (an OPT there is not the message's OPT, whose extended RCODE
 // it would set).
-func (b *builder) packOther(rr dns.RR, r *record) error {
+func (b *Builder) packOther(rr dns.RR, r *Record) error {
 	b.one[0] = rr
 	msg := dns.Msg{Answer: b.one[:]}
 	wire, err := msg.PackBuffer(b.wire[:cap(b.wire)])
@@ -96,7 +99,7 @@ func (b *builder) packOther(rr dns.RR, r *record) error {
 		return err
 	}
 	b.keepWire(wire)
-	*r, _ = wireRecord(wire, headerSize)
+	*r, _ = WireRecord(wire, msgHeaderLen)
 	return nil
 }
 
@@ -108,7 +111,7 @@ func appendName(b []byte, s string) ([]byte, error) {
 	// a length byte for each label's dot, the first label's and the root's.
 	// One byte more lets packName take its plain path.
 	b = slices.Grow(b, len(s)+2)[:off+len(s)+2]
-	n, err := packName(s, b[off:])
+	n, err := PackName(s, b[off:])
 	if err != nil {
 		return b[:off], err
 	}
@@ -119,7 +122,7 @@ func appendName(b []byte, s string) ([]byte, error) {
 // as dns.PackDomainName(s, buf, 0, nil, false) does, errors included (ErrBuf
 // when buf is too short). Names with escapes (\. and \DDD) and names it
 // refuses are dns.PackDomainName's own.
-func packName(s string, buf []byte) (int, error) {
+func PackName(s string, buf []byte) (int, error) {
 	if len(s) < len(buf) {
 		if n, ok := putPlainName(buf, s); ok {
 			return n, nil

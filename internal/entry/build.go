@@ -1,0 +1,219 @@
+package entry
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/miekg/dns"
+)
+
+// builder packs a response into an entry in reused scratch buffers, so that
+// storing it costs one copy into the arena and no allocation.
+type Builder struct {
+	buf  []byte    // the entry being built
+	wire []byte    // a record in wire form, uncompressed (packRR)
+	one  [1]dns.RR // the message of one record that packOther packs
+	Key  []byte    // a derived key
+
+	meta    []byte // a list of ECS variants being built
+	dropped []byte // the key of a variant dropped from the list
+}
+
+// typicalLen is the size a builder's buffers start at: that of the EDNS
+// buffers of DNS flag day 2020. They grow with the rare larger reply.
+const typicalLen = 1232
+
+func NewBuilder() *Builder {
+	return &Builder{
+		buf:  make([]byte, 0, typicalLen),
+		wire: make([]byte, typicalLen),
+		Key:  make([]byte, 0, MaxKeyLen),
+
+		meta:    make([]byte, 0, 4096),
+		dropped: make([]byte, 0, MaxKeyLen),
+	}
+}
+
+// otherKey returns key with keyOther set, in b's key buffer.
+func (b *Builder) OtherKey(key []byte) []byte {
+	b.Key = withFlagsTo(b.Key[:0], key, KeyOther)
+	return b.Key
+}
+
+// build packs the records of m behind the header and key, for an entry of
+// TTL ttl whose records are kept with TTLs of at least floor (MINTTL, as the
+// stock cache serves them: a record served with TTL 0 while the entry lives
+// would defeat every cache behind this one); limit bounds the bytes of the
+// records. key starts with the lowercased wire qname and the
+// keyTail bytes, as appendKey makes it. Each record is packed on its own
+// (packRR), so that m's header and question are not packed at all; build
+// still fails wherever Msg.PackBuffer would, and its other errors come in
+// record order after those. asked is the request's question name, which
+// packed to key's name ignoring case, or "": a reply that echoes it, as
+// replies do, has its question checked without packing it again.
+func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor uint32, flags uint16, limit int) (Entry, error) {
+	nameLen := WireNameLen(key)
+	qname := key[:nameLen]
+	alias, err := b.checkPackable(m, qname, asked)
+	if err != nil {
+		return nil, err
+	}
+	// Built in a local slice, stored back once: an append stored in the
+	// builder, on the heap, pays a write barrier while the garbage collector
+	// marks, and an entry takes a few for each record.
+	buf := b.buf[:headerLen]
+	binary.LittleEndian.PutUint32(buf[offStored:], stored)
+	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
+	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
+	buf[offNameLen] = byte(nameLen)
+	buf = append(buf, key...)
+	start := len(buf)
+
+	qtype := binary.BigEndian.Uint16(key[nameLen:])
+	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
+	var refused error // the first record the entry cannot take
+	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		kept := 0
+		for _, rr := range rrs {
+			var r Record
+			err := b.packRR(rr, alias, &r) // hop-by-hop records too: PackBuffer packed them
+			switch {
+			case err != nil:
+				return nil, err
+			case refused != nil || HopByHop(r.Type):
+				continue
+			case !rdataNamesWhole(r.Type, r.Rdata):
+				refused = errBadRdata
+				continue
+			}
+			r.TTL = max(WireTTL(r.TTL), floor)
+			if r.TTL < ttl && DNSSECOnly(r.Type, s) && !AskedFor(r.Type, s, qtype) {
+				flags |= FlagShortProof
+			}
+			buf = appendRecord(buf, &r, s, qname, qtype, qclass, ttl)
+			if len(buf)-start > limit {
+				refused = ErrTooLarge
+			}
+			kept++
+		}
+		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
+	}
+	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with flagShortProof, known now
+	b.buf = buf
+	if refused != nil {
+		return nil, refused
+	}
+	binary.LittleEndian.PutUint32(buf[OffSize:], uint32(len(buf)))
+	return Entry(buf), nil
+}
+
+// checkPackable returns the error Msg.PackBuffer would return for the parts
+// of m that build does not pack: the RCODE, and the question's names. It
+// also returns the question's name when its wire form is qname, ignoring
+// case, for packRR to recognize the owners that are the qname; asked is as
+// for build.
+func (b *Builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias string, err error) {
+	switch {
+	case m.Rcode < 0 || m.Rcode > 0xFFF:
+		return "", dns.ErrRcode
+	case m.Rcode > 0xF && m.IsEdns0() == nil:
+		return "", dns.ErrExtendedRcode // the upper bits go in OPT
+	}
+	for i, q := range m.Question {
+		if i == 0 && q.Name == asked && asked != "" {
+			alias = q.Name // it packs, to qname ignoring case
+			continue
+		}
+		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
+			return "", err
+		}
+		if i == 0 && EqualFoldWire(b.wire, qname) {
+			alias = q.Name
+		}
+	}
+	return alias, nil
+}
+
+// wireRecord parses the uncompressed resource record at off in a message
+// miekg/dns packed, and returns it with the offset of the next.
+func WireRecord(wire []byte, off int) (Record, int) {
+	nl := WireNameLen(wire[off:])
+	r := Record{Owner: wire[off : off+nl]}
+	off += nl
+	r.Type = binary.BigEndian.Uint16(wire[off:])
+	r.Class = binary.BigEndian.Uint16(wire[off+2:])
+	r.TTL = binary.BigEndian.Uint32(wire[off+4:])
+	rdlen := int(binary.BigEndian.Uint16(wire[off+8:]))
+	off += 10
+	r.Rdata = wire[off : off+rdlen]
+	return r, off + rdlen
+}
+
+// hopByHop reports the types that belong to one transaction and are never
+// cached: OPT (RFC 6891) and TSIG (RFC 8945).
+func HopByHop(t uint16) bool { return t == dns.TypeOPT || t == dns.TypeTSIG }
+
+// dnssecOnly reports the records of section that only DO clients get:
+// RRSIG, NSEC and NSEC3 (RFC 4035 3.2.1), and DS in referrals (3.1.4).
+func DNSSECOnly(t uint16, section int) bool {
+	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
+}
+
+// askedFor reports the exception to dnssecOnly: a client that asks for the
+// type explicitly gets it in the answer section, DO or not.
+func AskedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
+
+// errBadRdata refuses records the reply writer could not write back.
+var errBadRdata = errors.New("rdata without the domain names its type has")
+
+// rdataNamesWhole reports whether the rdata of the types whose names the
+// reply writer compresses holds whole names where they belong: miekg/dns
+// accepts such records with RDLENGTH 0 from the wire.
+func rdataNamesWhole(t uint16, rd []byte) bool {
+	switch t {
+	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
+		return NameEnd(rd, 0) == len(rd)
+	case dns.TypeMX:
+		return len(rd) > 2 && NameEnd(rd, 2) == len(rd)
+	case dns.TypeSOA:
+		mname := NameEnd(rd, 0)
+		return mname > 0 && NameEnd(rd, mname)+20 == len(rd)
+	}
+	return true
+}
+
+// appendRecord lays r out in the record format of entry.go, for an entry of
+// TTL ttl. An owner of nil is the qname, as in entry.record.
+func appendRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
+	var flags byte
+	if r.Owner == nil || EqualFoldWire(r.Owner, qname) {
+		flags |= RecOwnerIsQname
+	}
+	if r.Type == qtype {
+		flags |= recTypeIsQtype
+	}
+	if r.Class == qclass {
+		flags |= recClassIsQclass
+	}
+	if DNSSECOnly(r.Type, section) {
+		flags |= RecDNSSEC
+	}
+	if WireTTL(r.TTL) >= ttl {
+		flags |= RecTTLIsEntry
+	}
+	buf = append(buf, flags)
+	if flags&RecOwnerIsQname == 0 {
+		buf = append(buf, r.Owner...)
+	}
+	if flags&recTypeIsQtype == 0 {
+		buf = binary.BigEndian.AppendUint16(buf, r.Type)
+	}
+	if flags&recClassIsQclass == 0 {
+		buf = binary.BigEndian.AppendUint16(buf, r.Class)
+	}
+	if flags&RecTTLIsEntry == 0 {
+		buf = binary.BigEndian.AppendUint32(buf, WireTTL(r.TTL))
+	}
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.Rdata)))
+	return append(buf, r.Rdata...)
+}

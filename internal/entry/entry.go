@@ -1,0 +1,277 @@
+package entry
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// An entry is one cached response packed into bytes. It lives in a shard's
+// arena and is found through the shard's integer index, so the cache holds no
+// Go pointer per entry and the garbage collector never walks the entries.
+//
+// Own fields are little endian (the hit path reads them on amd64 and arm64);
+// names and rdata stay in DNS wire format so a hit copies them verbatim.
+//
+//	offset  size  field
+//	0       4     size of the entry, header included
+//	4       4     stored: unix seconds when the response was stored
+//	8       4     ttl: the entry's TTL in seconds, already clamped; fixed
+//	              once the entry is built, since records that drop their
+//	              own TTL (recTTLIsEntry) read it back from here
+//	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial, ...
+//	14      2     answer count
+//	16      2     authority count
+//	18      2     additional count
+//	20      2     last hit: seconds after stored, saturating
+//	22      2     hits in the current popularity window, saturating
+//	24      1     N: length of the qname in wire form
+//	25      K     key: lowercased wire qname, qtype, qclass (big endian), key
+//	              flags, and for ECS the suffix the flags announce (ecs.go)
+//	25+K    ...   records, see record below
+const (
+	OffSize    = 0
+	offStored  = 4
+	offTTL     = 8
+	offFlags   = 12
+	offCounts  = 14
+	offLastHit = 20
+	offHits    = 22
+	offNameLen = 24
+	offKey     = 25
+
+	headerLen = offKey
+	keyTail   = 5 // qtype, qclass, key flags after the qname
+
+	// maxEntryLen bounds any entry: the largest DNS message, the header and
+	// the longest key. Arena chunks are sized to hold one such entry.
+	MaxLen = 64<<10 + headerLen + MaxKeyLen
+)
+
+// Entry flags.
+const (
+	FlagRcodeMask = 0x000f
+	FlagAA        = 1 << 4
+	FlagRA        = 1 << 5
+	FlagAD        = 1 << 6
+	FlagDenial    = 1 << 7  // counted against the denial capacity
+	FlagAnswers   = 1 << 8  // a success that answers its question (serve_stale_policy)
+	FlagReferred  = 1 << 9  // hit since written or since the ring last passed it
+	FlagMeta      = 1 << 10 // the cache's bookkeeping, not a response
+	FlagVariant   = 1 << 11 // tailored to a client subnet (ECS)
+	FlagNXName    = 1 << 12 // a compact denial of a name (RFC 9824): NXDOMAIN without DO
+	// flagShortProof: DNSSEC records that only DO clients get expire before
+	// the entry; DO clients read the entry's lifetime from them (proofTTL).
+	FlagShortProof = 1 << 13
+	// flagNoECS: fetched without ECS, so tailored to no client or to this
+	// server's own address; it serves clients without ECS and source /0
+	// queries only (RFC 7871 7.3.1 makes only an answer to an ECS query
+	// good for every client).
+	FlagNoECS = 1 << 14
+)
+
+// Key flags: the bits of the request, besides the question, that select an
+// entry. DO is not one of them: one entry serves DO and non-DO clients.
+const (
+	KeyCD = 1 << 0
+	// keyOther keeps denials and non-answers apart from the answer they would
+	// replace, under serve_stale_policy prefer_positive.
+	KeyOther = 1 << 1
+	// keyECS marks an answer tailored to a client subnet; the key goes on
+	// with the family, the stored prefix length and the masked address.
+	KeyECS = 1 << 2
+	// keySourceZero marks an answer to a query with ECS source /0: it serves
+	// only such queries of its family (RFC 7871 7.3.1); the key goes on with
+	// the family.
+	KeySourceZero = 1 << 3
+	// keyScopes marks the entry listing a name's ECS variants; the key goes
+	// on with the family.
+	KeyScopes = 1 << 4
+	// keyExact marks, with keyECS, an answer whose scope was longer than the
+	// source prefix sent: the upstream needs more bits than it was given, so
+	// the answer serves only queries that give as many as it had (RFC 7871
+	// 7.3.1).
+	KeyExact = 1 << 5
+)
+
+// Record flags. A record is
+//
+//	1      flags
+//	[name] owner, uncompressed wire form, absent with recOwnerIsQname
+//	[2]    type, absent with recTypeIsQtype
+//	[2]    class, absent with recClassIsQclass
+//	[4]    TTL as received, 0 for one with the top bit set (wireTTL);
+//	       absent with recTTLIsEntry
+//	2      rdata length
+//	[n]    rdata, uncompressed wire form
+//
+// with the integers in network order, as in the message they came from.
+const (
+	RecOwnerIsQname  = 1 << 0
+	recTypeIsQtype   = 1 << 1
+	recClassIsQclass = 1 << 2
+	RecDNSSEC        = 1 << 3 // only for DO clients, see dnssecOnly
+	// recTTLIsEntry: the record's TTL is the entry's. A reply gives each
+	// record the lower of its own TTL and the entry's, so a TTL no lower
+	// than the entry's need not be kept: that of nearly every record.
+	RecTTLIsEntry = 1 << 4
+)
+
+var ErrTooLarge = errors.New("entry larger than the per-entry limit")
+
+type Entry []byte
+
+func (e Entry) Size() int         { return int(binary.LittleEndian.Uint32(e[OffSize:])) }
+func (e Entry) Stored() uint32    { return binary.LittleEndian.Uint32(e[offStored:]) }
+func (e Entry) TTL() uint32       { return binary.LittleEndian.Uint32(e[offTTL:]) }
+func (e Entry) Flags() uint16     { return binary.LittleEndian.Uint16(e[offFlags:]) }
+func (e Entry) Count(s int) int   { return int(binary.LittleEndian.Uint16(e[offCounts+2*s:])) }
+func (e Entry) denial() bool      { return e.Flags()&FlagDenial != 0 }
+func (e Entry) Rcode() int        { return int(e.Flags() & FlagRcodeMask) }
+func (e Entry) nameLen() int      { return int(e[offNameLen]) }
+func (e Entry) Key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
+func (e Entry) qname() []byte     { return e[offKey : offKey+e.nameLen()] }
+func (e Entry) RecordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
+
+// keyLen returns the length of the key at the start of b, whose qname is
+// nameLen bytes: the key flags say which suffix follows them.
+func keyLen(b []byte, nameLen int) int {
+	n := nameLen + keyTail
+	switch flags := b[n-1]; {
+	case flags&KeyECS != 0:
+		n += 2 + PrefixBytes(int(b[n+1])) // family, prefix length, address
+	case flags&(KeyScopes|KeySourceZero) != 0:
+		n++ // family
+	}
+	return n
+}
+
+func (e Entry) qtype() uint16 {
+	return binary.BigEndian.Uint16(e[offKey+e.nameLen():])
+}
+
+func (e Entry) qclass() uint16 {
+	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
+}
+
+// proofTTL returns the entry's lifetime for DO clients: its TTL, or less when
+// it holds DNSSEC records (those that only DO clients get) that expire first.
+func (e Entry) ProofTTL() uint32 {
+	ttl := e.TTL()
+	if e.Flags()&FlagShortProof == 0 {
+		return ttl
+	}
+	var r Record
+	off, qtype := e.RecordsStart(), e.qtype()
+	for s := range 3 {
+		for range e.Count(s) {
+			off = e.Record(off, &r)
+			if r.Flags&RecDNSSEC != 0 && !AskedFor(r.Type, s, qtype) {
+				ttl = min(ttl, r.TTL)
+			}
+		}
+	}
+	return ttl
+}
+
+// expires returns the unix second at which the entry's TTL runs out.
+func (e Entry) Expires() int64 { return int64(e.Stored()) + int64(e.TTL()) }
+
+func (e Entry) SetFlag(f uint16, on bool) {
+	v := e.Flags() &^ f
+	if on {
+		v |= f
+	}
+	binary.LittleEndian.PutUint16(e[offFlags:], v)
+}
+
+func (e Entry) Hits() int { return int(binary.LittleEndian.Uint16(e[offHits:])) }
+
+// hit records a hit at now, unix seconds, for second chance eviction and for
+// popularity as the stock cache's prefetch counts it: hits with no gap of
+// window seconds or more between them.
+func (e Entry) Hit(now int64, window int64) {
+	e.SetFlag(FlagReferred, true)
+	since := max(0, now-int64(e.Stored()))
+	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
+	hits := e.Hits()
+	switch {
+	case since-last > window && last < math.MaxUint16:
+		hits = 1
+	case hits < math.MaxUint16:
+		hits++
+	}
+	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(min(since, math.MaxUint16)))
+	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
+}
+
+// setHits carries popularity over to an entry that replaced one.
+func (e Entry) SetHits(n int) {
+	binary.LittleEndian.PutUint16(e[offHits:], uint16(min(n, math.MaxUint16)))
+}
+
+func (e Entry) Referenced() bool { return e.Flags()&FlagReferred != 0 }
+
+// passed clears the second chance the ring has just spent.
+func (e Entry) Passed() { e.SetFlag(FlagReferred, false) }
+
+// record is one resource record of an entry, sliced out of the entry's bytes.
+type Record struct {
+	Flags byte
+	Owner []byte // nil when the owner is the qname
+	Type  uint16
+	Class uint16
+	TTL   uint32
+	Rdata []byte
+}
+
+// record parses the record at off into r and returns the offset of the
+// next. The entry was built by builder, so the lengths are trusted. It sets
+// r's fields one by one: a record built whole and copied out is read back
+// 16 bytes at a time from its narrower stores, a store-forwarding stall on
+// every record of every reply.
+func (e Entry) Record(off int, r *Record) int {
+	r.Flags, r.Owner, r.Type, r.Class = e[off], nil, e.qtype(), e.qclass()
+	off++
+	if r.Flags&RecOwnerIsQname == 0 {
+		n := WireNameLen(e[off:])
+		r.Owner = e[off : off+n]
+		off += n
+	}
+	if r.Flags&recTypeIsQtype == 0 {
+		r.Type = binary.BigEndian.Uint16(e[off:])
+		off += 2
+	}
+	if r.Flags&recClassIsQclass == 0 {
+		r.Class = binary.BigEndian.Uint16(e[off:])
+		off += 2
+	}
+	r.TTL = e.TTL()
+	if r.Flags&RecTTLIsEntry == 0 {
+		r.TTL = binary.BigEndian.Uint32(e[off:])
+		off += 4
+	}
+	rdlen := int(binary.BigEndian.Uint16(e[off:]))
+	off += 2
+	r.Rdata = e[off : off+rdlen]
+	return off + rdlen
+}
+
+// wireNameLen returns the length of the uncompressed wire name at the start
+// of b, the root label included.
+func WireNameLen(b []byte) int {
+	off := 0
+	for b[off] != 0 {
+		off += int(b[off]) + 1
+	}
+	return off + 1
+}
+
+// WireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it
+// means zero.
+func WireTTL(ttl uint32) uint32 {
+	if ttl > math.MaxInt32 {
+		return 0
+	}
+	return ttl
+}

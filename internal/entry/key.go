@@ -1,0 +1,245 @@
+package entry
+
+import "encoding/binary"
+
+// scopesLen is the bitmap of prefix lengths 0 to 128.
+const ScopesLen = (128 + 8) / 8
+
+const (
+	MaxNameLen = 255
+	// maxKeyLen is the longest key: a name, the key tail and an ECS suffix.
+	MaxKeyLen = MaxNameLen + keyTail + 2 + 16
+)
+
+// appendKey appends the cache key of a question: the lowercased wire qname,
+// qtype, qclass and the key flags, CD among them. The DO bit is not part of
+// it: entries keep DNSSEC records and the reply writer drops them for DO=0
+// clients.
+func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
+	off := len(b)
+	b = append(b, qname...)
+	lowerInPlace(b[off:])
+	b = append(b, byte(qtype>>8), byte(qtype), byte(qclass>>8), byte(qclass))
+	var flags byte
+	if cd {
+		flags |= KeyCD
+	}
+	return append(b, flags)
+}
+
+func PrefixBytes(prefix int) int { return (prefix + 7) / 8 }
+
+// mask zeroes the bits of addr past prefix.
+func Mask(addr [16]byte, prefix int) [16]byte {
+	var m [16]byte
+	n := prefix / 8
+	copy(m[:n], addr[:n])
+	if rest := prefix % 8; rest != 0 {
+		m[n] = addr[n] & ^byte(0xFF>>rest)
+	}
+	return m
+}
+
+// withFlagsTo appends base to dst with flags added.
+func withFlagsTo(dst, base []byte, flags byte) []byte {
+	dst = append(dst, base...)
+	dst[len(dst)-len(base)+FlagsAt(base)] |= flags
+	return dst
+}
+
+// flagsAt returns the offset of the key flags in a key.
+func FlagsAt(key []byte) int { return WireNameLen(key) + keyTail - 1 }
+
+// variantKey appends to dst the key of the variant of base for the subnet
+// addr/prefix, with flags besides keyECS.
+func VariantKey(dst, base []byte, flags byte, family uint16, prefix uint8, addr [16]byte) []byte {
+	dst = withFlagsTo(dst, base, KeyECS|flags)
+	dst = append(dst, byte(family), prefix)
+	m := Mask(addr, int(prefix))
+	return append(dst, m[:PrefixBytes(int(prefix))]...)
+}
+
+func SourceZeroKey(dst, base []byte, family uint16) []byte {
+	return append(withFlagsTo(dst, base, KeySourceZero), byte(family))
+}
+
+func ScopesKey(dst, base []byte, family uint16) []byte {
+	return append(withFlagsTo(dst, base, KeyScopes), byte(family))
+}
+
+// scope returns the prefix length an entry was stored for: the scope its
+// reply is echoed with.
+func (e Entry) Scope() uint8 {
+	k := e.Key()
+	f := FlagsAt(k)
+	if k[f]&KeyECS == 0 {
+		return 0
+	}
+	return k[f+2]
+}
+
+// The list of a name's variants, the records of its keyScopes entry:
+//
+//	scopesLen  bitmap of the prefix lengths of variants, bit L for length L
+//	scopesLen  the same for exact variants (keyExact)
+//	2          count of variants listed
+//	2          head: the index of the oldest
+//	2          capacity
+//	18 × cap   a ring of variants, oldest at head: exact (0 or 1), prefix
+//	           length, address masked to it
+//
+// A new variant goes into the ring in place; only when the ring is full
+// below max_variants is the list written again, twice as large, so that a
+// name with k variants costs O(k) bytes of arena, not O(k²).
+const (
+	listBits     = 0
+	listExact    = ScopesLen
+	listCount    = 2 * ScopesLen
+	listHead     = listCount + 2
+	listCap      = listHead + 2
+	listItems    = listCap + 2
+	itemLen      = 2 + 16
+	firstListCap = 4
+)
+
+// list is the records of a keyScopes entry.
+type List []byte
+
+func (e Entry) List() List { return List(e[e.RecordsStart():]) }
+
+func (l List) Bits() *[ScopesLen]byte  { return (*[ScopesLen]byte)(l[listBits:]) }
+func (l List) Exact() *[ScopesLen]byte { return (*[ScopesLen]byte)(l[listExact:]) }
+func (l List) Count() int              { return int(binary.LittleEndian.Uint16(l[listCount:])) }
+func (l List) head() int               { return int(binary.LittleEndian.Uint16(l[listHead:])) }
+func (l List) capacity() int           { return int(binary.LittleEndian.Uint16(l[listCap:])) }
+
+func (l List) Item(i int) Variant {
+	b := l[listItems+itemLen*((l.head()+i)%l.capacity()):]
+	v := Variant{Exact: b[0] != 0, Prefix: b[1]}
+	copy(v.Addr[:], b[2:itemLen])
+	return v
+}
+
+func (l List) setItem(i int, v Variant) {
+	b := l[listItems+itemLen*((l.head()+i)%l.capacity()):]
+	b[0], b[1] = 0, v.Prefix
+	if v.Exact {
+		b[0] = 1
+	}
+	copy(b[2:itemLen], v.Addr[:])
+}
+
+func (l List) set(count, head int) {
+	binary.LittleEndian.PutUint16(l[listCount:], uint16(count))
+	binary.LittleEndian.PutUint16(l[listHead:], uint16(head))
+}
+
+// index recomputes the bitmaps from the ring.
+func (l List) index() {
+	clear(l[:listCount])
+	for i := range l.Count() {
+		if v := l.Item(i); v.Exact {
+			setBit(l.Exact(), v.Prefix)
+		} else {
+			setBit(l.Bits(), v.Prefix)
+		}
+	}
+}
+
+func setBit(bits *[ScopesLen]byte, n uint8) { bits[n/8] |= 1 << (n % 8) }
+
+func HasBit(bits *[ScopesLen]byte, n uint8) bool { return bits[n/8]&(1<<(n%8)) != 0 }
+
+// variant names one ECS variant of a name and family.
+type Variant struct {
+	Exact  bool
+	Prefix uint8
+	Addr   [16]byte // masked to prefix
+}
+
+// variantOf returns the variant e stores; e must be one.
+func VariantOf(e Entry) Variant {
+	k := e.Key()
+	f := FlagsAt(k)
+	v := Variant{Exact: k[f]&KeyExact != 0, Prefix: k[f+2]}
+	copy(v.Addr[:], k[f+3:])
+	return v
+}
+
+func (v Variant) key(dst, base []byte, family uint16) []byte {
+	var flags byte
+	if v.Exact {
+		flags = KeyExact
+	}
+	return VariantKey(dst, base, flags, family, v.Prefix, v.Addr)
+}
+
+// listVariant adds v to old, the list of base's variants of family (nil for
+// none), in place when the ring has room. It returns a new list, built in
+// b.meta, when the list must be written (anew or larger), and the key of
+// the variant dropped past max in b.dropped, or nil.
+func ListVariant(b *Builder, old Entry, base []byte, family uint16, v Variant, max int, stored, ttl uint32) (fresh Entry, dropped []byte) {
+	if old != nil {
+		l := old.List()
+		for i := range l.Count() {
+			if l.Item(i) == v {
+				return nil, nil
+			}
+		}
+		outlive(old, int64(stored)+int64(ttl))
+		switch n := l.Count(); {
+		case n < l.capacity():
+			l.setItem(n, v)
+			l.set(n+1, l.head())
+		case n == max:
+			b.dropped = l.Item(0).key(b.dropped[:0], base, family)
+			l.setItem(0, v) // the oldest's slot is the newest's
+			l.set(n, (l.head()+1)%l.capacity())
+			dropped = b.dropped
+		default:
+			return newList(b, old, base, family, v, min(2*l.capacity(), max), stored, ttl), nil
+		}
+		l.index()
+		return nil, dropped
+	}
+	return newList(b, nil, base, family, v, min(firstListCap, max), stored, ttl), nil
+}
+
+// outlive makes the list e live at least until expires, unix seconds: a
+// list lives as long as the variants it lists. A list holds no records, so
+// moving its TTL changes no record's (see offTTL).
+func outlive(e Entry, expires int64) {
+	if expires > e.Expires() {
+		binary.LittleEndian.PutUint32(e[offTTL:], uint32(expires-int64(e.Stored())))
+	}
+}
+
+// newList builds in b.meta a list of capacity holding old's variants and v.
+func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capacity int, stored, ttl uint32) Entry {
+	buf := b.meta[:headerLen]
+	binary.LittleEndian.PutUint32(buf[offStored:], stored)
+	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
+	binary.LittleEndian.PutUint16(buf[offFlags:], FlagMeta)
+	binary.LittleEndian.PutUint64(buf[offCounts:], 0) // no sections; last hit, hits
+	buf[offNameLen] = byte(WireNameLen(base))
+	buf = ScopesKey(buf, base, family)
+	at := len(buf)
+	buf = append(buf, make([]byte, listItems+itemLen*capacity)...)
+	l := List(buf[at:])
+	binary.LittleEndian.PutUint16(l[listCap:], uint16(capacity))
+	n := 0
+	if old != nil {
+		o := old.List()
+		for i := range o.Count() {
+			l.setItem(i, o.Item(i))
+		}
+		n = o.Count()
+		outlive(Entry(buf), old.Expires())
+	}
+	l.setItem(n, v)
+	l.set(n+1, 0)
+	l.index()
+	binary.LittleEndian.PutUint32(buf[OffSize:], uint32(len(buf)))
+	b.meta = buf
+	return Entry(buf)
+}
