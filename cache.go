@@ -4,8 +4,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"bytes"
 	"context"
 	"net"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
@@ -47,7 +47,7 @@ type Cache struct {
 	Next  plugin.Handler
 	Zones []string
 
-	store    *store
+	store    *store.Store
 	capacity int64
 	pcap     int // success entries allowed, 0 for the byte budget alone
 	ncap     int // denial entries allowed, 0 for the byte budget alone
@@ -119,7 +119,7 @@ func New() *Cache {
 
 // init makes the store for the configured budget and caps.
 func (c *Cache) init() (err error) {
-	c.store, err = newStore(c.capacity, perKind{kindSuccess: c.pcap, kindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
+	c.store, err = store.New(c.capacity, store.PerKind{store.KindSuccess: c.pcap, store.KindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
 	return err
 }
 
@@ -135,11 +135,11 @@ type Stats struct {
 
 // Stats returns the store's occupancy.
 func (c *Cache) Stats() Stats {
-	u := c.store.usage()
+	u := c.store.Usage()
 	return Stats{
-		Entries:  int64(u.kinds[kindSuccess] + u.kinds[kindDenial]),
-		Bytes:    u.held,
-		Capacity: c.store.capacity,
+		Entries:  int64(u.Kinds[store.KindSuccess] + u.Kinds[store.KindDenial]),
+		Bytes:    u.Held,
+		Capacity: c.store.Capacity(),
 	}
 }
 
@@ -342,17 +342,16 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 // of the exact variants, stored for s.q's name and family.
 func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.ScopesLen]byte, ok bool) {
 	s.probe = entry.ScopesKey(s.probe[:0], s.key, s.q.ecs.family)
-	h := c.store.hash(s.probe)
-	sh := c.store.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.get(s.probe, h)
-	if e == nil || c.at(now).Unix() > e.Expires()+int64(c.staleUpTo/time.Second) {
-		return normal, exact, false
-	}
-	e.SetFlag(entry.FlagReferred, true)
-	l := e.List()
-	return *l.Bits(), *l.Exact(), true
+	ok = c.store.Get(s.probe, c.store.Hash(s.probe), func(e entry.Entry) bool {
+		if c.at(now).Unix() > e.Expires()+int64(c.staleUpTo/time.Second) {
+			return false
+		}
+		e.SetFlag(entry.FlagReferred, true)
+		l := e.List()
+		normal, exact = *l.Bits(), *l.Exact()
+		return true
+	})
+	return normal, exact, ok
 }
 
 // lookupKey looks key up. Under serve_stale_policy prefer_positive an
@@ -374,12 +373,16 @@ func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool
 // probe looks up key, answersOnly skipping entries that do not answer, and
 // fills f when it finds an entry to serve; f is left alone otherwise.
 func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersOnly bool, f *found) bool {
-	h := c.store.hash(key)
-	sh := c.store.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.get(key, h)
-	if e == nil || answersOnly && e.Flags()&entry.FlagAnswers == 0 || !s.q.takes(e) {
+	h := c.store.Hash(key)
+	return c.store.Get(key, h, func(e entry.Entry) bool {
+		return c.serve(s, e, h, at, withStale, answersOnly, f)
+	})
+}
+
+// serve fills f from e, the entry under the key whose hash is h, and
+// reports whether it may serve s.q; it runs with e's shard locked.
+func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withStale, answersOnly bool, f *found) bool {
+	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || !s.q.takes(e) {
 		return false
 	}
 	now := c.at(at)
@@ -398,7 +401,7 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 		return false
 	}
 	e.Hit(now.Unix(), int64(c.prefetchWindow/time.Second))
-	f.state, f.kind, f.hash, f.scope = state, kindOf(e), h, e.Scope()
+	f.state, f.kind, f.hash, f.scope = state, store.KindOf(e), h, e.Scope()
 	f.prefetch = state == fresh && c.prefetch > 0 && e.Hits() >= c.prefetch && left <= c.prefetchThreshold(e)
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))

@@ -1,13 +1,13 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"
 )
@@ -57,20 +57,20 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	var v verdict
 	switch t {
 	case response.NoError:
-		v = verdict{kind: kindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl, false), c.minpttl, c.pttl), floor: c.minpttl}
+		v = verdict{kind: store.KindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl, false), c.minpttl, c.pttl), floor: c.minpttl}
 	case response.Delegation:
 		// The stock cache keeps referrals for the minimum default TTL.
-		v = verdict{kind: kindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl), floor: c.minpttl}
+		v = verdict{kind: store.KindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl), floor: c.minpttl}
 	case response.NameError, response.NoData:
 		if !sc.soa {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: kindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl, true), c.minnttl, c.nttl), floor: c.minnttl}
+		v = verdict{kind: store.KindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl, true), c.minnttl, c.nttl), floor: c.minnttl}
 	case response.ServerError:
 		if reply.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
 		}
-		v = verdict{kind: kindDenial, ttl: c.failttl}
+		v = verdict{kind: store.KindDenial, ttl: c.failttl}
 	case response.Meta, response.Update:
 		return verdict{why: "zone transfers and updates are not cached"}
 	default:

@@ -1,12 +1,11 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"encoding/binary"
 	"net"
 	"net/netip"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/miekg/dns"
 )
 

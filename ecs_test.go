@@ -1,8 +1,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -153,7 +153,7 @@ func TestECSVariants(t *testing.T) {
 	}
 	// Each upstream query stored one variant.
 	checkShards(t, c.store)
-	if n := c.store.usage().variants; n != 10 {
+	if n := c.store.Usage().Variants; n != 10 {
 		t.Errorf("%d ECS variants stored, want 10", n)
 	}
 }
@@ -290,7 +290,7 @@ func TestECSNeverServesAnotherNetwork(t *testing.T) {
 // in place and is written again only when it doubles, so k variants cost
 // O(k) bytes of arena; past max_variants the oldest makes way.
 func TestECSListGrowsByDoubling(t *testing.T) {
-	s, err := newStore(MinCapacity, perKind{}, 0)
+	s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 	writes, drops := 0, 0
 	for i := range 2 * max {
 		v := entry.Variant{Prefix: 24, Addr: [16]byte{10, byte(i >> 8), byte(i)}}
-		s.update(key, 0, func(old entry.Entry) entry.Entry {
+		s.Update(key, 0, func(old entry.Entry) entry.Entry {
 			fresh, dropped := entry.ListVariant(b, old, base, familyIPv4, v, max, 0, 300)
 			if fresh != nil {
 				writes++
@@ -315,12 +315,16 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 	if writes > 8 || drops != max {
 		t.Fatalf("%d variants through a list of %d: written %d times, %d dropped; want at most 8 writes and %d drops", 2*max, max, writes, drops, max)
 	}
-	h := s.hash(key)
-	sh := s.shard(h)
-	l := sh.get(key, h).List()
-	oldest := l.Item(0).Addr
-	if l.Count() != max || oldest[1] != max>>8 || oldest[2] != max%256 || !entry.HasBit(l.Bits(), 24) {
-		t.Fatalf("list holds %d variants, the oldest %v", l.Count(), oldest[:3])
+	var count int
+	var oldest [16]byte
+	var bit24 bool
+	s.Get(key, s.Hash(key), func(e entry.Entry) bool {
+		l := e.List()
+		count, oldest, bit24 = l.Count(), l.Item(0).Addr, entry.HasBit(l.Bits(), 24)
+		return true
+	})
+	if count != max || oldest[1] != max>>8 || oldest[2] != max%256 || !bit24 {
+		t.Fatalf("list holds %d variants, the oldest %v", count, oldest[:3])
 	}
 }
 

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/store"
+
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/miekg/dns"
 )
@@ -22,7 +24,7 @@ func entryFlags(m *dns.Msg, v verdict) uint16 {
 	if m.AuthenticatedData {
 		f |= entry.FlagAD
 	}
-	if v.kind == kindDenial {
+	if v.kind == store.KindDenial {
 		f |= entry.FlagDenial
 	}
 	if v.answers {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -70,7 +71,7 @@ func fzServe(c *Cache, req *dns.Msg, tcp bool) (*fzWriter, error) {
 // use), the fixed clock and next as the next plugin.
 func fzCache(t *testing.T, next func(w dns.ResponseWriter, r *dns.Msg) (int, error), raw bool) *Cache {
 	c := New()
-	c.capacity = MinCapacity
+	c.capacity = store.MinCapacity
 	if err := c.init(); err != nil {
 		t.Fatal(err)
 	}

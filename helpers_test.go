@@ -1,8 +1,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"context"
 	"fmt"
 	golog "log"
@@ -12,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -214,6 +214,14 @@ func ttlsAtMost(got, want []dns.RR) error {
 }
 
 var mustRR = testenv.MustRR
+
+// checkShards fails t unless the store's accounting holds (store.Check).
+func checkShards(t *testing.T, s *store.Store) {
+	t.Helper()
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // keyOf returns the cache key of q's question.
 func keyOf(q *query) []byte { return entry.AppendKey(nil, q.name, q.qtype, q.qclass, q.cd) }

@@ -1,8 +1,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -12,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
-
 	"github.com/coredns/coredns/core/dnsserver"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/test"
@@ -575,7 +574,7 @@ func hostileRows() []hostileRow {
 			ecs: &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0).To4()},
 			// One shard, so that every other name shares the entry's.
 			setup: func(c *Cache) {
-				c.capacity = MinCapacity
+				c.capacity = store.MinCapacity
 				if err := c.init(); err != nil {
 					panic(err)
 				}

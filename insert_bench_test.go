@@ -1,8 +1,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"context"
 	"net"
 	"syscall"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -23,17 +22,14 @@ const insertPool = 1 << 15
 // reference workload (plain variant).
 func workloadReplies(tb testing.TB, n int) ([]*dns.Msg, [][]byte) {
 	tb.Helper()
-	var q query
-	var name [entry.MaxNameLen]byte
 	msgs, keys := make([]*dns.Msg, n), make([][]byte, n)
 	for i := range msgs {
 		m := workload.Reply(i, workload.Plain)
-		l, err := dns.PackDomainName(m.Question[0].Name, name[:], 0, nil, false)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		q.name, q.qtype, q.qclass = name[:l], m.Question[0].Qtype, m.Question[0].Qclass
-		msgs[i], keys[i] = m, keyOf(&q)
+		msgs[i], keys[i] = m, key
 	}
 	return msgs, keys
 }

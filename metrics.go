@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"weak"
 
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -59,13 +60,13 @@ func counterVec(name string, labels []string, help string) *prometheus.CounterVe
 }
 
 // Type label values, as the stock cache's.
-var kindLabels = [...]string{kindSuccess: "success", kindDenial: "denial"}
+var kindLabels = [...]string{store.KindSuccess: "success", store.KindDenial: "denial"}
 
 // serverMetrics holds one server's resolved metrics, so that the hit path
 // does not hash label values on every request.
 type serverMetrics struct {
 	server    string
-	store     weak.Pointer[store] // what the gauges describe; see storeGauges
+	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
 	requests  prometheus.Counter
 	misses    prometheus.Counter
 	drops     prometheus.Counter
@@ -138,7 +139,7 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 }
 
 // evicted counts the entries a store evicted.
-func (m *serverMetrics) evicted(evicted perKind) {
+func (m *serverMetrics) evicted(evicted store.PerKind) {
 	for k := range kindLabels {
 		if n := evicted[k]; n > 0 {
 			m.evictions[k].Add(float64(n))
@@ -204,13 +205,13 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		if s == nil {
 			continue // gone since prune
 		}
-		u := s.usage()
+		u := s.Usage()
 		for k := range kindLabels {
-			m.entries[k].Set(float64(u.kinds[k]))
+			m.entries[k].Set(float64(u.Kinds[k]))
 		}
-		m.bytes.Set(float64(u.held))
-		m.capacity.Set(float64(s.capacity))
-		m.variants.Set(float64(u.variants))
+		m.bytes.Set(float64(u.Held))
+		m.capacity.Set(float64(s.Capacity()))
+		m.variants.Set(float64(u.Variants))
 	}
 	// Collected under the lock, so that a concurrent gathering does not
 	// interleave its values with these.

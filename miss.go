@@ -1,14 +1,14 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"context"
 	"errors"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 	ot "github.com/opentracing/opentracing-go"
@@ -81,9 +81,9 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 func (c *Cache) flightKey(s *scratch) uint64 {
 	if e := &s.q.ecs; e.family != 0 {
 		s.probe = entry.VariantKey(s.probe[:0], s.key, 0, e.family, e.sent, e.addr)
-		return c.store.hash(s.probe)
+		return c.store.Hash(s.probe)
 	}
-	return c.store.hash(s.key)
+	return c.store.Hash(s.key)
 }
 
 // answer writes the reply cw fetched for r to the client.
@@ -332,9 +332,9 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	e.SetHits(cw.hits)
-	cw.m.evicted(c.store.put(e, now.Unix()))
+	cw.m.evicted(c.store.Put(e, now.Unix()))
 	if c.preferPositive && flags&entry.FlagAnswers != 0 {
-		c.store.remove(cw.b.OtherKey(key))
+		c.store.Remove(cw.b.OtherKey(key))
 	}
 	if variant {
 		c.recordVariant(cw.b, cw.s, e, now.Unix())
@@ -348,20 +348,20 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 	family, v := s.q.ecs.family, entry.VariantOf(e)
 	var dropped []byte
 	key := entry.ScopesKey(b.Key[:0], s.key, family)
-	c.store.update(key, now, func(old entry.Entry) entry.Entry {
+	c.store.Update(key, now, func(old entry.Entry) entry.Entry {
 		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.TTL())
 		dropped = d
 		return list
 	})
 	if dropped != nil {
-		c.store.remove(dropped)
+		c.store.Remove(dropped)
 	}
 }
 
 // disabled reports whether `disable` keeps kind for name out of the cache.
 func (c *Cache) disabled(kind int, name string) bool {
 	except := c.pexcept
-	if kind == kindDenial {
+	if kind == store.KindDenial {
 		except = c.nexcept
 	}
 	return len(except) > 0 && plugin.Zones(except).Matches(name) != ""

@@ -1,11 +1,10 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"encoding/binary"
 	"net/netip"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/miekg/dns"
 )

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/metadata"
 	"github.com/miekg/dns"
 )
@@ -158,14 +159,12 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) boo
 
 // popularity returns the hits of the entry s.key names.
 func (c *Cache) popularity(s *scratch) int {
-	h := c.store.hash(s.key)
-	sh := c.store.shard(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.get(s.key, h); e != nil {
-		return e.Hits()
-	}
-	return 0
+	hits := 0
+	c.store.Get(s.key, c.store.Hash(s.key), func(e entry.Entry) bool {
+		hits = e.Hits()
+		return true
+	})
+	return hits
 }
 
 // verify is serve_stale's verify mode: the request that finds an expired

@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/store"
+
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +24,7 @@ var handoffs = struct {
 
 // handoff is a store on offer and the contents settings it was filled under.
 type handoff struct {
-	store    *store
+	store    *store.Store
 	contents contents
 }
 
@@ -67,7 +69,7 @@ func (c *Cache) offer(block string) {
 
 // withdraw takes back what the block offered and nobody took, once the
 // reload is over or failed.
-func withdraw(block string, s *store) {
+func withdraw(block string, s *store.Store) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
 	if handoffs.m[block].store == s {
@@ -82,7 +84,7 @@ func (c *Cache) takeOver(block string) bool {
 	handoffs.Lock()
 	defer handoffs.Unlock()
 	old, ok := handoffs.m[block]
-	if !ok || !old.store.sameShape(c.store) || old.contents != c.contents() {
+	if !ok || !old.store.SameShape(c.store) || old.contents != c.contents() {
 		return false
 	}
 	delete(handoffs.m, block)

@@ -1,9 +1,14 @@
 package compactcache
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
@@ -151,5 +156,83 @@ func TestReloadContents(t *testing.T) {
 		if same := mustParse(t, tc.option).contents() == base; same != tc.same {
 			t.Errorf("%q: contents the same as the default's: %v, want %v", tc.option, same, tc.same)
 		}
+	}
+}
+
+// TestReloadWhileServing restarts a serving CoreDNS while clients keep
+// asking the old and new instances: every other restart changes the budget,
+// so the old store is dropped while requests may still be inside it, and
+// the others hand the store over. GC cycles run throughout, so that a store
+// released too early would fault under a request (run it also with -race,
+// which checks the locking on heap arenas).
+func TestReloadWhileServing(t *testing.T) {
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	block := func(capacity int) string {
+		return fmt.Sprintf(".:0 {\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tcapacity %dMiB\n\t}\n\tforward . %s\n}", capacity, up)
+	}
+	serverMu.Lock()
+	inst, err := caddy.Start(corefileInput(block(16)))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { inst.Stop() }()
+	var addr atomic.Value
+	addr.Store(inst.Servers()[0].LocalAddr().String())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg      sync.WaitGroup
+		answers atomic.Int64
+		wrong   atomic.Value
+	)
+	cases := []struct {
+		req     *dns.Msg
+		rcode   int
+		answers int
+	}{
+		{test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), dns.RcodeSuccess, 2},
+		{test.Case{Qname: "t.example.org.", Qtype: dns.TypeTXT}.Msg(), dns.RcodeSuccess, 1},
+		{test.Case{Qname: "missing.example.org.", Qtype: dns.TypeA}.Msg(), dns.RcodeNameError, 0},
+	}
+	for g := range 4 {
+		wg.Go(func() {
+			c := &dns.Client{Timeout: time.Second}
+			for i := g; ctx.Err() == nil; i++ {
+				tc := cases[i%len(cases)]
+				r, _, err := c.Exchange(tc.req.Copy(), addr.Load().(string))
+				if err != nil {
+					continue // an instance stopping mid-exchange
+				}
+				if r.Rcode != tc.rcode || len(r.Answer) != tc.answers {
+					wrong.Store(fmt.Sprintf("%s: %v", tc.req.Question[0].Name, r))
+				}
+				answers.Add(1)
+			}
+		})
+	}
+	for i := range 10 {
+		time.Sleep(50 * time.Millisecond)
+		capacity := 16 << (i / 2 % 2) // 32, 32, 16, 16, ...: changes every other time
+		serverMu.Lock()
+		inst, err = inst.Restart(corefileInput(block(capacity)))
+		serverMu.Unlock()
+		if err != nil {
+			cancel()
+			wg.Wait()
+			t.Fatal(err)
+		}
+		addr.Store(inst.Servers()[0].LocalAddr().String())
+		runtime.GC()
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	if w := wrong.Load(); w != nil {
+		t.Fatalf("wrong reply: %v", w)
+	}
+	if answers.Load() < 100 {
+		t.Fatalf("%d answers over the reloads; the servers did not serve", answers.Load())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -232,7 +233,7 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > MaxCapacity/scale {
+	if err != nil || n <= 0 || n > store.MaxCapacity/scale {
 		return 0, fmt.Errorf("%q is not a size such as 64MiB, 1GiB or a number of bytes", s)
 	}
 	return n * scale, nil

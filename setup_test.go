@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 )
 
@@ -18,6 +19,13 @@ func mustParse(t *testing.T, corefile string) *Cache {
 		t.Fatalf("%q: %v", corefile, err)
 	}
 	return c
+}
+
+// sameShape reports whether s has the shape of a store of its budget, no
+// entry caps and a serve_stale window of grace seconds.
+func sameShape(s *store.Store, grace int64) bool {
+	o, err := store.New(s.Capacity(), store.PerKind{}, grace)
+	return err == nil && s.SameShape(o)
 }
 
 func TestParse(t *testing.T) {
@@ -34,10 +42,10 @@ func TestParse(t *testing.T) {
 			return strings.Join(c.Zones, ",") == "example.org.,example.net."
 		}},
 		{`compactcache example.org`, func(c *Cache) bool { return c.Zones[0] == "example.org." && c.pttl == maxTTL }},
-		{"compactcache {\n capacity 256MiB\n}", func(c *Cache) bool { return c.store.capacity == 256<<20 }},
-		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.capacity == 1<<30 }},
-		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.capacity == 2<<20 }},
-		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.capacity == 1<<20 }},
+		{"compactcache {\n capacity 256MiB\n}", func(c *Cache) bool { return c.store.Capacity() == 256<<20 }},
+		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<30 }},
+		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.Capacity() == 2<<20 }},
+		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<20 }},
 		{"compactcache {\n success 9984 600 10\n denial 100 60\n}", func(c *Cache) bool {
 			return c.pcap == 9984 && c.pttl == 600*time.Second && c.minpttl == 10*time.Second &&
 				c.ncap == 100 && c.nttl == 60*time.Second && c.minnttl == minDefaultTTL
@@ -57,7 +65,7 @@ func TestParse(t *testing.T) {
 		{"compactcache 2147483647", func(c *Cache) bool { return c.pttl == math.MaxInt32*time.Second }},
 		{"compactcache {\n serve_stale\n}", func(c *Cache) bool {
 			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.failRecheck == defaultFailRecheck &&
-				c.store.shards[0].grace == 3600
+				sameShape(c.store, 3600)
 		}},
 		{"compactcache {\n serve_stale 10m\n}", func(c *Cache) bool { return c.staleUpTo == 10*time.Minute }},
 		{"compactcache {\n serve_stale 1h immediate 0s 0s\n}", func(c *Cache) bool {

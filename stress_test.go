@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/test"
@@ -185,7 +186,7 @@ func TestStressMixed(t *testing.T) {
 			t.Errorf("background fetches still running 5 s after shutdown")
 		}
 	}
-	checked := map[*store]bool{}
+	checked := map[*store.Store]bool{}
 	for _, inst := range all {
 		if !checked[inst.c.store] {
 			checked[inst.c.store] = true

@@ -1,13 +1,11 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"encoding/binary"
 	"slices"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/pkg/edns"
-
 	"github.com/miekg/dns"
 )
 

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/compactcache/compactcache"
+	"github.com/compactcache/compactcache/internal/store"
 )
 
 // Settled returns the memory statistics once garbage is gone. The memory
@@ -15,11 +15,11 @@ import (
 // the mapped bytes stop changing.
 func Settled() runtime.MemStats {
 	runtime.GC()
-	mapped := compactcache.OffHeapBytes()
+	mapped := store.OffHeapBytes()
 	for range 20 {
 		time.Sleep(5 * time.Millisecond) // let the cleanups run
 		runtime.GC()
-		now := compactcache.OffHeapBytes()
+		now := store.OffHeapBytes()
 		if now == mapped {
 			break
 		}
@@ -38,10 +38,10 @@ func Settled() runtime.MemStats {
 // counted). A collapse holds up the process's page faults while it runs,
 // and the hits of a page not yet collapsed miss the TLB: hits and
 // collections timed before would measure the kernel's copying
-// (compactcache.HugePagesPending).
+// (store.HugePagesPending).
 func HugePagesMade(limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
-	for compactcache.HugePagesPending() > 0 {
+	for store.HugePagesPending() > 0 {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/store"
 )
 
 // cost is what one operation of a loop took on average.
@@ -127,12 +127,12 @@ func measure(cfg config, kind bench.Kind, names *workload.Names) (*figures, erro
 
 	cmd.Progress("%s: inserting %d entries, beside the upstream alone", kind, cfg.n)
 	alone, aloneUp := bench.NewDriver(cfg.variant, names), &bench.Upstream{Variant: cfg.variant}
-	before, mappedBefore := bench.Settled(), compactcache.OffHeapBytes()
+	before, mappedBefore := bench.Settled(), store.OffHeapBytes()
 	f.insert, f.upstream, f.own, err = timeInserts(cfg.n, func(i int) error { return d.Query(c, i) }, func(i int) error { return alone.Query(aloneUp, i) })
 	if err != nil {
 		return nil, err
 	}
-	after, mappedAfter := bench.Settled(), compactcache.OffHeapBytes()
+	after, mappedAfter := bench.Settled(), store.OffHeapBytes()
 	n := float64(cfg.n)
 	// bench.Settled counts the store's memory outside the Go heap as if it
 	// were on it.

@@ -130,7 +130,7 @@ func (e Entry) denial() bool      { return e.Flags()&FlagDenial != 0 }
 func (e Entry) Rcode() int        { return int(e.Flags() & FlagRcodeMask) }
 func (e Entry) nameLen() int      { return int(e[offNameLen]) }
 func (e Entry) Key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
-func (e Entry) qname() []byte     { return e[offKey : offKey+e.nameLen()] }
+func (e Entry) QName() []byte     { return e[offKey : offKey+e.nameLen()] }
 func (e Entry) RecordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
 
 // keyLen returns the length of the key at the start of b, whose qname is

@@ -1,6 +1,10 @@
 package entry
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/miekg/dns"
+)
 
 // scopesLen is the bitmap of prefix lengths 0 to 128.
 const ScopesLen = (128 + 8) / 8
@@ -38,6 +42,17 @@ func Mask(addr [16]byte, prefix int) [16]byte {
 		m[n] = addr[n] & ^byte(0xFF>>rest)
 	}
 	return m
+}
+
+// KeyFor returns the cache key of a question whose name is in presentation
+// form, for callers that start from text: an operator's lookup, tests.
+func KeyFor(name string, qtype, qclass uint16, cd bool) ([]byte, error) {
+	var buf [MaxNameLen]byte
+	n, err := PackName(dns.Fqdn(name), buf[:])
+	if err != nil {
+		return nil, err
+	}
+	return AppendKey(nil, buf[:n], qtype, qclass, cd), nil
 }
 
 // withFlagsTo appends base to dst with flags added.

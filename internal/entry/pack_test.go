@@ -1,8 +1,6 @@
 package entry
 
 import (
-	"github.com/compactcache/compactcache/internal/testenv"
-
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
@@ -16,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/miekg/dns"
 )
 

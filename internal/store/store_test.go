@@ -1,13 +1,12 @@
-package compactcache
+package store
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -21,27 +20,23 @@ func testEntry(t testing.TB, b *entry.Builder, name string, val uint32, ttl uint
 	rr := test.A(name + " 300 IN A 192.0.2.1")
 	binary.BigEndian.PutUint32(rr.A.To4(), val)
 	m.Answer = []dns.RR{rr}
-	var q query
-	var buf [entry.MaxNameLen]byte
-	n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+	key, err := entry.KeyFor(name, dns.TypeA, dns.ClassINET, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.name, q.qtype, q.qclass = buf[:n], dns.TypeA, dns.ClassINET
-	key := keyOf(&q)
 	var flags uint16
-	if kind == kindDenial {
+	if kind == KindDenial {
 		flags = entry.FlagDenial
 	}
-	e, err := b.Build(m, key, "", 0, ttl, 0, flags, defaultMaxEntry)
+	e, err := b.Build(m, key, "", 0, ttl, 0, flags, 1<<16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e, key
 }
 
-func (s *store) lookup(key []byte) (val uint32, ok bool) {
-	h := s.hash(key)
+func (s *Store) lookup(key []byte) (val uint32, ok bool) {
+	h := s.Hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -54,8 +49,8 @@ func (s *store) lookup(key []byte) (val uint32, ok bool) {
 	return binary.BigEndian.Uint32(r.Rdata), true
 }
 
-func (s *store) touch(key []byte) {
-	h := s.hash(key)
+func (s *Store) touch(key []byte) {
+	h := s.Hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -67,55 +62,15 @@ func (s *store) touch(key []byte) {
 // checkShards verifies the invariants every operation must keep: each slot
 // locates a live entry whose key hashes to the slot's bits, the counts add
 // up, and no shard holds more than its budget.
-func checkShards(t *testing.T, s *store) {
+func checkShards(t *testing.T, s *Store) {
 	t.Helper()
-	var sum usage
-	for i := range s.shards {
-		sh := &s.shards[i]
-		n, kinds, variants := 0, perKind{}, 0
-		for _, v := range sh.table {
-			if v == 0 {
-				continue
-			}
-			n++
-			e := sh.at(v)
-			if h := s.hash(e.Key()); h>>locBits != v>>locBits {
-				t.Fatalf("shard %d: slot hash bits do not match the entry's key", i)
-			}
-			kinds[kindOf(e)]++
-			if e.Flags()&entry.FlagVariant != 0 {
-				variants++
-			}
-		}
-		if n != sh.count || kinds != sh.kinds || variants != sh.variants {
-			t.Fatalf("shard %d: %d slots, %v kinds, %d variants; shard says %d, %v, %d", i, n, kinds, variants, sh.count, sh.kinds, sh.variants)
-		}
-		var chunks int64
-		for _, c := range sh.chunks {
-			if c != nil {
-				chunks += chunkSize
-			}
-		}
-		held := chunks + int64(len(sh.table))*8 + sh.overhead()
-		if held != sh.held || held > sh.budget {
-			t.Fatalf("shard %d: holds %d bytes, accounted %d, budget %d", i, held, sh.held, sh.budget)
-		}
-		for k := range kinds {
-			sum.kinds[k] += kinds[k]
-		}
-		sum.variants += variants
-		sum.held += held
-	}
-	if u := s.usage(); u != sum {
-		t.Fatalf("usage() says %+v, the shards hold %+v", u, sum)
-	}
-	if sum.held > s.capacity {
-		t.Fatalf("store holds %d bytes, capacity %d", sum.held, s.capacity)
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestStoreNeverExceedsBudget(t *testing.T) {
-	s, err := newStore(MinCapacity, perKind{}, 0)
+	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +81,8 @@ func TestStoreNeverExceedsBudget(t *testing.T) {
 	for i := range 100_000 {
 		name := fmt.Sprintf("n%d.example.org.", rng.IntN(30_000))
 		val := uint32(i)
-		e, key := testEntry(t, b, name, val, 3600, kindSuccess)
-		s.put(e, 0)
+		e, key := testEntry(t, b, name, val, 3600, KindSuccess)
+		s.Put(e, 0)
 		if _, seen := latest[name]; !seen {
 			keys = append(keys, key)
 		}
@@ -149,7 +104,7 @@ func TestStoreNeverExceedsBudget(t *testing.T) {
 			t.Fatalf("%s: found version %d, latest is %d", name, val, latest[name])
 		}
 	}
-	if n := s.usage().kinds[kindSuccess]; found != n {
+	if n := s.Usage().Kinds[KindSuccess]; found != n {
 		t.Fatalf("%d keys found, store counts %d", found, n)
 	}
 	if found < 1000 || found == len(keys) {
@@ -166,23 +121,23 @@ func dnsName(key []byte) string {
 }
 
 func TestStoreSecondChance(t *testing.T) {
-	s, err := newStore(MinCapacity, perKind{}, 0)
+	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := entry.NewBuilder()
 	var hot [][]byte
 	for i := range 500 {
-		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, kindSuccess)
-		s.put(e, 0)
+		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
 		hot = append(hot, key)
 	}
 	// A scan of cold names many times the store's size; the hot names are
 	// asked for throughout.
 	hits, asks := 0, 0
 	for i := range 200_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kindSuccess)
-		s.put(e, 0)
+		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
 		if i%20 == 0 {
 			key := hot[(i/20)%len(hot)]
 			asks++
@@ -190,8 +145,8 @@ func TestStoreSecondChance(t *testing.T) {
 				hits++
 				s.touch(key)
 			} else {
-				e, _ := testEntry(t, b, dnsName(key), 1, 3600, kindSuccess)
-				s.put(e, 0)
+				e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
+				s.Put(e, 0)
 			}
 		}
 	}
@@ -202,18 +157,18 @@ func TestStoreSecondChance(t *testing.T) {
 }
 
 func TestStoreDropsExpiredDespiteHits(t *testing.T) {
-	s, err := newStore(MinCapacity, perKind{}, 0)
+	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := entry.NewBuilder()
-	e, key := testEntry(t, b, "old.example.org.", 1, 10, kindSuccess)
-	s.put(e, 0)
+	e, key := testEntry(t, b, "old.example.org.", 1, 10, KindSuccess)
+	s.Put(e, 0)
 	s.touch(key)
 	// Fill the ring several times over, long after the entry expired.
 	for i := range 50_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
-		s.put(e, 100)
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 100)
 	}
 	if _, ok := s.lookup(key); ok {
 		t.Fatal("an expired entry survived the ring because it had been hit")
@@ -222,30 +177,30 @@ func TestStoreDropsExpiredDespiteHits(t *testing.T) {
 
 func TestStoreKindLimits(t *testing.T) {
 	const limit = 300
-	s, err := newStore(8*MinCapacity, perKind{kindDenial: limit}, 0)
+	s, err := New(8*MinCapacity, PerKind{KindDenial: limit}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := entry.NewBuilder()
 	for i := range 5000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, kindDenial)
-		s.put(e, 0)
-		e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, kindSuccess)
-		s.put(e, 0)
+		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, KindDenial)
+		s.Put(e, 0)
+		e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
 	}
 	checkShards(t, s)
 	perShard := (limit + len(s.shards) - 1) / len(s.shards)
-	if n := s.usage().kinds[kindDenial]; n > perShard*len(s.shards) || n < limit/2 {
+	if n := s.Usage().Kinds[KindDenial]; n > perShard*len(s.shards) || n < limit/2 {
 		t.Fatalf("%d denial entries with a cap of %d", n, limit)
 	}
-	if n := s.usage().kinds[kindSuccess]; n != 5000 {
+	if n := s.Usage().Kinds[KindSuccess]; n != 5000 {
 		t.Fatalf("%d success entries, want all 5000: the denial cap must not evict them", n)
 	}
 }
 
 func TestStoreCapacityRange(t *testing.T) {
 	for _, c := range []int64{0, MinCapacity - 1, MaxCapacity + 1} {
-		if _, err := newStore(c, perKind{}, 0); err == nil {
+		if _, err := New(c, PerKind{}, 0); err == nil {
 			t.Errorf("capacity %d accepted", c)
 		}
 	}
@@ -257,9 +212,9 @@ func TestShardCount(t *testing.T) {
 		procs    int
 		want     int
 	}{
-		{defaultCapacity, 2, 8},        // four per core
-		{defaultCapacity, 3, 8},        // a power of two, rounded down
-		{defaultCapacity, 64, 32},      // sixteen chunks per shard
+		{64 << 20, 2, 8},               // four per core
+		{64 << 20, 3, 8},               // a power of two, rounded down
+		{64 << 20, 64, 32},             // sixteen chunks per shard
 		{MinCapacity, 2, 1},            // too small for two rings of sixteen chunks
 		{512 << 20, 2, 8},              // the report's budget on two cores
 		{512 << 20, 1, 8},              // shards of targetShardBudget
@@ -300,27 +255,27 @@ func TestShardCount(t *testing.T) {
 // shard's share of the caps, and not when the configured caps or the stale
 // window did.
 func TestSameShapeAcrossCores(t *testing.T) {
-	newOn := func(procs int, limits perKind, grace int64) *store {
+	newOn := func(procs int, limits PerKind, grace int64) *Store {
 		t.Helper()
-		s, err := newStoreOn(procs, defaultCapacity, limits, grace)
+		s, err := newStoreOn(procs, 64<<20, limits, grace)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	caps := perKind{kindDenial: 100}
+	caps := PerKind{KindDenial: 100}
 	one, many := newOn(1, caps, 60), newOn(8, caps, 60)
 	if len(one.shards) == len(many.shards) || one.shards[0].limits == many.shards[0].limits {
 		t.Fatalf("%d shards on 1 core and %d on 8, each capped at %v and %v: the test needs them to differ",
 			len(one.shards), len(many.shards), one.shards[0].limits, many.shards[0].limits)
 	}
-	if !one.sameShape(many) {
+	if !one.SameShape(many) {
 		t.Error("a store made on 1 core does not serve in place of one made on 8")
 	}
-	if one.sameShape(newOn(1, perKind{kindDenial: 101}, 60)) {
+	if one.SameShape(newOn(1, PerKind{KindDenial: 101}, 60)) {
 		t.Error("stores with different denial caps have the same shape")
 	}
-	if one.sameShape(newOn(1, caps, 30)) {
+	if one.SameShape(newOn(1, caps, 30)) {
 		t.Error("stores with different stale windows have the same shape")
 	}
 }
@@ -333,7 +288,7 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 	if !mapsMemory {
 		t.Skip("tables are on the Go heap in this build: the one a resize replaces is the garbage collector's")
 	}
-	s, err := newStoreOn(1, 64<<20, perKind{}, 0)
+	s, err := newStoreOn(1, 64<<20, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,9 +298,9 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 	// next stores the next entry that falls to shard 0.
 	next := func() {
 		for ; ; i++ {
-			e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, kindSuccess)
-			if s.shard(s.hash(key)) == sh {
-				s.put(e, 0)
+			e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+			if s.shard(s.Hash(key)) == sh {
+				s.Put(e, 0)
 				i++
 				return
 			}

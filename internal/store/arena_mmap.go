@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package compactcache
+package store
 
 import (
 	"math/bits"

@@ -1,6 +1,7 @@
-package compactcache
+package store
 
 import (
+	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/compactcache/compactcache/internal/entry"
 
 	"fmt"
@@ -13,10 +14,14 @@ import (
 func builtEntries(b *testing.B, n int) []entry.Entry {
 	b.Helper()
 	bld := entry.NewBuilder()
-	msgs, keys := workloadReplies(b, n)
 	out := make([]entry.Entry, n)
-	for i, m := range msgs {
-		e, err := bld.Build(m, keys[i], "", 0, 3600, 0, 0, defaultMaxEntry)
+	for i := range out {
+		m := workload.Reply(i, workload.Plain)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := bld.Build(m, key, "", 0, 3600, 0, 0, 1<<16)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -29,17 +34,17 @@ func builtEntries(b *testing.B, n int) []entry.Entry {
 // copy into the arena. It allocates nothing once the arenas have grown.
 func BenchmarkStorePut(b *testing.B) {
 	entries := builtEntries(b, 1<<16)
-	s, err := newStore(256<<20, perKind{}, 0)
+	s, err := New(256<<20, PerKind{}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, e := range entries { // grow arenas and index first
-		s.put(e, 0)
+		s.Put(e, 0)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		s.put(entries[i%len(entries)], 0)
+		s.Put(entries[i%len(entries)], 0)
 		i++
 	}
 }
@@ -47,18 +52,18 @@ func BenchmarkStorePut(b *testing.B) {
 // BenchmarkStoreGet times a lookup with the full key compared.
 func BenchmarkStoreGet(b *testing.B) {
 	entries := builtEntries(b, 1<<16)
-	s, err := newStore(256<<20, perKind{}, 0)
+	s, err := New(256<<20, PerKind{}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, e := range entries {
-		s.put(e, 0)
+		s.Put(e, 0)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		key := entries[i%len(entries)].Key()
-		h := s.hash(key)
+		h := s.Hash(key)
 		sh := s.shard(h)
 		sh.mu.Lock()
 		if sh.get(key, h) == nil {
@@ -77,13 +82,13 @@ func BenchmarkStoreGet(b *testing.B) {
 func BenchmarkStorePutParallel(b *testing.B) {
 	entries := builtEntries(b, 1<<16)
 	for _, procs := range []int{1, 2, 16} {
-		s, err := newStoreOn(procs, 128<<20, perKind{}, 0)
+		s, err := newStoreOn(procs, 128<<20, PerKind{}, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for range 16 { // 16 × 65,536 entries of about 180 bytes: past 128 MiB
 			for _, e := range entries {
-				s.put(e, 0)
+				s.Put(e, 0)
 			}
 		}
 		b.Run(fmt.Sprintf("shards=%d", len(s.shards)), func(b *testing.B) {
@@ -94,7 +99,7 @@ func BenchmarkStorePutParallel(b *testing.B) {
 				// clients asking for different names do.
 				i := int(next.Add(1)) * 7919
 				for pb.Next() {
-					s.put(entries[i%len(entries)], 0)
+					s.Put(entries[i%len(entries)], 0)
 					i++
 				}
 			})

@@ -1,15 +1,23 @@
-package compactcache
+// Package store keeps cache entries (internal/entry) as bytes in per-shard
+// arenas, found through per-shard index tables of integers, under a byte
+// budget. It owns its locks: callers reach entry bytes only inside a
+// callback that runs with the entry's shard locked, and may not keep them
+// after it returns, since the ring moves and overwrites entries as it
+// reclaims chunks (a build with the compactcache_poison tag lends callbacks
+// copies and poisons them afterwards, so that a use after the lock shows).
+package store
 
 import (
-	"github.com/compactcache/compactcache/internal/entry"
-
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
 	"sync"
+
+	"github.com/compactcache/compactcache/internal/entry"
 )
 
 // The store keeps entries as bytes in per-shard arenas and finds them through
@@ -47,30 +55,30 @@ const (
 // Entry kinds, counted apart: successes and denials as in the stock cache,
 // and the cache's own bookkeeping (the lists of a name's ECS variants).
 const (
-	kindSuccess = iota
-	kindDenial
-	kindMeta
-	numKinds
+	KindSuccess = iota
+	KindDenial
+	KindMeta
+	NumKinds
 )
 
 // perKind counts something for each kind of entry.
-type perKind [numKinds]int
+type PerKind [NumKinds]int
 
-func kindOf(e entry.Entry) int {
+func KindOf(e entry.Entry) int {
 	switch f := e.Flags(); {
 	case f&entry.FlagMeta != 0:
-		return kindMeta
+		return KindMeta
 	case f&entry.FlagDenial != 0:
-		return kindDenial
+		return KindDenial
 	}
-	return kindSuccess
+	return KindSuccess
 }
 
-type store struct {
+type Store struct {
 	seed     maphash.Seed
 	shards   []shard
 	capacity int64
-	limits   perKind // the entry caps as configured; shards apply their share
+	limits   PerKind // the entry caps as configured; shards apply their share
 }
 
 type shard struct {
@@ -85,15 +93,17 @@ type shard struct {
 	table []uint64 // open addressing with linear probing; see locBits
 	count int      // entries in table
 
-	kinds    perKind            // entries per kind
+	kinds    PerKind            // entries per kind
 	variants int                // entries tailored to a client subnet (ECS)
-	limits   perKind            // entries per kind allowed, 0 for no limit
-	cursor   [numKinds]position // where the search for a kind's oldest entry resumes
+	limits   PerKind            // entries per kind allowed, 0 for no limit
+	cursor   [NumKinds]position // where the search for a kind's oldest entry resumes
 
 	budget int64 // bytes this shard may hold
 	held   int64 // bytes this shard holds: chunks, table, ring bookkeeping
 
 	grace int64 // seconds an expired entry is kept for serve_stale
+
+	lent entry.Entry // what a poison build lends callbacks (lend)
 }
 
 // position is a place in the ring; valid is false once its chunk is reclaimed.
@@ -105,17 +115,17 @@ type position struct {
 
 // newStore returns a store of capacity bytes. limits caps the entries of each
 // kind, 0 meaning no cap; grace is the serve-stale window in seconds.
-func newStore(capacity int64, limits perKind, grace int64) (*store, error) {
+func New(capacity int64, limits PerKind, grace int64) (*Store, error) {
 	return newStoreOn(runtime.GOMAXPROCS(0), capacity, limits, grace)
 }
 
 // newStoreOn is newStore for queries that run on procs cores.
-func newStoreOn(procs int, capacity int64, limits perKind, grace int64) (*store, error) {
+func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store, error) {
 	if capacity < MinCapacity || capacity > MaxCapacity {
 		return nil, fmt.Errorf("%d bytes is outside [%d, %d]", capacity, int64(MinCapacity), int64(MaxCapacity))
 	}
 	n := shardCount(capacity, procs)
-	s := &store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits}
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits}
 	tables := newSharedTables(capacity)
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -176,15 +186,38 @@ func shardCount(capacity int64, procs int) int {
 	return int(n)
 }
 
-func (s *store) hash(key []byte) uint64 { return maphash.Bytes(s.seed, key) }
+func (s *Store) Hash(key []byte) uint64 { return maphash.Bytes(s.seed, key) }
 
-func (s *store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)-1)] }
+func (s *Store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)-1)] }
+
+// Capacity returns the byte budget.
+func (s *Store) Capacity() int64 { return s.capacity }
+
+// Get runs f on the entry stored under key, whose hash is h (Hash), with the
+// entry's shard locked, and returns what f returns: false when there is no
+// entry. f may change the entry's bookkeeping in place (entry.Hit,
+// SetFlag) but must not keep the entry.
+func (s *Store) Get(key []byte, h uint64, f func(e entry.Entry) bool) bool {
+	sh := s.shard(h)
+	sh.mu.Lock()
+	// Unlock even if f panics, so that one bad entry does not leave the
+	// shard locked for every later query.
+	defer sh.mu.Unlock()
+	e := sh.get(key, h)
+	if e == nil {
+		return false
+	}
+	lent := sh.lend(e)
+	found := f(lent)
+	sh.takeBack(e, lent)
+	return found
+}
 
 // put stores e, a complete entry, replacing any entry with the same key, and
 // returns the number of entries of each kind evicted to make room. now is in
 // unix seconds.
-func (s *store) put(e entry.Entry, now int64) (evicted perKind) {
-	h := s.hash(e.Key())
+func (s *Store) Put(e entry.Entry, now int64) (evicted PerKind) {
+	h := s.Hash(e.Key())
 	s.locked(h, func(sh *shard) { sh.put(e, h, now, &evicted) })
 	return evicted
 }
@@ -193,18 +226,32 @@ func (s *store) put(e entry.Entry, now int64) (evicted perKind) {
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
 // is only valid inside next.
-func (s *store) update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (evicted perKind) {
-	h := s.hash(key)
+func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (evicted PerKind) {
+	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
-		if e := next(sh.get(key, h)); e != nil {
+		old := sh.get(key, h)
+		var lent entry.Entry
+		if old != nil {
+			lent = sh.lend(old)
+		}
+		e := next(lent)
+		if poison && old != nil {
+			// Back in place before the put, which may move old's chunk;
+			// e may be lent itself, poisoned only once the put copied it.
+			copy(old, lent)
+		}
+		if e != nil {
 			sh.put(e, h, now, &evicted)
+		}
+		if old != nil {
+			sh.takeBack(nil, lent)
 		}
 	})
 	return evicted
 }
 
 // locked runs f on the shard of hash h with its lock held.
-func (s *store) locked(h uint64, f func(sh *shard)) {
+func (s *Store) locked(h uint64, f func(sh *shard)) {
 	sh := s.shard(h)
 	sh.mu.Lock()
 	// Unlock even if f panics, so that one bad entry does not leave the
@@ -214,26 +261,26 @@ func (s *store) locked(h uint64, f func(sh *shard)) {
 }
 
 // usage is what a store holds.
-type usage struct {
-	kinds    perKind // entries per kind
-	variants int     // entries tailored to a client subnet (ECS)
-	held     int64   // bytes: chunks, tables, ring bookkeeping
+type Usage struct {
+	Kinds    PerKind // entries per kind
+	Variants int     // entries tailored to a client subnet (ECS)
+	Held     int64   // bytes: chunks, tables, ring bookkeeping
 }
 
 // usage sums what the shards hold, each read under its lock. It is read for
 // metrics and Stats, seldom; the store keeps no running totals, which every
 // insert would update with atomic adds, on a cache line that the inserts of
 // every core would pull to their own.
-func (s *store) usage() usage {
-	var u usage
+func (s *Store) Usage() Usage {
+	var u Usage
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, n := range sh.kinds {
-			u.kinds[k] += n
+			u.Kinds[k] += n
 		}
-		u.variants += sh.variants
-		u.held += sh.held
+		u.Variants += sh.variants
+		u.Held += sh.held
 		sh.mu.Unlock()
 	}
 	return u
@@ -243,19 +290,157 @@ func (s *store) usage() usage {
 // window of s, so that it can serve in its place. The number of shards may
 // differ: it follows GOMAXPROCS when a store is made, which Go changes with
 // the container's CPU limit, and either number serves.
-func (s *store) sameShape(o *store) bool {
+func (s *Store) SameShape(o *Store) bool {
 	return s.capacity == o.capacity && s.limits == o.limits && s.shards[0].grace == o.shards[0].grace
 }
 
 // remove drops the entry stored under key, if any.
-func (s *store) remove(key []byte) {
-	h := s.hash(key)
+func (s *Store) Remove(key []byte) {
+	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
 		if i := sh.find(key, h); i >= 0 {
-			var evicted perKind // a removal is not an eviction
+			var evicted PerKind // a removal is not an eviction
 			sh.drop(i, sh.at(sh.table[i]), &evicted)
 		}
 	})
+}
+
+// Cursor is where a walk of the store resumes; its zero value starts one.
+type Cursor struct {
+	shard, chunk int
+}
+
+// Walk visits the entries of the next chunk of the ring from c on, with its
+// shard locked, so that a walk of the whole store holds no lock for longer
+// than one chunk takes; visit returns true to remove the entry (a removal
+// is not an eviction). It returns the cursor to resume from, and false once
+// every shard's ring has been walked. Entries stored after the walk passed
+// their place are not visited: a walk sees what was stored when it began,
+// less what was evicted or replaced meanwhile.
+func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
+	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
+		sh := &s.shards[c.shard]
+		sh.mu.Lock()
+		for ; c.chunk < len(sh.chunks); c.chunk++ {
+			if sh.chunks[c.chunk] != nil && sh.used[c.chunk] > 0 {
+				sh.walkChunk(c.chunk, visit)
+				sh.mu.Unlock()
+				c.chunk++
+				return c, true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return c, false
+}
+
+// walkChunk visits the live entries of chunk c; the caller holds sh.mu.
+func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
+	b := sh.chunks[c]
+	var removed PerKind // a removal is not an eviction
+	for off := 0; off < int(sh.used[c]); {
+		e := entry.Entry(b[off:])
+		e = e[:e.Size():e.Size()]
+		i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key()))
+		off += len(e)
+		if i < 0 {
+			continue // garbage: replaced or removed
+		}
+		lent := sh.lend(e)
+		remove := visit(lent)
+		sh.takeBack(e, lent)
+		if remove {
+			sh.drop(i, e, &removed)
+		}
+	}
+}
+
+// lend returns e for a callback: e itself, or in a poison build a copy that
+// takeBack poisons.
+func (sh *shard) lend(e entry.Entry) entry.Entry {
+	if !poison {
+		return e
+	}
+	sh.lent = append(sh.lent[:0], e...)
+	return sh.lent
+}
+
+// takeBack writes what a callback changed of lent back to e (nil when the
+// caller did), and in a poison build poisons lent, so that a caller that
+// kept it reads garbage.
+func (sh *shard) takeBack(e, lent entry.Entry) {
+	if !poison {
+		return
+	}
+	copy(e, lent)
+	for i := range lent {
+		lent[i] = poisonByte
+	}
+}
+
+// Check verifies what the store's accounting rests on, shard by shard under
+// its lock: the index locates entries whose keys hash to their slots, the
+// counts are those of the entries indexed, the bytes held are those of the
+// chunks, table and bookkeeping, and none exceeds its budget. It is for
+// tests and debugging: it walks every index slot.
+func (s *Store) Check() error {
+	var sum Usage
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		held, err := sh.check(s)
+		u := Usage{Kinds: sh.kinds, Variants: sh.variants, Held: held}
+		sh.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", i, err)
+		}
+		for k := range u.Kinds {
+			sum.Kinds[k] += u.Kinds[k]
+		}
+		sum.Variants += u.Variants
+		sum.Held += u.Held
+	}
+	if u := s.Usage(); u != sum {
+		return fmt.Errorf("Usage says %+v, the shards hold %+v", u, sum)
+	}
+	if sum.Held > s.capacity {
+		return fmt.Errorf("the store holds %d bytes, capacity %d", sum.Held, s.capacity)
+	}
+	return nil
+}
+
+// check is Check for one shard, whose lock the caller holds; it returns the
+// bytes the shard holds.
+func (sh *shard) check(s *Store) (int64, error) {
+	n, kinds, variants := 0, PerKind{}, 0
+	for _, v := range sh.table {
+		if v == 0 {
+			continue
+		}
+		n++
+		e := sh.at(v)
+		if h := s.Hash(e.Key()); h>>locBits != v>>locBits {
+			return 0, errors.New("slot hash bits do not match the entry's key")
+		}
+		kinds[KindOf(e)]++
+		if e.Flags()&entry.FlagVariant != 0 {
+			variants++
+		}
+	}
+	if n != sh.count || kinds != sh.kinds || variants != sh.variants {
+		return 0, fmt.Errorf("%d slots, %v kinds, %d variants; the shard says %d, %v, %d", n, kinds, variants, sh.count, sh.kinds, sh.variants)
+	}
+	var chunks int64
+	for _, c := range sh.chunks {
+		if c != nil {
+			chunks += chunkSize
+		}
+	}
+	held := chunks + int64(len(sh.table))*8 + sh.overhead()
+	if held != sh.held || held > sh.budget {
+		return 0, fmt.Errorf("holds %d bytes, accounted %d, budget %d", held, sh.held, sh.budget)
+	}
+	return held, nil
 }
 
 // overhead is what a shard holds besides its chunks and its table.
@@ -312,7 +497,7 @@ func (sh *shard) at(v uint64) entry.Entry {
 
 func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
 
-func (sh *shard) put(e entry.Entry, h uint64, now int64, evicted *perKind) {
+func (sh *shard) put(e entry.Entry, h uint64, now int64, evicted *PerKind) {
 	if len(e) > entry.MaxLen {
 		panic("compactcache: entry over maxEntryLen reached the store")
 	}
@@ -328,7 +513,7 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, evicted *perKind) {
 		sh.insertSlot(v)
 	}
 	sh.tally(e, 1)
-	if k := kindOf(e); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
+	if k := KindOf(e); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
 		sh.evictOldest(k, evicted)
 	}
 }
@@ -364,7 +549,7 @@ func (sh *shard) deleteSlot(i int) {
 // table while the budget allows, and evicts entries otherwise. Freeing
 // chunks to grow the table instead would drop entries without their second
 // chance.
-func (sh *shard) makeTableRoom(now int64, evicted *perKind) {
+func (sh *shard) makeTableRoom(now int64, evicted *PerKind) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
 		if sh.held+sh.growthRoom() <= sh.budget {
 			sh.resize(2 * len(sh.table))
@@ -400,7 +585,7 @@ func (sh *shard) resize(n int) {
 }
 
 // reserve returns a place for n bytes at the end of the ring.
-func (sh *shard) reserve(n int, now int64, evicted *perKind) (chunk, off int) {
+func (sh *shard) reserve(n int, now int64, evicted *PerKind) (chunk, off int) {
 	for {
 		if t := sh.tail; t >= 0 && int(sh.used[t])+n <= chunkSize {
 			off = int(sh.used[t])
@@ -419,7 +604,7 @@ func (sh *shard) reserve(n int, now int64, evicted *perKind) (chunk, off int) {
 }
 
 // advance reclaims the oldest chunk and makes it the tail.
-func (sh *shard) advance(now int64, evicted *perKind) {
+func (sh *shard) advance(now int64, evicted *PerKind) {
 	c := sh.oldest()
 	sh.reclaim(c, now, evicted)
 	sh.tail = c
@@ -439,7 +624,7 @@ func (sh *shard) oldest() int {
 
 // reclaim compacts chunk c: live entries hit since the ring last passed them
 // move to its front, spending their second chance; the rest are dropped.
-func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
+func (sh *shard) reclaim(c int, now int64, evicted *PerKind) {
 	b := sh.chunks[c]
 	w := 0
 	for off := 0; off < int(sh.used[c]); {
@@ -461,15 +646,15 @@ func (sh *shard) reclaim(c int, now int64, evicted *perKind) {
 	sh.forget(c)
 }
 
-func (sh *shard) drop(i int, e entry.Entry, evicted *perKind) {
+func (sh *shard) drop(i int, e entry.Entry, evicted *PerKind) {
 	sh.tally(e, -1)
-	evicted[kindOf(e)]++
+	evicted[KindOf(e)]++
 	sh.deleteSlot(i)
 }
 
 // tally counts e in (d = 1) or out (d = -1) of the shard's counts.
 func (sh *shard) tally(e entry.Entry, d int) {
-	sh.kinds[kindOf(e)] += d
+	sh.kinds[KindOf(e)] += d
 	if e.Flags()&entry.FlagVariant != 0 {
 		sh.variants += d
 	}
@@ -487,7 +672,7 @@ func (sh *shard) forget(c int) {
 // evictOldest drops the oldest live entry of kind k, for the per-kind entry
 // caps of the stock cache. The cursor makes repeated calls walk the ring once
 // rather than once per call.
-func (sh *shard) evictOldest(k int, evicted *perKind) {
+func (sh *shard) evictOldest(k int, evicted *PerKind) {
 	pos := sh.cursor[k]
 	if !pos.valid {
 		pos = position{chunk: sh.oldest()}
@@ -505,7 +690,7 @@ func (sh *shard) evictOldest(k int, evicted *perKind) {
 		for off < int(sh.used[c]) {
 			e := entry.Entry(sh.chunks[c][off:])
 			next := off + e.Size()
-			if kindOf(e) == k {
+			if KindOf(e) == k {
 				if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
 					sh.drop(i, e, evicted)
 					sh.cursor[k] = position{chunk: c, off: next, valid: true}

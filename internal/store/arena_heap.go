@@ -1,6 +1,6 @@
 //go:build !linux || race
 
-package compactcache
+package store
 
 // Without the mappings of arena_mmap.go, the arenas are made on the heap:
 // on other systems, and under the race detector, which sees a read of entry

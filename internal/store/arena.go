@@ -1,4 +1,4 @@
-package compactcache
+package store
 
 import (
 	"runtime"
@@ -65,7 +65,7 @@ func HugePagesPending() int64 { return collapsesPending.Load() }
 //   - While a store lives, its chunks are never unmapped (eviction reuses
 //     them); a table replaced by a larger one is unmapped in resize, under
 //     the lock, after every slot has moved.
-func (s *store) releaseWhenUnreachable() {
+func (s *Store) releaseWhenUnreachable() {
 	arenas := make([]*arena, len(s.shards))
 	for i := range s.shards {
 		arenas[i] = s.shards[i].arena

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package compactcache
+package store
 
 import (
 	"github.com/compactcache/compactcache/internal/entry"
@@ -176,7 +176,7 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 	if newSharedTables(minSharedTables-1) != nil {
 		t.Fatalf("a store of %d bytes shares table pages: they would be a large share of its budget", minSharedTables-1)
 	}
-	s, err := newStore(minSharedTables, perKind{}, 0)
+	s, err := New(minSharedTables, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func residence(t *testing.T, b []byte) (rss, huge int) {
 // within its capacity.
 func TestSharedTablesWithinBudget(t *testing.T) {
 	before := OffHeapBytes()
-	s, err := newStore(minSharedTables, perKind{}, 0)
+	s, err := New(minSharedTables, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,9 +333,9 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 	shared, evicted := false, 0
 	for i := range 320_000 {
 		// Long names, so that the budget fills in fewer puts.
-		e, _ := testEntry(t, b, fmt.Sprintf("%s.%s.%s.n%d.example.org.", label, label, label, i), uint32(i), 3600, kindSuccess)
-		ev := s.put(e, 0)
-		evicted += ev[kindSuccess]
+		e, _ := testEntry(t, b, fmt.Sprintf("%s.%s.%s.n%d.example.org.", label, label, label, i), uint32(i), 3600, KindSuccess)
+		ev := s.Put(e, 0)
+		evicted += ev[KindSuccess]
 		if i%1000 == 0 && !shared {
 			for j := range s.shards {
 				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].page != nil {
@@ -354,7 +354,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 	if len(st.pages) > st.maxPages {
 		t.Fatalf("%d shared pages mapped, %d set aside", len(st.pages), st.maxPages)
 	}
-	if held, limit := s.usage().held, s.capacity-st.reserve(); held > limit {
+	if held, limit := s.Usage().Held, s.capacity-st.reserve(); held > limit {
 		t.Fatalf("the shards hold %d bytes, more than the %d the reserve leaves them", held, limit)
 	}
 	if mapped := OffHeapBytes() - before; mapped > s.capacity {
