@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench/proc"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 

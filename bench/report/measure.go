@@ -9,7 +9,7 @@ import (
 
 	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // cost is what one operation of a loop took on average.
