@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )

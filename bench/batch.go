@@ -3,7 +3,7 @@ package bench
 import (
 	"math/rand/v2"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // BatchLen is the number of queries in a Batch: their names take about

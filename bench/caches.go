@@ -8,7 +8,7 @@ import (
 	"fmt"
 
 	"github.com/compactcache/compactcache"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"

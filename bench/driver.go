@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"

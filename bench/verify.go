@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/coredns/plugin"
 )

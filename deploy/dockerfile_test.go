@@ -70,7 +70,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("build stage from %q, want a golang image", build.from)
 	}
 	run := strings.Join(build.lines, "\n")
-	for _, want := range []string{"CGO_ENABLED=0", "./cmd/coredns", "libcap2-bin"} {
+	for _, want := range []string{"GOWORK=off", "CGO_ENABLED=0", "cd cmd/coredns", "libcap2-bin"} {
 		if !strings.Contains(run, want) {
 			t.Errorf("build stage lacks %q", want)
 		}

@@ -1,5 +1,5 @@
 // Command dnssec prints the DNSSEC figures of issue 5 on the reference
-// workload (bench/workload), in one run:
+// workload (internal/workload), in one run:
 //
 //  1. Mixed clients, dnssec variant: every one of N names is asked once by a
 //     client that sets DO and once by one that does not. compactcache keeps
@@ -25,7 +25,7 @@ import (
 	"runtime"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"

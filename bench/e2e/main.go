@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench/proc"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 
@@ -260,11 +260,11 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	log.Printf("building cmd/coredns and bench/e2e/zonegen from %s", source)
-	if err := command(ctx, src, "go", "build", "-o", r.bin, "./cmd/coredns"); err != nil {
+	if err := buildCoreDNS(ctx, src, r.bin); err != nil {
 		return nil, err
 	}
 	zonegen := filepath.Join(dir, "zonegen")
-	if err := command(ctx, root, "go", "build", "-o", zonegen, "./bench/e2e/zonegen"); err != nil {
+	if err := command(ctx, filepath.Join(root, "bench"), "go", "build", "-o", zonegen, "./e2e/zonegen"); err != nil {
 		return nil, err
 	}
 	log.Printf("writing the zone and query files of %d entries", o.n)
@@ -404,16 +404,34 @@ func commandLine() string {
 	return strings.Join(args, " ")
 }
 
+// moduleRoot returns the directory of the plugin's module, the repository's
+// root: through go.work or bench's replace directive, whichever the go
+// command uses.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/compactcache/compactcache").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %v", err)
+		return "", fmt.Errorf("go list -m github.com/compactcache/compactcache: %v (run from inside the repository)", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("run from inside the compactcache module")
+	return strings.TrimSpace(string(out)), nil
+}
+
+// buildCoreDNS builds the tree src's cmd/coredns into bin: in its own module
+// where it has one, from the tree's root in commits before it had. Without a
+// go.work, which a tree exported under the repository would pick up from
+// above and not be part of.
+func buildCoreDNS(ctx context.Context, src, bin string) error {
+	dir, pkg := src, "./cmd/coredns"
+	if _, err := os.Stat(filepath.Join(src, "cmd", "coredns", "go.mod")); err == nil {
+		dir, pkg = filepath.Join(src, "cmd", "coredns"), "."
 	}
-	return filepath.Dir(mod), nil
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build -o %s %s (in %s): %v", bin, pkg, dir, err)
+	}
+	return nil
 }
 
 func command(ctx context.Context, dir, name string, args ...string) error {

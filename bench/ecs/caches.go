@@ -11,7 +11,7 @@ import (
 
 	"github.com/compactcache/compactcache"
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // walkClient is the client of the walk row: 2001:db8:0:1::/56 (workload

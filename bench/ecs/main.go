@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 type config struct {

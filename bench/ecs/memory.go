@@ -6,7 +6,7 @@ import (
 	"runtime"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/miekg/dns"
 )

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // GC wall time and zipf hit rates are measured in child processes, each cache

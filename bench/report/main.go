@@ -19,7 +19,7 @@ import (
 
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/bench/cli"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // stockMax is the largest N the stock cache is measured at: it holds about

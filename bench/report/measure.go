@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/compactcache/compactcache/internal/store"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // cost is what one operation of a loop took on average.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 )
 
 // table prints rows of figures, one column per cache and the ratio of

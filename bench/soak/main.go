@@ -13,7 +13,7 @@
 //
 // Everything runs on 127.0.0.1. The upstream is a second CoreDNS process of
 // the same build serving, with the file plugin, a zone of the first -names
-// entries of the reference workload (bench/workload); the load asks for
+// entries of the reference workload (internal/workload); the load asks for
 // those names with Zipf(-skew) popularity, so the popular ones are hits and
 // the long tail keeps the cache evicting. dnsperf runs one -interval at a
 // time, fed from one endless query stream, so each interval has its own
@@ -40,7 +40,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench/proc"
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 

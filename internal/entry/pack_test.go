@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/compactcache/compactcache/internal/testenv"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 

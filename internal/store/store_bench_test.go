@@ -1,8 +1,8 @@
 package store
 
 import (
-	"github.com/compactcache/compactcache/bench/workload"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/workload"
 
 	"fmt"
 	"sync/atomic"

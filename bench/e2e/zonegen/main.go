@@ -1,5 +1,5 @@
 // Command zonegen writes the end-to-end benchmark's input: a zone holding the
-// first N entries of the reference workload (bench/workload) and two dnsperf
+// first N entries of the reference workload (internal/workload) and two dnsperf
 // query files that ask for them.
 //
 //	zonegen -n 200000 -dir DIR
@@ -29,7 +29,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactcache/compactcache/bench/workload"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 
