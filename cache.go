@@ -6,7 +6,6 @@ package compactcache
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -182,7 +181,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.load(r, w, &c.ecs) || !c.serves(s.key) {
+	if !s.readMsg(r, w, &c.ecs) || !c.serves(s.key) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	m := c.metrics.of(metrics.WithServer(ctx))
@@ -409,12 +408,6 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	return true
 }
 
-// takes reports whether an entry found under q's key may answer q: an answer
-// fetched without ECS serves no client that sent a subnet (RFC 7871 7.3.1).
-func (q *query) takes(e entry.Entry) bool {
-	return e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
-}
-
 // prefetchThreshold is the TTL left below which a popular entry is fetched
 // again: PERCENTAGE of its TTL, rounded up as the stock cache does.
 func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
@@ -460,52 +453,4 @@ func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
 	// CoreDNS's ScrubWriter measures it again.
 	m.Compress = true
 	return w.WriteMsg(m)
-}
-
-// load fills s from r; false when the question's name does not pack or its
-// ECS option is malformed.
-func (s *scratch) load(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
-	q := &s.q
-	question := r.Question[0]
-	n, err := entry.PackName(question.Name, s.name[:])
-	if err != nil {
-		return false
-	}
-	*q = query{
-		id:     r.Id,
-		opcode: r.Opcode,
-		rd:     r.RecursionDesired,
-		cd:     r.CheckingDisabled,
-		ad:     r.AuthenticatedData,
-		name:   s.name[:n],
-		qtype:  question.Qtype,
-		qclass: question.Qclass,
-	}
-	o := r.IsEdns0()
-	if o != nil {
-		q.edns, q.do, q.udpSize = true, o.Do(), o.UDPSize()
-		s.opts = appendEchoed(s.opts[:0], o)
-		q.opts = s.opts
-	}
-	if !ecs.loadSubnet(q, o, w) {
-		return false
-	}
-	_, udp := w.RemoteAddr().(*net.UDPAddr)
-	s.finish(udp)
-	return true
-}
-
-// finish sets the size limit of the reply to s.q and its key. The limits
-// are those of CoreDNS's request.Size: UDP clients get their EDNS size, at
-// least 512; everything else gets a whole message.
-func (s *scratch) finish(udp bool) {
-	q := &s.q
-	q.limit = dns.MaxMsgSize
-	if udp {
-		q.limit = dns.MinMsgSize
-		if q.edns {
-			q.limit = max(q.limit, int(q.udpSize))
-		}
-	}
-	s.key = entry.AppendKey(s.key[:0], q.name, q.qtype, q.qclass, q.cd)
 }

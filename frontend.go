@@ -204,12 +204,12 @@ func (fe *frontend) close() {
 	fe.wg.Wait()
 }
 
-// answer serves pkt from the cache when it is a fresh hit the front end
+// fromCache serves pkt from the cache when it is a fresh hit the front end
 // can answer alone, and returns the reply, valid until s's next one. now
 // is the second the batch came in.
-func (fe *frontend) answer(s *scratch, pkt []byte, client netip.Addr, tcp bool, now time.Time) []byte {
+func (fe *frontend) fromCache(s *scratch, pkt []byte, client netip.Addr, tcp bool, now time.Time) []byte {
 	c := fe.c
-	if !s.parse(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
+	if !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
 		return nil
 	}
 	f := c.lookup(s, now, false)

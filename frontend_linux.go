@@ -125,7 +125,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
 	s := b.scratch[i]
-	if reply := fe.answer(s, pkt, client.Addr(), false, now); reply != nil {
+	if reply := fe.fromCache(s, pkt, client.Addr(), false, now); reply != nil {
 		k := b.queued
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))

@@ -64,7 +64,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
 			return
 		}
-		if reply := fe.answer(s, pkt[:n], client.Addr(), true, fe.c.now()); reply != nil {
+		if reply := fe.fromCache(s, pkt[:n], client.Addr(), true, fe.c.now()); reply != nil {
 			fe.logHit(&sinceLogged, &s.q, n, reply, client, "tcp")
 			if _, err := t.write(reply); err != nil {
 				return

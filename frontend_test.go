@@ -521,7 +521,7 @@ func FuzzFrontendRequest(f *testing.F) {
 			cfg := defaultECS()
 			cfg.add = add
 			fe := scratchPool.New().(*scratch)
-			if !fe.parse(pkt, client, false, &cfg) {
+			if !fe.readPacket(pkt, client, false, &cfg) {
 				return
 			}
 			m := new(dns.Msg)
@@ -529,7 +529,7 @@ func FuzzFrontendRequest(f *testing.F) {
 				t.Fatalf("the front end takes a request miekg/dns rejects: %v", err)
 			}
 			pl := scratchPool.New().(*scratch)
-			if m.Opcode != dns.OpcodeQuery || len(m.Question) != 1 || !pl.load(m, &discard{}, &cfg) {
+			if m.Opcode != dns.OpcodeQuery || len(m.Question) != 1 || !pl.readMsg(m, &discard{}, &cfg) {
 				t.Fatalf("the front end takes a request the plugin does not:\n%s", m)
 			}
 			a, b := fe.q, pl.q

@@ -147,7 +147,7 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.load(req, noClient{}, &c.ecs) {
+	if !s.readMsg(req, noClient{}, &c.ecs) {
 		return false
 	}
 	cw := c.newCapture(noClient{}, req, s, m)

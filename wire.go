@@ -38,26 +38,6 @@ const (
 	hdrCD = 1 << 4
 )
 
-// query is what a reply needs from its request. The plugin fills it from a
-// *dns.Msg; a front end can fill it from the packet without unpacking one.
-type query struct {
-	id     uint16
-	opcode int
-	rd     bool
-	cd     bool
-	ad     bool
-	name   []byte // the question's name in wire form, as the client wrote it
-	qtype  uint16
-	qclass uint16
-
-	edns    bool // the request had OPT: the reply gets one
-	do      bool
-	udpSize uint16
-	ecs     subnet
-	opts    []byte // EDNS options echoed in wire form, see echoedOptions
-	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
-}
-
 // ttlView says how stored TTLs become reply TTLs, and which Extended DNS
 // Error the reply carries.
 type ttlView struct {
@@ -344,7 +324,7 @@ func (w *replyWriter) appendName(msg, n []byte) []byte {
 	}
 	start := len(msg)
 	for i := 0; n[i] != 0; i += int(n[i]) + 1 {
-		if p, ok := w.lookup(msg, n[i:]); ok {
+		if p, ok := w.pointerTo(msg, n[i:]); ok {
 			msg = append(msg, n[:i]...)
 			msg = append(msg, 0xC0|byte(p>>8), byte(p))
 			w.remember(start, n[:i+1])
@@ -369,8 +349,8 @@ func (w *replyWriter) remember(start int, labels []byte) {
 	}
 }
 
-// lookup returns the offset of a name in msg equal to suffix.
-func (w *replyWriter) lookup(msg, suffix []byte) (int, bool) {
+// pointerTo returns the offset of a name in msg equal to suffix.
+func (w *replyWriter) pointerTo(msg, suffix []byte) (int, bool) {
 	for _, o := range w.names[:w.nnames] {
 		if nameAtEqual(msg, int(o), suffix) {
 			return int(o), true

@@ -90,7 +90,7 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 			if r.TTL < ttl && DNSSECOnly(r.Type, s) && !AskedFor(r.Type, s, qtype) {
 				flags |= FlagShortProof
 			}
-			buf = appendRecord(buf, &r, s, qname, qtype, qclass, ttl)
+			buf = layRecord(buf, &r, s, qname, qtype, qclass, ttl)
 			if len(buf)-start > limit {
 				refused = ErrTooLarge
 			}
@@ -124,7 +124,7 @@ func (b *Builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias s
 			alias = q.Name // it packs, to qname ignoring case
 			continue
 		}
-		if b.wire, err = appendName(b.wire[:0], q.Name); err != nil {
+		if b.wire, err = appendTextName(b.wire[:0], q.Name); err != nil {
 			return "", err
 		}
 		if i == 0 && EqualFoldWire(b.wire, qname) {
@@ -182,9 +182,9 @@ func rdataNamesWhole(t uint16, rd []byte) bool {
 	return true
 }
 
-// appendRecord lays r out in the record format of entry.go, for an entry of
+// layRecord lays r out in the record format of entry.go, for an entry of
 // TTL ttl. An owner of nil is the qname, as in entry.record.
-func appendRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
+func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
 	var flags byte
 	if r.Owner == nil || EqualFoldWire(r.Owner, qname) {
 		flags |= RecOwnerIsQname

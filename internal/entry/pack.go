@@ -54,7 +54,7 @@ func (b *Builder) packRR(rr dns.RR, alias string, r *Record) error {
 	wire := b.wire[:0]
 	var err error
 	if h.Name != alias || alias == "" {
-		if wire, err = appendName(wire, h.Name); err != nil {
+		if wire, err = appendTextName(wire, h.Name); err != nil {
 			return err
 		}
 		if len(wire) == 0 {
@@ -62,7 +62,7 @@ func (b *Builder) packRR(rr dns.RR, alias string, r *Record) error {
 		}
 	}
 	owner := len(wire)
-	wire, err = appendRdata(wire, rr)
+	wire, err = packRdata(wire, rr)
 	if err == errLeftToMiekg || len(wire)-owner > math.MaxUint16 {
 		return b.packOther(rr, r) // its type or values, or rdata too long for RDLENGTH, which miekg/dns reports
 	}
@@ -103,9 +103,9 @@ func (b *Builder) packOther(rr dns.RR, r *Record) error {
 	return nil
 }
 
-// appendName appends s, a domain name in presentation form, to b in
+// appendTextName appends s, a domain name in presentation form, to b in
 // uncompressed wire form, as dns.PackDomainName writes it.
-func appendName(b []byte, s string) ([]byte, error) {
+func appendTextName(b []byte, s string) ([]byte, error) {
 	off := len(b)
 	// The wire form is one byte longer than the presentation form at most:
 	// a length byte for each label's dot, the first label's and the root's.
@@ -131,9 +131,9 @@ func PackName(s string, buf []byte) (int, error) {
 	return dns.PackDomainName(s, buf, 0, nil, false)
 }
 
-// appendRdataName appends a name of rdata. A name putPlainName does not
+// appendTextRdataName appends a name of rdata. A name putPlainName does not
 // write is miekg/dns's, with the record it is in.
-func appendRdataName(b []byte, s string) ([]byte, error) {
+func appendTextRdataName(b []byte, s string) ([]byte, error) {
 	off := len(b)
 	b = slices.Grow(b, len(s)+1)[:off+len(s)+1]
 	if n, ok := putPlainName(b[off:], s); ok {
@@ -177,30 +177,30 @@ func putPlainName(buf []byte, s string) (int, bool) {
 	return len(buf), true
 }
 
-// appendRdata appends the rdata of rr in uncompressed wire form, as
+// packRdata appends the rdata of rr in uncompressed wire form, as
 // miekg/dns packs it with compression off, or returns errLeftToMiekg.
-func appendRdata(b []byte, rr dns.RR) ([]byte, error) {
+func packRdata(b []byte, rr dns.RR) ([]byte, error) {
 	switch rr := rr.(type) {
 	case *dns.A:
 		return appendA(b, rr)
 	case *dns.AAAA:
 		return appendAAAA(b, rr)
 	case *dns.CNAME:
-		return appendRdataName(b, rr.Target)
+		return appendTextRdataName(b, rr.Target)
 	case *dns.NS:
-		return appendRdataName(b, rr.Ns)
+		return appendTextRdataName(b, rr.Ns)
 	case *dns.PTR:
-		return appendRdataName(b, rr.Ptr)
+		return appendTextRdataName(b, rr.Ptr)
 	case *dns.DNAME:
-		return appendRdataName(b, rr.Target)
+		return appendTextRdataName(b, rr.Target)
 	case *dns.MX:
 		b = binary.BigEndian.AppendUint16(b, rr.Preference)
-		return appendRdataName(b, rr.Mx)
+		return appendTextRdataName(b, rr.Mx)
 	case *dns.SRV:
 		b = binary.BigEndian.AppendUint16(b, rr.Priority)
 		b = binary.BigEndian.AppendUint16(b, rr.Weight)
 		b = binary.BigEndian.AppendUint16(b, rr.Port)
-		return appendRdataName(b, rr.Target)
+		return appendTextRdataName(b, rr.Target)
 	case *dns.SOA:
 		return appendSOA(b, rr)
 	case *dns.TXT:
@@ -216,7 +216,7 @@ func appendRdata(b []byte, rr dns.RR) ([]byte, error) {
 	case *dns.RRSIG:
 		return appendRRSIG(b, rr)
 	case *dns.NSEC:
-		b, err := appendRdataName(b, rr.NextDomain)
+		b, err := appendTextRdataName(b, rr.NextDomain)
 		if err != nil {
 			return b, err
 		}
@@ -253,11 +253,11 @@ func appendAAAA(b []byte, rr *dns.AAAA) ([]byte, error) {
 }
 
 func appendSOA(b []byte, rr *dns.SOA) ([]byte, error) {
-	b, err := appendRdataName(b, rr.Ns)
+	b, err := appendTextRdataName(b, rr.Ns)
 	if err != nil {
 		return b, err
 	}
-	if b, err = appendRdataName(b, rr.Mbox); err != nil {
+	if b, err = appendTextRdataName(b, rr.Mbox); err != nil {
 		return b, err
 	}
 	for _, v := range [5]uint32{rr.Serial, rr.Refresh, rr.Retry, rr.Expire, rr.Minttl} {
@@ -273,7 +273,7 @@ func appendRRSIG(b []byte, rr *dns.RRSIG) ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, rr.Expiration)
 	b = binary.BigEndian.AppendUint32(b, rr.Inception)
 	b = binary.BigEndian.AppendUint16(b, rr.KeyTag)
-	b, err := appendRdataName(b, rr.SignerName)
+	b, err := appendTextRdataName(b, rr.SignerName)
 	if err != nil {
 		return b, err
 	}

@@ -176,7 +176,7 @@ func TestPackRRMatchesMiekg(t *testing.T) {
 				return
 			}
 			// own: the record's rdata is packed here, not by miekg/dns.
-			_, err := appendRdata(nil, tc.rr)
+			_, err := packRdata(nil, tc.rr)
 			if own := err != errLeftToMiekg; own != tc.own {
 				t.Errorf("packed here: %t, want %t", own, tc.own)
 			}
@@ -476,7 +476,7 @@ func FuzzPackRR(f *testing.F) {
 }
 
 // BenchmarkPackName times packing the question names of the reference
-// workload, as load does for every request.
+// workload, as readMsg does for every request.
 func BenchmarkPackName(b *testing.B) {
 	names := workload.NewNames(1 << 10)
 	var buf [MaxNameLen]byte

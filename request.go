@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"net"
 	"net/netip"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -9,10 +10,51 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The front end reads requests straight from the packet: the header, the
-// question and the OPT record, nothing else. A request it does not parse
-// here is not wrong: it goes through the CoreDNS chain, which knows what to
-// do with it.
+// The request readers. A request reaches the cache in one of two forms: a
+// *dns.Msg that CoreDNS's server unpacked and the chain passed on (readMsg),
+// or a packet the front end read off its socket (readPacket). Both fill the
+// same query, through the same rules for what a cached reply can answer:
+//
+//   - a QUERY with one question (ServeDNS and readPacket check it);
+//   - a name that packs, at most 255 bytes in wire form;
+//   - an ECS option in RFC 7871's form, its source prefix cut to the
+//     configured one, or with `ecs { add }` the client's own subnet
+//     (ecsConfig.fromSubnet, addClient);
+//   - the reply's size limit and key from what was read (finish).
+//
+// The front end answers a packet itself only when no plugin of the chain
+// could change the answer, so readPacket also leaves to the chain: classes
+// other than IN, records other than one OPT of EDNS version 0 (TSIG among
+// them), compressed question names, EDNS options a plugin echoes or whose
+// data miekg/dns checks, and ECS options in another form than RFC 7871's.
+// In plugin mode those have passed through the plugins before the cache
+// already, and the server core has answered other EDNS versions (BADVERS).
+
+// query is what a reply needs from its request. The plugin fills it from a
+// *dns.Msg; a front end can fill it from the packet without unpacking one.
+type query struct {
+	id     uint16
+	opcode int
+	rd     bool
+	cd     bool
+	ad     bool
+	name   []byte // the question's name in wire form, as the client wrote it
+	qtype  uint16
+	qclass uint16
+
+	edns    bool // the request had OPT: the reply gets one
+	do      bool
+	udpSize uint16
+	ecs     subnet
+	opts    []byte // EDNS options echoed in wire form, see echoedOptions
+	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
+}
+
+// takes reports whether an entry found under q's key may answer q: an answer
+// fetched without ECS serves no client that sent a subnet (RFC 7871 7.3.1).
+func (q *query) takes(e entry.Entry) bool {
+	return e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
+}
 
 // Offsets in the header (RFC 1035 4.1.1).
 const (
@@ -35,12 +77,12 @@ const (
 	ecsHeader = 4
 )
 
-// parse fills s from the request pkt when the front end can answer it from
+// readPacket fills s from the request pkt when the front end can answer it from
 // the cache alone: a QUERY of one question of class IN, no other records
 // than an OPT of version 0, and no EDNS option a plugin would echo. client
 // is the requester, for `ecs { add }`; tcp says the reply has no size limit
 // but the message's.
-func (s *scratch) parse(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig) bool {
+func (s *scratch) readPacket(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig) bool {
 	if len(pkt) < headerSize {
 		return false
 	}
@@ -76,7 +118,7 @@ func (s *scratch) parse(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig)
 		qclass: dns.ClassINET,
 	}
 	off += 4
-	if arcount == 1 && !s.parseOPT(pkt[off:], cfg) {
+	if arcount == 1 && !s.readOPT(pkt[off:], cfg) {
 		return false
 	}
 	if q.ecs.family == 0 && cfg.add && client.IsValid() {
@@ -93,11 +135,11 @@ func (s *scratch) parse(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig)
 // miekg/dns checks, are for the chain too.
 var ignoredOptions = map[uint16]bool{dns.EDNS0NSID: true, dns.EDNS0COOKIE: true, dns.EDNS0PADDING: true}
 
-// parseOPT reads the OPT record b starts with into s.q: the UDP size, the
+// readOPT reads the OPT record b starts with into s.q: the UDP size, the
 // DO bit and the ECS option. Options other than ignoredOptions, an EDNS
 // version other than 0 (BADVERS, RFC 6891 6.1.3) and anything else in the
 // additional section are for the chain.
-func (s *scratch) parseOPT(b []byte, cfg *ecsConfig) bool {
+func (s *scratch) readOPT(b []byte, cfg *ecsConfig) bool {
 	// root owner (1), type (2), class = UDP size (2), TTL = extended
 	// RCODE (1), version (1), flags (2), rdlength (2)
 	const fixed = 11
@@ -125,7 +167,7 @@ func (s *scratch) parseOPT(b []byte, cfg *ecsConfig) bool {
 		opts = opts[ednsOptHeader+l:]
 		switch {
 		case code == dns.EDNS0SUBNET:
-			if q.ecs.own || !s.parseSubnet(data, cfg) {
+			if q.ecs.own || !s.readSubnet(data, cfg) {
 				return false
 			}
 		case edns.SupportedOption(code) || !ignoredOptions[code]:
@@ -135,10 +177,10 @@ func (s *scratch) parseOPT(b []byte, cfg *ecsConfig) bool {
 	return true
 }
 
-// parseSubnet reads an ECS option's data. Only the form RFC 7871 6 asks
+// readSubnet reads an ECS option's data. Only the form RFC 7871 6 asks
 // for is taken here, the address cut to the source prefix's bytes and a
 // scope of 0; the chain judges the others as it does today.
-func (s *scratch) parseSubnet(data []byte, cfg *ecsConfig) bool {
+func (s *scratch) readSubnet(data []byte, cfg *ecsConfig) bool {
 	if len(data) < ecsHeader {
 		return false
 	}
@@ -150,4 +192,52 @@ func (s *scratch) parseSubnet(data []byte, cfg *ecsConfig) bool {
 	var addr [16]byte
 	copy(addr[:], data[ecsHeader:])
 	return cfg.fromSubnet(&s.q, family, source, addr)
+}
+
+// readMsg fills s from r; false when the question's name does not pack or its
+// ECS option is malformed.
+func (s *scratch) readMsg(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
+	q := &s.q
+	question := r.Question[0]
+	n, err := entry.PackName(question.Name, s.name[:])
+	if err != nil {
+		return false
+	}
+	*q = query{
+		id:     r.Id,
+		opcode: r.Opcode,
+		rd:     r.RecursionDesired,
+		cd:     r.CheckingDisabled,
+		ad:     r.AuthenticatedData,
+		name:   s.name[:n],
+		qtype:  question.Qtype,
+		qclass: question.Qclass,
+	}
+	o := r.IsEdns0()
+	if o != nil {
+		q.edns, q.do, q.udpSize = true, o.Do(), o.UDPSize()
+		s.opts = appendEchoed(s.opts[:0], o)
+		q.opts = s.opts
+	}
+	if !ecs.loadSubnet(q, o, w) {
+		return false
+	}
+	_, udp := w.RemoteAddr().(*net.UDPAddr)
+	s.finish(udp)
+	return true
+}
+
+// finish sets the size limit of the reply to s.q and its key. The limits
+// are those of CoreDNS's request.Size: UDP clients get their EDNS size, at
+// least 512; everything else gets a whole message.
+func (s *scratch) finish(udp bool) {
+	q := &s.q
+	q.limit = dns.MaxMsgSize
+	if udp {
+		q.limit = dns.MinMsgSize
+		if q.edns {
+			q.limit = max(q.limit, int(q.udpSize))
+		}
+	}
+	s.key = entry.AppendKey(s.key[:0], q.name, q.qtype, q.qclass, q.cd)
 }
