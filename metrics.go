@@ -1,6 +1,10 @@
 package compactcache
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -9,31 +13,37 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// The families of the stock cache, under coredns_compactcache_ and with the
-// same labels, plus the byte budget's and ECS's.
+// A block feeds the stock cache's families (coredns_cache_*), so that what
+// reads CoreDNS's metrics reads compactcache's, and families of its own under
+// coredns_compactcache_ for what the stock ones have no name for. The own
+// families that repeat a stock one are deprecated (README, Metrics): their
+// counts go to both through counter and gauge below.
+
+// The families of compactcache, with the stock cache's labels.
 var (
 	cacheSize = storeGauge("entries", kindedLabels,
-		"The number of elements in the cache.")
+		deprecated("The number of elements in the cache.", "entries"))
 	cacheRequests = counterVec("requests_total", blockLabels,
-		"The count of cache requests.")
+		deprecated("The count of cache requests.", "requests_total"))
 	cacheHits = counterVec("hits_total", kindedLabels,
-		"The count of cache hits.")
+		deprecated("The count of cache hits.", "hits_total"))
 	cacheMisses = counterVec("misses_total", blockLabels,
-		"The count of cache misses. Deprecated, derive misses from cache hits/requests counters.")
+		deprecated("The count of cache misses.", "misses_total"))
 	cacheDrops = counterVec("drops_total", blockLabels,
-		"The number of responses that are not cached because they are malformed, truncated or do not match the request.")
+		deprecated("The number of responses that are not cached because they are malformed, truncated or do not match the request.", "drops_total"))
 	evictions = counterVec("evictions_total", kindedLabels,
-		"The count of cache evictions.")
+		deprecated("The count of cache evictions.", "evictions_total"))
+	cachePrefetches = counterVec("prefetch_total", blockLabels,
+		deprecated("The number of times the cache has prefetched a cached item.", "prefetch_total"))
+	servedStale = counterVec("served_stale_total", blockLabels,
+		deprecated("The number of requests served from stale cache entries.", "served_stale_total"))
 	cacheBytes = storeGauge("bytes", blockLabels,
 		"The bytes the cache holds: arenas, index and bookkeeping.")
 	cacheCapacity = storeGauge("capacity_bytes", blockLabels,
 		"The byte budget of the cache.")
-	cachePrefetches = counterVec("prefetch_total", blockLabels,
-		"The number of times the cache has prefetched a cached item.")
-	servedStale = counterVec("served_stale_total", blockLabels,
-		"The number of requests served from stale cache entries.")
 	ecsVariants = storeGauge("ecs_variants", blockLabels,
 		"The number of entries tailored to a client subnet (EDNS Client Subnet).")
 	cacheRefused = counterVec("refused_total", blockLabels,
@@ -41,6 +51,11 @@ var (
 	frontendRequests = counterVec("frontend_requests_total", resultLabels,
 		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
 )
+
+// deprecated marks the help of a family that repeats the stock one named.
+func deprecated(help, name string) string {
+	return help + " Deprecated: use " + prometheus.BuildFQName(plugin.Namespace, stockSubsystem, name) + "."
+}
 
 // The labels of the stock cache's families: per block, and per kind of entry.
 var (
@@ -62,20 +77,117 @@ func counterVec(name string, labels []string, help string) *prometheus.CounterVe
 // Type label values, as the stock cache's.
 var kindLabels = [...]string{store.KindSuccess: "success", store.KindDenial: "denial"}
 
+const stockSubsystem = "cache"
+
+// stockFamilies are the stock cache's families as a compactcache block feeds
+// them: the names, labels and help texts of plugin/cache/metrics.go, byte for
+// byte, for the registry finds a family registered before only when all
+// three agree (and refuses it otherwise).
+type stockFamilies struct {
+	requests, misses, drops, prefetch, stale *prometheus.CounterVec
+	hits, evictions                          *prometheus.CounterVec
+	// entries holds the compactcache blocks' series; see register.
+	entries *prometheus.GaugeVec
+}
+
+func newStockFamilies() *stockFamilies {
+	counter := func(name string, labels []string, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: stockSubsystem, Name: name, Help: help}, labels)
+	}
+	return &stockFamilies{
+		requests:  counter("requests_total", blockLabels, "The count of cache requests."),
+		hits:      counter("hits_total", kindedLabels, "The count of cache hits."),
+		misses:    counter("misses_total", blockLabels, "The count of cache misses. Deprecated, derive misses from cache hits/requests counters."),
+		prefetch:  counter("prefetch_total", blockLabels, "The number of times the cache has prefetched a cached item."),
+		drops:     counter("drops_total", blockLabels, "The number responses that are not cached, because the reply is malformed."),
+		stale:     counter("served_stale_total", blockLabels, "The number of requests served from stale cache entries."),
+		evictions: counter("evictions_total", kindedLabels, "The count of cache evictions."),
+		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: stockSubsystem, Name: "entries",
+			Help: "The number of elements in the cache."}, kindedLabels),
+	}
+}
+
+// stockMetrics returns the stock families, registered in the registry the
+// prometheus plugin serves. They are registered at the first setup, not in
+// init: Go initializes packages that do not import each other in the order of
+// their import paths, so this one before github.com/coredns/coredns/plugin/cache,
+// whose promauto panics on a family registered before it. The families are
+// usable even when registering failed: the error fails the setup.
+var stockMetrics = sync.OnceValues(func() (*stockFamilies, error) {
+	f := newStockFamilies()
+	return f, f.register(prometheus.DefaultRegisterer, storeGauges)
+})
+
+// register registers f's families in reg, or adopts those the stock cache
+// registered: its blocks and ours then count in the same series.
+//
+// The entries gauge is not adopted like the counters. The stock cache sets
+// its series as it inserts, ours are set from the stores as the metrics are
+// gathered (storeGauges), and setting them in the stock GaugeVec would race
+// with its Collect, which the registry runs in a goroutine of its own: a
+// scrape could read the values of the one before. So ours are set, and the
+// family collected, in one Collect of our own (entriesFamily), which takes
+// the stock GaugeVec's place in the registry and collects its series too.
+func (f *stockFamilies) register(reg prometheus.Registerer, sc *storeCollector) error {
+	var errs []error
+	for _, v := range []**prometheus.CounterVec{&f.requests, &f.hits, &f.misses, &f.prefetch, &f.drops, &f.stale, &f.evictions} {
+		err := reg.Register(*v)
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				*v, err = existing, nil
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	desc := make(chan *prometheus.Desc, 1)
+	f.entries.Describe(desc)
+	entries := &entriesFamily{sc: sc, own: f.entries, desc: <-desc}
+	err := reg.Register(entries)
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok && reg.Unregister(existing) {
+			entries.stock = existing
+			if err = reg.Register(entries); err != nil {
+				reg.Register(existing) // as it was
+			}
+		}
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registering the stock cache's metrics: %w", err)
+	}
+	return nil
+}
+
+// counter counts in a stock family and in the deprecated one of compactcache
+// that repeats it.
+type counter struct{ stock, own prometheus.Counter }
+
+func (c counter) Inc()          { c.stock.Inc(); c.own.Inc() }
+func (c counter) Add(v float64) { c.stock.Add(v); c.own.Add(v) }
+
+// gauge is counter's gauge.
+type gauge struct{ stock, own prometheus.Gauge }
+
+func (g gauge) Set(v float64) { g.stock.Set(v); g.own.Set(v) }
+
 // serverMetrics holds one server's resolved metrics, so that the hit path
 // does not hash label values on every request.
 type serverMetrics struct {
 	server    string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
-	requests  prometheus.Counter
-	misses    prometheus.Counter
-	drops     prometheus.Counter
+	requests  counter
+	misses    counter
+	drops     counter
+	prefetch  counter
+	stale     counter
+	hits      [2]counter
+	evictions [2]counter
+	entries   [2]gauge
 	refused   prometheus.Counter
-	prefetch  prometheus.Counter
-	stale     prometheus.Counter
-	hits      [2]prometheus.Counter
-	evictions [2]prometheus.Counter
-	entries   [2]prometheus.Gauge
 	bytes     prometheus.Gauge
 	capacity  prometheus.Gauge
 	variants  prometheus.Gauge
@@ -117,23 +229,27 @@ func (s *metricsSet) of(server string) *serverMetrics {
 }
 
 func (s *metricsSet) resolve(server string) *serverMetrics {
+	f, _ := stockMetrics() // an error failed the setup; a Cache made by New counts all the same
+	block := func(stock, own *prometheus.CounterVec) counter {
+		return counter{stock.WithLabelValues(server, s.zones, s.view), own.WithLabelValues(server, s.zones, s.view)}
+	}
 	m := &serverMetrics{
 		server:   server,
 		store:    weak.Make(s.c.store), // takeOver (OnStartup) is over: requests have come
-		requests: cacheRequests.WithLabelValues(server, s.zones, s.view),
-		misses:   cacheMisses.WithLabelValues(server, s.zones, s.view),
-		drops:    cacheDrops.WithLabelValues(server, s.zones, s.view),
+		requests: block(f.requests, cacheRequests),
+		misses:   block(f.misses, cacheMisses),
+		drops:    block(f.drops, cacheDrops),
+		prefetch: block(f.prefetch, cachePrefetches),
+		stale:    block(f.stale, servedStale),
 		refused:  cacheRefused.WithLabelValues(server, s.zones, s.view),
-		prefetch: cachePrefetches.WithLabelValues(server, s.zones, s.view),
-		stale:    servedStale.WithLabelValues(server, s.zones, s.view),
 		bytes:    cacheBytes.WithLabelValues(server, s.zones, s.view),
 		capacity: cacheCapacity.WithLabelValues(server, s.zones, s.view),
 		variants: ecsVariants.WithLabelValues(server, s.zones, s.view),
 	}
 	for k, t := range kindLabels {
-		m.hits[k] = cacheHits.WithLabelValues(server, t, s.zones, s.view)
-		m.evictions[k] = evictions.WithLabelValues(server, t, s.zones, s.view)
-		m.entries[k] = cacheSize.WithLabelValues(server, t, s.zones, s.view)
+		m.hits[k] = counter{f.hits.WithLabelValues(server, t, s.zones, s.view), cacheHits.WithLabelValues(server, t, s.zones, s.view)}
+		m.evictions[k] = counter{f.evictions.WithLabelValues(server, t, s.zones, s.view), evictions.WithLabelValues(server, t, s.zones, s.view)}
+		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.zones, s.view), cacheSize.WithLabelValues(server, t, s.zones, s.view)}
 	}
 	return m
 }
@@ -148,16 +264,16 @@ func (m *serverMetrics) evicted(evicted store.PerKind) {
 }
 
 // storeGauges sets the gauges of every server's store when the metrics are
-// gathered, instead of on every insert, where setting them was five atomic
-// stores in a miss that should take a microsecond.
+// gathered, instead of on every insert, which would add atomic stores to a
+// miss for values that only a scrape reads.
 var storeGauges = func() *storeCollector {
 	sc := &storeCollector{}
-	prometheus.MustRegister(sc)
+	prometheus.MustRegister(&storeFamilies{sc, []*prometheus.GaugeVec{cacheSize, cacheBytes, cacheCapacity, ecsVariants}})
 	return sc
 }()
 
-// storeCollector collects the store gauge families, set from the stores of
-// the servers that have had requests. A server's gauges are those of the
+// storeCollector sets the store gauge families from the stores of the
+// servers that have had requests. A server's gauges are those of the
 // instance that saw requests last, as when inserts set them: on reload the
 // new instance comes after the old one. The stores are held weakly, so that a
 // cache dropped by a reload goes, and its server with it.
@@ -185,20 +301,8 @@ func (sc *storeCollector) prune() {
 	sc.servers = live
 }
 
-func (sc *storeCollector) vecs() [4]*prometheus.GaugeVec {
-	return [...]*prometheus.GaugeVec{cacheSize, cacheBytes, cacheCapacity, ecsVariants}
-}
-
-// Describe implements prometheus.Collector.
-func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, v := range sc.vecs() {
-		v.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	sc.mu.Lock()
+// set sets the gauges from the stores. The caller holds sc.mu.
+func (sc *storeCollector) set() {
 	sc.prune()
 	for _, m := range sc.servers {
 		s := m.store.Value()
@@ -213,12 +317,94 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		m.capacity.Set(float64(s.Capacity()))
 		m.variants.Set(float64(u.Variants))
 	}
-	// Collected under the lock, so that a concurrent gathering does not
-	// interleave its values with these.
-	for _, v := range sc.vecs() {
+}
+
+// storeFamilies collects compactcache's families that sc sets.
+type storeFamilies struct {
+	sc   *storeCollector
+	vecs []*prometheus.GaugeVec
+}
+
+// Describe implements prometheus.Collector.
+func (f *storeFamilies) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range f.vecs {
+		v.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (f *storeFamilies) Collect(ch chan<- prometheus.Metric) {
+	// Set and collected under the lock, so that a concurrent gathering does
+	// not interleave its values with these.
+	f.sc.mu.Lock()
+	defer f.sc.mu.Unlock()
+	f.sc.set()
+	for _, v := range f.vecs {
 		v.Collect(ch)
 	}
-	sc.mu.Unlock()
+}
+
+// entriesFamily collects coredns_cache_entries: the series sc sets, and
+// those of the stock cache's GaugeVec where it is linked in (see register).
+type entriesFamily struct {
+	sc         *storeCollector
+	own, stock *prometheus.GaugeVec
+	desc       *prometheus.Desc // own's
+}
+
+// Describe implements prometheus.Collector.
+func (e *entriesFamily) Describe(ch chan<- *prometheus.Desc) { e.own.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (e *entriesFamily) Collect(ch chan<- prometheus.Metric) {
+	e.sc.mu.Lock()
+	defer e.sc.mu.Unlock()
+	e.sc.set()
+	if e.stock == nil {
+		e.own.Collect(ch)
+		return
+	}
+	// A block of each cache may have the same labels (one server, the same
+	// zones): the counters count both in one series, and so does this, for
+	// a series collected twice fails the whole scrape.
+	type series struct {
+		labels []string
+		value  float64
+	}
+	sums := map[string]*series{}
+	for _, v := range [...]*prometheus.GaugeVec{e.stock, e.own} {
+		for m := range collect(v) {
+			var d dto.Metric
+			if err := m.Write(&d); err != nil {
+				ch <- prometheus.NewInvalidMetric(e.desc, err)
+				continue
+			}
+			labels := make([]string, len(kindedLabels))
+			for _, l := range d.GetLabel() {
+				if i := slices.Index(kindedLabels, l.GetName()); i >= 0 {
+					labels[i] = l.GetValue()
+				}
+			}
+			key := strings.Join(labels, "\x00")
+			if sums[key] == nil {
+				sums[key] = &series{labels: labels}
+			}
+			sums[key].value += d.GetGauge().GetValue()
+		}
+	}
+	for _, s := range sums {
+		ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, s.value, s.labels...)
+	}
+}
+
+// collect returns the metrics c collects; the caller reads them all.
+func collect(c prometheus.Collector) <-chan prometheus.Metric {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		defer close(ch)
+		c.Collect(ch)
+	}()
+	return ch
 }
 
 // frontendMetrics are a front end's counters, resolved for its server.

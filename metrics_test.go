@@ -2,7 +2,16 @@ package compactcache
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"regexp"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -11,17 +20,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// gauge gathers the default registry, as the prometheus plugin does, and
-// returns the value of family for server (and kind, for the kinded
+// gaugeValue gathers the default registry, as the prometheus plugin does, and
+// returns the value of the family named for server (and kind, for the kinded
 // families), or -1 when it has none.
-func gauge(t *testing.T, family, server, kind string) float64 {
+func gaugeValue(t *testing.T, name, server, kind string) float64 {
 	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "coredns_compactcache_"+family {
+		if mf.GetName() != name {
 			continue
 		}
 	metrics:
@@ -50,13 +59,15 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := c.Stats()
-		if got := gauge(t, "entries", server, "success"); got != float64(i+1) || st.Entries != int64(i+1) {
-			t.Fatalf("after %d misses: entries gauge %v, store %d", i+1, got, st.Entries)
+		for _, name := range []string{"coredns_cache_entries", "coredns_compactcache_entries"} {
+			if got := gaugeValue(t, name, server, "success"); got != float64(i+1) || st.Entries != int64(i+1) {
+				t.Fatalf("after %d misses: %s %v, store %d", i+1, name, got, st.Entries)
+			}
 		}
-		if got := gauge(t, "bytes", server, ""); got != float64(st.Bytes) {
+		if got := gaugeValue(t, "coredns_compactcache_bytes", server, ""); got != float64(st.Bytes) {
 			t.Fatalf("bytes gauge %v, store %d", got, st.Bytes)
 		}
-		if got := gauge(t, "capacity_bytes", server, ""); got != defaultCapacity {
+		if got := gaugeValue(t, "coredns_compactcache_capacity_bytes", server, ""); got != defaultCapacity {
 			t.Fatalf("capacity gauge %v, want %d", got, defaultCapacity)
 		}
 	}
@@ -66,7 +77,7 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 	for range 3 {
 		runtime.GC()
 	}
-	gauge(t, "entries", server, "success")
+	gaugeValue(t, "coredns_cache_entries", server, "success")
 	storeGauges.mu.Lock()
 	defer storeGauges.mu.Unlock()
 	for _, m := range storeGauges.servers {
@@ -74,4 +85,242 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 			t.Fatal("the collector still reads the store of a cache that is gone")
 		}
 	}
+}
+
+// TestMetricsStockFamilies runs the stock cache in one block and compactcache
+// in another, in one process, with prometheus on one address: each stock
+// family is exported once, fed by both blocks, and compactcache's own are
+// exported beside them.
+func TestMetricsStockFamilies(t *testing.T) {
+	logs := captureLog(t) // not parallel
+	const zone = "metrics.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u.add("nx."+zone, dns.TypeA, dns.RcodeNameError, nil, []dns.RR{test.SOA(zone + " 300 IN SOA ns." + zone + " admin." + zone + " 1 7200 3600 1209600 60")}, nil)
+	up := startUpstream(t, u)
+	promAddr := freePort(t)
+	blocks := []struct{ cache, server string }{{cache: "cache"}, {cache: "compactcache"}}
+	var corefile strings.Builder
+	for i := range blocks {
+		// Ports of their own: the other tests' servers, all on port 0,
+		// count in the same families.
+		addr := freePort(t)
+		for i > 0 && "dns://"+addr == blocks[0].server {
+			addr = freePort(t)
+		}
+		blocks[i].server = "dns://" + addr
+		fmt.Fprintf(&corefile, "%s:%s {\n\tbind 127.0.0.1\n\tprometheus %s\n\t%s\n\tforward . %s\n}\n",
+			zone, addr[strings.LastIndexByte(addr, ':')+1:], promAddr, blocks[i].cache, up)
+	}
+	startCoreDNS(t, corefile.String())
+	if _, err := stockMetrics(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A miss and a hit of each kind: 4 requests, 2 misses, a hit and an
+	// entry of each type.
+	for _, b := range blocks {
+		for _, q := range []string{"a." + zone, "a." + zone, "nx." + zone, "nx." + zone} {
+			exchangeUDP(t, strings.TrimPrefix(b.server, "dns://"), test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
+		}
+	}
+	if n := u.count("a."+zone, dns.TypeA) + u.count("nx."+zone, dns.TypeA); n != 4 {
+		t.Fatalf("the upstream was asked %d times, want 2 per block", n)
+	}
+
+	families := scrapeFamilies(t, "http://"+promAddr+"/metrics")
+	want := []struct {
+		name  string
+		kind  string
+		value float64
+	}{
+		{"requests_total", "", 4},
+		{"misses_total", "", 2},
+		{"hits_total", "success", 1},
+		{"hits_total", "denial", 1},
+		{"entries", "success", 1},
+		{"entries", "denial", 1},
+		{"drops_total", "", 0},
+		{"prefetch_total", "", 0},
+		{"served_stale_total", "", 0},
+		{"evictions_total", "success", 0},
+	}
+	for _, w := range want {
+		stock, own := "coredns_cache_"+w.name, "coredns_compactcache_"+w.name
+		if f := families[stock]; f == nil || f.help != 1 || f.typ != 1 {
+			t.Errorf("%s: %+v, want one HELP and one TYPE line", stock, f)
+		}
+		for _, b := range blocks {
+			if w.value == 0 && b.cache == "cache" {
+				continue // the stock cache makes a series when it first counts
+			}
+			labels := map[string]string{"server": b.server, "zones": zone, "view": ""}
+			if w.kind != "" {
+				labels["type"] = w.kind
+			}
+			if got, ok := families.value(stock, labels); !ok || got != w.value {
+				t.Errorf("%s %v of the %s block: %v (found %t), want %v", stock, labels, b.cache, got, ok, w.value)
+			}
+			if b.cache == "compactcache" {
+				if got, ok := families.value(own, labels); !ok || got != w.value {
+					t.Errorf("%s %v: %v (found %t), want %v", own, labels, got, ok, w.value)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"bytes", "capacity_bytes", "refused_total", "ecs_variants"} {
+		if f := families["coredns_compactcache_"+name]; f == nil || len(f.series) == 0 {
+			t.Errorf("coredns_compactcache_%s not exported", name)
+		}
+	}
+	if l := logs.String(); strings.Contains(strings.ToLower(l), "regist") || strings.Contains(l, "[ERROR]") {
+		t.Errorf("the log names an error:\n%s", l)
+	}
+}
+
+// scraped are the families of a scrape in the text format, by name.
+type scraped map[string]*scrapedFamily
+
+type scrapedFamily struct {
+	help, typ int // HELP and TYPE lines
+	series    []scrapedSeries
+}
+
+type scrapedSeries struct {
+	labels map[string]string
+	value  float64
+}
+
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
+var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// scrapeFamilies gets url in the text format, which a registry that failed
+// to gather answers with an error status.
+func scrapeFamilies(t *testing.T, url string) scraped {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+	}
+	out := scraped{}
+	family := func(name string) *scrapedFamily {
+		if out[name] == nil {
+			out[name] = &scrapedFamily{}
+		}
+		return out[name]
+	}
+	for line := range strings.Lines(string(body)) {
+		line = strings.TrimSuffix(line, "\n")
+		switch f := strings.Fields(line); {
+		case len(f) >= 3 && f[0] == "#" && f[1] == "HELP":
+			family(f[2]).help++
+		case len(f) >= 3 && f[0] == "#" && f[1] == "TYPE":
+			family(f[2]).typ++
+		case line == "" || f[0] == "#":
+		default:
+			m := sampleLine.FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("scrape: line %q", line)
+			}
+			v, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				t.Fatalf("scrape: line %q: %v", line, err)
+			}
+			s := scrapedSeries{labels: map[string]string{}, value: v}
+			for _, l := range labelPair.FindAllStringSubmatch(m[2], -1) {
+				s.labels[l[1]] = l[2]
+			}
+			fam := family(m[1])
+			fam.series = append(fam.series, s)
+		}
+	}
+	return out
+}
+
+// value returns the value of name's series with exactly these labels.
+func (s scraped) value(name string, labels map[string]string) (float64, bool) {
+	if f := s[name]; f != nil {
+		for _, series := range f.series {
+			if maps.Equal(series.labels, labels) {
+				return series.value, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestMetricsStockRegistration registers the stock families in a registry
+// without them, in one where the stock cache registered them, and in one
+// where a family differs.
+func TestMetricsStockRegistration(t *testing.T) {
+	t.Run("absent", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		f := newStockFamilies()
+		requests := f.requests
+		if err := f.register(reg, &storeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if f.requests != requests {
+			t.Error("the requests family was replaced in a registry without it")
+		}
+		// The entries family is registered as its own: a second one is refused.
+		err := reg.Register(newStockFamilies().entries)
+		if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); !ok {
+			t.Errorf("registering coredns_cache_entries again: %v, want AlreadyRegisteredError", err)
+		}
+	})
+	t.Run("present", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		registered := newStockFamilies() // as the stock cache registers them
+		for _, c := range []prometheus.Collector{registered.requests, registered.hits, registered.misses, registered.prefetch,
+			registered.drops, registered.stale, registered.evictions, registered.entries} {
+			reg.MustRegister(c)
+		}
+		f := newStockFamilies()
+		if err := f.register(reg, &storeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if f.requests != registered.requests || f.evictions != registered.evictions {
+			t.Error("the counters registered before were not adopted")
+		}
+		if err := reg.Register(registered.entries); err == nil {
+			t.Error("the stock entries family was left unregistered")
+		}
+		// The stock cache's series and ours in one family, summed where a
+		// block of each has the same labels.
+		registered.entries.WithLabelValues("dns://:53", "success", ".", "").Set(1)
+		f.entries.WithLabelValues("dns://:53", "success", ".", "").Set(2)
+		f.entries.WithLabelValues("dns://:54", "success", ".", "").Set(3)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		for _, mf := range mfs {
+			if mf.GetName() == "coredns_cache_entries" {
+				for _, m := range mf.GetMetric() {
+					got = append(got, m.GetGauge().GetValue())
+				}
+			}
+		}
+		if !slices.Equal(got, []float64{3, 3}) {
+			t.Errorf("coredns_cache_entries: %v, want 1+2 for dns://:53 and 3 for dns://:54", got)
+		}
+	})
+	t.Run("different", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coredns_cache_drops_total", Help: "Another help."}, blockLabels))
+		err := newStockFamilies().register(reg, &storeCollector{})
+		if err == nil || !strings.Contains(err.Error(), "coredns_cache_drops_total") {
+			t.Errorf("registering beside another coredns_cache_drops_total: %v, want an error naming it", err)
+		}
+	})
 }

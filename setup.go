@@ -21,6 +21,9 @@ var log = clog.NewWithPlugin(pluginName)
 func init() { plugin.Register(pluginName, setup) }
 
 func setup(c *caddy.Controller) error {
+	if _, err := stockMetrics(); err != nil {
+		return plugin.Error(pluginName, err)
+	}
 	ca, err := parse(c)
 	if err != nil {
 		return plugin.Error(pluginName, err)

@@ -581,11 +581,11 @@ func TestClusterCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_compactcache_capacity_bytes"]); got != 64*mib {
 		t.Errorf("coredns_compactcache_capacity_bytes %v, want 64MiB", got)
 	}
-	if got := sum(m["coredns_compactcache_hits_total"]); got < 3 {
-		t.Errorf("coredns_compactcache_hits_total %v, want at least 3", got)
+	if got := sum(m["coredns_cache_hits_total"]); got < 3 {
+		t.Errorf("coredns_cache_hits_total %v, want at least 3", got)
 	}
-	if got := sum(m["coredns_compactcache_entries"]); got < 3 {
-		t.Errorf("coredns_compactcache_entries %v, want at least 3", got)
+	if got := sum(m["coredns_cache_entries"]); got < 3 {
+		t.Errorf("coredns_cache_entries %v, want at least 3", got)
 	}
 	// Every metric the dashboard and the alerts name is on the page, but
 	// the front end's: this Corefile runs none (TestFrontendPanelExported).
@@ -649,8 +649,8 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_compactcache_capacity_bytes"]); got != 64*mib {
 		t.Errorf("capacities %v MiB, want 16 + 8 + 40", caps)
 	}
-	if got := sum(m["coredns_compactcache_hits_total"]); got < 3 {
-		t.Errorf("coredns_compactcache_hits_total %v, want at least 3", got)
+	if got := sum(m["coredns_cache_hits_total"]); got < 3 {
+		t.Errorf("coredns_cache_hits_total %v, want at least 3", got)
 	}
 	in.stop(t, 20*time.Second)
 }

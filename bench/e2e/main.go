@@ -937,7 +937,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 		if c.Kind == kindKubeCompact {
 			if text, err := get(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", r.p.metrics)); err == nil {
 				res.StoreBytes = sumMetric(text, "coredns_compactcache_bytes")
-				res.StoreEntries = sumMetric(text, "coredns_compactcache_entries")
+				res.StoreEntries = sumMetric(text, "coredns_cache_entries")
 				log.Printf("%s: compactcache holds %d entries in %d bytes", c.Spec, res.StoreEntries, res.StoreBytes)
 			}
 		}

@@ -321,10 +321,10 @@ func (s *sample) fill(pid int, prev, cur metrics) {
 	s.HeapInuse = int64(cur["go_memstats_heap_inuse_bytes"])
 	s.StoreBytes = int64(cur["coredns_compactcache_bytes"])
 	s.Capacity = int64(cur["coredns_compactcache_capacity_bytes"])
-	s.Entries = int64(cur["coredns_compactcache_entries"])
-	s.Hits = int64(cur["coredns_compactcache_hits_total"] - prev["coredns_compactcache_hits_total"])
-	s.Misses = int64(cur["coredns_compactcache_misses_total"] - prev["coredns_compactcache_misses_total"])
-	s.Evictions = int64(cur["coredns_compactcache_evictions_total"] - prev["coredns_compactcache_evictions_total"])
+	s.Entries = int64(cur["coredns_cache_entries"])
+	s.Hits = int64(cur["coredns_cache_hits_total"] - prev["coredns_cache_hits_total"])
+	s.Misses = int64(cur["coredns_cache_misses_total"] - prev["coredns_cache_misses_total"])
+	s.Evictions = int64(cur["coredns_cache_evictions_total"] - prev["coredns_cache_evictions_total"])
 }
 
 func ratio(a, b int64) float64 {
