@@ -7,10 +7,11 @@ import (
 	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -78,7 +79,7 @@ type Cache struct {
 	bypass  zoneSet  // zones authoritative plugins of the block serve themselves
 
 	ecs      ecsConfig
-	frontend *frontendConfig // nil unless the block asks for one
+	frontend *frontend.Config // nil unless the block asks for one
 
 	refreshes refreshes
 	flights   flights
@@ -167,10 +168,6 @@ func (s *scratch) builder() *entry.Builder {
 	}
 	return s.b
 }
-
-var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, entry.MaxKeyLen), probe: make([]byte, 0, entry.MaxKeyLen), replies: newReplyBuffers()}
-}}
 
 // ServeDNS implements plugin.Handler.
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -441,7 +438,7 @@ func (c *Cache) view(age int64, e entry.Entry, isStale bool) ttlView {
 // that none can be in the way. Nested lookups (autopath, dns64, kubernetes
 // ExternalName) always get a *dns.Msg: their writers have no Write.
 func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
-	if c.raw && !nested(w) {
+	if c.raw && !coredns.Nested(w) {
 		_, err := w.Write(reply)
 		return err
 	}

@@ -24,9 +24,6 @@ type coarseClock struct {
 	read atomic.Bool // read since the last tick
 }
 
-// coarse is the process's clock: every cache reads it.
-var coarse = coarseClock{tick: 10 * time.Millisecond, idle: time.Second}
-
 func coarseNow() time.Time { return coarse.Now() }
 
 // Now returns the time, at most a tick late.

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -181,89 +179,5 @@ func upLoopback(t *testing.T) {
 	}
 	if ifaces, err := net.Interfaces(); err != nil || len(ifaces) != 1 {
 		t.Fatalf("interfaces %v (%v), want the loopback alone", ifaces, err)
-	}
-}
-
-// TestReplySource: the source of a reply is the destination of its request,
-// from either family's control message, wherever it is among the request's.
-func TestReplySource(t *testing.T) {
-	v6 := unix.Inet6Pktinfo{Ifindex: 7}
-	copy(v6.Addr[:], net.ParseIP("2001:db8::53"))
-	v4 := unix.Inet4Pktinfo{Ifindex: 7, Spec_dst: [4]byte{192, 0, 2, 1}, Addr: [4]byte{192, 0, 2, 53}}
-	mapped := unix.Inet6Pktinfo{Ifindex: 7, Addr: netip.AddrFrom4(v4.Addr).As16()}
-	other := cmsg(unix.SOL_SOCKET, unix.SO_TIMESTAMP, make([]byte, 16))
-	short := cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))
-	(*unix.Cmsghdr)(unsafe.Pointer(&short[0])).SetLen(8)
-	tests := []struct {
-		name string
-		oob  []byte
-		want []byte // nil: no control message
-	}{
-		{"IPv6", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6)),
-			cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&unix.Inet6Pktinfo{Addr: v6.Addr}))},
-		{"IPv4 mapped, as a dual-stack socket gets it", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&mapped)),
-			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
-		{"IPv4", cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4)),
-			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
-		{"after another", append(other, cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))...),
-			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
-		{"none", nil, nil},
-		{"another only", other, nil},
-		{"cut short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6))[:unix.CmsgLen(8)], nil},
-		{"data too short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, make([]byte, 8)), nil},
-		{"header's length too short", short, nil},
-	}
-	for _, tc := range tests {
-		var buf [oobLen / 8]uint64
-		dst := oobBytes(&buf)
-		n := replySource(dst, aligned(tc.oob))
-		if !bytes.Equal(dst[:n], tc.want) {
-			t.Errorf("%s: control message %x, want %x", tc.name, dst[:n], tc.want)
-		}
-	}
-}
-
-// cmsg returns a control message of level and type with data, padded.
-func cmsg(level, typ int32, data []byte) []byte {
-	b := make([]byte, unix.CmsgSpace(len(data)))
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-	h.Level, h.Type = level, typ
-	h.SetLen(unix.CmsgLen(len(data)))
-	copy(b[unix.CmsgLen(0):], data)
-	return b
-}
-
-// aligned returns a copy of b in memory aligned as the kernel aligns
-// control messages.
-func aligned(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	words := make([]uint64, (len(b)+7)/8)
-	out := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(b))
-	copy(out, b)
-	return out
-}
-
-func asBytes[T any](v *T) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
-}
-
-// TestWithScope: a link-local client's address keeps the interface it came
-// by, for the chain's reply; others are left as they are.
-func TestWithScope(t *testing.T) {
-	linkLocal := unix.RawSockaddrInet6{Family: unix.AF_INET6, Scope_id: 3, Addr: netip.MustParseAddr("fe80::1").As16()}
-	global := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: netip.MustParseAddr("2001:db8::1").As16()}
-	for _, tc := range []struct {
-		sa   *unix.RawSockaddrInet6
-		want string
-	}{
-		{&linkLocal, "[fe80::1%3]:53"},
-		{&global, "[2001:db8::1]:53"},
-	} {
-		tc.sa.Port = 53 << 8 // network byte order
-		if got := withScope(addrPortOf(tc.sa), tc.sa).String(); got != tc.want {
-			t.Errorf("%s, want %s", got, tc.want)
-		}
 	}
 }

@@ -12,13 +12,13 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/sys/unix"
 )
 
 // The server tests (server_test.go) and the DNSSEC test through CoreDNS run
@@ -159,8 +159,8 @@ func TestFrontendRepliesAsServer(t *testing.T) {
 		{"class CH", msg("version.bind.", dns.TypeTXT, func(m *dns.Msg) { m.Question[0].Qclass = dns.ClassCHAOS })},
 		{"EDNS version 1", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) })},
 		{"TSIG, unknown key", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetTsig("key.", dns.HmacSHA256, 300, time.Now().Unix()) })},
-		{"header only", msg("a.example.org.", dns.TypeA, nil)[:headerSize]},
-		{"cut question", msg("a.example.org.", dns.TypeA, nil)[:headerSize+5]},
+		{"header only", msg("a.example.org.", dns.TypeA, nil)[:dnsmsg.HeaderLen]},
+		{"cut question", msg("a.example.org.", dns.TypeA, nil)[:dnsmsg.HeaderLen+5]},
 	}
 	// Fill the cache through the plugin's own path.
 	for _, tc := range cases {
@@ -319,82 +319,6 @@ func TestFrontendLogsSampledHits(t *testing.T) {
 		if !strings.Contains(l, `"A IN a.example.org. udp `) || !strings.Contains(l, " NOERROR ") {
 			t.Errorf("log line %q lacks the question or the rcode", l)
 		}
-	}
-}
-
-// hitBatch returns a UDP batch of a front end whose first slot holds a
-// request the cache has an entry for, and the plugin's reply to it.
-func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
-	c := newTestCache(tb, exampleUpstream(), newClock())
-	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
-	req.SetEdns0(1232, true)
-	ask(tb, c, req, false) // the miss fills the cache
-	want := ask(tb, c, req, false)
-
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	fe := &frontend{c: c, cfg: &frontendConfig{}, m: c.metrics.of("test"), fm: c.metrics.frontend("test")}
-	b, err := newUDPBatch(fe, conn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pkt, _ := req.Pack()
-	copy(b.bufs[0][:], pkt)
-	b.in[0].Len = uint32(len(pkt))
-	b.names[0].Family = unix.AF_INET
-	return b, want
-}
-
-// TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
-// the socket loop does and counts allocations: on a socket of one address,
-// and on one of the unspecified address, whose replies name their source.
-func TestFrontendHitAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
-	}
-	for _, unspecified := range []bool{false, true} {
-		b, want := hitBatch(t)
-		if unspecified {
-			b.pktinfo = true
-			dst := unix.Inet6Pktinfo{Addr: netip.MustParseAddr("2001:db8::53").As16()}
-			b.in[0].Hdr.SetControllen(copy(oobBytes(&b.inOOB[0]), cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&dst))))
-		}
-		now := b.fe.c.now()
-		allocs := testing.AllocsPerRun(1000, func() {
-			b.queued = 0
-			b.handle(0, now)
-		})
-		if b.queued != 1 {
-			t.Fatalf("unspecified %v: the hit was not queued for sending", unspecified)
-		}
-		got := new(dns.Msg)
-		if err := got.Unpack(unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() {
-			t.Errorf("unspecified %v: front end reply\n%s\nplugin reply\n%s", unspecified, got, want)
-		}
-		if named := b.out[0].Hdr.Controllen != 0; named != unspecified {
-			t.Errorf("unspecified %v: the reply names its source: %v", unspecified, named)
-		}
-		if allocs != 0 {
-			t.Errorf("unspecified %v: %v allocations per hit, want 0", unspecified, allocs)
-		}
-	}
-}
-
-// BenchmarkFrontendHit is the front end's work for one hit between the
-// system calls: parse, lookup, reply, queue.
-func BenchmarkFrontendHit(b *testing.B) {
-	batch, _ := hitBatch(b)
-	now := batch.fe.c.now()
-	b.ReportAllocs()
-	for b.Loop() {
-		batch.queued = 0
-		batch.handle(0, now)
 	}
 }
 
@@ -593,5 +517,44 @@ func TestFrontendSocketLoopAllocatesNothing(t *testing.T) {
 	// allocate now and then; a hit path that allocated would show 1 or more.
 	if front > 0.1 {
 		t.Errorf("%.3f allocations per hit through the front end, want 0", front)
+	}
+}
+
+// TestPacketAnswerAsPlugin: the cache's half of a front-end hit (the front
+// end's own half is internal/frontend's TestFrontendHitAllocatesNothing)
+// answers a request packet with the plugin's reply, counts it, and
+// allocates nothing.
+func TestPacketAnswerAsPlugin(t *testing.T) {
+	c := newTestCache(t, exampleUpstream(), newClock())
+	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	req.SetEdns0(1232, true)
+	ask(t, c, req, false) // the miss fills the cache
+	want := ask(t, c, req, false)
+	pkt, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := frontCache{c}.Answerer("test")
+	now := c.now()
+	var hit frontend.Hit
+	reply := a.Answer(pkt, netip.MustParseAddr("127.0.0.1"), false, now, &hit)
+	got := new(dns.Msg)
+	if err := got.Unpack(reply); err != nil {
+		t.Fatalf("the front end's reply does not unpack: %v", err)
+	}
+	if got.String() != want.String() {
+		t.Errorf("front end reply\n%s\nplugin reply\n%s", got, want)
+	}
+	if !hit.DO || hit.UDPSize != 1232 {
+		t.Errorf("hit %+v, want DO and the request's size 1232", hit)
+	}
+	if !raceEnabled {
+		if allocs := testing.AllocsPerRun(1000, func() { a.Answer(pkt, netip.Addr{}, false, now, &hit) }); allocs != 0 {
+			t.Errorf("%v allocations per answer, want 0", allocs)
+		}
+	}
+	pkt[len(pkt)-1] ^= 0xFF // no longer a request the front end reads alone
+	if a.Answer(pkt[:5], netip.Addr{}, false, now, &hit) != nil {
+		t.Error("a cut request was answered")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
@@ -696,7 +697,7 @@ func hostileRows() []hostileRow {
 				}
 				// Type, class, TTL 300, then RDLENGTH: set it to 0 and cut
 				// the rdata out.
-				at := bytes.Index(b[headerSize:], []byte{0, byte(dns.TypeCNAME), 0, 1, 0, 0, 1, 44}) + headerSize + 8
+				at := bytes.Index(b[dnsmsg.HeaderLen:], []byte{0, byte(dns.TypeCNAME), 0, 1, 0, 0, 1, 44}) + dnsmsg.HeaderLen + 8
 				rdlen := int(b[at])<<8 | int(b[at+1])
 				b[at], b[at+1] = 0, 0
 				b = append(b[:at+2], b[at+2+rdlen:]...)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"weak"
 
+	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -407,14 +408,11 @@ func collect(c prometheus.Collector) <-chan prometheus.Metric {
 	return ch
 }
 
-// frontendMetrics are a front end's counters, resolved for its server.
-type frontendMetrics struct {
-	hits, chain, shed, dropped prometheus.Counter
-}
-
-func (s *metricsSet) frontend(server string) frontendMetrics {
+// frontend returns the counters of a front end's requests, resolved for its
+// server.
+func (s *metricsSet) frontend(server string) frontend.Counters {
 	of := func(result string) prometheus.Counter {
 		return frontendRequests.WithLabelValues(server, s.zones, s.view, result)
 	}
-	return frontendMetrics{hits: of("hit"), chain: of("chain"), shed: of("shed"), dropped: of("dropped")}
+	return frontend.Counters{Hit: of("hit"), Chain: of("chain"), Shed: of("shed"), Dropped: of("dropped")}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -125,11 +124,6 @@ type fetch struct {
 	up     upstreamMsg
 	flight flight
 }
-
-// fetchPool holds the fetches of misses that no other request waited on:
-// the fetch is most of the bytes a miss allocates, and the garbage collector's
-// work grows with them.
-var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
 
 // newCapture returns the writer that fetches r for the cache, outside the
 // miss path.

@@ -4,7 +4,6 @@ import (
 	"github.com/compactcache/compactcache/internal/store"
 
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -15,12 +14,6 @@ import (
 // what it holds (contents) are unchanged, so that a reload neither drops the
 // cache nor holds two full stores, and a changed TTL cap or disable takes
 // effect at once, as with the stock cache.
-
-// handoffs holds the stores that instances being reloaded offer, by block.
-var handoffs = struct {
-	sync.Mutex
-	m map[string]handoff
-}{m: map[string]handoff{}}
 
 // handoff is a store on offer and the contents settings it was filled under.
 type handoff struct {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/miekg/dns"
@@ -56,19 +57,7 @@ func (q *query) takes(e entry.Entry) bool {
 	return e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0
 }
 
-// Offsets in the header (RFC 1035 4.1.1).
 const (
-	posID      = 0
-	posFlags   = 2
-	posQDCount = 4
-	posANCount = 6
-	posNSCount = 8
-	posARCount = 10
-)
-
-const (
-	hdrQROpcode = 1<<15 | 0xF<<11 // a response, or an opcode other than QUERY
-
 	optDO = 1 << 15 // the DO bit in the OPT TTL's flags (RFC 3225)
 
 	// ednsOptHeader is an option's code and length.
@@ -83,23 +72,23 @@ const (
 // is the requester, for `ecs { add }`; tcp says the reply has no size limit
 // but the message's.
 func (s *scratch) readPacket(pkt []byte, client netip.Addr, tcp bool, cfg *ecsConfig) bool {
-	if len(pkt) < headerSize {
+	if len(pkt) < dnsmsg.HeaderLen {
 		return false
 	}
-	flags := binary.BigEndian.Uint16(pkt[posFlags:])
-	if flags&hdrQROpcode != 0 ||
-		binary.BigEndian.Uint16(pkt[posQDCount:]) != 1 ||
-		binary.BigEndian.Uint16(pkt[posANCount:]) != 0 ||
-		binary.BigEndian.Uint16(pkt[posNSCount:]) != 0 {
+	flags := binary.BigEndian.Uint16(pkt[dnsmsg.OffFlags:])
+	if flags&dnsmsg.QROpcode != 0 ||
+		binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]) != 1 ||
+		binary.BigEndian.Uint16(pkt[dnsmsg.OffANCount:]) != 0 ||
+		binary.BigEndian.Uint16(pkt[dnsmsg.OffNSCount:]) != 0 {
 		return false
 	}
-	arcount := binary.BigEndian.Uint16(pkt[posARCount:])
+	arcount := binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:])
 	if arcount > 1 {
 		return false // TSIG, or more than the OPT
 	}
 	// A question's name has nothing to point back to: RFC 1035 4.1.4
 	// pointers there are left to the chain.
-	off := entry.NameEnd(pkt, headerSize)
+	off := entry.NameEnd(pkt, dnsmsg.HeaderLen)
 	if off < 0 {
 		return false
 	}
@@ -108,12 +97,12 @@ func (s *scratch) readPacket(pkt []byte, client netip.Addr, tcp bool, cfg *ecsCo
 	}
 	q := &s.q
 	*q = query{
-		id:     binary.BigEndian.Uint16(pkt[posID:]),
+		id:     binary.BigEndian.Uint16(pkt[dnsmsg.OffID:]),
 		opcode: dns.OpcodeQuery,
-		rd:     flags&hdrRD != 0,
-		cd:     flags&hdrCD != 0,
-		ad:     flags&hdrAD != 0,
-		name:   s.name[:copy(s.name[:], pkt[headerSize:off])],
+		rd:     flags&dnsmsg.RD != 0,
+		cd:     flags&dnsmsg.CD != 0,
+		ad:     flags&dnsmsg.AD != 0,
+		name:   s.name[:copy(s.name[:], pkt[dnsmsg.HeaderLen:off])],
 		qtype:  binary.BigEndian.Uint16(pkt[off:]),
 		qclass: dns.ClassINET,
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -37,7 +38,7 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnRestartFailed(func() error {
 		withdraw(block, ca.store)
-		unstarted.closeAll() // what a failed new instance opened
+		frontend.CloseUnstarted() // what a failed new instance opened
 		return nil
 	})
 	c.OnStartup(func() error {
@@ -60,7 +61,7 @@ func setup(c *caddy.Controller) error {
 			}
 		}
 		if ca.frontend != nil {
-			if err := setupFrontend(c, cfg, ca); err != nil {
+			if err := frontend.Setup(c, cfg, ca.frontend, pluginName, frontCache{ca}); err != nil {
 				return plugin.Error(pluginName, err)
 			}
 		}
@@ -176,7 +177,9 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 	case "ecs":
 		return parseECS(c, args, ca)
 	case "frontend":
-		return parseFrontend(c, args, ca)
+		fc, err := frontend.Parse(c, args)
+		ca.frontend = fc
+		return err
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -4,38 +4,21 @@ import (
 	"encoding/binary"
 	"slices"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/miekg/dns"
 )
 
 const (
-	headerSize = 12
-	optLen     = 11 // an OPT record without options
-
-	// typicalMsgLen is the size pooled buffers start at: that of the EDNS
-	// buffers of DNS flag day 2020. They grow with the rare larger message
-	// and stay grown in their pool; starting at 64 KiB cost every query in
-	// flight 130 KiB.
-	typicalMsgLen = 1232
-	edeLen        = 6 // an EDE option without EXTRA-TEXT
+	optLen = 11 // an OPT record without options
+	edeLen = 6  // an EDE option without EXTRA-TEXT
 
 	// Compression pointers reach the first 16 KiB of a message.
 	maxPointer = 0x3FFF
 	// maxNames bounds the names the writer remembers for compression; a
 	// name past it is written whole, which is correct, only longer.
 	maxNames = 64
-)
-
-// Header bits in the second 16-bit word (RFC 1035 4.1.1, RFC 4035 3.2).
-const (
-	hdrQR = 1 << 15
-	hdrAA = 1 << 10
-	hdrTC = 1 << 9
-	hdrRD = 1 << 8
-	hdrRA = 1 << 7
-	hdrAD = 1 << 5
-	hdrCD = 1 << 4
 )
 
 // ttlView says how stored TTLs become reply TTLs, and which Extended DNS
@@ -93,7 +76,7 @@ type mark struct {
 }
 
 func newReplyBuffers() replyBuffers {
-	return replyBuffers{msg: make([]byte, 0, typicalMsgLen), marks: make([]mark, 0, 64)}
+	return replyBuffers{msg: make([]byte, 0, dnsmsg.TypicalLen), marks: make([]mark, 0, 64)}
 }
 
 // appendReply writes the reply to q from e: header, the question as the
@@ -112,22 +95,22 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 	if ef&entry.FlagNXName != 0 && !q.do {
 		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
 	}
-	flags := uint16(hdrQR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
+	flags := uint16(dnsmsg.QR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
 	if ef&entry.FlagAA != 0 {
-		flags |= hdrAA
+		flags |= dnsmsg.AA
 	}
 	if ef&entry.FlagRA != 0 {
-		flags |= hdrRA
+		flags |= dnsmsg.RA
 	}
 	// RFC 6840 5.7-5.8: AD only for clients that asked with AD or DO.
 	if ef&entry.FlagAD != 0 && (q.ad || q.do) {
-		flags |= hdrAD
+		flags |= dnsmsg.AD
 	}
 	if q.rd {
-		flags |= hdrRD
+		flags |= dnsmsg.RD
 	}
 	if q.cd {
-		flags |= hdrCD
+		flags |= dnsmsg.CD
 	}
 	msg = binary.BigEndian.AppendUint16(msg, q.id)
 	msg = binary.BigEndian.AppendUint16(msg, flags)
@@ -273,7 +256,7 @@ func appendEchoed(dst []byte, o *dns.OPT) []byte {
 	// its rdata, after the root owner, type, class, TTL and rdlength.
 	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}, Option: opts}
 	start := len(dst)
-	for room := typicalMsgLen; room <= dns.MaxMsgSize; room *= 4 {
+	for room := dnsmsg.TypicalLen; room <= dns.MaxMsgSize; room *= 4 {
 		dst = slices.Grow(dst, room)[:start+room]
 		if n, err := dns.PackRR(opt, dst, start, nil, false); err == nil {
 			return append(dst[:start], dst[start+optLen:n]...)
@@ -301,7 +284,7 @@ func cut(msg []byte, marks []mark, limit int, counts *[3]int) []byte {
 		counts[m.section]++
 	}
 	if n < len(marks) && marks[n].section < 2 {
-		msg[2] |= hdrTC >> 8
+		msg[2] |= dnsmsg.TC >> 8
 	}
 	return msg[:end(msg, marks, n)]
 }
@@ -320,7 +303,7 @@ func end(msg []byte, marks []mark, n int) int {
 func (w *replyWriter) appendName(msg, n []byte) []byte {
 	if !w.qnameSeen {
 		w.qnameSeen = true
-		w.remember(headerSize, msg[headerSize:])
+		w.remember(dnsmsg.HeaderLen, msg[dnsmsg.HeaderLen:])
 	}
 	start := len(msg)
 	for i := 0; n[i] != 0; i += int(n[i]) + 1 {

@@ -1,4 +1,10 @@
-package compactcache
+// Package frontend is a packet cache in front of CoreDNS's server core. It
+// owns client-facing sockets of its own, answers fresh hits straight from
+// the packet through the cache (Cache), and hands everything else (misses,
+// stale and prefetch-due entries, requests the cache does not read) to the
+// server of its block, whose ServeDNS runs the whole chain, the cache
+// included, as if the request had come through the server's own listener.
+package frontend
 
 import (
 	"context"
@@ -6,30 +12,62 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/coredns/coredns/plugin/pkg/transport"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The front end is a packet cache in front of CoreDNS's server core. It owns
-// client-facing sockets of its own, answers fresh hits straight from the
-// packet with the plugin's reply writer, and hands everything else (misses,
-// stale and prefetch-due entries, requests it does not parse) to the server
-// of its block, whose ServeDNS runs the whole chain, compactcache included,
-// as if the request had come through the server's own listener.
+// Cache is what the front end asks of the cache it stands before.
+type Cache interface {
+	// Answerer returns what answers requests of server from the cache, for
+	// one reader of requests at a time.
+	Answerer(server string) Answerer
+	// Counters returns the counters of the requests the front end reads
+	// for server.
+	Counters(server string) Counters
+	// Now returns the time at the cache's resolution.
+	Now() time.Time
+}
 
-// frontendConfig is the `frontend` option.
-type frontendConfig struct {
+// An Answerer answers requests from the cache alone.
+type Answerer interface {
+	// Answer returns the reply to the request pkt from client when the
+	// cache answers it alone, valid until the Answerer's next call, and
+	// fills hit; nil hands the request to the chain. now is the time the
+	// request came in; tcp says the reply has no size limit but the
+	// message's.
+	Answer(pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) []byte
+}
+
+// Hit is what the front end learns of a request the cache answered, for
+// its log line; the rest it reads from the reply.
+type Hit struct {
+	DO      bool
+	UDPSize uint16
+}
+
+// Counters count the requests the front end reads, by what became of them.
+type Counters struct {
+	Hit     prometheus.Counter // answered from the cache
+	Chain   prometheus.Counter // handed to the server of the block
+	Shed    prometheus.Counter // dropped: the chain had too many in flight
+	Dropped prometheus.Counter // unreadable, cut, or refused by the kernel on send
+}
+
+// Config is the `frontend` option.
+type Config struct {
 	udp, tcp []string // host:port to listen on
 	sockets  int      // UDP sockets per address, each read by one goroutine
 	inflight int      // requests through the chain at most; more are shed
@@ -51,23 +89,23 @@ var bypassRefused = map[string]string{
 	"dns64": "AAAA synthesis",
 }
 
-// parseFrontend parses `frontend ADDRESS... { sockets N; inflight N; log N }`.
-// An address is host:port for UDP and TCP, or udp://host:port or
-// tcp://host:port for one of them.
-func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
+// Parse parses `frontend ADDRESS... { sockets N; inflight N; log N }`, args
+// being the addresses. An address is host:port for UDP and TCP, or
+// udp://host:port or tcp://host:port for one of them.
+func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	// RemainingArgs stops before a block's brace, on the same line.
 	block := c.NextArg()
 	if len(args) == 0 {
-		return fmt.Errorf("frontend: want at least one ADDRESS")
+		return nil, fmt.Errorf("frontend: want at least one ADDRESS")
 	}
-	fc := &frontendConfig{sockets: runtime.GOMAXPROCS(0), inflight: defaultInflight}
+	fc := &Config{sockets: runtime.GOMAXPROCS(0), inflight: defaultInflight}
 	for _, a := range args {
 		network, hostport := "", a
 		if i := strings.Index(a, "://"); i >= 0 {
 			network, hostport = a[:i], a[i+3:]
 		}
 		if _, _, err := net.SplitHostPort(hostport); err != nil {
-			return fmt.Errorf("frontend: %q is not HOST:PORT: %v", a, err)
+			return nil, fmt.Errorf("frontend: %q is not HOST:PORT: %v", a, err)
 		}
 		switch network {
 		case "", transport.DNS:
@@ -77,7 +115,7 @@ func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
 		case "tcp":
 			fc.tcp = append(fc.tcp, hostport)
 		default:
-			return fmt.Errorf("frontend: %q: want dns://, udp:// or tcp://, or no scheme", a)
+			return nil, fmt.Errorf("frontend: %q: want dns://, udp:// or tcp://, or no scheme", a)
 		}
 	}
 	for block && c.Next() && c.Val() != "}" {
@@ -93,25 +131,24 @@ func parseFrontend(c *caddy.Controller, args []string, ca *Cache) error {
 			n = &fc.logEvery
 			lowest = 0
 		default:
-			return fmt.Errorf("frontend: unknown option %q", opt)
+			return nil, fmt.Errorf("frontend: unknown option %q", opt)
 		}
 		if len(vals) != 1 {
-			return fmt.Errorf("frontend %s: want one number, got %q", opt, vals)
+			return nil, fmt.Errorf("frontend %s: want one number, got %q", opt, vals)
 		}
 		v, err := strconv.Atoi(vals[0])
 		if err != nil || v < lowest {
-			return fmt.Errorf("frontend %s: %q is not a number of at least %d", opt, vals[0], lowest)
+			return nil, fmt.Errorf("frontend %s: %q is not a number of at least %d", opt, vals[0], lowest)
 		}
 		*n = v
 	}
-	ca.frontend = fc
-	return nil
+	return fc, nil
 }
 
 // frontend is a running front end.
 type frontend struct {
-	c   *Cache
-	cfg *frontendConfig
+	c   Cache
+	cfg *Config
 
 	udp []*net.UDPConn
 	tcp []net.Listener
@@ -119,8 +156,7 @@ type frontend struct {
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
 	ctx    context.Context // what the server gives its own requests
-	m      *serverMetrics
-	fm     frontendMetrics
+	fm     Counters
 
 	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight chan struct{} // a token per request in the chain
@@ -129,7 +165,7 @@ type frontend struct {
 
 // check refuses a block where the front end would skip plugins that guard
 // or change answers, and blocks it cannot serve.
-func (fc *frontendConfig) check(cfg *dnsserver.Config) error {
+func (fc *Config) check(cfg *dnsserver.Config, cache string) error {
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("frontend: needs Linux (recvmmsg, sendmmsg)")
 	}
@@ -140,7 +176,7 @@ func (fc *frontendConfig) check(cfg *dnsserver.Config) error {
 		return fmt.Errorf("frontend: hits would bypass the block's filters (view); remove frontend or the filter")
 	}
 	for _, h := range cfg.Handlers() {
-		if h.Name() == pluginName {
+		if h.Name() == cache {
 			break // plugins after the cache never see hits anyway
 		}
 		if what, ok := bypassRefused[h.Name()]; ok {
@@ -153,7 +189,7 @@ func (fc *frontendConfig) check(cfg *dnsserver.Config) error {
 // listen opens the front end's sockets: SO_REUSEPORT lets several UDP
 // sockets share an address, each read by its own goroutine, and lets a
 // reloaded instance open its sockets before the old one closes.
-func (fc *frontendConfig) listen(c *Cache) (*frontend, error) {
+func (fc *Config) listen(c Cache) (*frontend, error) {
 	fe := &frontend{c: c, cfg: fc, inflight: make(chan struct{}, fc.inflight)}
 	for _, a := range fc.udp {
 		for range fc.sockets {
@@ -181,9 +217,8 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	fe.server = srv
 	ctx := context.WithValue(context.Background(), dnsserver.Key{}, srv)
 	fe.ctx = context.WithValue(ctx, dnsserver.LoopKey{}, 0)
-	fe.m = fe.c.metrics.of(srv.Addr)
-	fe.fm = fe.c.metrics.frontend(srv.Addr)
-	fe.opcodes = allowedOpcodes(srv)
+	fe.fm = fe.c.Counters(srv.Addr)
+	fe.opcodes = coredns.AllowedOpcodes(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
 	}
@@ -204,26 +239,6 @@ func (fe *frontend) close() {
 	fe.wg.Wait()
 }
 
-// fromCache serves pkt from the cache when it is a fresh hit the front end
-// can answer alone, and returns the reply, valid until s's next one. now
-// is the second the batch came in.
-func (fe *frontend) fromCache(s *scratch, pkt []byte, client netip.Addr, tcp bool, now time.Time) []byte {
-	c := fe.c
-	if !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
-		return nil
-	}
-	f := c.lookup(s, now, false)
-	// Prefetches and stale entries need the request as a *dns.Msg for
-	// their refreshes: the chain does them.
-	if f.state != fresh || f.prefetch {
-		return nil
-	}
-	fe.m.requests.Inc()
-	fe.m.hits[f.kind].Inc()
-	fe.fm.hits.Inc()
-	return f.reply
-}
-
 // toChain hands a request to the server's ServeDNS in a goroutine of its
 // own, at most inflight at a time: past that the request is dropped and
 // counted, as a flood of misses must not grow goroutines without bound.
@@ -231,10 +246,10 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	select {
 	case fe.inflight <- struct{}{}:
 	default:
-		fe.fm.shed.Inc()
+		fe.fm.Shed.Inc()
 		return
 	}
-	fe.fm.chain.Inc()
+	fe.fm.Chain.Inc()
 	req := append([]byte(nil), pkt...)
 	go func() {
 		defer func() { <-fe.inflight }()
@@ -246,17 +261,17 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 // handler: it checks the header the way CoreDNS's server asks it to, unpacks
 // the request, checks its TSIG; then the server's ServeDNS runs the chain.
 func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
-	if len(pkt) < headerSize {
-		fe.fm.dropped.Inc()
+	if len(pkt) < dnsmsg.HeaderLen {
+		fe.fm.Dropped.Inc()
 		return // no ID to answer: a reply could only amplify
 	}
 	h := dns.Header{
-		Id:      binary.BigEndian.Uint16(pkt[posID:]),
-		Bits:    binary.BigEndian.Uint16(pkt[posFlags:]),
-		Qdcount: binary.BigEndian.Uint16(pkt[posQDCount:]),
-		Ancount: binary.BigEndian.Uint16(pkt[posANCount:]),
-		Nscount: binary.BigEndian.Uint16(pkt[posNSCount:]),
-		Arcount: binary.BigEndian.Uint16(pkt[posARCount:]),
+		Id:      binary.BigEndian.Uint16(pkt[dnsmsg.OffID:]),
+		Bits:    binary.BigEndian.Uint16(pkt[dnsmsg.OffFlags:]),
+		Qdcount: binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]),
+		Ancount: binary.BigEndian.Uint16(pkt[dnsmsg.OffANCount:]),
+		Nscount: binary.BigEndian.Uint16(pkt[dnsmsg.OffNSCount:]),
+		Arcount: binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:]),
 	}
 	action := dns.DefaultMsgAcceptFunc(h)
 	// CoreDNS's server accepts the opcodes its plugins allow.
@@ -270,13 +285,13 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		if err == nil {
 			break
 		}
-		fe.fm.dropped.Inc()
+		fe.fm.Dropped.Inc()
 		fallthrough
 	case dns.MsgReject, dns.MsgRejectNotImplemented:
 		w.WriteMsg(rejection(r, h, action == dns.MsgRejectNotImplemented))
 		return
 	default:
-		fe.fm.dropped.Inc()
+		fe.fm.Dropped.Inc()
 		return
 	}
 	if t := r.IsTsig(); t != nil {
@@ -290,11 +305,11 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 // question (when it got that far), FORMERR or NOTIMP, nothing else.
 func rejection(r *dns.Msg, h dns.Header, notImplemented bool) *dns.Msg {
 	opcode := int(h.Bits>>11) & 0xF
-	r.Truncated = h.Bits&hdrTC != 0
-	r.RecursionDesired = h.Bits&hdrRD != 0
-	r.RecursionAvailable = h.Bits&hdrRA != 0
-	r.AuthenticatedData = h.Bits&hdrAD != 0
-	r.CheckingDisabled = h.Bits&hdrCD != 0
+	r.Truncated = h.Bits&dnsmsg.TC != 0
+	r.RecursionDesired = h.Bits&dnsmsg.RD != 0
+	r.RecursionAvailable = h.Bits&dnsmsg.RA != 0
+	r.AuthenticatedData = h.Bits&dnsmsg.AD != 0
+	r.CheckingDisabled = h.Bits&dnsmsg.CD != 0
 	r.Id = h.Id
 	r.SetRcodeFormatError(r)
 	r.Zero = false
@@ -376,6 +391,8 @@ func (w *chainWriter) verifyTSIG(pkt []byte, t *dns.TSIG, secrets map[string]str
 	w.tsigSecret, w.tsigMAC = secret, t.MAC
 }
 
+var log = clog.NewWithPlugin("compactcache")
+
 // frontendsKey keeps, in a caddy instance's storage, the front ends its
 // blocks opened, until the instance's servers are up.
 type frontendsKey struct{}
@@ -386,7 +403,7 @@ type pendingFrontend struct {
 	addrs []string // the server addresses of the block, as dnsserver names them
 }
 
-func init() { caddy.RegisterEventHook(pluginName+"-frontend", startFrontends) }
+func init() { caddy.RegisterEventHook("compactcache-frontend", startFrontends) }
 
 // startFrontends starts the front ends of an instance once its servers
 // run: only then does caddy know them, and a front end needs its block's.
@@ -400,7 +417,7 @@ func startFrontends(event caddy.EventName, info any) error {
 	inst.StorageMu.RUnlock()
 	for _, p := range pending {
 		unstarted.remove(p.fe)
-		srv := findServer(inst, p.addrs)
+		srv := coredns.Server(inst, p.addrs)
 		if srv == nil {
 			log.Errorf("frontend: no server for %s among the instance's; the front end stays closed", strings.Join(p.addrs, ", "))
 			p.fe.close()
@@ -413,6 +430,10 @@ func startFrontends(event caddy.EventName, info any) error {
 	unstarted.closeAll()
 	return nil
 }
+
+// CloseUnstarted closes the front ends whose instance's servers never
+// started: a reload failed after their blocks were set up.
+func CloseUnstarted() { unstarted.closeAll() }
 
 // unstarted are the front ends whose sockets are open and whose instance's
 // servers are not up yet. A reload that fails after a block's front end
@@ -459,53 +480,14 @@ func blockAddrs(cfg *dnsserver.Config) []string {
 	return addrs
 }
 
-// findServer returns the instance's server listening on one of addrs.
-// caddy keeps the servers in an unexported field of ServerListener; it is
-// read through reflect, as the server is what the front end must hand
-// requests to and caddy offers no other way to it.
-func findServer(inst *caddy.Instance, addrs []string) *dnsserver.Server {
-	for _, sl := range inst.Servers() {
-		f := reflect.ValueOf(&sl).Elem().FieldByName("server")
-		if !f.IsValid() {
-			return nil
-		}
-		s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
-		if !ok {
-			continue
-		}
-		for _, a := range addrs {
-			if s.Addr == a {
-				return s
-			}
-		}
-	}
-	return nil
-}
-
-// allowedOpcodes returns the opcodes the server accepts besides QUERY and
-// NOTIFY, which its plugins asked for; like the server itself, the field is
-// only reachable through reflect.
-func allowedOpcodes(srv *dnsserver.Server) [16]bool {
-	var ok [16]bool
-	m := reflect.ValueOf(srv).Elem().FieldByName("allowedOpcodes")
-	if m.Kind() != reflect.Map {
-		return ok
-	}
-	for _, k := range m.MapKeys() {
-		if op := k.Int(); op >= 0 && op < int64(len(ok)) {
-			ok[op] = true
-		}
-	}
-	return ok
-}
-
-// setupFrontend opens ca's front end at startup and registers it to start
-// with the servers.
-func setupFrontend(c *caddy.Controller, cfg *dnsserver.Config, ca *Cache) error {
-	if err := ca.frontend.check(cfg); err != nil {
+// Setup opens the front end fc of the block of cfg at startup, before
+// cache, the plugin named name, and registers it to start with the block's
+// servers.
+func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, cache Cache) error {
+	if err := fc.check(cfg, name); err != nil {
 		return err
 	}
-	fe, err := ca.frontend.listen(ca)
+	fe, err := fc.listen(cache)
 	if err != nil {
 		return err
 	}
@@ -548,7 +530,7 @@ func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp
 
 // logHit logs one hit in logEvery in the common format of the log plugin,
 // without the duration; *since counts the hits since the last one logged.
-func (fe *frontend) logHit(since *int, q *query, reqLen int, reply []byte, client netip.AddrPort, proto string) {
+func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, client netip.AddrPort, proto string) {
 	if fe.cfg.logEvery == 0 {
 		return
 	}
@@ -556,9 +538,14 @@ func (fe *frontend) logHit(since *int, q *query, reqLen int, reply []byte, clien
 		return
 	}
 	*since = 0
-	name, _, _ := dns.UnpackDomainName(reply, headerSize)
-	rcode := int(binary.BigEndian.Uint16(reply[posFlags:]) & 0xF)
+	name, off, err := dns.UnpackDomainName(reply, dnsmsg.HeaderLen)
+	if err != nil || len(reply) < off+4 {
+		return // the reply writer wrote it: it unpacks
+	}
+	id := binary.BigEndian.Uint16(reply[dnsmsg.OffID:])
+	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
+	qtype, qclass := binary.BigEndian.Uint16(reply[off:]), binary.BigEndian.Uint16(reply[off+2:])
 	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %d (front end hit, 1 in %d logged)",
-		client, q.id, dns.Type(q.qtype), dns.Class(q.qclass), name, proto, reqLen, q.do, q.udpSize,
+		client, id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, hit.UDPSize,
 		dns.RcodeToString[rcode], len(reply), fe.cfg.logEvery)
 }

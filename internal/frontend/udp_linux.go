@@ -1,4 +1,4 @@
-package compactcache
+package frontend
 
 import (
 	"errors"
@@ -33,13 +33,14 @@ type udpBatch struct {
 	raw   syscall.RawConn
 	local net.Addr
 
-	in      [batchLen]unix.Mmsghdr
-	inIov   [batchLen]unix.Iovec
-	names   [batchLen]unix.RawSockaddrInet6 // room for both families
-	bufs    [batchLen][maxRequest]byte
-	scratch [batchLen]*scratch // each slot's reply lives in its scratch
-	out     [batchLen]unix.Mmsghdr
-	outIov  [batchLen]unix.Iovec
+	in     [batchLen]unix.Mmsghdr
+	inIov  [batchLen]unix.Iovec
+	names  [batchLen]unix.RawSockaddrInet6 // room for both families
+	bufs   [batchLen][maxRequest]byte
+	answer [batchLen]Answerer // each slot's reply lives in its Answerer
+	hit    Hit
+	out    [batchLen]unix.Mmsghdr
+	outIov [batchLen]unix.Iovec
 
 	// On a socket bound to the unspecified address, each reply leaves from
 	// the address its request came to, as miekg/dns's server sends it: the
@@ -75,7 +76,7 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		b.in[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		b.in[i].Hdr.Iov = &b.inIov[i]
 		b.in[i].Hdr.SetIovlen(1)
-		b.scratch[i] = scratchPool.New().(*scratch)
+		b.answer[i] = fe.c.Answerer(fe.server.Addr)
 	}
 	b.recvFn, b.sendFn = b.recv, b.send
 	return b, nil
@@ -100,7 +101,7 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		now := fe.c.now()
+		now := fe.c.Now()
 		b.queued = 0
 		for i := range b.received {
 			b.handle(i, now)
@@ -119,13 +120,13 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	fe := b.fe
 	h := &b.in[i]
 	if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
-		fe.fm.dropped.Inc()
+		fe.fm.Dropped.Inc()
 		return
 	}
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
-	s := b.scratch[i]
-	if reply := fe.fromCache(s, pkt, client.Addr(), false, now); reply != nil {
+	if reply := b.answer[i].Answer(pkt, client.Addr(), false, now, &b.hit); reply != nil {
+		fe.fm.Hit.Inc()
 		k := b.queued
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))
@@ -139,7 +140,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 			}
 		}
 		b.queued++
-		fe.logHit(&b.sinceLogged, &s.q, len(pkt), reply, client, "udp")
+		fe.logHit(&b.sinceLogged, &b.hit, len(pkt), reply, client, "udp")
 		return
 	}
 	client = withScope(client, &b.names[i])
@@ -284,7 +285,7 @@ func (b *udpBatch) send(fd uintptr) bool {
 				h.SetControllen(0)
 				continue
 			}
-			b.fe.fm.dropped.Inc()
+			b.fe.fm.Dropped.Inc()
 			b.sent++
 		}
 	}

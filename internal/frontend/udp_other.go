@@ -1,6 +1,6 @@
 //go:build !linux
 
-package compactcache
+package frontend
 
 import "net"
 

@@ -1,6 +1,8 @@
-package compactcache
+package frontend
 
 import (
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+
 	"encoding/binary"
 	"errors"
 	"io"
@@ -30,7 +32,7 @@ func (fe *frontend) serveTCP(l net.Listener) {
 		select {
 		case open <- struct{}{}:
 		default:
-			fe.fm.shed.Inc()
+			fe.fm.Shed.Inc()
 			conn.Close()
 			continue
 		}
@@ -47,11 +49,11 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	defer conn.Close()
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
+	a := fe.c.Answerer(fe.server.Addr)
+	var hit Hit
 	var sinceLogged int
 	var size [2]byte
-	pkt := make([]byte, typicalMsgLen)
+	pkt := make([]byte, dnsmsg.TypicalLen)
 	for {
 		conn.SetReadDeadline(time.Now().Add(tcpIdle))
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
@@ -64,14 +66,15 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
 			return
 		}
-		if reply := fe.fromCache(s, pkt[:n], client.Addr(), true, fe.c.now()); reply != nil {
-			fe.logHit(&sinceLogged, &s.q, n, reply, client, "tcp")
+		if reply := a.Answer(pkt[:n], client.Addr(), true, fe.c.Now(), &hit); reply != nil {
+			fe.fm.Hit.Inc()
+			fe.logHit(&sinceLogged, &hit, n, reply, client, "tcp")
 			if _, err := t.write(reply); err != nil {
 				return
 			}
 			continue
 		}
-		fe.fm.chain.Inc()
+		fe.fm.Chain.Inc()
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
 }

@@ -1,0 +1,113 @@
+// Package coredns reads the parts of CoreDNS's and caddy's state that they
+// do not export and compactcache needs: the server behind a caddy listener,
+// the opcodes a server accepts, and the writer plugin.NextOrFailure wraps
+// around the next plugin's. Each read goes through reflect here and nowhere
+// else, and each has a test (coredns_test.go) that fails, naming the field,
+// when a CoreDNS version renames or retypes what it reads.
+package coredns
+
+import (
+	"context"
+	"net"
+	"reflect"
+	"unsafe"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/nonwriter"
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
+)
+
+// What is read, by name: the tests check each.
+const (
+	listenerServerField   = "server"         // caddy.ServerListener
+	serverOpcodesField    = "allowedOpcodes" // dnsserver.Server
+	pluginWriterInnerName = 0                // the field of NextOrFailure's writer that holds the wrapped one
+)
+
+// Server returns the instance's server listening on one of addrs, as
+// dnsserver names them (dns://host:port), or nil. caddy keeps the servers in
+// an unexported field of ServerListener, and a front end must hand requests
+// to the server itself.
+func Server(inst *caddy.Instance, addrs []string) *dnsserver.Server {
+	for _, sl := range inst.Servers() {
+		f := reflect.ValueOf(&sl).Elem().FieldByName(listenerServerField)
+		if !f.IsValid() {
+			return nil
+		}
+		s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
+		if !ok {
+			continue
+		}
+		for _, a := range addrs {
+			if s.Addr == a {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// AllowedOpcodes returns the opcodes srv accepts besides QUERY and NOTIFY,
+// which its plugins asked for.
+func AllowedOpcodes(srv *dnsserver.Server) [16]bool {
+	var ok [16]bool
+	m := reflect.ValueOf(srv).Elem().FieldByName(serverOpcodesField)
+	if m.Kind() != reflect.Map {
+		return ok
+	}
+	for _, k := range m.MapKeys() {
+		if op := k.Int(); op >= 0 && op < int64(len(ok)) {
+			ok[op] = true
+		}
+	}
+	return ok
+}
+
+// Nested reports whether w belongs to a nested lookup (autopath, dns64,
+// kubernetes ExternalName, file's out-of-zone CNAME targets): such lookups
+// run the chain with a nonwriter.Writer, whose Write would go straight to the
+// original client. The writer may be wrapped by the server's ScrubWriter and
+// by plugin.NextOrFailure's unexported writer, one per plugin before the
+// cache; Nested sees through both.
+func Nested(w dns.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case *nonwriter.Writer:
+			return true
+		case *request.ScrubWriter:
+			w = t.ResponseWriter
+		default:
+			if reflect.TypeOf(w) != pluginWriterType {
+				return false
+			}
+			w = reflect.ValueOf(w).Elem().Field(pluginWriterInnerName).Interface().(dns.ResponseWriter)
+		}
+	}
+}
+
+// pluginWriterType is the type of the writer plugin.NextOrFailure hands the
+// next plugin, learnt from NextOrFailure itself since it is not exported.
+var pluginWriterType = func() reflect.Type {
+	var t reflect.Type
+	plugin.NextOrFailure("", plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, _ *dns.Msg) (int, error) {
+		t = reflect.TypeOf(w)
+		return 0, nil
+	}), context.Background(), noWriter{}, nil)
+	return t
+}()
+
+// noWriter is a ResponseWriter with nowhere to write, to learn
+// pluginWriterType with.
+type noWriter struct{}
+
+func (noWriter) LocalAddr() net.Addr         { return &net.TCPAddr{} }
+func (noWriter) RemoteAddr() net.Addr        { return &net.TCPAddr{} }
+func (noWriter) WriteMsg(*dns.Msg) error     { return nil }
+func (noWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (noWriter) Close() error                { return nil }
+func (noWriter) TsigStatus() error           { return nil }
+func (noWriter) TsigTimersOnly(bool)         {}
+func (noWriter) Hijack()                     {}

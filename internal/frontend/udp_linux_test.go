@@ -1,0 +1,198 @@
+package frontend
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+)
+
+// cannedCache answers every request with one reply, as a cache with an
+// entry for it would: the front end's own work is what the tests below
+// count (the plugin's tests count the cache's: TestPacketAnswerAsPlugin).
+type cannedCache struct{ reply []byte }
+
+func (c cannedCache) Answerer(string) Answerer { return cannedAnswerer(c) }
+func (c cannedCache) Now() time.Time           { return time.Unix(1_800_000_000, 0) }
+func (c cannedCache) Counters(string) Counters {
+	return Counters{Hit: prometheus.NewCounter(prometheus.CounterOpts{Name: "hit"}), Chain: prometheus.NewCounter(prometheus.CounterOpts{Name: "chain"}),
+		Shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shed"}), Dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})}
+}
+
+type cannedAnswerer cannedCache
+
+func (a cannedAnswerer) Answer(pkt []byte, _ netip.Addr, _ bool, _ time.Time, _ *Hit) []byte {
+	copy(a.reply, pkt[:2]) // the request's ID, as a real answer has it
+	return a.reply
+}
+
+// hitBatch returns a UDP batch of a front end whose first slot holds a
+// request its cache answers, and that answer.
+func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
+	req := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA)
+	req.SetEdns0(1232, true)
+	want := new(dns.Msg).SetReply(req)
+	want.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "www.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(192, 0, 2, 1)}}
+	reply, err := want.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := cannedCache{reply: reply}
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	fe := &frontend{c: c, cfg: &Config{}, fm: c.Counters("test"), server: &dnsserver.Server{Addr: "dns://127.0.0.1:0"}}
+	b, err := newUDPBatch(fe, conn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pkt, _ := req.Pack()
+	copy(b.bufs[0][:], pkt)
+	b.in[0].Len = uint32(len(pkt))
+	b.names[0].Family = unix.AF_INET
+	return b, want
+}
+
+// TestFrontendHitAllocatesNothing answers a hit from a batch slot the way
+// the socket loop does and counts allocations: on a socket of one address,
+// and on one of the unspecified address, whose replies name their source.
+func TestFrontendHitAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	for _, unspecified := range []bool{false, true} {
+		b, want := hitBatch(t)
+		if unspecified {
+			b.pktinfo = true
+			dst := unix.Inet6Pktinfo{Addr: netip.MustParseAddr("2001:db8::53").As16()}
+			b.in[0].Hdr.SetControllen(copy(oobBytes(&b.inOOB[0]), cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&dst))))
+		}
+		now := b.fe.c.Now()
+		allocs := testing.AllocsPerRun(1000, func() {
+			b.queued = 0
+			b.handle(0, now)
+		})
+		if b.queued != 1 {
+			t.Fatalf("unspecified %v: the hit was not queued for sending", unspecified)
+		}
+		got := new(dns.Msg)
+		if err := got.Unpack(unsafe.Slice(b.outIov[0].Base, b.outIov[0].Len)); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("unspecified %v: front end reply\n%s\nplugin reply\n%s", unspecified, got, want)
+		}
+		if named := b.out[0].Hdr.Controllen != 0; named != unspecified {
+			t.Errorf("unspecified %v: the reply names its source: %v", unspecified, named)
+		}
+		if allocs != 0 {
+			t.Errorf("unspecified %v: %v allocations per hit, want 0", unspecified, allocs)
+		}
+	}
+}
+
+// BenchmarkFrontendHit is the front end's work for one hit between the
+// system calls: parse, lookup, reply, queue.
+func BenchmarkFrontendHit(b *testing.B) {
+	batch, _ := hitBatch(b)
+	now := batch.fe.c.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		batch.queued = 0
+		batch.handle(0, now)
+	}
+}
+
+// TestReplySource: the source of a reply is the destination of its request,
+// from either family's control message, wherever it is among the request's.
+func TestReplySource(t *testing.T) {
+	v6 := unix.Inet6Pktinfo{Ifindex: 7}
+	copy(v6.Addr[:], net.ParseIP("2001:db8::53"))
+	v4 := unix.Inet4Pktinfo{Ifindex: 7, Spec_dst: [4]byte{192, 0, 2, 1}, Addr: [4]byte{192, 0, 2, 53}}
+	mapped := unix.Inet6Pktinfo{Ifindex: 7, Addr: netip.AddrFrom4(v4.Addr).As16()}
+	other := cmsg(unix.SOL_SOCKET, unix.SO_TIMESTAMP, make([]byte, 16))
+	short := cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))
+	(*unix.Cmsghdr)(unsafe.Pointer(&short[0])).SetLen(8)
+	tests := []struct {
+		name string
+		oob  []byte
+		want []byte // nil: no control message
+	}{
+		{"IPv6", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6)),
+			cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&unix.Inet6Pktinfo{Addr: v6.Addr}))},
+		{"IPv4 mapped, as a dual-stack socket gets it", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&mapped)),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
+		{"IPv4", cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4)),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
+		{"after another", append(other, cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&v4))...),
+			cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, asBytes(&unix.Inet4Pktinfo{Spec_dst: v4.Addr}))},
+		{"none", nil, nil},
+		{"another only", other, nil},
+		{"cut short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&v6))[:unix.CmsgLen(8)], nil},
+		{"data too short", cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, make([]byte, 8)), nil},
+		{"header's length too short", short, nil},
+	}
+	for _, tc := range tests {
+		var buf [oobLen / 8]uint64
+		dst := oobBytes(&buf)
+		n := replySource(dst, aligned(tc.oob))
+		if !bytes.Equal(dst[:n], tc.want) {
+			t.Errorf("%s: control message %x, want %x", tc.name, dst[:n], tc.want)
+		}
+	}
+}
+
+// cmsg returns a control message of level and type with data, padded.
+func cmsg(level, typ int32, data []byte) []byte {
+	b := make([]byte, unix.CmsgSpace(len(data)))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(b[unix.CmsgLen(0):], data)
+	return b
+}
+
+// aligned returns a copy of b in memory aligned as the kernel aligns
+// control messages.
+func aligned(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	words := make([]uint64, (len(b)+7)/8)
+	out := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(b))
+	copy(out, b)
+	return out
+}
+
+func asBytes[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// TestWithScope: a link-local client's address keeps the interface it came
+// by, for the chain's reply; others are left as they are.
+func TestWithScope(t *testing.T) {
+	linkLocal := unix.RawSockaddrInet6{Family: unix.AF_INET6, Scope_id: 3, Addr: netip.MustParseAddr("fe80::1").As16()}
+	global := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: netip.MustParseAddr("2001:db8::1").As16()}
+	for _, tc := range []struct {
+		sa   *unix.RawSockaddrInet6
+		want string
+	}{
+		{&linkLocal, "[fe80::1%3]:53"},
+		{&global, "[2001:db8::1]:53"},
+	} {
+		tc.sa.Port = 53 << 8 // network byte order
+		if got := withScope(addrPortOf(tc.sa), tc.sa).String(); got != tc.want {
+			t.Errorf("%s, want %s", got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package compactcache
+
+import (
+	"sync"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/entry"
+)
+
+// The state compactcache keeps for the whole process rather than per block,
+// and why each must outlive or span blocks:
+//
+//   - handoffs: a reload makes a new instance before the old one stops, and
+//     a store passes from one to the other only through the process.
+//   - scratchPool, fetchPool: buffers of requests in flight, shared by the
+//     blocks so that an idle block holds none.
+//   - coarse: one clock goroutine ticks for every cache, and stops when no
+//     query has read it for a second.
+//   - the metric families (metrics.go, stockMetrics, storeGauges): the
+//     Prometheus registry the prometheus plugin serves is the process's, and
+//     a family may be registered once in it; storeGauges reads every live
+//     store at a scrape.
+//   - the front ends not yet started (internal/frontend, unstarted): their
+//     sockets are open while caddy swaps instances, and the instance that
+//     opened them may never start.
+//   - the memory mapped outside the Go heap and the huge-page collapses
+//     (internal/store, arena.go): the kernel's, counted once for the process.
+//   - the type of plugin.NextOrFailure's writer (internal/coredns), learnt
+//     once from CoreDNS itself.
+
+// handoffs holds the stores that instances being reloaded offer, by block.
+var handoffs = struct {
+	sync.Mutex
+	m map[string]handoff
+}{m: map[string]handoff{}}
+
+// scratchPool holds requests' buffers (scratch), so that a hit allocates
+// nothing.
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{key: make([]byte, 0, entry.MaxKeyLen), probe: make([]byte, 0, entry.MaxKeyLen), replies: newReplyBuffers()}
+}}
+
+// fetchPool holds the fetches of misses that no other request waited on:
+// the fetch is most of the bytes a miss allocates, and the garbage collector's
+// work grows with them.
+var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
+
+// coarse is the process's clock: every cache reads it.
+var coarse = coarseClock{tick: 10 * time.Millisecond, idle: time.Second}
