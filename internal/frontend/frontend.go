@@ -22,6 +22,7 @@ import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/metrics"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/coredns/coredns/plugin/pkg/transport"
@@ -158,6 +159,12 @@ type frontend struct {
 	ctx    context.Context // what the server gives its own requests
 	fm     Counters
 
+	// The block's prometheus plugin, when one stands before the cache, and
+	// what its series need, known once the server is.
+	prom  *metrics.Metrics
+	view  string
+	zones *metricsZones
+
 	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight chan struct{} // a token per request in the chain
 	wg       sync.WaitGroup
@@ -218,6 +225,9 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	ctx := context.WithValue(context.Background(), dnsserver.Key{}, srv)
 	fe.ctx = context.WithValue(ctx, dnsserver.LoopKey{}, 0)
 	fe.fm = fe.c.Counters(srv.Addr)
+	if fe.prom != nil {
+		fe.zones = newMetricsZones(fe.prom, srv.Addr, fe.view)
+	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
@@ -491,6 +501,7 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 	if err != nil {
 		return err
 	}
+	fe.prom, fe.view = blockMetrics(cfg, name), cfg.ViewName
 	unstarted.add(fe)
 	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
 	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: blockAddrs(cfg)}))

@@ -50,6 +50,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	a := fe.c.Answerer(fe.server.Addr)
+	m := fe.zones.reader()
 	var hit Hit
 	var sinceLogged int
 	var size [2]byte
@@ -66,8 +67,10 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
 			return
 		}
+		start := time.Now()
 		if reply := a.Answer(pkt[:n], client.Addr(), true, fe.c.Now(), &hit); reply != nil {
 			fe.fm.Hit.Inc()
+			m.count(reply, n, client.Addr(), true, &hit, start)
 			fe.logHit(&sinceLogged, &hit, n, reply, client, "tcp")
 			if _, err := t.write(reply); err != nil {
 				return

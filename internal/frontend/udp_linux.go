@@ -39,8 +39,11 @@ type udpBatch struct {
 	bufs   [batchLen][maxRequest]byte
 	answer [batchLen]Answerer // each slot's reply lives in its Answerer
 	hit    Hit
-	out    [batchLen]unix.Mmsghdr
-	outIov [batchLen]unix.Iovec
+
+	metrics *requestMetrics // nil without prometheus before the cache
+	start   time.Time       // when the batch came in, for the duration
+	out     [batchLen]unix.Mmsghdr
+	outIov  [batchLen]unix.Iovec
 
 	// On a socket bound to the unspecified address, each reply leaves from
 	// the address its request came to, as miekg/dns's server sends it: the
@@ -78,6 +81,7 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		b.in[i].Hdr.SetIovlen(1)
 		b.answer[i] = fe.c.Answerer(fe.server.Addr)
 	}
+	b.metrics = fe.zones.reader()
 	b.recvFn, b.sendFn = b.recv, b.send
 	return b, nil
 }
@@ -102,6 +106,9 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 			continue
 		}
 		now := fe.c.Now()
+		if b.metrics != nil {
+			b.start = time.Now()
+		}
 		b.queued = 0
 		for i := range b.received {
 			b.handle(i, now)
@@ -127,6 +134,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	client := addrPortOf(&b.names[i])
 	if reply := b.answer[i].Answer(pkt, client.Addr(), false, now, &b.hit); reply != nil {
 		fe.fm.Hit.Inc()
+		b.metrics.count(reply, len(pkt), client.Addr(), false, &b.hit, b.start)
 		k := b.queued
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))

@@ -1,0 +1,242 @@
+//go:build linux
+
+package compactcache
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// perRequestFamilies are the prometheus plugin's per-request series: what
+// dashboards, alerts and autoscalers built for CoreDNS read.
+var perRequestFamilies = []string{
+	"coredns_dns_requests_total",
+	"coredns_dns_responses_total",
+	"coredns_dns_do_requests_total",
+	"coredns_dns_request_duration_seconds",
+	"coredns_dns_request_size_bytes",
+	"coredns_dns_response_size_bytes",
+}
+
+// seriesOf sums, for every series of the per-request families in zone, its
+// count (the value of a counter, the count of a histogram) and for the size
+// histograms its sum, by family and labels; the server and zone labels are
+// left out, so that two blocks can be compared.
+func seriesOf(t *testing.T, zone string) (counts, sums map[string]float64) {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, sums = map[string]float64{}, map[string]float64{}
+	for _, f := range families {
+		if !contains(perRequestFamilies, f.GetName()) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			inZone := false
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "zone":
+					inZone = l.GetValue() == zone
+				case "server":
+				default:
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+			}
+			if !inZone {
+				continue
+			}
+			sort.Strings(labels)
+			k := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				counts[k] += m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				counts[k] += float64(m.GetHistogram().GetSampleCount())
+				if strings.HasSuffix(f.GetName(), "_bytes") {
+					sums[k] += m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return counts, sums
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFrontendHitsCountedAsPluginHits sends one stream of queries (misses,
+// hits, NXDOMAIN, NODATA, DO, CD, TCP, IPv6, a truncated answer) to a block
+// in plugin mode and to a block served by a front end, in one instance, and
+// compares what the prometheus plugin's per-request series say of each:
+// the same counts in every series, the same sizes but for the few bytes
+// that the order of compression changes. The front end must have answered
+// the hits itself: one that handed everything to the chain fails.
+func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
+	const chainZone, frontZone = "chain.metrics.test.", "front.metrics.test."
+	u := newUpstream()
+	for _, z := range []string{chainZone, frontZone} {
+		soa := []dns.RR{test.SOA(z + " 300 IN SOA ns." + z + " admin." + z + " 1 7200 3600 1209600 60")}
+		u.add("www."+z, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + z + " 300 IN A 192.0.2.1")}, nil, nil)
+		u.add("www."+z, dns.TypeAAAA, dns.RcodeSuccess, nil, soa, nil)
+		u.add("nx."+z, dns.TypeA, dns.RcodeNameError, nil, soa, nil)
+		var big []dns.RR
+		for i := range 40 {
+			big = append(big, test.TXT(fmt.Sprintf(`big.%s 300 IN TXT "record %02d of a set too large for 512 bytes"`, z, i)))
+		}
+		u.add("big."+z, dns.TypeTXT, dns.RcodeSuccess, big, nil, nil)
+	}
+	up := startUpstream(t, u)
+	fe4 := freePort(t)
+	_, port, _ := net.SplitHostPort(fe4)
+	fe6 := net.JoinHostPort("::1", port)
+	block := func(zone, cache string) string {
+		return zone + `:0 {
+	bind 127.0.0.1 ::1
+	prometheus 127.0.0.1:0
+	` + cache + `
+	forward . ` + up + `
+}
+`
+	}
+	serverMu.Lock()
+	caddy.Quiet, dnsserver.Quiet = true, true
+	inst, err := caddy.Start(corefileInput(block(chainZone, "compactcache") + block(frontZone, "compactcache {\n\t\tfrontend "+fe4+" "+fe6+"\n\t}")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop() })
+	listeners := map[string]string{} // by family, the servers' own UDP and TCP addresses
+	for _, s := range inst.Servers() {
+		a := s.LocalAddr().String()
+		if strings.HasPrefix(a, "[") {
+			listeners["6"] = a
+		} else {
+			listeners["4"], listeners["4tcp"] = a, s.Addr().String()
+		}
+	}
+	if listeners["4"] == "" || listeners["6"] == "" {
+		t.Fatalf("servers %v: want one on 127.0.0.1 and one on ::1", listeners)
+	}
+
+	type query struct {
+		name   string
+		qtype  uint16
+		do, cd bool
+		tcp    bool
+		v6     bool
+		edns   bool
+	}
+	stream := []query{
+		{name: "www", qtype: dns.TypeA, edns: true}, // the miss
+		{name: "www", qtype: dns.TypeA, edns: true}, // hits from here on, but where noted
+		{name: "www", qtype: dns.TypeA, edns: true, do: true},
+		{name: "www", qtype: dns.TypeA, edns: true, cd: true}, // a miss: CD has entries of its own
+		{name: "www", qtype: dns.TypeA, edns: true, cd: true},
+		{name: "nx", qtype: dns.TypeA}, // a miss
+		{name: "nx", qtype: dns.TypeA},
+		{name: "www", qtype: dns.TypeAAAA}, // a miss: NODATA
+		{name: "www", qtype: dns.TypeAAAA},
+		{name: "www", qtype: dns.TypeA, tcp: true},
+		{name: "www", qtype: dns.TypeA, v6: true},
+		{name: "big", qtype: dns.TypeTXT}, // a miss, asked again over TCP upstream
+		{name: "big", qtype: dns.TypeTXT}, // a hit, truncated to 512 bytes
+	}
+	const wantHits = 8
+	ask := func(zone string, front bool) {
+		for i, q := range stream {
+			m := new(dns.Msg).SetQuestion(q.name+"."+zone, q.qtype)
+			m.CheckingDisabled = q.cd
+			if q.edns || q.do {
+				m.SetEdns0(1232, q.do)
+			}
+			addr := listeners["4"]
+			switch {
+			case front && q.v6:
+				addr = fe6
+			case front:
+				addr = fe4
+			case q.v6:
+				addr = listeners["6"]
+			case q.tcp:
+				addr = listeners["4tcp"]
+			}
+			var r *dns.Msg
+			if q.tcp {
+				r = exchangeTCP(t, addr, m)
+			} else {
+				r, _ = exchangeUDP(t, addr, m)
+			}
+			if want := map[string]int{"nx": dns.RcodeNameError}[q.name]; r.Rcode != want {
+				t.Fatalf("%s query %d: rcode %s", zone, i, dns.RcodeToString[r.Rcode])
+			}
+			if q.name == "big" && !r.Truncated {
+				t.Fatalf("%s query %d: the large answer came whole over UDP", zone, i)
+			}
+		}
+	}
+	hits := frontendCount(frontZone, "hit")
+	ask(chainZone, false)
+	ask(frontZone, true)
+	if got := frontendCount(frontZone, "hit") - hits; got != wantHits {
+		t.Errorf("the front end answered %v hits itself, want %d", got, wantHits)
+	}
+
+	// The prometheus plugin counts a request once its reply is written:
+	// the last may come in after the client has its reply.
+	var chain, front, chainSums, frontSums map[string]float64
+	total := func(counts map[string]float64) (n float64) {
+		for k, v := range counts {
+			if strings.HasPrefix(k, "coredns_dns_requests_total{") {
+				n += v
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		chain, chainSums = seriesOf(t, chainZone)
+		front, frontSums = seriesOf(t, frontZone)
+		if total(chain) >= float64(len(stream)) && total(front) >= float64(len(stream)) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n := total(chain); n != float64(len(stream)) {
+		t.Fatalf("plugin mode: %v requests counted, want %d", n, len(stream))
+	}
+	for k, v := range chain {
+		if front[k] != v {
+			t.Errorf("%s: %v through the front end, %v in plugin mode", k, front[k], v)
+		}
+	}
+	for k, v := range front {
+		if _, ok := chain[k]; !ok {
+			t.Errorf("%s: %v through the front end, none in plugin mode", k, v)
+		}
+	}
+	for k, v := range chainSums {
+		if d := math.Abs(frontSums[k] - v); d > 8*chain[k] {
+			t.Errorf("%s: sum %v through the front end, %v in plugin mode", k, frontSums[k], v)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package frontend
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/metrics/vars"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A hit the front end answers never reaches the prometheus plugin, which in
+// plugin mode counts every request in its per-request series (vars.Report).
+// requestMetrics counts front-end hits in those series, with the labels
+// vars.Report gives the same request, so that dashboards, alerts and
+// autoscalers see one stream whichever path a hit took. vars.Report needs a
+// request.Request and allocates; here the labels are read off the request
+// and the reply, and each series is resolved once per reader of requests.
+
+// cachePlugin is the plugin label of a reply the cache wrote: what the
+// metrics recorder learns through plugin.PluginTracker in plugin mode.
+const cachePlugin = "compactcache"
+
+// metricsZones is what requestMetrics needs of the block's prometheus
+// plugin: its server, view and zones (the block's keys), for the zone label.
+type metricsZones struct {
+	server, view string
+	names        []string // as the prometheus plugin has them
+	wire         [][]byte // the same, lowercased wire names
+}
+
+// blockMetrics returns what the front end of the block of cfg needs to
+// count hits as the prometheus plugin would, or nil when no prometheus
+// plugin stands before the cache, the plugin named cache: then hits do no
+// registry work at all.
+func blockMetrics(cfg *dnsserver.Config, cache string) *metrics.Metrics {
+	for _, h := range cfg.Handlers() {
+		if m, ok := h.(*metrics.Metrics); ok {
+			return m
+		}
+		if h.Name() == cache {
+			return nil // plugins after the cache never see hits
+		}
+	}
+	return nil
+}
+
+func newMetricsZones(m *metrics.Metrics, server, view string) *metricsZones {
+	z := &metricsZones{server: server, view: view, names: m.ZoneNames()}
+	for _, n := range z.names {
+		b := make([]byte, entry.MaxNameLen)
+		l, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(n)), b, 0, nil, false)
+		if err != nil {
+			l = 1 // the root, which the plugin would match too
+			b[0] = 0
+		}
+		z.wire = append(z.wire, b[:l])
+	}
+	return z
+}
+
+// zone returns the label the prometheus plugin gives a request for name, a
+// wire name: the longest of its zones that holds name, else ".".
+func (z *metricsZones) zone(name []byte) string {
+	best := -1
+	for off := 0; off < len(name); off += int(name[off]) + 1 {
+		for i, w := range z.wire {
+			if len(w) == len(name)-off && (best < 0 || len(w) > len(z.wire[best])) && entry.EqualFoldWire(w, name[off:]) {
+				best = i
+			}
+		}
+		if name[off] == 0 {
+			break
+		}
+	}
+	if best < 0 {
+		return "."
+	}
+	return z.names[best]
+}
+
+// requestLabels are the labels of one request in the prometheus plugin's
+// per-request series, besides the server's and the view's.
+type requestLabels struct {
+	zone   string
+	proto  string // udp or tcp
+	family string // 1 for IPv4, 2 for IPv6
+	qtype  string // the type, or "other" for those vars does not monitor
+	rcode  string
+	do     bool
+}
+
+// labelsOf returns the labels vars.Report gives a request of name and qtype
+// from client over tcp or UDP, with DO or not, answered with rcode.
+func (z *metricsZones) labelsOf(name []byte, qtype uint16, client netip.Addr, tcp, do bool, rcode int) requestLabels {
+	l := requestLabels{zone: z.zone(name), proto: "udp", family: "1", qtype: "other", do: do}
+	if tcp {
+		l.proto = "tcp"
+	}
+	// request.Family: an address with an IPv4 form is family 1.
+	if client.Is6() && !client.Is4In6() {
+		l.family = "2"
+	}
+	if _, ok := monitoredTypes[qtype]; ok {
+		l.qtype = dns.Type(qtype).String()
+	}
+	l.rcode = rcodeString(rcode)
+	return l
+}
+
+// monitoredTypes are the types vars.Report names in its type label (its
+// monitorType); every other type is "other".
+var monitoredTypes = map[uint16]struct{}{
+	dns.TypeAAAA: {}, dns.TypeA: {}, dns.TypeCNAME: {}, dns.TypeDNSKEY: {}, dns.TypeDS: {},
+	dns.TypeMX: {}, dns.TypeNSEC3: {}, dns.TypeNSEC: {}, dns.TypeNS: {}, dns.TypePTR: {},
+	dns.TypeRRSIG: {}, dns.TypeSOA: {}, dns.TypeSRV: {}, dns.TypeTXT: {}, dns.TypeHTTPS: {},
+	dns.TypeSVCB: {}, dns.TypeIXFR: {}, dns.TypeAXFR: {}, dns.TypeANY: {},
+}
+
+// rcodeString is rcode.ToString, the prometheus plugin's rcode label.
+func rcodeString(rcode int) string {
+	if s, ok := dns.RcodeToString[rcode]; ok {
+		return s
+	}
+	return "RCODE" + strconv.Itoa(rcode)
+}
+
+// series are the metrics of one label set, resolved.
+type series struct {
+	requests, responses, do prometheus.Counter
+	duration                prometheus.Observer
+	requestSize             prometheus.Observer
+	responseSize            prometheus.Observer
+}
+
+func (z *metricsZones) resolve(l requestLabels) *series {
+	s := &series{
+		requests:     vars.RequestCount.WithLabelValues(z.server, l.zone, z.view, l.proto, l.family, l.qtype),
+		responses:    vars.ResponseRcode.WithLabelValues(z.server, l.zone, z.view, l.rcode, cachePlugin),
+		duration:     vars.RequestDuration.WithLabelValues(z.server, l.zone, z.view),
+		requestSize:  vars.RequestSize.WithLabelValues(z.server, l.zone, z.view, l.proto),
+		responseSize: vars.ResponseSize.WithLabelValues(z.server, l.zone, z.view, l.proto),
+	}
+	if l.do {
+		s.do = vars.RequestDo.WithLabelValues(z.server, l.zone, z.view)
+	}
+	return s
+}
+
+// requestMetrics counts the hits of one reader of requests (a UDP socket's
+// goroutine, a TCP connection's) in the prometheus plugin's series. The
+// series it has met are kept by their labels in a map of its own, which no
+// other goroutine touches: a hit takes no lock and, once its series is
+// known, allocates nothing.
+type requestMetrics struct {
+	z      *metricsZones
+	series map[requestLabels]*series
+}
+
+func (z *metricsZones) reader() *requestMetrics {
+	if z == nil {
+		return nil
+	}
+	return &requestMetrics{z: z, series: map[requestLabels]*series{}}
+}
+
+// count counts the hit that answered the request of reqLen bytes from
+// client with reply, which came in at start.
+func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp bool, hit *Hit, start time.Time) {
+	if m == nil {
+		return
+	}
+	end := entry.NameEnd(reply, dnsmsg.HeaderLen)
+	if end < 0 || len(reply) < end+2 {
+		return // the reply writer wrote it: it has its question
+	}
+	name := reply[dnsmsg.HeaderLen:end]
+	qtype := binary.BigEndian.Uint16(reply[end:])
+	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
+	l := m.z.labelsOf(name, qtype, client, tcp, hit.DO, rcode)
+	s, ok := m.series[l]
+	if !ok {
+		s = m.z.resolve(l)
+		m.series[l] = s
+	}
+	if s.do != nil {
+		s.do.Inc()
+	}
+	s.requests.Inc()
+	s.duration.Observe(time.Since(start).Seconds())
+	s.responseSize.Observe(float64(len(reply)))
+	s.requestSize.Observe(float64(reqLen))
+	s.responses.Inc()
+}
