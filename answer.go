@@ -4,7 +4,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/coredns/coredns/plugin"
 )
 
 // The cache as the front end sees it (frontend.Cache): requests answered
@@ -14,6 +16,35 @@ import (
 // frontCache is c behind the front end's interface, which the plugin's own
 // API does not show.
 type frontCache struct{ c *Cache }
+
+// frontPolicy is what the plugins before the cache ask of the replies the
+// front end writes for it.
+type frontPolicy struct {
+	// rotate: loadbalance's round_robin order, which the reply writer
+	// applies itself (replyBuffers.rotation).
+	rotate bool
+	// chain: a plugin reorders replies in a way only it can (loadbalance's
+	// weighted policy, prefer): every request goes to the chain.
+	chain bool
+}
+
+// frontPolicyOf returns the policy of a block whose chain is handlers.
+func frontPolicyOf(handlers []plugin.Handler) frontPolicy {
+	var p frontPolicy
+	for _, h := range handlers {
+		switch h.Name() {
+		case pluginName:
+			return p // plugins after the cache never see hits
+		case "loadbalance":
+			if coredns.RoundRobin(h) {
+				p.rotate = true
+			} else {
+				p.chain = true
+			}
+		}
+	}
+	return p
+}
 
 func (fc frontCache) Now() time.Time { return fc.c.now() }
 
@@ -36,9 +67,10 @@ type packetAnswerer struct {
 // refreshes: the chain serves them.
 func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *frontend.Hit) []byte {
 	c, s := a.c, a.s
-	if !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
+	if c.front.chain || !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
 		return nil
 	}
+	s.q.rotate = c.front.rotate
 	f := c.lookup(s, now, false)
 	if f.state != fresh || f.prefetch {
 		return nil

@@ -80,6 +80,7 @@ type Cache struct {
 
 	ecs      ecsConfig
 	frontend *frontend.Config // nil unless the block asks for one
+	front    frontPolicy      // what the block's plugins ask of the front end's replies
 
 	refreshes refreshes
 	flights   flights

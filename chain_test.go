@@ -162,22 +162,40 @@ func TestChainRewriteAnswerAuto(t *testing.T) {
 	}
 }
 
-// TestChainLoadbalanceRotates: loadbalance shuffles in WriteMsg; on Write it
-// warns and passes the bytes in the cached order.
+// TestChainLoadbalanceRotates: loadbalance shuffles in WriteMsg (on Write it
+// warns and passes the bytes in the cached order), and the front end's
+// reply writer shuffles its hits itself.
 func TestChainLoadbalanceRotates(t *testing.T) {
-	t.Parallel()
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testChainLoadbalanceRotates(t, mode)
+		})
+	}
+}
+
+func testChainLoadbalanceRotates(t *testing.T, mode cacheMode) {
 	u := newUpstream()
 	var rrs []dns.RR
 	for i := 1; i <= 4; i++ {
 		rrs = append(rrs, test.A("lb.example.org. 300 IN A 192.0.2."+strconv.Itoa(i)))
 	}
 	u.add("lb.example.org.", dns.TypeA, dns.RcodeSuccess, rrs, nil, nil)
-	udp, _ := startCoreDNS(t, `.:0 {
+	options := "compactcache"
+	udp := ""
+	if mode.frontend {
+		udp = freePort(t)
+		options = "compactcache {\n\t\tfrontend " + udp + "\n\t}"
+	}
+	plain, _ := startCoreDNS(t, `.:0 {
 	bind 127.0.0.1
 	loadbalance round_robin
-	compactcache
+	`+options+`
 	forward . `+startUpstream(t, u)+`
 }`)
+	if udp == "" {
+		udp = plain
+	}
 	req := test.Case{Qname: "lb.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, udp, req) // the miss
 	orders := map[string]bool{}

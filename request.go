@@ -49,6 +49,7 @@ type query struct {
 	ecs     subnet
 	opts    []byte // EDNS options echoed in wire form, see echoedOptions
 	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
+	rotate  bool   // records rotated as by loadbalance (replyBuffers.rotation)
 }
 
 // takes reports whether an entry found under q's key may answer q: an answer

@@ -61,6 +61,7 @@ func setup(c *caddy.Controller) error {
 			}
 		}
 		if ca.frontend != nil {
+			ca.front = frontPolicyOf(cfg.Handlers())
 			if err := frontend.Setup(c, cfg, ca.frontend, pluginName, frontCache{ca}); err != nil {
 				return plugin.Error(pluginName, err)
 			}

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/compactcache/compactcache/internal/dnsmsg"
@@ -54,6 +55,9 @@ type replyBuffers struct {
 	msg   []byte
 	marks []mark
 	w     replyWriter
+
+	order  []int    // records in the order written, when rotated (rotation)
+	groups [4][]int // rotation's CNAME, other, address and MX records
 }
 
 // replyWriter writes the records of one reply, compressing their names
@@ -121,12 +125,22 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 
 	var counts [3]int
 	off := e.RecordsStart()
+	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
 	for s := range counts {
 		var prevType uint16
 		var prevOwner []byte
-		for range e.Count(s) {
+		n := e.Count(s)
+		var order []int
+		if rotate && n > 1 {
+			order, off = b.rotation(e, off, n)
+		}
+		for i := range n {
 			var r entry.Record
-			off = e.Record(off, &r)
+			if order != nil {
+				e.Record(order[i], &r)
+			} else {
+				off = e.Record(off, &r)
+			}
 			if r.Flags&entry.RecDNSSEC != 0 && !q.do && !entry.AskedFor(r.Type, s, q.qtype) {
 				continue
 			}
@@ -160,6 +174,49 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 	binary.BigEndian.PutUint16(msg[10:], uint16(counts[2]))
 	b.msg, b.marks = msg, marks
 	return msg
+}
+
+// rotation returns the offsets of the n records of a section of e, which
+// starts at off, in the order the loadbalance plugin's round_robin policy
+// gives them (its randomShuffle): CNAME records first, then those of other
+// types, then the address records in a random order, then the MX records
+// in a random order; and the offset past the section. The records are
+// written in that order, so that MX and the other records that compress
+// names point at what precedes them in the reply, as when loadbalance
+// reorders a *dns.Msg before it is packed.
+func (b *replyBuffers) rotation(e entry.Entry, off, n int) ([]int, int) {
+	cname, rest, addr, mx := b.groups[0][:0], b.groups[1][:0], b.groups[2][:0], b.groups[3][:0]
+	var r entry.Record
+	for range n {
+		at := off
+		off = e.Record(off, &r)
+		switch r.Type {
+		case dns.TypeCNAME:
+			cname = append(cname, at)
+		case dns.TypeA, dns.TypeAAAA:
+			addr = append(addr, at)
+		case dns.TypeMX:
+			mx = append(mx, at)
+		default:
+			rest = append(rest, at)
+		}
+	}
+	shuffle(addr)
+	shuffle(mx)
+	order := append(append(append(append(b.order[:0], cname...), rest...), addr...), mx...)
+	b.groups = [4][]int{cname, rest, addr, mx}
+	b.order = order
+	return order, off
+}
+
+// shuffle puts offs in a random order, as loadbalance's roundRobinShuffle
+// does (Fisher-Yates), from the runtime's per-thread generator, which takes
+// no lock.
+func shuffle(offs []int) {
+	for j := range len(offs) - 1 {
+		p := j + int(rand.Uint32()%uint32(len(offs)-j))
+		offs[j], offs[p] = offs[p], offs[j]
+	}
 }
 
 func (w *replyWriter) appendRecord(msg []byte, r *entry.Record, ttl uint32) []byte {

@@ -1,7 +1,9 @@
 package compactcache
 
 import (
+	"math"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -63,5 +65,90 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 		if got := reply.Answer[i].Header().Ttl; got != want {
 			t.Errorf("record of TTL %d in an entry of %d, aged %d s: a reply gives it %d, want %d", ttl, entryTTL, age, got, want)
 		}
+	}
+}
+
+// TestRotationAsLoadbalance writes a reply of every record kind the
+// loadbalance plugin's round_robin policy regroups, rotated, many times:
+// each reply keeps loadbalance's grouping (CNAME, other types, addresses,
+// MX) in every section, unpacks with its MX targets intact, and every order
+// of the addresses and of the MX records comes about as often as the others.
+func TestRotationAsLoadbalance(t *testing.T) {
+	m := new(dns.Msg).SetQuestion("a.example.org.", dns.TypeA)
+	m.Response = true
+	m.Answer = []dns.RR{
+		mustRR(t, "a.example.org. 300 IN A 192.0.2.1"),
+		mustRR(t, "a.example.org. 300 IN MX 10 mx1.example.org."),
+		mustRR(t, "a.example.org. 300 IN TXT \"t\""),
+		mustRR(t, "a.example.org. 300 IN A 192.0.2.2"),
+		mustRR(t, "a.example.org. 300 IN CNAME b.example.org."),
+		mustRR(t, "a.example.org. 300 IN AAAA 2001:db8::3"),
+		mustRR(t, "a.example.org. 300 IN MX 20 mx2.example.org."),
+	}
+	m.Extra = []dns.RR{mustRR(t, "mx1.example.org. 300 IN A 192.0.2.25"), mustRR(t, "mx2.example.org. 300 IN A 192.0.2.26")}
+	e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte("\x01a\x07example\x03org\x00"), dns.TypeA, dns.ClassINET, false), "a.example.org.", 1, 300, 0, 0, defaultMaxEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := query{id: 1, name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET, limit: dns.MaxMsgSize, rotate: true}
+	b := newReplyBuffers()
+	const n = 6000
+	addrOrders, mxOrders, extraOrders := map[string]int{}, map[string]int{}, map[string]int{}
+	for range n {
+		r := new(dns.Msg)
+		if err := r.Unpack(b.appendReply(&q, e, ttlView{})); err != nil {
+			t.Fatalf("a rotated reply does not unpack: %v", err)
+		}
+		var types, addrs, mxs []string
+		for _, rr := range r.Answer {
+			types = append(types, dns.TypeToString[rr.Header().Rrtype])
+			switch rr := rr.(type) {
+			case *dns.A:
+				addrs = append(addrs, rr.A.String())
+			case *dns.AAAA:
+				addrs = append(addrs, rr.AAAA.String())
+			case *dns.MX:
+				mxs = append(mxs, rr.Mx)
+			}
+		}
+		if got := strings.Join(types, " "); got != "CNAME TXT A A AAAA MX MX" && got != "CNAME TXT A AAAA A MX MX" && got != "CNAME TXT AAAA A A MX MX" {
+			t.Fatalf("answer section in the order %s: not loadbalance's grouping", got)
+		}
+		addrOrders[strings.Join(addrs, " ")]++
+		mxOrders[strings.Join(mxs, " ")]++
+		var extra []string
+		for _, rr := range r.Extra {
+			extra = append(extra, rr.(*dns.A).A.String())
+		}
+		extraOrders[strings.Join(extra, " ")]++
+	}
+	// Each of 6 orders of the addresses is expected n/6 times; 4 standard
+	// deviations (about 116) either side fail one run in 10^4.
+	for _, c := range []struct {
+		what   string
+		orders map[string]int
+		want   int
+	}{{"addresses", addrOrders, 6}, {"MX records", mxOrders, 2}, {"additional addresses", extraOrders, 2}} {
+		if len(c.orders) != c.want {
+			t.Errorf("%s: %d orders over %d replies, want %d: %v", c.what, len(c.orders), n, c.want, c.orders)
+		}
+		mean := float64(n) / float64(c.want)
+		sd := math.Sqrt(mean * (1 - 1/float64(c.want)))
+		for order, k := range c.orders {
+			if math.Abs(float64(k)-mean) > 4*sd {
+				t.Errorf("%s: order %q in %d of %d replies, expected %.0f", c.what, order, k, n, mean)
+			}
+		}
+	}
+	if !raceEnabled {
+		if allocs := testing.AllocsPerRun(100, func() { b.appendReply(&q, e, ttlView{}) }); allocs != 0 {
+			t.Errorf("%v allocations per rotated reply, want 0", allocs)
+		}
+	}
+	// Without rotation the order is the upstream's.
+	q.rotate = false
+	r := new(dns.Msg)
+	if err := r.Unpack(b.appendReply(&q, e, ttlView{})); err != nil || r.Answer[0].Header().Rrtype != dns.TypeA || r.Answer[4].Header().Rrtype != dns.TypeCNAME {
+		t.Errorf("a reply not rotated is in another order than the upstream's: %v, %v", r.Answer, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"net"
 	"reflect"
+	"runtime"
 	"unsafe"
 
 	"github.com/coredns/caddy"
@@ -25,6 +26,9 @@ const (
 	listenerServerField   = "server"         // caddy.ServerListener
 	serverOpcodesField    = "allowedOpcodes" // dnsserver.Server
 	pluginWriterInnerName = 0                // the field of NextOrFailure's writer that holds the wrapped one
+	shuffleField          = "shuffle"        // loadbalance.LoadBalance
+	// randomShuffle is loadbalance's round_robin policy, without prefer.
+	randomShuffle = "github.com/coredns/coredns/plugin/loadbalance.randomShuffle"
 )
 
 // Server returns the instance's server listening on one of addrs, as
@@ -64,6 +68,28 @@ func AllowedOpcodes(srv *dnsserver.Server) [16]bool {
 		}
 	}
 	return ok
+}
+
+// RoundRobin reports whether h, the loadbalance plugin, shuffles replies
+// with its round_robin policy and nothing else: a random order of the
+// address and of the MX records of each section, regrouped as CNAME, other,
+// address, MX, which a reply writer can apply itself. The weighted policy
+// and prefer's subnets only the plugin can. The policy is an unexported
+// function value; its name says which.
+func RoundRobin(h plugin.Handler) bool {
+	v := reflect.ValueOf(h)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return false
+	}
+	f := v.FieldByName(shuffleField)
+	if f.Kind() != reflect.Func || f.IsNil() {
+		return false
+	}
+	fn := runtime.FuncForPC(f.Pointer())
+	return fn != nil && fn.Name() == randomShuffle
 }
 
 // Nested reports whether w belongs to a nested lookup (autopath, dns64,

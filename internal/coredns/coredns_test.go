@@ -2,6 +2,8 @@ package coredns
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
@@ -103,3 +106,42 @@ type corefile string
 func (c corefile) Body() []byte       { return []byte(c) }
 func (c corefile) Path() string       { return "Corefile" }
 func (c corefile) ServerType() string { return "dns" }
+
+// TestRoundRobin sets up loadbalance as a Corefile does and tells its
+// policies apart: round_robin (the default) is the writer's to apply; the
+// weighted policy and prefer are not.
+func TestRoundRobin(t *testing.T) {
+	weights := filepath.Join(t.TempDir(), "weights")
+	if err := os.WriteFile(weights, []byte("www.example.org\n192.0.2.1 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setup, err := caddy.DirectiveAction("dns", "loadbalance")
+	if err != nil {
+		t.Fatalf("loadbalance is not registered: %v", err)
+	}
+	for _, tc := range []struct {
+		input string
+		want  bool
+	}{
+		{"loadbalance", true},
+		{"loadbalance round_robin", true},
+		{"loadbalance round_robin {\n prefer 10.0.0.0/8\n}", false},
+		{"loadbalance weighted " + weights, false},
+	} {
+		c := caddy.NewTestController("dns", tc.input)
+		if err := setup(c); err != nil {
+			t.Fatalf("%q: %v", tc.input, err)
+		}
+		plugins := dnsserver.GetConfig(c).Plugin
+		if len(plugins) != 1 {
+			t.Fatalf("%q: %d plugins", tc.input, len(plugins))
+		}
+		h := plugins[0](nil)
+		if got := RoundRobin(h); got != tc.want {
+			t.Errorf("%q: RoundRobin %v, want %v (loadbalance.LoadBalance's %q or its round_robin function %s renamed?)", tc.input, got, tc.want, shuffleField, randomShuffle)
+		}
+	}
+	if RoundRobin(plugin.HandlerFunc(nil)) {
+		t.Error("RoundRobin of a handler that is not loadbalance")
+	}
+}
