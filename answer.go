@@ -1,12 +1,17 @@
 package compactcache
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/response"
+	"github.com/miekg/dns"
 )
 
 // The cache as the front end sees it (frontend.Cache): requests answered
@@ -77,6 +82,21 @@ func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now tim
 	}
 	a.m.requests.Inc()
 	a.m.hits[f.kind].Inc()
-	hit.DO, hit.UDPSize = s.q.do, s.q.udpSize
+	hit.DO, hit.UDPSize, hit.Class = s.q.do, s.q.udpSize, classOf(f.reply, f.kind)
 	return f.reply
+}
+
+// classOf is the class the log plugin's filter gives reply, of an entry of
+// kind (response.Classify of response.Typify): errors, denials (NXDOMAIN,
+// and NODATA, an entry of the denial kind), successes.
+func classOf(reply []byte, kind int) response.Class {
+	switch rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF); {
+	case rcode == dns.RcodeNameError:
+		return response.Denial
+	case rcode != dns.RcodeSuccess:
+		return response.Error
+	case kind == store.KindDenial:
+		return response.Denial
+	}
+	return response.Success
 }

@@ -51,6 +51,8 @@ var (
 		"The number of responses not cached because they exceed the per-entry limit.")
 	frontendRequests = counterVec("frontend_requests_total", resultLabels,
 		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
+	frontendLogDropped = counterVec("frontend_log_dropped_total", blockLabels,
+		"The front end's hits whose access log line (for the block's log plugin) was dropped: the log did not keep up.")
 )
 
 // deprecated marks the help of a family that repeats the stock one named.
@@ -414,5 +416,6 @@ func (s *metricsSet) frontend(server string) frontend.Counters {
 	of := func(result string) prometheus.Counter {
 		return frontendRequests.WithLabelValues(server, s.zones, s.view, result)
 	}
-	return frontend.Counters{Hit: of("hit"), Chain: of("chain"), Shed: of("shed"), Dropped: of("dropped")}
+	return frontend.Counters{Hit: of("hit"), Chain: of("chain"), Shed: of("shed"), Dropped: of("dropped"),
+		LogDropped: frontendLogDropped.WithLabelValues(server, s.zones, s.view)}
 }

@@ -18,6 +18,9 @@ import (
 	"sync"
 	"time"
 
+	corelog "github.com/coredns/coredns/plugin/log"
+	"github.com/coredns/coredns/plugin/pkg/response"
+
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/caddy"
@@ -53,10 +56,11 @@ type Answerer interface {
 }
 
 // Hit is what the front end learns of a request the cache answered, for
-// its log line; the rest it reads from the reply.
+// its log lines; the rest it reads from the reply.
 type Hit struct {
 	DO      bool
 	UDPSize uint16
+	Class   response.Class // the reply's, as the log plugin's class filter sees it
 }
 
 // Counters count the requests the front end reads, by what became of them.
@@ -65,6 +69,8 @@ type Counters struct {
 	Chain   prometheus.Counter // handed to the server of the block
 	Shed    prometheus.Counter // dropped: the chain had too many in flight
 	Dropped prometheus.Counter // unreadable, cut, or refused by the kernel on send
+
+	LogDropped prometheus.Counter // hits whose access log line the log could not take
 }
 
 // Config is the `frontend` option.
@@ -165,6 +171,15 @@ type frontend struct {
 	view  string
 	zones *metricsZones
 
+	// The block's log plugin, when one stands before the cache, and the
+	// writer of its lines, started with the server.
+	logger *corelog.Logger
+	access *accessLog
+
+	// chainOnly: a plugin before the cache does to replies what the front
+	// end cannot (blockLog): every request goes to the chain.
+	chainOnly bool
+
 	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight chan struct{} // a token per request in the chain
 	wg       sync.WaitGroup
@@ -228,6 +243,9 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	if fe.prom != nil {
 		fe.zones = newMetricsZones(fe.prom, srv.Addr, fe.view)
 	}
+	if fe.logger != nil {
+		fe.access = newAccessLog(fe.logger, fe.fm.LogDropped)
+	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
@@ -247,6 +265,16 @@ func (fe *frontend) close() {
 		l.Close()
 	}
 	fe.wg.Wait()
+	fe.access.close()
+}
+
+// answer asks a of the request pkt, unless the block's plugins need every
+// request in the chain.
+func (fe *frontend) answer(a Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) []byte {
+	if fe.chainOnly {
+		return nil
+	}
+	return a.Answer(pkt, client, tcp, now, hit)
 }
 
 // toChain hands a request to the server's ServeDNS in a goroutine of its
@@ -502,6 +530,9 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 		return err
 	}
 	fe.prom, fe.view = blockMetrics(cfg, name), cfg.ViewName
+	var logs bool
+	fe.logger, logs = blockLog(cfg, name)
+	fe.chainOnly = !logs
 	unstarted.add(fe)
 	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
 	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: blockAddrs(cfg)}))

@@ -49,6 +49,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	defer conn.Close()
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
+	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
 	a := fe.c.Answerer(fe.server.Addr)
 	m := fe.zones.reader()
 	var hit Hit
@@ -68,9 +69,10 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			return
 		}
 		start := time.Now()
-		if reply := a.Answer(pkt[:n], client.Addr(), true, fe.c.Now(), &hit); reply != nil {
+		if reply := fe.answer(a, pkt[:n], client.Addr(), true, fe.c.Now(), &hit); reply != nil {
 			fe.fm.Hit.Inc()
 			m.count(reply, n, client.Addr(), true, &hit, start)
+			fe.access.hit(pkt[:n], reply, local, client, true, &hit, start)
 			fe.logHit(&sinceLogged, &hit, n, reply, client, "tcp")
 			if _, err := t.write(reply); err != nil {
 				return

@@ -40,10 +40,11 @@ type udpBatch struct {
 	answer [batchLen]Answerer // each slot's reply lives in its Answerer
 	hit    Hit
 
-	metrics *requestMetrics // nil without prometheus before the cache
-	start   time.Time       // when the batch came in, for the duration
-	out     [batchLen]unix.Mmsghdr
-	outIov  [batchLen]unix.Iovec
+	metrics   *requestMetrics // nil without prometheus before the cache
+	start     time.Time       // when the batch came in, for the duration
+	localPort netip.AddrPort  // the socket's address, for access log lines
+	out       [batchLen]unix.Mmsghdr
+	outIov    [batchLen]unix.Iovec
 
 	// On a socket bound to the unspecified address, each reply leaves from
 	// the address its request came to, as miekg/dns's server sends it: the
@@ -82,6 +83,9 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		b.answer[i] = fe.c.Answerer(fe.server.Addr)
 	}
 	b.metrics = fe.zones.reader()
+	if u, ok := b.local.(*net.UDPAddr); ok {
+		b.localPort = u.AddrPort()
+	}
 	b.recvFn, b.sendFn = b.recv, b.send
 	return b, nil
 }
@@ -106,7 +110,7 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 			continue
 		}
 		now := fe.c.Now()
-		if b.metrics != nil {
+		if b.metrics != nil || fe.access != nil {
 			b.start = time.Now()
 		}
 		b.queued = 0
@@ -132,9 +136,10 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	}
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
-	if reply := b.answer[i].Answer(pkt, client.Addr(), false, now, &b.hit); reply != nil {
+	if reply := fe.answer(b.answer[i], pkt, client.Addr(), false, now, &b.hit); reply != nil {
 		fe.fm.Hit.Inc()
 		b.metrics.count(reply, len(pkt), client.Addr(), false, &b.hit, b.start)
+		fe.access.hit(pkt, reply, b.localPort, client, false, &b.hit, b.start)
 		k := b.queued
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -239,4 +240,93 @@ func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
 			t.Errorf("%s: sum %v through the front end, %v in plugin mode", k, frontSums[k], v)
 		}
 	}
+}
+
+// TestFrontendHitsLoggedAsPluginHits sends one stream of queries to a block
+// in plugin mode and to a block served by a front end, each with `log`, and
+// compares the lines: the same lines but for the client's port, the ID and
+// the duration. A rule's class filter holds for hits too, and a format with
+// metadata, which only the chain can fill, sends every request there.
+func TestFrontendHitsLoggedAsPluginHits(t *testing.T) {
+	buf := captureLog(t)
+	u := newUpstream()
+	zones := []string{"chain.log.test.", "front.log.test.", "chain.den.test.", "front.den.test.", "front.meta.test."}
+	for _, z := range zones {
+		soa := []dns.RR{test.SOA(z + " 300 IN SOA ns." + z + " admin." + z + " 1 7200 3600 1209600 60")}
+		u.add("www."+z, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + z + " 300 IN A 192.0.2.1")}, nil, nil)
+		u.add("www."+z, dns.TypeAAAA, dns.RcodeSuccess, nil, soa, nil)
+		u.add("nx."+z, dns.TypeA, dns.RcodeNameError, nil, soa, nil)
+	}
+	up := startUpstream(t, u)
+	fronts := map[string]string{}
+	corefile := ""
+	for _, z := range zones {
+		logs := "log"
+		switch {
+		case strings.Contains(z, ".den."):
+			logs = "log . {\n\t\tclass denial\n\t}"
+		case strings.Contains(z, ".meta."):
+			logs = "metadata\n\tlog . \"{name} {/compactcache/none}\""
+		}
+		cache := "compactcache"
+		if strings.HasPrefix(z, "front.") {
+			fronts[z] = freePort(t)
+			cache = "compactcache {\n\t\tfrontend " + fronts[z] + "\n\t}"
+		}
+		corefile += z + ":0 {\n\tbind 127.0.0.1\n\t" + logs + "\n\t" + cache + "\n\tforward . " + up + "\n}\n"
+	}
+	plain, _ := startCoreDNS(t, corefile)
+	ask := func(zone string) {
+		addr := plain
+		if a, ok := fronts[zone]; ok {
+			addr = a
+		}
+		for _, q := range []struct {
+			name  string
+			qtype uint16
+		}{{"www", dns.TypeA}, {"www", dns.TypeA}, {"www", dns.TypeA}, {"nx", dns.TypeA}, {"nx", dns.TypeA}, {"www", dns.TypeAAAA}, {"www", dns.TypeAAAA}} {
+			exchangeUDP(t, addr, new(dns.Msg).SetQuestion(q.name+"."+zone, q.qtype))
+		}
+	}
+	hits := frontendCount("front.log.test.", "hit")
+	for _, z := range zones {
+		ask(z)
+	}
+	if got := frontendCount("front.log.test.", "hit") - hits; got != 4 {
+		t.Errorf("the front end answered %v hits itself, want 4", got)
+	}
+	if got := frontendCount("front.meta.test.", "hit"); got != 0 {
+		t.Errorf("the front end answered %v hits of a block whose log format has metadata, want none", got)
+	}
+	// client port, ID and duration differ; the zone's first label is the block's
+	mask := regexp.MustCompile(`127\.0\.0\.1:\d+ - \d+ "|\S+s$|(chain|front)\.`)
+	for _, pair := range [][2]string{{"chain.log.test.", "front.log.test."}, {"chain.den.test.", "front.den.test."}} {
+		// Both write their lines after the reply: wait for them.
+		var want, got []string
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			want, got = linesOf(buf.String(), pair[0], mask), linesOf(buf.String(), pair[1], mask)
+			if len(want) > 0 && len(got) == len(want) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("log lines of %s through the front end:\n%s\nin plugin mode:\n%s", pair[1], strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if n := len(linesOf(buf.String(), "chain.den.test.", mask)); n != 4 {
+		t.Errorf("%d lines of the block that logs denials only, want 4 (two NXDOMAIN, two NODATA)", n)
+	}
+}
+
+// linesOf returns the log plugin's lines for names in zone, masked with mask
+// and sorted.
+func linesOf(log, zone string, mask *regexp.Regexp) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if i := strings.Index(l, "127.0.0.1:"); i >= 0 && strings.Contains(l, "."+zone+" ") {
+			out = append(out, mask.ReplaceAllString(l[i:], "-"))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
