@@ -10,6 +10,7 @@ import (
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/bufsize"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"
 )
@@ -31,6 +32,8 @@ type frontPolicy struct {
 	// chain: a plugin reorders replies in a way only it can (loadbalance's
 	// weighted policy, prefer): every request goes to the chain.
 	chain bool
+	// bufsize: the EDNS buffer size bufsize clamps requests to, 0 for none.
+	bufsize uint16
 }
 
 // frontPolicyOf returns the policy of a block whose chain is handlers.
@@ -40,6 +43,10 @@ func frontPolicyOf(handlers []plugin.Handler) frontPolicy {
 		switch h.Name() {
 		case pluginName:
 			return p // plugins after the cache never see hits
+		case "bufsize":
+			if b, ok := h.(bufsize.Bufsize); ok {
+				p.bufsize = uint16(min(b.Size, 0xFFFF))
+			}
 		case "loadbalance":
 			if coredns.RoundRobin(h) {
 				p.rotate = true
@@ -76,6 +83,13 @@ func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now tim
 		return nil
 	}
 	s.q.rotate = c.front.rotate
+	if b := c.front.bufsize; b != 0 && s.q.edns && s.q.udpSize > b {
+		// bufsize clamps the request before the cache in plugin mode.
+		s.q.udpSize = b
+		if !tcp {
+			s.q.limit = max(dns.MinMsgSize, int(b))
+		}
+	}
 	f := c.lookup(s, now, false)
 	if f.state != fresh || f.prefetch {
 		return nil

@@ -4,8 +4,11 @@ package compactcache
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -232,11 +235,19 @@ func TestFrontendServesStale(t *testing.T) {
 // TSIG checks, AAAA synthesis or a view's filter does not start.
 func TestFrontendRefusesBypass(t *testing.T) {
 	fe := freePort(t)
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("search example.org\nnameserver 127.0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct{ name, before, want string }{
 		{"acl", "acl {\n\t\tblock net 192.0.2.0/24\n\t}", "bypass acl"},
 		{"tsig", "tsig {\n\t\tsecret key. c2VjcmV0\n\t}", "bypass tsig"},
 		{"dns64", "dns64", "bypass dns64"},
 		{"view", "view v {\n\t\texpr true\n\t}", "filters (view)"},
+		{"rewrite", "rewrite name a.example.org b.example.org", "bypass rewrite"},
+		{"autopath", "autopath . " + resolv, "bypass autopath"},
+		{"dnstap", "dnstap /tmp/compactcache-test-dnstap.sock", "bypass dnstap"},
+		{"siit", "siit", "bypass siit"},
 	}
 	for _, tc := range cases {
 		corefile := `.:0 {
@@ -556,5 +567,41 @@ func TestPacketAnswerAsPlugin(t *testing.T) {
 	pkt[len(pkt)-1] ^= 0xFF // no longer a request the front end reads alone
 	if a.Answer(pkt[:5], netip.Addr{}, false, now, &hit) != nil {
 		t.Error("a cut request was answered")
+	}
+}
+
+// TestFrontendHonoursBufsize: bufsize clamps the client's EDNS buffer before
+// the cache, so a hit from the front end must fit the clamped size too, as
+// the server's own reply does, byte for byte.
+func TestFrontendHonoursBufsize(t *testing.T) {
+	u := newUpstream()
+	var big []dns.RR
+	for i := range 40 {
+		big = append(big, test.TXT(fmt.Sprintf(`big.example.org. 300 IN TXT "record %02d of a set too large for 512 bytes"`, i)))
+	}
+	u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, big, nil, nil)
+	fe := freePort(t)
+	udp, _ := startCoreDNS(t, `.:0 {
+	bind 127.0.0.1
+	bufsize 512
+	compactcache {
+		frontend `+fe+`
+	}
+	forward . `+startUpstream(t, u)+`
+}`)
+	req := new(dns.Msg).SetQuestion("big.example.org.", dns.TypeTXT)
+	req.SetEdns0(4096, false)
+	exchangeUDP(t, udp, req) // the miss
+	hits := frontendCount(".", "hit")
+	want, _ := exchangeUDP(t, udp, req)
+	got, n := exchangeUDP(t, fe, req)
+	if frontendCount(".", "hit")-hits != 1 {
+		t.Fatal("the front end did not answer the hit itself")
+	}
+	if n > 512 || !got.Truncated {
+		t.Errorf("front end hit of %d bytes, truncated %v: over bufsize's 512", n, got.Truncated)
+	}
+	if got.String() != want.String() {
+		t.Errorf("front end hit\n%s\nserver's reply\n%s", got, want)
 	}
 }

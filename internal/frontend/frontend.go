@@ -88,12 +88,20 @@ const (
 )
 
 // bypassRefused are the plugins that, placed before the cache, decide who
-// gets an answer or what it is: hits from the front end would skip them.
-// The view plugin, a filter of the server's, is refused apart.
+// gets an answer or what it is, or see every request, in ways the front
+// end cannot reproduce: hits from the front end would skip them. The view
+// plugin, a filter of the server's, is refused apart. README's table says
+// what a hit does for every plugin that can stand before the cache.
 var bypassRefused = map[string]string{
-	"acl":   "access control",
-	"tsig":  "TSIG verification",
-	"dns64": "AAAA synthesis",
+	"acl":        "access control",
+	"tsig":       "TSIG verification",
+	"dns64":      "AAAA synthesis",
+	"siit":       "A synthesis",
+	"rewrite":    "rewriting of requests and answers",
+	"autopath":   "search path completion",
+	"dnstap":     "the tap of every message",
+	"trace":      "tracing of every request",
+	"proxyproto": "PROXY protocol client addresses, which the front end's sockets do not read",
 }
 
 // Parse parses `frontend ADDRESS... { sockets N; inflight N; log N }`, args
