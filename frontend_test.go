@@ -297,10 +297,18 @@ func TestFrontendShedsLoad(t *testing.T) {
 	}
 }`)
 	shed := frontendCount(zone, "shed")
-	for _, n := range []string{"a", "b", "c", "d", "e"} {
+	for i, n := range []string{"a", "b", "c", "d", "e"} {
 		m := test.Case{Qname: n + "." + zone, Qtype: dns.TypeA}.Msg()
 		b, _ := m.Pack()
-		exchangeRaw(t, fe, b, 50*time.Millisecond)
+		reply := exchangeRaw(t, fe, b, 500*time.Millisecond)
+		if i == 0 {
+			continue // in the chain, stuck with the upstream
+		}
+		// Shed, but answered: a client left waiting would wait its timeout.
+		r := new(dns.Msg)
+		if reply == nil || r.Unpack(reply) != nil || r.Rcode != dns.RcodeServerFailure || r.Id != m.Id || len(r.Question) != 1 || r.Question[0] != m.Question[0] {
+			t.Errorf("request %d shed: reply %v, want SERVFAIL with its ID and question", i, r)
+		}
 	}
 	if got := frontendCount(zone, "shed") - shed; got != 4 {
 		t.Errorf("%v requests shed, want 4", got)
@@ -603,5 +611,58 @@ func TestFrontendHonoursBufsize(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Errorf("front end hit\n%s\nserver's reply\n%s", got, want)
+	}
+}
+
+// TestFrontendSharedByBlocks: blocks of one address with the same front
+// end, as NodeLocal DNSCache has them, share it: each request goes to the
+// cache of its zone's block, the longest zone that holds it, and each
+// block's hits are its own. Blocks that would share it with other options,
+// or on other servers, are refused.
+func TestFrontendSharedByBlocks(t *testing.T) {
+	u := newUpstream()
+	for _, n := range []string{"www.inner.shared.test.", "www.shared.test.", "www.elsewhere.test."} {
+		u.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.1")}, nil, nil)
+	}
+	up := startUpstream(t, u)
+	fe := freePort(t)
+	block := func(zone, options string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend ` + fe + options + `
+	}
+	forward . ` + up + `
+}
+`
+	}
+	startCoreDNS(t, block("inner.shared.test.", "")+block("shared.test.", "")+block(".", ""))
+	for _, c := range []struct{ name, zone string }{
+		{"www.inner.shared.test.", "inner.shared.test."},
+		{"www.shared.test.", "shared.test."},
+		{"www.elsewhere.test.", "."},
+	} {
+		hits := frontendCount(c.zone, "hit")
+		req := test.Case{Qname: c.name, Qtype: dns.TypeA}.Msg()
+		for range 3 {
+			if r, _ := exchangeUDP(t, fe, req); len(r.Answer) != 1 {
+				t.Fatalf("%s: answer %v", c.name, r.Answer)
+			}
+		}
+		if got := frontendCount(c.zone, "hit") - hits; got != 2 {
+			t.Errorf("%s: %v hits of the block of %s, want 2", c.name, got, c.zone)
+		}
+		if n := u.count(c.name, dns.TypeA); n != 1 {
+			t.Errorf("%s: upstream asked %d times, want 1", c.name, n)
+		}
+	}
+	_, port, _ := net.SplitHostPort(freePort(t))
+	for _, tc := range []struct{ corefile, want string }{
+		{block("a.test.", "") + block("b.test.", " {\n\t\t\tsockets 1\n\t\t}"), "different options"},
+		{block("a.test.", "") + strings.Replace(block("b.test.", ""), "b.test.:0", "b.test.:"+port, 1), "cannot share it"},
+	} {
+		if err := startError(tc.corefile); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("blocks sharing a front end, want an error saying %q: %v", tc.want, err)
+		}
 	}
 }

@@ -13,16 +13,19 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/coredns/coredns/plugin"
 	corelog "github.com/coredns/coredns/plugin/log"
 	"github.com/coredns/coredns/plugin/pkg/response"
 
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -160,10 +163,15 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	return fc, nil
 }
 
-// frontend is a running front end.
+// frontend is a running front end: the sockets of its addresses, and the
+// server blocks it answers for, which all have these addresses' front end
+// and the same server (Setup): several blocks of one address, as
+// NodeLocal DNSCache has, share one front end, which gives each request to
+// the block of its zone, as the server does, rather than sockets of each
+// that SO_REUSEPORT would give requests of every zone.
 type frontend struct {
-	c   Cache
-	cfg *Config
+	cfg    *Config
+	blocks []*block
 
 	udp []*net.UDPConn
 	tcp []net.Listener
@@ -171,26 +179,33 @@ type frontend struct {
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
 	ctx    context.Context // what the server gives its own requests
-	fm     Counters
-
-	// The block's prometheus plugin, when one stands before the cache, and
-	// what its series need, known once the server is.
-	prom  *metrics.Metrics
-	view  string
-	zones *metricsZones
-
-	// The block's log plugin, when one stands before the cache, and the
-	// writer of its lines, started with the server.
-	logger *corelog.Logger
-	access *accessLog
-
-	// chainOnly: a plugin before the cache does to replies what the front
-	// end cannot (blockLog): every request goes to the chain.
-	chainOnly bool
 
 	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight chan struct{} // a token per request in the chain
 	wg       sync.WaitGroup
+}
+
+// block is a server block a front end answers hits for: its zones, its
+// cache, and what its plugins before the cache ask of a hit.
+type block struct {
+	zones [][]byte // the block's keys' zones, lowercased wire names
+	cache Cache
+	fm    Counters // set with the server, as the series below
+
+	// The block's prometheus plugin, when one stands before the cache, and
+	// what its series need.
+	prom   *metrics.Metrics
+	view   string
+	series *metricsZones
+
+	// The block's log plugin, when one stands before the cache, and the
+	// writer of its lines.
+	logger *corelog.Logger
+	access *accessLog
+
+	// chainOnly: a plugin before the cache does to replies what the front
+	// end cannot (blockLog): every request of the block goes to the chain.
+	chainOnly bool
 }
 
 // check refuses a block where the front end would skip plugins that guard
@@ -219,8 +234,8 @@ func (fc *Config) check(cfg *dnsserver.Config, cache string) error {
 // listen opens the front end's sockets: SO_REUSEPORT lets several UDP
 // sockets share an address, each read by its own goroutine, and lets a
 // reloaded instance open its sockets before the old one closes.
-func (fc *Config) listen(c Cache) (*frontend, error) {
-	fe := &frontend{c: c, cfg: fc, inflight: make(chan struct{}, fc.inflight)}
+func (fc *Config) listen() (*frontend, error) {
+	fe := &frontend{cfg: fc, inflight: make(chan struct{}, fc.inflight)}
 	for _, a := range fc.udp {
 		for range fc.sockets {
 			conn, err := listenUDP(a)
@@ -247,12 +262,14 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	fe.server = srv
 	ctx := context.WithValue(context.Background(), dnsserver.Key{}, srv)
 	fe.ctx = context.WithValue(ctx, dnsserver.LoopKey{}, 0)
-	fe.fm = fe.c.Counters(srv.Addr)
-	if fe.prom != nil {
-		fe.zones = newMetricsZones(fe.prom, srv.Addr, fe.view)
-	}
-	if fe.logger != nil {
-		fe.access = newAccessLog(fe.logger, fe.fm.LogDropped)
+	for _, b := range fe.blocks {
+		b.fm = b.cache.Counters(srv.Addr)
+		if b.prom != nil {
+			b.series = newMetricsZones(b.prom, srv.Addr, b.view)
+		}
+		if b.logger != nil {
+			b.access = newAccessLog(b.logger, b.fm.LogDropped)
+		}
 	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
 	for _, conn := range fe.udp {
@@ -273,29 +290,126 @@ func (fe *frontend) close() {
 		l.Close()
 	}
 	fe.wg.Wait()
-	fe.access.close()
+	for _, b := range fe.blocks {
+		b.access.close()
+	}
 }
 
-// answer asks a of the request pkt, unless the block's plugins need every
-// request in the chain.
-func (fe *frontend) answer(a Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) []byte {
-	if fe.chainOnly {
+// reader is what one reader of requests (a UDP socket's goroutine, a TCP
+// connection's) holds for each block, by the block's index.
+type reader struct {
+	series []*requestMetrics
+}
+
+func (fe *frontend) newReader() reader {
+	r := reader{series: make([]*requestMetrics, len(fe.blocks))}
+	for i, b := range fe.blocks {
+		r.series[i] = b.series.reader()
+	}
+	return r
+}
+
+// answerers returns an Answerer of each block's cache.
+func (fe *frontend) answerers() []Answerer {
+	a := make([]Answerer, len(fe.blocks))
+	for i, b := range fe.blocks {
+		a[i] = b.cache.Answerer(fe.server.Addr)
+	}
+	return a
+}
+
+// blockOf returns the index of the block that serves the request pkt, as
+// the server picks it: the longest of the blocks' zones that holds the
+// question's name; -1 for none, or a question that does not read.
+func (fe *frontend) blockOf(pkt []byte) int {
+	if len(fe.blocks) == 1 {
+		return 0 // the server hands what is not its zones' to the chain's refusal
+	}
+	end := entry.NameEnd(pkt, dnsmsg.HeaderLen)
+	if end < 0 {
+		return -1
+	}
+	name := pkt[dnsmsg.HeaderLen:end]
+	best, bestLen := -1, -1
+	for off := 0; off < len(name); off += int(name[off]) + 1 {
+		for i, b := range fe.blocks {
+			for _, z := range b.zones {
+				if len(z) == len(name)-off && len(z) > bestLen && entry.EqualFoldWire(z, name[off:]) {
+					best, bestLen = i, len(z)
+				}
+			}
+		}
+		if name[off] == 0 {
+			break
+		}
+	}
+	return best
+}
+
+// answer answers the request pkt from client from the cache of its block,
+// with the answerers and series of a reader, and counts the hit: the reply,
+// or nil when the request goes to the chain. now is the time at the cache's
+// resolution, start the time the request came in.
+func (fe *frontend) answer(as []Answerer, r reader, pkt []byte, local, client netip.AddrPort, tcp bool, now, start time.Time, hit *Hit) []byte {
+	i := fe.blockOf(pkt)
+	if i < 0 {
 		return nil
 	}
-	return a.Answer(pkt, client, tcp, now, hit)
+	b := fe.blocks[i]
+	if b.chainOnly {
+		return nil
+	}
+	reply := as[i].Answer(pkt, client.Addr(), tcp, now, hit)
+	if reply == nil {
+		return nil
+	}
+	b.fm.Hit.Inc()
+	r.series[i].count(reply, len(pkt), client.Addr(), tcp, hit, start)
+	b.access.hit(pkt, reply, local, client, tcp, hit, start)
+	return reply
+}
+
+// counters returns the counters of the block of the request pkt, or of the
+// first block for a request of none.
+func (fe *frontend) counters(pkt []byte) Counters {
+	if i := fe.blockOf(pkt); i >= 0 {
+		return fe.blocks[i].fm
+	}
+	return fe.blocks[0].fm
+}
+
+// now returns the time at the caches' resolution: their clock is the
+// process's.
+func (fe *frontend) now() time.Time { return fe.blocks[0].cache.Now() }
+
+// timed reports whether a request's arrival must be timed: for the series
+// or the access log of some block.
+func (fe *frontend) timed() bool {
+	for _, b := range fe.blocks {
+		if b.series != nil || b.access != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // toChain hands a request to the server's ServeDNS in a goroutine of its
-// own, at most inflight at a time: past that the request is dropped and
-// counted, as a flood of misses must not grow goroutines without bound.
+// own, at most inflight at a time: past that the request is shed, answered
+// SERVFAIL and counted, as a flood of misses must not grow goroutines
+// without bound, and a client left without a reply waits out its timeout
+// (5 s for a pod's resolver) before it tries again.
 func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
+	fm := fe.counters(pkt)
 	select {
 	case fe.inflight <- struct{}{}:
 	default:
-		fe.fm.Shed.Inc()
+		fm.Shed.Inc()
+		if reply := shedReply(pkt); reply != nil {
+			w.Write(reply)
+		}
 		return
 	}
-	fe.fm.Chain.Inc()
+	fm.Chain.Inc()
 	req := append([]byte(nil), pkt...)
 	go func() {
 		defer func() { <-fe.inflight }()
@@ -303,12 +417,35 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	}()
 }
 
+// shedReply returns the SERVFAIL that answers a shed request pkt: its
+// header, as a reply, and its question, or nil for a request whose
+// question does not read (it gets no reply, as a malformed one would not).
+func shedReply(pkt []byte) []byte {
+	if len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]) != 1 {
+		return nil
+	}
+	end := entry.NameEnd(pkt, dnsmsg.HeaderLen)
+	if end < 0 || len(pkt) < end+4 {
+		return nil
+	}
+	reply := append([]byte(nil), pkt[:end+4]...)
+	flags := binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:])
+	if flags&dnsmsg.QR != 0 {
+		return nil // a reply: answering it could loop
+	}
+	// QR and SERVFAIL; opcode, RD and CD kept; the rest cleared.
+	flags = dnsmsg.QR | flags&(0xF<<11|dnsmsg.RD|dnsmsg.CD) | dns.RcodeServerFailure
+	binary.BigEndian.PutUint16(reply[dnsmsg.OffFlags:], flags)
+	clear(reply[dnsmsg.OffANCount:dnsmsg.HeaderLen])
+	return reply
+}
+
 // serveChain does what miekg/dns's server does with a request before its
 // handler: it checks the header the way CoreDNS's server asks it to, unpacks
 // the request, checks its TSIG; then the server's ServeDNS runs the chain.
 func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 	if len(pkt) < dnsmsg.HeaderLen {
-		fe.fm.Dropped.Inc()
+		fe.counters(pkt).Dropped.Inc()
 		return // no ID to answer: a reply could only amplify
 	}
 	h := dns.Header{
@@ -331,13 +468,13 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		if err == nil {
 			break
 		}
-		fe.fm.Dropped.Inc()
+		fe.counters(pkt).Dropped.Inc()
 		fallthrough
 	case dns.MsgReject, dns.MsgRejectNotImplemented:
 		w.WriteMsg(rejection(r, h, action == dns.MsgRejectNotImplemented))
 		return
 	default:
-		fe.fm.Dropped.Inc()
+		fe.counters(pkt).Dropped.Inc()
 		return
 	}
 	if t := r.IsTsig(); t != nil {
@@ -533,17 +670,45 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 	if err := fc.check(cfg, name); err != nil {
 		return err
 	}
-	fe, err := fc.listen(cache)
+	b := &block{cache: cache, view: cfg.ViewName, prom: blockMetrics(cfg, name)}
+	var logs bool
+	b.logger, logs = blockLog(cfg, name)
+	b.chainOnly = !logs
+	for _, k := range c.ServerBlockKeys {
+		for _, z := range plugin.Host(k).NormalizeExact() {
+			w := make([]byte, entry.MaxNameLen)
+			n, err := dns.PackDomainName(strings.ToLower(z), w, 0, nil, false)
+			if err != nil {
+				return fmt.Errorf("frontend: zone %q: %v", z, err)
+			}
+			b.zones = append(b.zones, w[:n])
+		}
+	}
+	addrs := blockAddrs(cfg)
+	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
+	for _, p := range pending {
+		if !slices.Equal(p.fe.cfg.udp, fc.udp) || !slices.Equal(p.fe.cfg.tcp, fc.tcp) {
+			continue
+		}
+		// Another block of this instance has the front end of these
+		// addresses: one front end serves both, by zone.
+		if !slices.Equal(p.addrs, addrs) {
+			return fmt.Errorf("frontend: %s is the front end of blocks served on %s; a block served on %s cannot share it: give it a front end of its own addresses",
+				strings.Join(fc.udp, " "), strings.Join(p.addrs, " "), strings.Join(addrs, " "))
+		}
+		if o := p.fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery {
+			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log): give them the same", strings.Join(fc.udp, " "))
+		}
+		p.fe.blocks = append(p.fe.blocks, b)
+		return nil
+	}
+	fe, err := fc.listen()
 	if err != nil {
 		return err
 	}
-	fe.prom, fe.view = blockMetrics(cfg, name), cfg.ViewName
-	var logs bool
-	fe.logger, logs = blockLog(cfg, name)
-	fe.chainOnly = !logs
+	fe.blocks = []*block{b}
 	unstarted.add(fe)
-	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
-	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: blockAddrs(cfg)}))
+	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: addrs}))
 	c.OnShutdown(func() error {
 		fe.close()
 		return nil

@@ -32,7 +32,7 @@ func (fe *frontend) serveTCP(l net.Listener) {
 		select {
 		case open <- struct{}{}:
 		default:
-			fe.fm.Shed.Inc()
+			fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
 			conn.Close()
 			continue
 		}
@@ -50,8 +50,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
-	a := fe.c.Answerer(fe.server.Addr)
-	m := fe.zones.reader()
+	as, r := fe.answerers(), fe.newReader()
 	var hit Hit
 	var sinceLogged int
 	var size [2]byte
@@ -69,17 +68,14 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			return
 		}
 		start := time.Now()
-		if reply := fe.answer(a, pkt[:n], client.Addr(), true, fe.c.Now(), &hit); reply != nil {
-			fe.fm.Hit.Inc()
-			m.count(reply, n, client.Addr(), true, &hit, start)
-			fe.access.hit(pkt[:n], reply, local, client, true, &hit, start)
+		if reply := fe.answer(as, r, pkt[:n], local, client, true, fe.now(), start, &hit); reply != nil {
 			fe.logHit(&sinceLogged, &hit, n, reply, client, "tcp")
 			if _, err := t.write(reply); err != nil {
 				return
 			}
 			continue
 		}
-		fe.fm.Chain.Inc()
+		fe.counters(pkt[:n]).Chain.Inc()
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
 }

@@ -37,12 +37,13 @@ type udpBatch struct {
 	inIov  [batchLen]unix.Iovec
 	names  [batchLen]unix.RawSockaddrInet6 // room for both families
 	bufs   [batchLen][maxRequest]byte
-	answer [batchLen]Answerer // each slot's reply lives in its Answerer
+	answer [batchLen][]Answerer // by block; each slot's reply lives in its Answerers
 	hit    Hit
+	reader reader
 
-	metrics   *requestMetrics // nil without prometheus before the cache
-	start     time.Time       // when the batch came in, for the duration
-	localPort netip.AddrPort  // the socket's address, for access log lines
+	timed     bool           // the batch's arrival is timed, for series or access logs
+	start     time.Time      // when the batch came in
+	localPort netip.AddrPort // the socket's address, for access log lines
 	out       [batchLen]unix.Mmsghdr
 	outIov    [batchLen]unix.Iovec
 
@@ -80,9 +81,9 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		b.in[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		b.in[i].Hdr.Iov = &b.inIov[i]
 		b.in[i].Hdr.SetIovlen(1)
-		b.answer[i] = fe.c.Answerer(fe.server.Addr)
+		b.answer[i] = fe.answerers()
 	}
-	b.metrics = fe.zones.reader()
+	b.reader, b.timed = fe.newReader(), fe.timed()
 	if u, ok := b.local.(*net.UDPAddr); ok {
 		b.localPort = u.AddrPort()
 	}
@@ -109,8 +110,8 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		now := fe.c.Now()
-		if b.metrics != nil || fe.access != nil {
+		now := fe.now()
+		if b.timed {
 			b.start = time.Now()
 		}
 		b.queued = 0
@@ -131,15 +132,12 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	fe := b.fe
 	h := &b.in[i]
 	if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
-		fe.fm.Dropped.Inc()
+		fe.counters(nil).Dropped.Inc()
 		return
 	}
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
-	if reply := fe.answer(b.answer[i], pkt, client.Addr(), false, now, &b.hit); reply != nil {
-		fe.fm.Hit.Inc()
-		b.metrics.count(reply, len(pkt), client.Addr(), false, &b.hit, b.start)
-		fe.access.hit(pkt, reply, b.localPort, client, false, &b.hit, b.start)
+	if reply := fe.answer(b.answer[i], b.reader, pkt, b.localPort, client, false, now, b.start, &b.hit); reply != nil {
 		k := b.queued
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))
@@ -298,7 +296,7 @@ func (b *udpBatch) send(fd uintptr) bool {
 				h.SetControllen(0)
 				continue
 			}
-			b.fe.fm.Dropped.Inc()
+			b.fe.counters(nil).Dropped.Inc()
 			b.sent++
 		}
 	}

@@ -51,7 +51,7 @@ func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { conn.Close() })
-	fe := &frontend{c: c, cfg: &Config{}, fm: c.Counters("test"), server: &dnsserver.Server{Addr: "dns://127.0.0.1:0"}}
+	fe := &frontend{cfg: &Config{}, blocks: []*block{{cache: c, fm: c.Counters("test")}}, server: &dnsserver.Server{Addr: "dns://127.0.0.1:0"}}
 	b, err := newUDPBatch(fe, conn)
 	if err != nil {
 		tb.Fatal(err)
@@ -77,7 +77,7 @@ func TestFrontendHitAllocatesNothing(t *testing.T) {
 			dst := unix.Inet6Pktinfo{Addr: netip.MustParseAddr("2001:db8::53").As16()}
 			b.in[0].Hdr.SetControllen(copy(oobBytes(&b.inOOB[0]), cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, asBytes(&dst))))
 		}
-		now := b.fe.c.Now()
+		now := b.fe.now()
 		allocs := testing.AllocsPerRun(1000, func() {
 			b.queued = 0
 			b.handle(0, now)
@@ -105,7 +105,7 @@ func TestFrontendHitAllocatesNothing(t *testing.T) {
 // system calls: parse, lookup, reply, queue.
 func BenchmarkFrontendHit(b *testing.B) {
 	batch, _ := hitBatch(b)
-	now := batch.fe.c.Now()
+	now := batch.fe.now()
 	b.ReportAllocs()
 	for b.Loop() {
 		batch.queued = 0
