@@ -277,7 +277,8 @@ func namespace(name string) corev1.Namespace {
 
 // rewrite is where the test moves a Corefile's listeners and upstreams.
 type rewrite struct {
-	dnsPort     int
+	dnsPort     int // the server blocks' own port
+	frontPort   int // the front end's, where clients ask
 	healthAddr  string
 	readyAddr   string
 	metricsAddr string
@@ -290,7 +291,7 @@ type rewrite struct {
 func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string) {
 	t.Helper()
 	var out, changes []string
-	serverKey := regexp.MustCompile(`:53\b`)
+	serverKey := regexp.MustCompile(`:1053\b`)
 	for _, line := range strings.Split(corefile, "\n") {
 		orig := line
 		trimmed := strings.TrimSpace(line)
@@ -310,6 +311,8 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 			}
 		case first == "bind":
 			line = indent + "bind 127.0.0.1"
+		case first == "frontend":
+			line = indent + "frontend 127.0.0.1:" + strconv.Itoa(r.frontPort) + blockOpen(fields)
 		case first == "health":
 			line = indent + "health " + r.healthAddr + blockOpen(fields)
 		case first == "ready":
@@ -517,6 +520,7 @@ func TestClusterCorefileStarts(t *testing.T) {
 	up := startUpstream(t)
 	r := rewrite{
 		dnsPort:     testenv.FreePort(t),
+		frontPort:   testenv.FreePort(t),
 		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		readyAddr:   fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
@@ -526,8 +530,8 @@ func TestClusterCorefileStarts(t *testing.T) {
 	original := configMapCorefile(t, "coredns.yaml", "coredns-compactcache")
 	cf, changes := rewriteCorefile(t, original, r)
 	t.Logf("changed for the test:\n  %s", strings.Join(changes, "\n  "))
-	if len(changes) != 7 {
-		t.Errorf("%d changes, want 7: listen port, bind, health, ready, prometheus, forward, endpoint", len(changes))
+	if len(changes) != 8 {
+		t.Errorf("%d changes, want 8: listen port, bind, health, ready, prometheus, forward, endpoint, front end", len(changes))
 	}
 
 	begin := time.Now()
@@ -549,7 +553,8 @@ func TestClusterCorefileStarts(t *testing.T) {
 		}
 	}
 
-	server := fmt.Sprintf("127.0.0.1:%d", r.dnsPort)
+	// Clients ask the front end, as the Service sends them to port 53.
+	server := fmt.Sprintf("127.0.0.1:%d", r.frontPort)
 	// A cluster name, from the kubernetes plugin, twice: a miss then a hit.
 	for i, network := range []string{"udp", "tcp", "udp"} {
 		resp := query(t, server, network, "kubernetes.default.svc.cluster.local", dns.TypeA)
@@ -587,12 +592,9 @@ func TestClusterCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_cache_entries"]); got < 3 {
 		t.Errorf("coredns_cache_entries %v, want at least 3", got)
 	}
-	// Every metric the dashboard and the alerts name is on the page, but
-	// the front end's: this Corefile runs none (TestFrontendPanelExported).
+	checkFrontend(t, m, 3)
+	// Every metric the dashboard and the alerts name is on the page.
 	for _, name := range monitoredMetrics(t) {
-		if strings.HasPrefix(name, frontendFamilies) {
-			continue
-		}
 		if _, ok := m[name]; !ok {
 			t.Errorf("%s is named by the dashboard or alerts but not exported by the binary", name)
 		}
@@ -610,6 +612,7 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	up := startUpstream(t)
 	r := rewrite{
 		dnsPort:     testenv.FreePort(t),
+		frontPort:   testenv.FreePort(t),
 		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		upstream:    up.addr,
@@ -624,7 +627,9 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	waitOutput(t, in, "CoreDNS-", 30*time.Second)
 	waitHTTP(t, in, "http://"+r.healthAddr+"/health", 30*time.Second)
 
-	server := fmt.Sprintf("127.0.0.1:%d", r.dnsPort)
+	// Clients ask the front end on 169.254.20.10:53, which the three blocks
+	// share, each answering its zones' hits from its own cache.
+	server := fmt.Sprintf("127.0.0.1:%d", r.frontPort)
 	for range 2 {
 		wantA(t, query(t, server, "udp", "kubernetes.default.svc.cluster.local", dns.TypeA), "192.0.2.53", 30)
 		wantA(t, query(t, server, "udp", "www.example.org", dns.TypeA), "192.0.2.53", 30)
@@ -652,17 +657,52 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_cache_hits_total"]); got < 3 {
 		t.Errorf("coredns_cache_hits_total %v, want at least 3", got)
 	}
+	checkFrontend(t, m, 3)
+	// Each block's hit was the front end's, counted for its own zones.
+	for _, zones := range []string{"cluster.local.", "in-addr.arpa.,ip6.arpa.", "."} {
+		n := 0.0
+		for _, s := range m["coredns_compactcache_frontend_requests_total"] {
+			if strings.Contains(s.labels, `result="hit"`) && strings.Contains(s.labels, `zones="`+zones+`"`) {
+				n += s.value
+			}
+		}
+		if n != 1 {
+			t.Errorf("the front end answered %v hits of the block of %s, want 1", n, zones)
+		}
+	}
 	in.stop(t, 20*time.Second)
 }
 
+// checkFrontend fails unless the front end answered at least hits hits
+// itself and handed the misses to the chain, and the prometheus plugin
+// counted both in its per-request series.
+func checkFrontend(t *testing.T, m map[string][]sample, hits float64) {
+	t.Helper()
+	by := func(result string) (n float64) {
+		for _, s := range m["coredns_compactcache_frontend_requests_total"] {
+			if strings.Contains(s.labels, `result="`+result+`"`) {
+				n += s.value
+			}
+		}
+		return n
+	}
+	hit, chain := by("hit"), by("chain")
+	if hit < hits || chain < 1 {
+		t.Errorf("the front end answered %v hits and handed %v requests to the chain; want at least %v and 1", hit, chain, hits)
+	}
+	if got := sum(m["coredns_dns_requests_total"]); got < hit+chain {
+		t.Errorf("coredns_dns_requests_total %v, below the %v requests the front end read", got, hit+chain)
+	}
+}
+
 func TestRewriteCorefile(t *testing.T) {
-	in := ".:53 {\n    health {\n        lameduck 5s\n    }\n    ready\n    kubernetes cluster.local {\n        ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n        max_concurrent 1000\n    }\n    compactcache 30\n}\n"
-	out, changes := rewriteCorefile(t, in, rewrite{dnsPort: 1053, healthAddr: "127.0.0.1:1", readyAddr: "127.0.0.1:2", metricsAddr: "127.0.0.1:3", apiServer: "http://127.0.0.1:4", upstream: "127.0.0.1:5"})
-	want := ".:1053 {\n    bind 127.0.0.1\n    health 127.0.0.1:1 {\n        lameduck 5s\n    }\n    ready 127.0.0.1:2\n    kubernetes cluster.local {\n        endpoint http://127.0.0.1:4\n        ttl 30\n    }\n    prometheus 127.0.0.1:3\n    forward . 127.0.0.1:5 {\n        max_concurrent 1000\n    }\n    compactcache 30\n}\n"
+	in := ".:1053 {\n    health {\n        lameduck 5s\n    }\n    ready\n    kubernetes cluster.local {\n        ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        frontend :53 {\n            inflight 1024\n        }\n    }\n}\n"
+	out, changes := rewriteCorefile(t, in, rewrite{dnsPort: 2053, frontPort: 2054, healthAddr: "127.0.0.1:1", readyAddr: "127.0.0.1:2", metricsAddr: "127.0.0.1:3", apiServer: "http://127.0.0.1:4", upstream: "127.0.0.1:5"})
+	want := ".:2053 {\n    bind 127.0.0.1\n    health 127.0.0.1:1 {\n        lameduck 5s\n    }\n    ready 127.0.0.1:2\n    kubernetes cluster.local {\n        endpoint http://127.0.0.1:4\n        ttl 30\n    }\n    prometheus 127.0.0.1:3\n    forward . 127.0.0.1:5 {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        frontend 127.0.0.1:2054 {\n            inflight 1024\n        }\n    }\n}\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
-	if len(changes) != 7 {
+	if len(changes) != 8 {
 		t.Errorf("%d changes: %q", len(changes), changes)
 	}
 }

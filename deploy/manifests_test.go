@@ -282,6 +282,23 @@ func directiveArgs(b caddyfile.ServerBlock, name string) [][]string {
 	return out
 }
 
+// frontendAddrs returns the addresses of the front end that compactcache
+// opens in block b, or none.
+func frontendAddrs(b caddyfile.ServerBlock) []string {
+	toks := b.Tokens["compactcache"]
+	for i, tok := range toks {
+		if tok.Text != "frontend" {
+			continue
+		}
+		var addrs []string
+		for j := i + 1; j < len(toks) && toks[j].Line == tok.Line && toks[j].Text != "{"; j++ {
+			addrs = append(addrs, toks[j].Text)
+		}
+		return addrs
+	}
+	return nil
+}
+
 // port returns the port of an address such as :8080 or 169.254.20.10:8080.
 func port(t *testing.T, addr, dflt string) string {
 	t.Helper()
@@ -470,8 +487,13 @@ func TestClusterDNS(t *testing.T) {
 	if containerPort(t, c, "dns").ContainerPort != 53 || containerPort(t, c, "dns-tcp").ContainerPort != 53 {
 		t.Error("DNS ports are not 53")
 	}
-	if !strings.HasSuffix(b.Keys[0], ":53") {
-		t.Errorf("server block %v does not listen on 53", b.Keys)
+	// Clients reach the front end on 53; the block listens on a port of its
+	// own for what the front end hands it.
+	if fe := frontendAddrs(b); len(fe) != 1 || fe[0] != ":53" {
+		t.Errorf("the front end listens on %v, want :53", fe)
+	}
+	if strings.HasSuffix(b.Keys[0], ":53") {
+		t.Errorf("server block %v listens on 53, the front end's port", b.Keys)
 	}
 	for _, sp := range svc.Spec.Ports {
 		if cp := containerPort(t, c, sp.Name); cp.ContainerPort != sp.Port || cp.Protocol != sp.Protocol {
@@ -557,6 +579,10 @@ func TestNodeLocalDNS(t *testing.T) {
 		}
 		if _, ok := b.Tokens["compactcache"]; !ok {
 			t.Errorf("block %v has no compactcache", b.Keys)
+		}
+		// One front end on the node-local address, shared by every block.
+		if fe := frontendAddrs(b); len(fe) != 1 || fe[0] != localIP+":53" {
+			t.Errorf("block %v: front end on %v, want %s:53", b.Keys, fe, localIP)
 		}
 		for _, p := range directiveArgs(b, "prometheus") {
 			if got := strconv.Itoa(int(containerPort(t, c, "metrics").ContainerPort)); got != port(t, p[0], ":9153") {
