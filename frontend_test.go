@@ -495,8 +495,20 @@ func TestFrontendSocketLoopAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
 	}
+	up := startUpstream(t, exampleUpstream())
+	for _, tc := range []struct{ name, before string }{
+		{"alone", ""},
+		// The kube-dns Corefile's plugins that act on hits: the series of
+		// each hit counted, its records rotated.
+		{"with prometheus and loadbalance", "prometheus 127.0.0.1:0\n\tloadbalance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testFrontendSocketLoopAllocatesNothing(t, up, tc.before) })
+	}
+}
+
+func testFrontendSocketLoopAllocatesNothing(t *testing.T, up, before string) {
 	fe := freePort(t)
-	udp, _ := startCoreDNS(t, cacheCorefile(startUpstream(t, exampleUpstream()), "frontend "+fe))
+	udp, _ := startCoreDNS(t, strings.Replace(cacheCorefile(up, "frontend "+fe), "\tcompactcache", "\t"+before+"\n\tcompactcache", 1))
 	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, fe, req) // the miss
 	pkt, _ := req.Pack()
