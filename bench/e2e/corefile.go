@@ -16,10 +16,15 @@ const (
 	kindKubeCompact = "kube-compact" // the kube-dns Corefile with compactcache
 	kindKubeStock   = "kube-stock"   // the kube-dns Corefile with cache
 	kindKubeWhoami  = "kube-whoami"  // the kube-dns Corefile with whoami for forward and the cache: its floor
-	kindUnbound     = "unbound"      // Unbound as a caching forwarder: unbound.conf, not a Corefile
+	// kube-frontend: kube-compact with compactcache's front end on the
+	// server's address; kube-frontend-noprom, the same without prometheus,
+	// for what the per-request series cost a hit.
+	kindKubeFrontend       = "kube-frontend"
+	kindKubeFrontendNoProm = "kube-frontend-noprom"
+	kindUnbound            = "unbound" // Unbound as a caching forwarder: unbound.conf, not a Corefile
 )
 
-var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindUnbound}
+var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindUnbound}
 
 // ports are the loopback ports of one run.
 type ports struct {
@@ -79,7 +84,8 @@ func upstreamCorefile(p ports, zone string) string {
 func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	var b strings.Builder
 	listen := p.server
-	if kind == kindFrontend {
+	frontend := kind == kindFrontend || kind == kindKubeFrontend || kind == kindKubeFrontendNoProm
+	if frontend {
 		listen = p.block
 	}
 	fmt.Fprintf(&b, ".:%d {\n    bind 127.0.0.1\n", listen)
@@ -99,7 +105,7 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	case kindStock:
 		fmt.Fprintf(&b, "    cache {\n        success %d\n    }\n", cs.success)
 		fmt.Fprintf(&b, "    forward . %s\n", up)
-	case kindKubeCompact, kindKubeStock, kindKubeWhoami:
+	case kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm:
 		// The Corefile kubeadm and the CoreDNS Helm chart install, with:
 		//   - no kubernetes block: it needs an API server;
 		//   - every listener on the loopback;
@@ -114,14 +120,19 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
     }
     ready 127.0.0.1:%d
     # kubernetes cluster.local in-addr.arpa ip6.arpa { ... } left out: no API server here
-    prometheus 127.0.0.1:%d
-`, p.health, p.ready, p.metrics)
+`, p.health, p.ready)
+		if kind != kindKubeFrontendNoProm {
+			fmt.Fprintf(&b, "    prometheus 127.0.0.1:%d\n", p.metrics)
+		}
 		switch kind {
 		case kindKubeWhoami:
 			b.WriteString("    whoami\n")
-		case kindKubeCompact:
+		case kindKubeCompact, kindKubeFrontend, kindKubeFrontendNoProm:
 			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    compactcache 3600 {\n        capacity %s\n", cs.capacity)
+			if frontend {
+				fmt.Fprintf(&b, "        frontend 127.0.0.1:%d {\n            inflight 1024\n        }\n", p.server)
+			}
 		default:
 			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    cache 3600 {\n        success %d\n", cs.success)

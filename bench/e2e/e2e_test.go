@@ -97,13 +97,15 @@ func TestCorefiles(t *testing.T) {
 	p := newPorts(15300)
 	cs := cacheSpec{capacity: "256MiB", success: 300000}
 	want := map[string][]string{
-		kindWhoami:      {"whoami"},
-		kindCompact:     {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
-		kindFrontend:    {"compactcache {", "capacity 256MiB", "frontend 127.0.0.1:15300\n", "forward . 127.0.0.1:15301"},
-		kindStock:       {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
-		kindKubeCompact: {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
-		kindKubeStock:   {"cache 3600 {", "success 300000", "loadbalance"},
-		kindKubeWhoami:  {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
+		kindWhoami:             {"whoami"},
+		kindCompact:            {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
+		kindFrontend:           {"compactcache {", "capacity 256MiB", "frontend 127.0.0.1:15300\n", "forward . 127.0.0.1:15301"},
+		kindStock:              {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
+		kindKubeCompact:        {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
+		kindKubeStock:          {"cache 3600 {", "success 300000", "loadbalance"},
+		kindKubeWhoami:         {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
+		kindKubeFrontend:       {"prometheus 127.0.0.1:15305", "compactcache 3600 {", "frontend 127.0.0.1:15300 {", "inflight 1024", "loadbalance"},
+		kindKubeFrontendNoProm: {"compactcache 3600 {", "frontend 127.0.0.1:15300 {", "loadbalance"},
 	}
 	for _, k := range kinds {
 		if k == kindUnbound {
@@ -118,8 +120,11 @@ func TestCorefiles(t *testing.T) {
 		}
 		// The front end takes dnsperf's port; the block listens on another.
 		listen := ".:15300 {\n"
-		if k == kindFrontend {
+		if k == kindFrontend || k == kindKubeFrontend || k == kindKubeFrontendNoProm {
 			listen = ".:15307 {\n"
+		}
+		if k == kindKubeFrontendNoProm && strings.Contains(text, "prometheus") {
+			t.Errorf("%s: has prometheus:\n%s", k, text)
 		}
 		if !strings.HasPrefix(text, listen+"    bind 127.0.0.1\n") || strings.Count(text, "{") != strings.Count(text, "}") {
 			t.Errorf("%s:\n%s", k, text)
