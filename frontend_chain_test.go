@@ -111,10 +111,15 @@ func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
 	fe4 := freePort(t)
 	_, port, _ := net.SplitHostPort(fe4)
 	fe6 := net.JoinHostPort("::1", port)
+	// The kube-dns Corefile's plugins around the cache: the metrics
+	// recorder learns the plugin label of the plugin right after prometheus
+	// (errors), and loadbalance wraps the writer too.
 	block := func(zone, cache string) string {
 		return zone + `:0 {
 	bind 127.0.0.1 ::1
+	errors
 	prometheus 127.0.0.1:0
+	loadbalance
 	` + cache + `
 	forward . ` + up + `
 }

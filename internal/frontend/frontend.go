@@ -194,9 +194,10 @@ type block struct {
 
 	// The block's prometheus plugin, when one stands before the cache, and
 	// what its series need.
-	prom   *metrics.Metrics
-	view   string
-	series *metricsZones
+	prom       *metrics.Metrics
+	promPlugin string // the plugin label of the replies prom counts
+	view       string
+	series     *metricsZones
 
 	// The block's log plugin, when one stands before the cache, and the
 	// writer of its lines.
@@ -265,7 +266,7 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	for _, b := range fe.blocks {
 		b.fm = b.cache.Counters(srv.Addr)
 		if b.prom != nil {
-			b.series = newMetricsZones(b.prom, srv.Addr, b.view)
+			b.series = newMetricsZones(b.prom, b.promPlugin, srv.Addr, b.view)
 		}
 		if b.logger != nil {
 			b.access = newAccessLog(b.logger, b.fm.LogDropped)
@@ -670,7 +671,8 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 	if err := fc.check(cfg, name); err != nil {
 		return err
 	}
-	b := &block{cache: cache, view: cfg.ViewName, prom: blockMetrics(cfg, name)}
+	b := &block{cache: cache, view: cfg.ViewName}
+	b.prom, b.promPlugin = blockMetrics(cfg, name)
 	var logs bool
 	b.logger, logs = blockLog(cfg, name)
 	b.chainOnly = !logs

@@ -24,36 +24,39 @@ import (
 // request.Request and allocates; here the labels are read off the request
 // and the reply, and each series is resolved once per reader of requests.
 
-// cachePlugin is the plugin label of a reply the cache wrote: what the
-// metrics recorder learns through plugin.PluginTracker in plugin mode.
-const cachePlugin = "compactcache"
-
 // metricsZones is what requestMetrics needs of the block's prometheus
 // plugin: its server, view and zones (the block's keys), for the zone label.
 type metricsZones struct {
 	server, view string
 	names        []string // as the prometheus plugin has them
 	wire         [][]byte // the same, lowercased wire names
+	// plugin is the plugin label of every reply: the metrics recorder
+	// learns it through plugin.PluginTracker from the writer that
+	// plugin.NextOrFailure wraps around it alone, that of the plugin right
+	// after prometheus in the chain, whichever plugin wrote the reply.
+	plugin string
 }
 
 // blockMetrics returns what the front end of the block of cfg needs to
-// count hits as the prometheus plugin would, or nil when no prometheus
-// plugin stands before the cache, the plugin named cache: then hits do no
+// count hits as the prometheus plugin would, and the plugin label of its
+// replies (see metricsZones.plugin), or nil when no prometheus plugin
+// stands before the cache, the plugin named cache: then hits do no
 // registry work at all.
-func blockMetrics(cfg *dnsserver.Config, cache string) *metrics.Metrics {
-	for _, h := range cfg.Handlers() {
-		if m, ok := h.(*metrics.Metrics); ok {
-			return m
-		}
+func blockMetrics(cfg *dnsserver.Config, cache string) (*metrics.Metrics, string) {
+	handlers := cfg.Handlers()
+	for i, h := range handlers {
 		if h.Name() == cache {
-			return nil // plugins after the cache never see hits
+			return nil, "" // plugins after the cache never see hits
+		}
+		if m, ok := h.(*metrics.Metrics); ok && i+1 < len(handlers) {
+			return m, handlers[i+1].Name()
 		}
 	}
-	return nil
+	return nil, ""
 }
 
-func newMetricsZones(m *metrics.Metrics, server, view string) *metricsZones {
-	z := &metricsZones{server: server, view: view, names: m.ZoneNames()}
+func newMetricsZones(m *metrics.Metrics, plugin, server, view string) *metricsZones {
+	z := &metricsZones{server: server, view: view, names: m.ZoneNames(), plugin: plugin}
 	for _, n := range z.names {
 		b := make([]byte, entry.MaxNameLen)
 		l, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(n)), b, 0, nil, false)
@@ -143,7 +146,7 @@ type series struct {
 func (z *metricsZones) resolve(l requestLabels) *series {
 	s := &series{
 		requests:     vars.RequestCount.WithLabelValues(z.server, l.zone, z.view, l.proto, l.family, l.qtype),
-		responses:    vars.ResponseRcode.WithLabelValues(z.server, l.zone, z.view, l.rcode, cachePlugin),
+		responses:    vars.ResponseRcode.WithLabelValues(z.server, l.zone, z.view, l.rcode, z.plugin),
 		duration:     vars.RequestDuration.WithLabelValues(z.server, l.zone, z.view),
 		requestSize:  vars.RequestSize.WithLabelValues(z.server, l.zone, z.view, l.proto),
 		responseSize: vars.ResponseSize.WithLabelValues(z.server, l.zone, z.view, l.proto),

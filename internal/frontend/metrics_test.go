@@ -32,7 +32,7 @@ func TestLabelsAsReport(t *testing.T) {
 						for _, rcode := range []int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServerFailure, dns.RcodeRefused, 11} {
 							i++
 							server := fmt.Sprintf("dns://labels-%d:53", i)
-							z := &metricsZones{server: server, view: view, names: zoneNames}
+							z := &metricsZones{server: server, view: view, names: zoneNames, plugin: "compactcache"}
 							for _, n := range zoneNames {
 								w := make([]byte, 255)
 								l, _ := dns.PackDomainName(dns.Fqdn(n), w, 0, nil, false)
@@ -53,13 +53,13 @@ func TestLabelsAsReport(t *testing.T) {
 							if zone == "" {
 								zone = "."
 							}
-							vars.Report(server, state, zone, view, rcodeString(rcode), cachePlugin, 100, time.Now())
+							vars.Report(server, state, zone, view, rcodeString(rcode), z.plugin, 100, time.Now())
 
 							what := fmt.Sprintf("%s/%s tcp=%v %s do=%v rcode %d", name, dns.Type(qtype), tcp, ip, do, rcode)
 							if n := testutil.ToFloat64(vars.RequestCount.WithLabelValues(server, got.zone, view, got.proto, got.family, got.qtype)); n != 1 {
 								t.Fatalf("%s: requests_total{zone=%q proto=%q family=%q type=%q} is %v after Report, want 1", what, got.zone, got.proto, got.family, got.qtype, n)
 							}
-							if n := testutil.ToFloat64(vars.ResponseRcode.WithLabelValues(server, got.zone, view, got.rcode, cachePlugin)); n != 1 {
+							if n := testutil.ToFloat64(vars.ResponseRcode.WithLabelValues(server, got.zone, view, got.rcode, z.plugin)); n != 1 {
 								t.Fatalf("%s: responses_total{rcode=%q} is %v after Report, want 1", what, got.rcode, n)
 							}
 							if n := testutil.ToFloat64(vars.RequestDo.WithLabelValues(server, got.zone, view)); (n == 1) != do || got.do != do {
