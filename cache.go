@@ -85,7 +85,7 @@ type Cache struct {
 	refreshes refreshes
 	flights   flights
 
-	raw     bool // hits go out through w.Write; see SetRawWrites
+	raw     rawPlan // hits go out through w.Write; see raw.go
 	metrics *metricsSet
 	now     func() time.Time
 }
@@ -147,7 +147,7 @@ func (c *Cache) Stats() Stats {
 // SetRawWrites makes hits reach the client through w.Write with the reply
 // bytes instead of WriteMsg with a *dns.Msg built from them. Setup turns it on
 // when no plugin in the server block needs WriteMsg.
-func (c *Cache) SetRawWrites(on bool) { c.raw = on }
+func (c *Cache) SetRawWrites(on bool) { c.raw = rawPlan{raw: on} }
 
 // scratch holds one request's buffers; scratches are pooled so that a hit
 // allocates nothing.
@@ -182,6 +182,8 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if !s.readMsg(r, w, &c.ecs) || !c.serves(s.key) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
+	// Written as bytes, a reply goes around loadbalance: rotated here.
+	s.q.rotate = c.raw.rotate
 	m := c.metrics.of(metrics.WithServer(ctx))
 	m.requests.Inc()
 
@@ -439,9 +441,8 @@ func (c *Cache) view(age int64, e entry.Entry, isStale bool) ttlView {
 // that none can be in the way. Nested lookups (autopath, dns64, kubernetes
 // ExternalName) always get a *dns.Msg: their writers have no Write.
 func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
-	if c.raw && !coredns.Nested(w) {
-		_, err := w.Write(reply)
-		return err
+	if c.raw.raw && !coredns.Nested(w) {
+		return rawWrite(w, reply)
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(reply); err != nil {

@@ -446,3 +446,57 @@ func nestedAnswer(r *dns.Msg, name string) string {
 	}
 	return ""
 }
+
+// TestChainRawHitsInKubeDNSBlock: in a block of the kube-dns Corefile's
+// plugins (errors, prometheus, loadbalance before the cache), hits go out as
+// bytes in plugin mode: the metrics recorder counts each with its rcode, a
+// cached NXDOMAIN as NXDOMAIN, the records are rotated as loadbalance would,
+// and loadbalance's Write, which logs a warning for every call, is not used.
+func TestChainRawHitsInKubeDNSBlock(t *testing.T) {
+	logs := captureLog(t)
+	const zone = "raw.kube.test."
+	u := newUpstream()
+	var rrs []dns.RR
+	for i := 1; i <= 4; i++ {
+		rrs = append(rrs, test.A("lb."+zone+" 300 IN A 192.0.2."+strconv.Itoa(i)))
+	}
+	u.add("lb."+zone, dns.TypeA, dns.RcodeSuccess, rrs, nil, nil)
+	u.add("nx."+zone, dns.TypeA, dns.RcodeNameError, nil, []dns.RR{test.SOA(zone + " 300 IN SOA ns." + zone + " admin." + zone + " 1 7200 3600 1209600 60")}, nil)
+	udp, _ := startCoreDNS(t, zone+`:0 {
+	bind 127.0.0.1
+	errors
+	prometheus 127.0.0.1:0
+	loadbalance
+	compactcache
+	forward . `+startUpstream(t, u)+`
+}`)
+	nx := test.Case{Qname: "nx." + zone, Qtype: dns.TypeA}.Msg()
+	lb := test.Case{Qname: "lb." + zone, Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, udp, nx) // the misses
+	exchangeUDP(t, udp, lb)
+	before := scrapeResponses(t, zone, "NXDOMAIN")
+	orders := map[string]bool{}
+	for range 20 {
+		if r, _ := exchangeUDP(t, udp, nx); r.Rcode != dns.RcodeNameError {
+			t.Fatalf("cached NXDOMAIN answered %s", dns.RcodeToString[r.Rcode])
+		}
+		r, _ := exchangeUDP(t, udp, lb)
+		var ips []string
+		for _, rr := range r.Answer {
+			ips = append(ips, rr.(*dns.A).A.String())
+		}
+		orders[strings.Join(ips, " ")] = true
+	}
+	if got := awaitResponses(t, zone, "NXDOMAIN", before+20); got != before+20 {
+		t.Errorf("prometheus: %v NXDOMAIN responses after 20 cached ones, want %v", got, before+20)
+	}
+	if len(orders) < 2 {
+		t.Errorf("20 hits all in one order %v: not rotated", orders)
+	}
+	if strings.Contains(logs.String(), "LoadBalance called with Write") {
+		t.Error("hits went through loadbalance's Write, which shuffles nothing and warns")
+	}
+	if n := u.count("nx."+zone, dns.TypeA) + u.count("lb."+zone, dns.TypeA); n != 2 {
+		t.Errorf("upstream asked %d times, want 2", n)
+	}
+}

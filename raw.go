@@ -1,12 +1,22 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/loadbalance"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
 )
 
+// A hit goes to the client as a *dns.Msg built from the reply bytes, since
+// the plugins before the cache wrap the ResponseWriter and read what
+// WriteMsg is given, unless every plugin of the block is one whose writer
+// the cache can satisfy with the bytes themselves (rawPlan); unpacking and
+// packing the reply again is most of what a hit costs in plugin mode.
+
 // rawWriters are the plugins that neither wrap the ResponseWriter to read
-// or change replies nor make nested lookups through the chain. In a block of
-// these alone, hits can go out as bytes.
+// or change replies nor make nested lookups through the chain.
 var rawWriters = map[string]bool{
 	pluginName: true,
 	"acl":      true,
@@ -23,11 +33,56 @@ var rawWriters = map[string]bool{
 	"whoami":   true,
 }
 
-func rawSafe(handlers []plugin.Handler) bool {
+// rawPlan is how hits go out as bytes in a block: raw at all, and with the
+// records rotated as the block's loadbalance would (round_robin).
+type rawPlan struct {
+	raw    bool
+	rotate bool
+}
+
+// rawPlanOf returns the plan of a block of handlers: the rawWriters, and
+// the plugins whose writers the cache satisfies itself: prometheus, whose
+// recorder it gives the rcode (rawWrite), and loadbalance's round_robin,
+// whose order the reply writer applies (replyBuffers.rotation) and whose
+// Write, which logs a warning and shuffles nothing, it goes around.
+func rawPlanOf(handlers []plugin.Handler) rawPlan {
+	p := rawPlan{raw: true}
 	for _, h := range handlers {
-		if !rawWriters[h.Name()] {
-			return false
+		switch {
+		case rawWriters[h.Name()], h.Name() == "prometheus":
+		case h.Name() == "loadbalance" && coredns.RoundRobin(h):
+			p.rotate = true
+		default:
+			return rawPlan{}
 		}
 	}
-	return true
+	return p
+}
+
+// rawWrite writes reply, a hit's bytes, to w, a writer of a block whose
+// plan is raw: it gives the metrics recorders on the way the reply's rcode,
+// which their Write does not learn, and writes below loadbalance's writer.
+func rawWrite(w dns.ResponseWriter, reply []byte) error {
+	rcode := int(reply[3] & 0xF)
+	target := w
+	for cur := w; cur != nil; {
+		switch t := cur.(type) {
+		case *metrics.Recorder:
+			t.Rcode = rcode
+			cur = t.ResponseWriter
+		case *loadbalance.LoadBalanceResponseWriter:
+			target, cur = t.ResponseWriter, t.ResponseWriter
+		case *request.ScrubWriter:
+			cur = t.ResponseWriter
+		default:
+			inner, ok := coredns.Unwrap(cur)
+			if !ok {
+				cur = nil
+				break
+			}
+			cur = inner
+		}
+	}
+	_, err := target.Write(reply)
+	return err
 }

@@ -54,7 +54,7 @@ func setup(c *caddy.Controller) error {
 			log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
 		}
 		ca.metrics.view = cfg.ViewName
-		ca.SetRawWrites(rawSafe(cfg.Handlers()))
+		ca.raw = rawPlanOf(cfg.Handlers())
 		for _, h := range cfg.Handlers() {
 			if b, ok := h.(ZoneBypasser); ok {
 				ca.bypass = append(ca.bypass, newZoneSet(b.CacheBypassZones())...)

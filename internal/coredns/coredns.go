@@ -106,12 +106,24 @@ func Nested(w dns.ResponseWriter) bool {
 		case *request.ScrubWriter:
 			w = t.ResponseWriter
 		default:
-			if reflect.TypeOf(w) != pluginWriterType {
+			inner, ok := Unwrap(w)
+			if !ok {
 				return false
 			}
-			w = reflect.ValueOf(w).Elem().Field(pluginWriterInnerName).Interface().(dns.ResponseWriter)
+			w = inner
 		}
 	}
+}
+
+// Unwrap returns the writer that w, the writer plugin.NextOrFailure wraps
+// around the next plugin's, holds, and true; or w and false for any other
+// writer. Writing to the writer it returns skips only w, which tells a
+// plugin.PluginTracker directly inside it the next plugin's name.
+func Unwrap(w dns.ResponseWriter) (dns.ResponseWriter, bool) {
+	if reflect.TypeOf(w) != pluginWriterType {
+		return w, false
+	}
+	return reflect.ValueOf(w).Elem().Field(pluginWriterInnerName).Interface().(dns.ResponseWriter), true
 }
 
 // pluginWriterType is the type of the writer plugin.NextOrFailure hands the
