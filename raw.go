@@ -40,14 +40,20 @@ type rawPlan struct {
 	rotate bool
 }
 
-// rawPlanOf returns the plan of a block of handlers: the rawWriters, and
-// the plugins whose writers the cache satisfies itself: prometheus, whose
+// rawPlanOf returns the plan of a block of handlers. The plugins before
+// the cache, whose writers a reply goes through, must be rawWriters or
+// plugins whose writers the cache satisfies itself: prometheus, whose
 // recorder it gives the rcode (rawWrite), and loadbalance's round_robin,
 // whose order the reply writer applies (replyBuffers.rotation) and whose
-// Write, which logs a warning and shuffles nothing, it goes around.
+// Write, which logs a warning and shuffles nothing, it goes around. The
+// plugins after the cache write to the cache, not to the client; their
+// nested lookups reach it with a writer of their own (coredns.Nested).
 func rawPlanOf(handlers []plugin.Handler) rawPlan {
 	p := rawPlan{raw: true}
 	for _, h := range handlers {
+		if h.Name() == pluginName {
+			return p
+		}
 		switch {
 		case rawWriters[h.Name()], h.Name() == "prometheus":
 		case h.Name() == "loadbalance" && coredns.RoundRobin(h):
