@@ -81,6 +81,7 @@ type Cache struct {
 	ecs      ecsConfig
 	frontend *frontend.Config // nil unless the block asks for one
 	front    frontPolicy      // what the block's plugins ask of the front end's replies
+	snapshot *snapshotConfig  // nil unless the block asks for one
 
 	refreshes refreshes
 	flights   flights

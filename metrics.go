@@ -51,6 +51,8 @@ var (
 		"The number of responses not cached because they exceed the per-entry limit.")
 	frontendRequests = counterVec("frontend_requests_total", resultLabels,
 		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
+	snapshotErrors = promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: "snapshot_errors_total",
+		Help: "The snapshot files that could not be read (damaged, unreadable) or written (no space, no directory, read-only file system), by file and op."}, []string{"path", "op"})
 	frontendLogDropped = counterVec("frontend_log_dropped_total", blockLabels,
 		"The front end's hits whose access log line (for the block's log plugin) was dropped: the log did not keep up.")
 )

@@ -29,6 +29,7 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
+	setupSnapshot(c, ca)
 	// The block's name for handoffs, known once the servers are made: blocks
 	// of several views or binds share their keys.
 	var block string
@@ -131,7 +132,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -181,6 +182,8 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		fc, err := frontend.Parse(c, args)
 		ca.frontend = fc
 		return err
+	case "snapshot":
+		return parseSnapshot(args, ca)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -86,7 +86,10 @@ func TestParse(t *testing.T) {
 		}},
 		// The option's own syntax is internal/frontend's TestParse.
 		{"compactcache {\n frontend 127.0.0.1:53 {\n sockets 4\n }\n keepttl\n}", func(c *Cache) bool { return c.frontend != nil && c.keepttl }},
-		{"compactcache", func(c *Cache) bool { return c.frontend == nil }},
+		{"compactcache", func(c *Cache) bool { return c.frontend == nil && c.snapshot == nil }},
+		{"compactcache {\n snapshot /var/lib/coredns/cache.snap 5m\n}", func(c *Cache) bool {
+			return *c.snapshot == snapshotConfig{path: "/var/lib/coredns/cache.snap", every: 5 * time.Minute}
+		}},
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
 			return strings.Join(c.nexcept, ",") == "example.org.,example.net."
 		}},
@@ -171,6 +174,10 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n frontend :53 {\n inflight\n }\n}", "frontend inflight: want one number"},
 		{"compactcache {\n frontend :53 {\n batch 8\n }\n}", `frontend: unknown option "batch"`},
 		{"compactcache {\n frontend :53\n frontend :54\n}", "frontend: can only be given once"},
+		{"compactcache {\n snapshot\n}", "snapshot: want PATH [INTERVAL]"},
+		{"compactcache {\n snapshot cache.snap\n}", `snapshot: "cache.snap" is not an absolute path`},
+		{"compactcache {\n snapshot /var/cache.snap 100ms\n}", `snapshot: INTERVAL "100ms" is not a duration of a second or more`},
+		{"compactcache {\n snapshot /a 1m\n snapshot /b\n}", "snapshot: can only be given once"},
 		{"compactcache\ncompactcache", "once per Server Block"},
 	}
 	for _, tc := range tests {

@@ -174,6 +174,12 @@ func (e Entry) ProofTTL() uint32 {
 	return ttl
 }
 
+// LastUsed returns the unix second of the entry's last hit, or when it was
+// stored if it has none.
+func (e Entry) LastUsed() int64 {
+	return int64(e.Stored()) + int64(binary.LittleEndian.Uint16(e[offLastHit:]))
+}
+
 // expires returns the unix second at which the entry's TTL runs out.
 func (e Entry) Expires() int64 { return int64(e.Stored()) + int64(e.TTL()) }
 

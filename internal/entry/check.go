@@ -1,0 +1,148 @@
+package entry
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Check reports whether b is an entry the readers of entries can walk: the
+// lengths and offsets of its header, key and records, and of a variant
+// list, within b; names whole where the reply writer walks them. The
+// builder writes only such entries; Check is for entries from outside the
+// process (a snapshot file), which the trusted readers must never meet
+// malformed: they walk names and records without bounds checks.
+func Check(b []byte) error {
+	if len(b) < headerLen+1+keyTail {
+		return errors.New("shorter than a header and a key")
+	}
+	if len(b) > MaxLen {
+		return fmt.Errorf("%d bytes, over the %d an entry can have", len(b), MaxLen)
+	}
+	if size := int(binary.LittleEndian.Uint32(b[OffSize:])); size != len(b) {
+		return fmt.Errorf("size field %d, %d bytes", size, len(b))
+	}
+	nameLen := int(b[offNameLen])
+	if NameEnd(b, offKey) != offKey+nameLen {
+		return errors.New("the key does not start with a name of its length")
+	}
+	kl, err := checkKey(b[offKey:], nameLen)
+	if err != nil {
+		return err
+	}
+	e := Entry(b)
+	off := offKey + kl
+	if e.Flags()&FlagMeta != 0 {
+		return checkList(b[off:], b[offKey+nameLen+keyTail-1])
+	}
+	for s := range 3 {
+		for range e.Count(s) {
+			if off, err = checkRecord(b, off); err != nil {
+				return fmt.Errorf("section %d: %w", s, err)
+			}
+		}
+	}
+	if off != len(b) {
+		return fmt.Errorf("%d bytes past the records", len(b)-off)
+	}
+	return nil
+}
+
+// checkKey returns the length of the key at the start of k, whose name is
+// nameLen bytes, after checking its suffix (keyLen without the trust).
+func checkKey(k []byte, nameLen int) (int, error) {
+	n := nameLen + keyTail
+	if len(k) < n {
+		return 0, errors.New("key cut short")
+	}
+	flags := k[n-1]
+	switch {
+	case flags&KeyECS != 0:
+		if len(k) < n+2 {
+			return 0, errors.New("ECS key cut short")
+		}
+		family, prefix := k[n], int(k[n+1])
+		if family != 1 && family != 2 || family == 1 && prefix > 32 || prefix > 128 {
+			return 0, fmt.Errorf("ECS key of family %d, prefix %d", family, prefix)
+		}
+		n += 2 + PrefixBytes(prefix)
+	case flags&(KeyScopes|KeySourceZero) != 0:
+		if len(k) < n+1 || k[n] != 1 && k[n] != 2 {
+			return 0, errors.New("key without its family")
+		}
+		n++
+	}
+	if len(k) < n {
+		return 0, errors.New("key cut short")
+	}
+	return n, nil
+}
+
+// checkList checks the records of a variant list (key.go's layout); flags
+// are its key's, which must be those of a list.
+func checkList(l []byte, flags byte) error {
+	if flags&KeyScopes == 0 {
+		return errors.New("bookkeeping entry that is not a variant list")
+	}
+	if len(l) < listItems {
+		return errors.New("variant list cut short")
+	}
+	list := List(l)
+	capacity, count, head := list.capacity(), list.Count(), list.head()
+	if capacity == 0 || count > capacity || head >= capacity || len(l) != listItems+itemLen*capacity {
+		return fmt.Errorf("variant list of capacity %d, %d variants from %d, in %d bytes", capacity, count, head, len(l))
+	}
+	for i := range count {
+		if v := list.Item(i); v.Prefix > 128 {
+			return fmt.Errorf("variant of prefix %d", v.Prefix)
+		}
+	}
+	return nil
+}
+
+// checkRecord checks the record at off in b and returns the offset of the
+// next (Entry.Record without the trust).
+func checkRecord(b []byte, off int) (int, error) {
+	if off >= len(b) {
+		return 0, errors.New("record cut short")
+	}
+	flags := b[off]
+	off++
+	rtype := uint16(0)
+	if flags&RecOwnerIsQname == 0 {
+		end := NameEnd(b, off)
+		if end < 0 {
+			return 0, errors.New("record owner is not a name")
+		}
+		off = end
+	}
+	fixed := 2 // RDLENGTH
+	if flags&recTypeIsQtype == 0 {
+		if off+2 > len(b) {
+			return 0, errors.New("record cut short")
+		}
+		rtype = binary.BigEndian.Uint16(b[off:])
+		fixed += 2
+	} else {
+		nameLen := int(b[offNameLen])
+		rtype = binary.BigEndian.Uint16(b[offKey+nameLen:])
+	}
+	if flags&recClassIsQclass == 0 {
+		fixed += 2
+	}
+	if flags&RecTTLIsEntry == 0 {
+		fixed += 4
+	}
+	if off+fixed > len(b) {
+		return 0, errors.New("record cut short")
+	}
+	off += fixed
+	rdlen := int(binary.BigEndian.Uint16(b[off-2:]))
+	if off+rdlen > len(b) {
+		return 0, errors.New("rdata past the entry")
+	}
+	if !rdataNamesWhole(rtype, b[off:off+rdlen]) {
+		return 0, errBadRdata
+	}
+	return off + rdlen, nil
+}

@@ -1,0 +1,223 @@
+// Package snapshot writes a store's entries to a file and reads them back,
+// so that a restarted process answers from the cache it had.
+//
+// The file is untrusted input when read: a process may have died while
+// writing it (the writer renames a complete file into place, but a disk
+// may still lose its tail), another version may have written it, anyone
+// with the file system may have. So every length is bounded, every block
+// checksummed, every entry checked as internal/entry.Check checks it, and
+// the whole file is read and checked before the first entry goes into the
+// store: a damaged file loads nothing.
+//
+// Layout, integers little endian:
+//
+//	header  magic "CCSNAP" (6), version (2), written: unix seconds (8),
+//	        fingerprint (32), CRC-32C of the preceding 48 bytes (4)
+//	blocks  length (4), CRC-32C of the block (4), the block: entries, each
+//	        as the store holds it (its size first), one after the other
+//	end     a block of length 0 and CRC 0
+package snapshot
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"slices"
+
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
+)
+
+const (
+	magic   = "CCSNAP"
+	version = 1
+
+	headerLen = 6 + 2 + 8 + 32 + 4
+	// maxBlock bounds a block, and holds the largest entry.
+	maxBlock = 1 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Fingerprint names the settings that decide what the entries of a store
+// hold; a file written under others is not read.
+type Fingerprint [32]byte
+
+// Errors of a file that is not read; each is wrapped with what was found.
+var (
+	ErrNotSnapshot = errors.New("not a compactcache snapshot")
+	ErrVersion     = errors.New("a snapshot of another format version")
+	ErrSettings    = errors.New("a snapshot of other cache settings")
+	ErrDamaged     = errors.New("a damaged snapshot")
+)
+
+// Write writes the entries of s to w, with the fingerprint of its settings
+// and the wall clock's now, unix seconds. The store is walked a chunk at a
+// time (store.Walk): no shard is locked longer than it takes to copy one.
+// It returns the number of entries written.
+func Write(w io.Writer, s *store.Store, fp Fingerprint, now int64) (int, error) {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	var h [headerLen]byte
+	copy(h[:], magic)
+	binary.LittleEndian.PutUint16(h[6:], version)
+	binary.LittleEndian.PutUint64(h[8:], uint64(now))
+	copy(h[16:48], fp[:])
+	binary.LittleEndian.PutUint32(h[48:], crc32.Checksum(h[:48], castagnoli))
+	if _, err := bw.Write(h[:]); err != nil {
+		return 0, err
+	}
+	// The entries of a chunk are copied under its shard's lock, then cut
+	// into blocks of at most maxBlock bytes with the lock released.
+	var chunk []byte
+	block := make([]byte, 0, maxBlock)
+	n := 0
+	for c, more := (store.Cursor{}), true; more; {
+		chunk = chunk[:0]
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			chunk = append(chunk, e...)
+			n++
+			return false
+		})
+		for off := 0; off < len(chunk); {
+			size := int(binary.LittleEndian.Uint32(chunk[off:]))
+			if len(block)+size > maxBlock {
+				if err := writeBlock(bw, block); err != nil {
+					return n, err
+				}
+				block = block[:0]
+			}
+			block = append(block, chunk[off:off+size]...)
+			off += size
+		}
+	}
+	if len(block) > 0 {
+		if err := writeBlock(bw, block); err != nil {
+			return n, err
+		}
+	}
+	if err := writeBlock(bw, nil); err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
+
+func writeBlock(w io.Writer, b []byte) error {
+	var h [8]byte
+	binary.LittleEndian.PutUint32(h[:], uint32(len(b)))
+	if len(b) > 0 {
+		binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(b, castagnoli))
+	}
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// Loaded is what Read took from a file.
+type Loaded struct {
+	Written int64 // when the file was written, unix seconds
+	Entries int   // put into the store
+	Expired int   // dropped: expired beyond the serve-stale window
+}
+
+// Read reads a file that Write wrote from r, at most limit bytes of it,
+// checks all of it, then puts into s the entries that have not expired
+// beyond grace seconds at now (unix seconds). Entries keep the time they
+// were stored at, so they age by the wall-clock time since. A file that
+// fails a check puts nothing, and the error says why.
+func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace int64) (Loaded, error) {
+	var l Loaded
+	br := bufio.NewReaderSize(io.LimitReader(r, limit), 1<<16)
+	var h [headerLen]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return l, fmt.Errorf("%w: the header: %v", ErrNotSnapshot, err)
+	}
+	if string(h[:6]) != magic {
+		return l, fmt.Errorf("%w: magic %q", ErrNotSnapshot, h[:6])
+	}
+	if v := binary.LittleEndian.Uint16(h[6:]); v != version {
+		return l, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, version)
+	}
+	if crc32.Checksum(h[:48], castagnoli) != binary.LittleEndian.Uint32(h[48:]) {
+		return l, fmt.Errorf("%w: the header's checksum", ErrDamaged)
+	}
+	if Fingerprint(h[16:48]) != fp {
+		return l, ErrSettings
+	}
+	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
+	var blocks [][]byte
+	for {
+		var bh [8]byte
+		if _, err := io.ReadFull(br, bh[:]); err != nil {
+			return l, fmt.Errorf("%w: cut before its end: %v", ErrDamaged, err)
+		}
+		n, sum := binary.LittleEndian.Uint32(bh[:]), binary.LittleEndian.Uint32(bh[4:])
+		if n == 0 {
+			if sum != 0 {
+				return l, fmt.Errorf("%w: the end block", ErrDamaged)
+			}
+			break
+		}
+		if n > maxBlock {
+			return l, fmt.Errorf("%w: a block of %d bytes", ErrDamaged, n)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(br, b); err != nil {
+			return l, fmt.Errorf("%w: cut in a block: %v", ErrDamaged, err)
+		}
+		if crc32.Checksum(b, castagnoli) != sum {
+			return l, fmt.Errorf("%w: a block's checksum", ErrDamaged)
+		}
+		if err := checkBlock(b); err != nil {
+			return l, fmt.Errorf("%w: %v", ErrDamaged, err)
+		}
+		blocks = append(blocks, b)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return l, fmt.Errorf("%w: bytes past its end", ErrDamaged)
+	}
+	var entries []entry.Entry
+	for _, b := range blocks {
+		for off := 0; off < len(b); {
+			n := int(binary.LittleEndian.Uint32(b[off:]))
+			e := entry.Entry(b[off : off+n])
+			off += n
+			if e.Expires()+grace < now {
+				l.Expired++
+				continue
+			}
+			entries = append(entries, e)
+		}
+	}
+	// The most recently used last, so that where they do not all fit the
+	// budget, the store's eviction keeps them.
+	slices.SortStableFunc(entries, func(a, b entry.Entry) int { return cmp.Compare(a.LastUsed(), b.LastUsed()) })
+	for _, e := range entries {
+		s.Put(e, now)
+	}
+	l.Entries = len(entries)
+	return l, nil
+}
+
+// checkBlock checks the entries of a block one by one.
+func checkBlock(b []byte) error {
+	for off := 0; off < len(b); {
+		if len(b)-off < 4 {
+			return errors.New("an entry cut short")
+		}
+		n := int(binary.LittleEndian.Uint32(b[off:]))
+		if n < 4 || n > len(b)-off {
+			return fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
+		}
+		if err := entry.Check(b[off : off+n]); err != nil {
+			return fmt.Errorf("an entry: %v", err)
+		}
+		off += n
+	}
+	return nil
+}

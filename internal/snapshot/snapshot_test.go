@@ -1,0 +1,214 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"testing"
+
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
+	"github.com/compactcache/compactcache/internal/workload"
+	"github.com/miekg/dns"
+)
+
+const t0 = 1_800_000_000 // the stores' clock, unix seconds
+
+var fp = Fingerprint{1, 2, 3}
+
+// filled returns a store of capacity bytes holding n entries of the
+// workload's plain, DNSSEC and ECS variants, each stored at t0+i with a TTL
+// of ttl, and their keys.
+func filled(t testing.TB, capacity int64, n int, ttl uint32) (*store.Store, [][]byte) {
+	t.Helper()
+	s, err := store.New(capacity, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	var keys [][]byte
+	for i := range n {
+		v := []workload.Variant{workload.Plain, workload.CNAME | workload.DNSSEC, workload.ECS}[i%3]
+		m := workload.Reply(i, v)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, i%7 == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := uint16(0)
+		if i%5 == 0 {
+			flags = entry.FlagDenial | dns.RcodeNameError
+		}
+		e, err := b.Build(m, key, m.Question[0].Name, uint32(t0+i), ttl, 0, flags, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put(e, t0)
+		keys = append(keys, key)
+	}
+	return s, keys
+}
+
+// contents returns every entry of s, by key.
+func contents(s *store.Store) map[string]string {
+	out := map[string]string{}
+	for c, more := (store.Cursor{}), true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			out[string(e.Key())] = string(e)
+			return false
+		})
+	}
+	return out
+}
+
+func TestRoundTrip(t *testing.T) {
+	s, _ := filled(t, 16<<20, 3000, 3600)
+	var file bytes.Buffer
+	n, err := Write(&file, s, fp, t0+10)
+	if err != nil || n != 3000 {
+		t.Fatalf("wrote %d entries: %v", n, err)
+	}
+	into, err := store.New(16<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0+100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Entries != 3000 || l.Expired != 0 || l.Written != t0+10 {
+		t.Errorf("loaded %+v, want 3000 entries written at %d", l, t0+10)
+	}
+	want, got := contents(s), contents(into)
+	if len(got) != len(want) {
+		t.Fatalf("%d entries back of %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("entry %q came back changed", k)
+		}
+	}
+	if err := into.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadAgesAndHoldsTheBudget: entries expired beyond the serve-stale
+// window stay out; into a smaller store the most recently used go last, so
+// that they are the ones kept.
+func TestReadAgesAndHoldsTheBudget(t *testing.T) {
+	s, keys := filled(t, 16<<20, 3000, 100) // entry i expires at t0+i+100
+	var file bytes.Buffer
+	if _, err := Write(&file, s, fp, t0); err != nil {
+		t.Fatal(err)
+	}
+	into, _ := store.New(16<<20, store.PerKind{}, 50)
+	l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0+2000, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kept: expires+50 >= t0+2000, so i >= 1850.
+	if l.Entries != 1150 || l.Expired != 1850 {
+		t.Errorf("loaded %+v, want 1150 entries, 1850 expired", l)
+	}
+	small, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
+	s, keys = filled(t, 16<<20, 20000, 3600)
+	file.Reset()
+	if _, err := Write(&file, s, fp, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), small, fp, t0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if u := small.Usage(); u.Held > small.Capacity() {
+		t.Fatalf("%d bytes held, over the budget of %d", u.Held, small.Capacity())
+	}
+	has := func(key []byte) bool { return small.Get(key, small.Hash(key), func(entry.Entry) bool { return true }) }
+	if !has(keys[len(keys)-1]) || has(keys[0]) {
+		t.Errorf("a small store kept the oldest entry (%v) or lost the newest (%v)", has(keys[0]), !has(keys[len(keys)-1]))
+	}
+}
+
+// TestReadRefusesDamage damages a file every way the reader checks: each
+// gives a clear error, and nothing goes into the store.
+func TestReadRefusesDamage(t *testing.T) {
+	s, _ := filled(t, 16<<20, 500, 3600)
+	var file bytes.Buffer
+	if _, err := Write(&file, s, fp, t0); err != nil {
+		t.Fatal(err)
+	}
+	good := file.Bytes()
+	firstBlock := headerLen + 8
+	for _, tc := range []struct {
+		name   string
+		damage func(b []byte) []byte
+		want   error
+	}{
+		{"empty", func(b []byte) []byte { return nil }, ErrNotSnapshot},
+		{"another file", func(b []byte) []byte { return []byte("# zone file\nexample.org. 300 IN A 192.0.2.1\n") }, ErrNotSnapshot},
+		{"another version", func(b []byte) []byte { b[6] = 9; return b }, ErrVersion},
+		{"header checksum", func(b []byte) []byte { b[8]++; return b }, ErrDamaged},
+		{"other settings", func(b []byte) []byte {
+			b[20]++
+			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
+			return b
+		}, ErrSettings},
+		{"cut in a block", func(b []byte) []byte { return b[:len(b)/2] }, ErrDamaged},
+		{"cut before the end block", func(b []byte) []byte { return b[:len(b)-8] }, ErrDamaged},
+		{"a block's checksum", func(b []byte) []byte { b[firstBlock+100]++; return b }, ErrDamaged},
+		{"a block too large", func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[headerLen:], maxBlock+1)
+			return b
+		}, ErrDamaged},
+		{"an entry's structure, checksum right", func(b []byte) []byte {
+			n := binary.LittleEndian.Uint32(b[headerLen:])
+			blk := b[firstBlock : firstBlock+int(n)]
+			blk[24] = 250 // the first entry's name length
+			binary.LittleEndian.PutUint32(b[headerLen+4:], crc32.Checksum(blk, castagnoli))
+			return b
+		}, ErrDamaged},
+		{"bytes past the end", func(b []byte) []byte { return append(b, 0) }, ErrDamaged},
+	} {
+		b := tc.damage(append([]byte(nil), good...))
+		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
+		l, err := Read(bytes.NewReader(b), 1<<30, into, fp, t0, 0)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: error %v, want %v", tc.name, err, tc.want)
+		}
+		if l.Entries != 0 || len(contents(into)) != 0 {
+			t.Errorf("%s: %d entries loaded from a damaged file", tc.name, len(contents(into)))
+		}
+	}
+	into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
+	if _, err := Read(bytes.NewReader(good), int64(len(good)-1), into, fp, t0, 0); !errors.Is(err, ErrDamaged) {
+		t.Errorf("a file over the limit: %v", err)
+	}
+}
+
+// FuzzRead: whatever the file, Read returns, and a store it loaded is
+// consistent and can be walked.
+func FuzzRead(f *testing.F) {
+	s, _ := filled(f, 16<<20, 30, 3600)
+	var file bytes.Buffer
+	if _, err := Write(&file, s, fp, t0); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(file.Bytes())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) >= headerLen {
+			copy(b, magic)
+			binary.LittleEndian.PutUint16(b[6:], version)
+			copy(b[16:48], fp[:])
+			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
+		}
+		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
+		if _, err := Read(bytes.NewReader(b), 1<<20, into, fp, t0, 0); err != nil {
+			return
+		}
+		if err := into.Check(); err != nil {
+			t.Fatal(err)
+		}
+		_ = fmt.Sprint(len(contents(into)))
+	})
+}

@@ -1,0 +1,108 @@
+package compactcache
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestSnapshotWarmRestart stops a server whose block keeps a snapshot and
+// starts another from the same Corefile: the entries come back, and its
+// hits reach no upstream. A damaged file is moved aside and the block
+// starts cold; a file that cannot be written is logged and counted.
+func TestSnapshotWarmRestart(t *testing.T) {
+	logs := captureLog(t)
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.snap")
+	corefile := func(path string) string {
+		return `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		snapshot ` + path + `
+	}
+	forward . ` + up + `
+}`
+	}
+	start := func(cf string) (*caddy.Instance, string) {
+		t.Helper()
+		serverMu.Lock()
+		caddy.Quiet, dnsserver.Quiet = true, true
+		inst, err := caddy.Start(corefileInput(cf))
+		serverMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inst, inst.Servers()[0].LocalAddr().String()
+	}
+	stop := func(inst *caddy.Instance) {
+		inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
+		inst.Stop()
+	}
+	names := []struct {
+		name  string
+		qtype uint16
+	}{{"a.example.org.", dns.TypeA}, {"www.example.org.", dns.TypeA}, {"missing.example.org.", dns.TypeA}, {"a.example.org.", dns.TypeAAAA}}
+
+	inst, addr := start(corefile(path))
+	for _, n := range names {
+		exchangeUDP(t, addr, test.Case{Qname: n.name, Qtype: n.qtype}.Msg())
+	}
+	stop(inst)
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("no snapshot written at shutdown: %v", err)
+	}
+
+	inst, addr = start(corefile(path))
+	for _, n := range names {
+		r, _ := exchangeUDP(t, addr, test.Case{Qname: n.name, Qtype: n.qtype}.Msg())
+		if n.name == "missing.example.org." && r.Rcode != dns.RcodeNameError || n.name != "missing.example.org." && r.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s after the restart: %s", n.name, dns.RcodeToString[r.Rcode])
+		}
+		if c := u.count(n.name, n.qtype); c != 1 {
+			t.Errorf("%s %s asked upstream %d times, want once: before the restart", n.name, dns.TypeToString[n.qtype], c)
+		}
+	}
+	if !strings.Contains(logs.String(), "4 entries loaded") {
+		t.Errorf("no line of the entries loaded in the log:\n%s", logs)
+	}
+	stop(inst)
+
+	// Damage the file: the next start is cold and the file moved aside.
+	b, _ := os.ReadFile(path)
+	b[len(b)/2]++
+	os.WriteFile(path, b, 0o644)
+	readErrors := testutil.ToFloat64(snapshotErrors.WithLabelValues(path, "read"))
+	inst, addr = start(corefile(path))
+	exchangeUDP(t, addr, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+	if c := u.count("a.example.org.", dns.TypeA); c != 2 {
+		t.Errorf("after a damaged snapshot, a.example.org. asked upstream %d times, want 2: a cold start", c)
+	}
+	if got := testutil.ToFloat64(snapshotErrors.WithLabelValues(path, "read")) - readErrors; got != 1 {
+		t.Errorf("%v read errors counted for a damaged file, want 1", got)
+	}
+	if aside, _ := filepath.Glob(path + ".bad-*"); len(aside) != 1 {
+		t.Errorf("the damaged file was not moved aside: %v", aside)
+	}
+	stop(inst)
+
+	// A directory that does not exist: the server starts, the write fails
+	// with a line and a count.
+	missing := filepath.Join(dir, "no", "such", "dir", "cache.snap")
+	inst, _ = start(corefile(missing))
+	stop(inst)
+	if got := testutil.ToFloat64(snapshotErrors.WithLabelValues(missing, "write")); got != 1 {
+		t.Errorf("%v write errors counted for a missing directory, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "not written") {
+		t.Error("no log line for the snapshot that could not be written")
+	}
+}
