@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"testing"
+	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
@@ -211,4 +212,29 @@ func FuzzRead(f *testing.F) {
 		}
 		_ = fmt.Sprint(len(contents(into)))
 	})
+}
+
+// BenchmarkSnapshot writes and reads back a store of the reference
+// workload: go test -run '^$' -bench Snapshot -benchtime 1x ./internal/snapshot
+// reports the seconds per million entries of each.
+func BenchmarkSnapshot(b *testing.B) {
+	const n = 1_000_000
+	s, _ := filled(b, 512<<20, n, 3600)
+	for b.Loop() {
+		var file bytes.Buffer
+		start := time.Now()
+		if _, err := Write(&file, s, fp, t0); err != nil {
+			b.Fatal(err)
+		}
+		write := time.Since(start)
+		into, _ := store.New(512<<20, store.PerKind{}, 0)
+		start = time.Now()
+		l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0, 0)
+		if err != nil || l.Entries != n {
+			b.Fatalf("read %+v: %v", l, err)
+		}
+		b.ReportMetric(write.Seconds()*1e6/n, "s-write/1M-entries")
+		b.ReportMetric(time.Since(start).Seconds()*1e6/n, "s-load/1M-entries")
+		b.ReportMetric(float64(file.Len())/n, "file-B/entry")
+	}
 }
