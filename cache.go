@@ -83,6 +83,7 @@ type Cache struct {
 
 	refreshes refreshes
 	flights   flights
+	flushes   flushes // begun by the admin endpoint; see putUnflushed
 
 	raw     bool // hits go out through w.Write; see SetRawWrites
 	metrics *metricsSet
