@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"maps"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -226,22 +225,30 @@ func (c *Cache) describeAll(held []byte, dst []admin.Entry) []admin.Entry {
 
 // walk visits every entry of the store, a chunk of its ring per call under
 // the chunk's shard lock. Between chunks, with no lock held, it calls
-// between (when given), and stops with its error; then it lets other
-// goroutines run, so that a walk of a large store on a busy machine takes
-// turns with the queries rather than the cores.
+// between (when given), and stops with its error. After each chunk it
+// rests walkRest times as long as the chunk took: a walk of a million
+// entries takes tens of milliseconds of a core, and a goroutine that only
+// yields (runtime.Gosched) keeps the scheduler from polling the network,
+// so that on a server with one core the queries wait for the walk's end.
+// Resting, it lets them in after every chunk, and keeps the walk to a
+// quarter of a core.
 func (c *Cache) walk(visit func(e entry.Entry) (remove bool), between func() error) error {
 	var cur store.Cursor
 	for more := true; more; {
+		start := time.Now()
 		cur, more = c.store.Walk(cur, visit)
 		if between != nil {
 			if err := between(); err != nil {
 				return err
 			}
 		}
-		runtime.Gosched()
+		time.Sleep(walkRest * time.Since(start))
 	}
 	return nil
 }
+
+// walkRest is how many times as long as a chunk took a walk rests after it.
+var walkRest = time.Duration(3)
 
 // sweep removes the entries covers picks, walking the store.
 func (c *Cache) sweep(covers func(e entry.Entry) bool) admin.Counts {
