@@ -83,10 +83,8 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 	if bin == "" {
 		bin = filepath.Join(work, "coredns")
 		cmd.Progress("building cmd/coredns")
-		b := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/coredns")
-		b.Stdout, b.Stderr = os.Stderr, os.Stderr
-		if err := b.Run(); err != nil {
-			return fmt.Errorf("go build ./cmd/coredns (run from the repository's root): %v", err)
+		if err := proc.BuildCoreDNS(ctx, bin); err != nil {
+			return err
 		}
 	}
 
