@@ -35,7 +35,7 @@ type adminRequest struct {
 	op     string
 	blocks []*adminBlock // those it addresses
 	name   []byte        // name or zone, lowercased wire form
-	text   string        // the same as given, for the log
+	text   string        // the same in presentation form, for the log
 	types  []uint16
 	format string
 	who    string // the client, for the log
@@ -164,7 +164,8 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 			if req.name, err = adminName(v); err != nil {
 				return req, http.StatusBadRequest, k, fmt.Errorf("%s: %w", k, err)
 			}
-			req.text = dns.Fqdn(v)
+			// For the log, from the wire: escaped, whatever bytes v held.
+			req.text, _, _ = dns.UnpackDomainName(req.name, 0)
 		}
 	}
 	if v := q.Get("type"); v != "" {

@@ -145,6 +145,7 @@ func TestAdminHTTP(t *testing.T) {
 	}
 	a := newAdminClient(t, addr)
 	const block = "dns://.:0 (bind 127.0.0.1)"
+	logged := captureLog(t)
 
 	var blocks admin.Blocks
 	a.ok(admin.OpBlocks, nil, &blocks)
@@ -200,6 +201,14 @@ func TestAdminHTTP(t *testing.T) {
 	// Flushes, each seen by the next query.
 	if got := a.flush(admin.OpFlush, url.Values{"name": {"www.example.org."}}); got != (admin.Counts{Success: 2}) {
 		t.Errorf("flush removed %+v", got)
+	}
+	if want := "admin: flush www.example.org. in " + block + " by 127.0.0.1:"; !strings.Contains(logged.String(), want) ||
+		!strings.Contains(logged.String(), " (Go-http-client/1.1): removed 2 entries (2 success, 0 denial, 0 ECS lists) in ") {
+		t.Errorf("the flush's log line, want %q ... removed 2 entries:\n%s", want, logged)
+	}
+	a.flush(admin.OpFlush, url.Values{"name": {"forged\n[INFO] line.example."}})
+	if !strings.Contains(logged.String(), `admin: flush forged\010[info]\ line.example. in `) {
+		t.Errorf("a name with a newline logged as is:\n%s", logged)
 	}
 	query("www.example.org.", dns.TypeA)
 	if n := u.count("www.example.org.", dns.TypeA); n != 2 {
