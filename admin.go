@@ -291,6 +291,9 @@ func (r *adminRegistry) remove(drop func(*adminBlock) bool) {
 	for addr, s := range r.servers {
 		s.blocks = slices.DeleteFunc(s.blocks, drop)
 		if len(s.blocks) == 0 {
+			// The listener too: Close closes only what Serve has taken, and
+			// the goroutine of a listener just opened may not have yet.
+			s.ln.Close()
 			s.http.Close()
 			delete(r.servers, addr)
 			log.Infof("admin: closed %s", s.ln.Addr())
