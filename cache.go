@@ -85,6 +85,7 @@ type Cache struct {
 
 	refreshes refreshes
 	flights   flights
+	flushes   flushes // begun by the admin endpoint; see putUnflushed
 
 	raw     rawPlan // hits go out through w.Write; see raw.go
 	metrics *metricsSet

@@ -109,6 +109,8 @@ type captureWriter struct {
 	refresh bool // only replies that refresh an entry are stored
 	hits    int  // popularity the stored entry inherits
 
+	gen uint64 // the cache's flush generation when the fetch began (admin)
+
 	reply *dns.Msg
 	entry entry.Entry // built in b from reply, when stored
 }
@@ -133,7 +135,7 @@ func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serv
 
 // capture readies k's writer to fetch r for the cache, and returns it.
 func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
-	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w)}
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), gen: c.flushes.gen.Load()}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }
@@ -326,7 +328,13 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	e.SetHits(cw.hits)
-	cw.m.evicted(c.store.Put(e, now.Unix()))
+	// Not when a flush that began since the fetch did covers it: its answer
+	// may be what the operator flushed (admin_ops.go).
+	evicted, ok := c.putUnflushed(cw.gen, e, now.Unix())
+	cw.m.evicted(evicted)
+	if !ok {
+		return
+	}
 	if c.preferPositive && flags&entry.FlagAnswers != 0 {
 		c.store.Remove(cw.b.OtherKey(key))
 	}

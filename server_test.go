@@ -38,16 +38,7 @@ func (c corefileInput) ServerType() string { return "dns" }
 // addresses of its first server. The instance stops when the test ends.
 func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
 	t.Helper()
-	serverMu.Lock()
-	caddy.Quiet = true
-	dnsserver.Quiet = true
-	inst, err := caddy.Start(corefileInput(corefile))
-	serverMu.Unlock()
-	if err != nil {
-		t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
-	}
-	t.Cleanup(func() { inst.Stop() })
-	srvs := inst.Servers()
+	srvs := startInstance(t, corefile).Servers()
 	if len(srvs) == 0 {
 		t.Fatalf("CoreDNS started no server\nCorefile:\n%s", corefile)
 	}
@@ -61,6 +52,22 @@ func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
 		t.Fatalf("CoreDNS server without UDP (%q) or TCP (%q) listener", udp, tcp)
 	}
 	return udp, tcp
+}
+
+// startInstance starts a CoreDNS instance from corefile and returns it; it
+// stops when the test ends.
+func startInstance(t *testing.T, corefile string) *caddy.Instance {
+	t.Helper()
+	serverMu.Lock()
+	caddy.Quiet = true
+	dnsserver.Quiet = true
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
+	}
+	t.Cleanup(func() { inst.Stop() })
+	return inst
 }
 
 // startError starts a CoreDNS instance from corefile, which should not

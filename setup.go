@@ -69,6 +69,7 @@ func setup(c *caddy.Controller) error {
 		}
 		return nil
 	})
+	adminHooks(c, ca, &block)
 	// Background fetches end with the instance, on shutdown and on reload.
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
@@ -132,7 +133,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -184,6 +185,8 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		return err
 	case "snapshot":
 		return parseSnapshot(args, ca)
+	case "admin":
+		return parseAdmin(c, args)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -101,6 +101,9 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
+	if !slices.Contains(image.lines, "COPY --from=build /out/compactcache-ctl /compactcache-ctl") {
+		t.Errorf("the image lacks /compactcache-ctl, the admin endpoint's tool that kubectl exec runs")
+	}
 	if user != "65532:65532" {
 		t.Errorf("USER %q, want 65532:65532", user)
 	}

@@ -86,6 +86,17 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
+// BuildCoreDNS builds ./cmd/coredns into bin, its output on stderr; the
+// tool runs from the repository's root.
+func BuildCoreDNS(ctx context.Context, bin string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/coredns")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/coredns (run from the repository's root): %v", err)
+	}
+	return nil
+}
+
 // WaitDNS asks addr for q, with EDNS, until it answers, p exits or limit
 // passes; p may be nil.
 func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit time.Duration) (*dns.Msg, error) {

@@ -102,10 +102,8 @@ func main() {
 	if bin == "" {
 		bin = filepath.Join(work, "coredns")
 		log.Printf("building cmd/coredns")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/coredns")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			log.Fatalf("go build ./cmd/coredns (run from the repository's root): %v", err)
+		if err := proc.BuildCoreDNS(ctx, bin); err != nil {
+			log.Fatal(err)
 		}
 	}
 	if err := proc.PortsFree(*port, *port+3); err != nil {

@@ -6,9 +6,11 @@
 // Linux ELF of the right architecture, and writes a directory holding
 // oci-layout, index.json and blobs/sha256/: one image per platform, each of
 // one layer with /coredns (mode 0755, owned by 65532:65532, with the file
-// capability cap_net_bind_service=+ep as the Dockerfile's setcap gives it)
-// and, unless -cacerts is empty, /etc/ssl/certs/ca-certificates.crt, as the
-// upstream CoreDNS image has. The config matches the upstream image's and
+// capability cap_net_bind_service=+ep as the Dockerfile's setcap gives it),
+// /compactcache-ctl, the admin endpoint's tool (0755, 65532:65532, built
+// from ./cmd/compactcache-ctl, or -ctl-binary beside -binary) and, unless
+// -cacerts is empty, /etc/ssl/certs/ca-certificates.crt, as the upstream
+// CoreDNS image has. The config matches the upstream image's and
 // deploy/Dockerfile's: Entrypoint ["/coredns"], ports 53/udp, 53/tcp and
 // 9153/tcp, user 65532:65532.
 //
@@ -60,6 +62,8 @@ const (
 	GID = 65532
 	// Entrypoint is the binary's path in the image, as in the upstream image.
 	Entrypoint = "/coredns"
+	// CtlPath is where the admin endpoint's tool goes, for kubectl exec.
+	CtlPath = "/compactcache-ctl"
 	// CACertsPath is where the upstream image keeps the CA bundle.
 	CACertsPath = "/etc/ssl/certs/ca-certificates.crt"
 )
@@ -91,26 +95,29 @@ const xattrCapability = "SCHILY.xattr.security.capability"
 
 // Options says what to build and where.
 type Options struct {
-	Out       string    // output directory (the OCI layout)
-	Binary    string    // a built binary; empty: build Package
-	Package   string    // the package to build, relative to the module root
-	ModuleDir string    // where to run go build; empty: the current module
-	Platforms []string  // os/arch pairs, e.g. linux/amd64
-	Tag       string    // org.opencontainers.image.ref.name of every manifest
-	CACerts   string    // the CA bundle to ship; empty: none
-	Setcap    bool      // give /coredns cap_net_bind_service=+ep
-	Created   time.Time // zero: see creationTime
-	Revision  string    // the source commit; empty: see Run
+	Out        string    // output directory (the OCI layout)
+	Binary     string    // a built binary; empty: build Package
+	Package    string    // the package to build, relative to the module root
+	CtlBinary  string    // a built compactcache-ctl; empty: build CtlPackage, or with Binary none
+	CtlPackage string    // the tool's package, relative to the module root; empty: none
+	ModuleDir  string    // where to run go build; empty: the current module
+	Platforms  []string  // os/arch pairs, e.g. linux/amd64
+	Tag        string    // org.opencontainers.image.ref.name of every manifest
+	CACerts    string    // the CA bundle to ship; empty: none
+	Setcap     bool      // give /coredns cap_net_bind_service=+ep
+	Created    time.Time // zero: see creationTime
+	Revision   string    // the source commit; empty: see Run
 }
 
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("ociimage: ")
-	opts := Options{Setcap: true}
+	opts := Options{Setcap: true, CtlPackage: "./cmd/compactcache-ctl"}
 	var platforms string
 	flag.StringVar(&opts.Out, "o", "coredns-oci", "output `directory`: the OCI image layout (replaced if it already is one)")
 	flag.StringVar(&opts.Binary, "binary", "", "a static linux `binary` to package instead of building -pkg (one platform only)")
 	flag.StringVar(&opts.Package, "pkg", "./cmd/coredns", "the `package` to build, relative to the module root")
+	flag.StringVar(&opts.CtlBinary, "ctl-binary", "", "a static linux compactcache-ctl `binary` to ship beside -binary (without -binary the tool is built)")
 	flag.StringVar(&opts.ModuleDir, "C", "", "the module root `dir` to build in (default: the module of the current directory)")
 	flag.StringVar(&platforms, "platform", "linux/"+runtime.GOARCH, "comma-separated `os/arch` list; several make a multi-platform index")
 	flag.StringVar(&opts.Tag, "tag", "latest", "the `tag` recorded as org.opencontainers.image.ref.name")
@@ -161,14 +168,20 @@ func Run(ctx context.Context, opts Options) error {
 		if plat.OS != "linux" {
 			return fmt.Errorf("-platform %q: only linux images are built", p)
 		}
-		bin := opts.Binary
+		bin, ctl := opts.Binary, opts.CtlBinary
 		if bin == "" {
 			bin = filepath.Join(tmp, "coredns-"+plat.OS+"-"+plat.Architecture)
 			if err := buildBinary(ctx, opts.ModuleDir, opts.Package, opts.Revision, *plat, bin); err != nil {
 				return err
 			}
+			if ctl == "" && opts.CtlPackage != "" {
+				ctl = filepath.Join(tmp, "compactcache-ctl-"+plat.OS+"-"+plat.Architecture)
+				if err := buildBinary(ctx, opts.ModuleDir, opts.CtlPackage, "", *plat, ctl); err != nil {
+					return err
+				}
+			}
 		}
-		img, err := Image(bin, *plat, certs, opts)
+		img, err := Image(bin, ctl, *plat, certs, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", bin, err)
 		}
@@ -245,8 +258,9 @@ func git(ctx context.Context, dir string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// Image builds the one-layer image of the binary at bin for plat.
-func Image(bin string, plat v1.Platform, certs []byte, opts Options) (v1.Image, error) {
+// Image builds the one-layer image of the binary at bin for plat, with the
+// tool at ctl ("": none).
+func Image(bin, ctl string, plat v1.Platform, certs []byte, opts Options) (v1.Image, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -254,11 +268,20 @@ func Image(bin string, plat v1.Platform, certs []byte, opts Options) (v1.Image, 
 	if err := checkStatic(data, plat); err != nil {
 		return nil, err
 	}
+	var ctlData []byte
+	if ctl != "" {
+		if ctlData, err = os.ReadFile(ctl); err != nil {
+			return nil, err
+		}
+		if err := checkStatic(ctlData, plat); err != nil {
+			return nil, fmt.Errorf("%s: %w", ctl, err)
+		}
+	}
 	created := opts.Created
 	if created.IsZero() {
 		created = creationTime(bin)
 	}
-	layerTar, err := Layer(data, certs, opts.Setcap, created)
+	layerTar, err := Layer(data, ctlData, certs, opts.Setcap, created)
 	if err != nil {
 		return nil, err
 	}
@@ -319,14 +342,15 @@ func Image(bin string, plat v1.Platform, certs []byte, opts Options) (v1.Image, 
 		MediaType: types.OCILayer,
 		History: v1.History{
 			Created:   v1.Time{Time: created},
-			CreatedBy: "deploy/ociimage: /coredns (static, 0755, 65532:65532, cap_net_bind_service=+ep)",
+			CreatedBy: "deploy/ociimage: /coredns (static, 0755, 65532:65532, cap_net_bind_service=+ep), /compactcache-ctl",
 			Comment:   "compactcache",
 		},
 	})
 }
 
-// Layer returns the uncompressed tar of the image's one layer.
-func Layer(bin, certs []byte, setcap bool, mtime time.Time) ([]byte, error) {
+// Layer returns the uncompressed tar of the image's one layer; ctl is the
+// admin endpoint's tool, nil for none.
+func Layer(bin, ctl, certs []byte, setcap bool, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string) error {
@@ -366,6 +390,18 @@ func Layer(bin, certs []byte, setcap bool, mtime time.Time) ([]byte, error) {
 	}
 	if _, err := tw.Write(bin); err != nil {
 		return nil, err
+	}
+	if ctl != nil {
+		// No capability: it binds nothing.
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeReg, Name: strings.TrimPrefix(CtlPath, "/"), Mode: 0o755, Uid: UID, Gid: GID,
+			Size: int64(len(ctl)), ModTime: mtime, Format: tar.FormatPAX,
+		}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(ctl); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err

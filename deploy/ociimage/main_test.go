@@ -60,7 +60,7 @@ func TestImageLayout(t *testing.T) {
 	created := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	out := filepath.Join(t.TempDir(), "oci")
 	opts := Options{
-		Out: out, Binary: bin, Platforms: []string{"linux/" + runtime.GOARCH}, Tag: "test",
+		Out: out, Binary: bin, CtlBinary: bin, Platforms: []string{"linux/" + runtime.GOARCH}, Tag: "test",
 		CACerts: certs, Setcap: true, Created: created, Revision: "0123456789abcdef",
 	}
 	if err := Run(context.Background(), opts); err != nil {
@@ -198,6 +198,9 @@ func TestImageLayout(t *testing.T) {
 	if !h.ModTime.Equal(created) {
 		t.Errorf("/coredns mtime %v, want %v", h.ModTime, created)
 	}
+	if c := files["compactcache-ctl"]; c == nil || c.Typeflag != tar.TypeReg || c.Mode != 0o755 || c.Uid != 65532 || c.Gid != 65532 || len(c.PAXRecords) != 0 || c.Size != int64(len(binData)) {
+		t.Errorf("/compactcache-ctl: %+v, want the binary given, 0755 65532:65532, no capability", c)
+	}
 	if c := files["etc/ssl/certs/ca-certificates.crt"]; c == nil || c.Mode != 0o644 {
 		t.Errorf("CA bundle: %+v, want etc/ssl/certs/ca-certificates.crt 0644", c)
 	}
@@ -238,7 +241,7 @@ func TestImageLayout(t *testing.T) {
 }
 
 func TestNoCapabilityNoCerts(t *testing.T) {
-	layerTar, err := Layer([]byte("bin"), nil, false, time.Unix(0, 0))
+	layerTar, err := Layer([]byte("bin"), nil, nil, false, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

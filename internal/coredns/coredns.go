@@ -31,6 +31,16 @@ const (
 	randomShuffle = "github.com/coredns/coredns/plugin/loadbalance.randomShuffle"
 )
 
+// ServerAddrs returns the addresses dnsserver gives the servers of cfg's
+// block (dns://host:port), by which Server finds them.
+func ServerAddrs(cfg *dnsserver.Config) []string {
+	addrs := make([]string, 0, len(cfg.ListenHosts))
+	for _, h := range cfg.ListenHosts {
+		addrs = append(addrs, cfg.Transport+"://"+net.JoinHostPort(h, cfg.Port))
+	}
+	return addrs
+}
+
 // Server returns the instance's server listening on one of addrs, as
 // dnsserver names them (dns://host:port), or nil. caddy keeps the servers in
 // an unexported field of ServerListener, and a front end must hand requests

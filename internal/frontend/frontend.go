@@ -654,16 +654,6 @@ func (s *frontendSet) closeAll() {
 	}
 }
 
-// blockAddrs returns the addresses dnsserver gives the servers of cfg's
-// block.
-func blockAddrs(cfg *dnsserver.Config) []string {
-	addrs := make([]string, 0, len(cfg.ListenHosts))
-	for _, h := range cfg.ListenHosts {
-		addrs = append(addrs, cfg.Transport+"://"+net.JoinHostPort(h, cfg.Port))
-	}
-	return addrs
-}
-
 // Setup opens the front end fc of the block of cfg at startup, before
 // cache, the plugin named name, and registers it to start with the block's
 // servers.
@@ -686,7 +676,7 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 			b.zones = append(b.zones, w[:n])
 		}
 	}
-	addrs := blockAddrs(cfg)
+	addrs := coredns.ServerAddrs(cfg)
 	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
 	for _, p := range pending {
 		if !slices.Equal(p.fe.cfg.udp, fc.udp) || !slices.Equal(p.fe.cfg.tcp, fc.tcp) {

@@ -1,0 +1,342 @@
+package compactcache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/store"
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+)
+
+// The admin endpoint: one HTTP listener per process and address, opened by
+// the first block that configures it, through which operators flush, look
+// up, dump and count what every compactcache block of the instance holds
+// (admin_http.go serves it, admin_ops.go does the work). It outlives
+// reloads: blocks register their live store with it when they start and
+// leave when they shut down, and on a reload the new instance's blocks
+// register before the old ones leave, so the listener never closes in
+// between.
+
+// adminConfig is the `admin` option.
+type adminConfig struct {
+	addr      string // host:port
+	tokenFile string // "" with insecure
+	insecure  bool   // insecure_loopback: no token, on a loopback address only
+}
+
+// minTokenLen is the shortest token taken: a guessable token is no token.
+const minTokenLen = 16
+
+// parseAdmin parses `admin ADDRESS { token_file PATH | insecure_loopback }`.
+// Every block of an instance that gives it must give the same; a block that
+// does not still has its store reached through it.
+func parseAdmin(c *caddy.Controller, args []string) error {
+	// RemainingArgs stops before a block's brace, on the same line.
+	block := c.NextArg()
+	if len(args) != 1 {
+		return fmt.Errorf("admin: want one ADDRESS, got %d arguments", len(args))
+	}
+	cfg := adminConfig{addr: args[0]}
+	host, port, err := net.SplitHostPort(cfg.addr)
+	if err != nil {
+		return fmt.Errorf("admin: ADDRESS %q is not HOST:PORT: %v", cfg.addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("admin: ADDRESS %q: port %q is not a number between 0 and 65535", cfg.addr, port)
+	}
+	for block && c.Next() && c.Val() != "}" {
+		switch opt, vals := c.Val(), c.RemainingArgs(); opt {
+		case "token_file":
+			if len(vals) != 1 {
+				return fmt.Errorf("admin: token_file wants one PATH, got %q", vals)
+			}
+			cfg.tokenFile = vals[0]
+		case "insecure_loopback":
+			if len(vals) != 0 {
+				return fmt.Errorf("admin: insecure_loopback takes no arguments, got %q", vals)
+			}
+			cfg.insecure = true
+		default:
+			return fmt.Errorf("admin: unknown option %q", opt)
+		}
+	}
+	switch {
+	case cfg.tokenFile != "" && cfg.insecure:
+		return fmt.Errorf("admin: token_file and insecure_loopback: give one")
+	case cfg.tokenFile == "" && !cfg.insecure:
+		return fmt.Errorf("admin: %s needs token_file PATH (a bearer token), or insecure_loopback on a loopback address", cfg.addr)
+	case cfg.insecure && !loopback(host):
+		return fmt.Errorf("admin: insecure_loopback on %q, which is not a loopback address: give a token_file", cfg.addr)
+	}
+	ai := &adminInstance{cfg: cfg, from: strings.Join(c.ServerBlockKeys, " ")}
+	if cfg.tokenFile != "" {
+		ai.token = &tokenFile{path: cfg.tokenFile}
+		if err := ai.token.load(); err != nil {
+			return fmt.Errorf("admin: token_file: %w", err)
+		}
+	}
+	if prev, ok := c.Get(adminInstanceKey{}).(*adminInstance); ok {
+		if prev.cfg != cfg {
+			return fmt.Errorf("admin: block %q says %s, block %q said %s: the listener is one per process, every block that configures it must agree", ai.from, cfg, prev.from, prev.cfg)
+		}
+		return nil
+	}
+	c.Set(adminInstanceKey{}, ai)
+	return nil
+}
+
+func (cfg adminConfig) String() string {
+	if cfg.insecure {
+		return cfg.addr + " { insecure_loopback }"
+	}
+	return cfg.addr + " { token_file " + cfg.tokenFile + " }"
+}
+
+// loopback reports whether host names only the loopback interface.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenFile is the bearer token, read from its file at startup and again
+// whenever the file changes (a Kubernetes Secret's rotation), so that a new
+// token takes effect without a reload. A file that cannot be read or holds
+// no token then keeps the token in force.
+type tokenFile struct {
+	path string
+
+	mu     sync.Mutex
+	digest [sha256.Size]byte
+	mod    time.Time
+	size   int64
+}
+
+// load reads the token; the caller holds t.mu or is its only user.
+func (t *tokenFile) load() error {
+	fi, err := os.Stat(t.path)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return err
+	}
+	tok := bytes.TrimSpace(b)
+	if len(tok) < minTokenLen {
+		return fmt.Errorf("%s holds %d bytes of token, want at least %d", t.path, len(tok), minTokenLen)
+	}
+	t.digest, t.mod, t.size = sha256.Sum256(tok), fi.ModTime(), fi.Size()
+	return nil
+}
+
+// matches reports whether got is the token, in time that does not depend
+// on how much of it is right: the digests are compared, in constant time.
+func (t *tokenFile) matches(got string) bool {
+	t.mu.Lock()
+	if fi, err := os.Stat(t.path); err == nil && (!fi.ModTime().Equal(t.mod) || fi.Size() != t.size) {
+		if err := t.load(); err != nil {
+			log.Errorf("admin: token_file changed and cannot be taken, the previous token stays: %v", err)
+			t.mod, t.size = fi.ModTime(), fi.Size() // said once per change
+		}
+	}
+	want := t.digest
+	t.mu.Unlock()
+	d := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(d[:], want[:]) == 1
+}
+
+// adminInstance is what the blocks of one caddy instance share: the admin
+// configuration they agreed on. It lives in the instance's storage.
+type adminInstance struct {
+	cfg     adminConfig
+	from    string // the block that gave it first, for errors
+	token   *tokenFile
+	started bool // the instance's servers are up (InstanceStartupEvent)
+}
+
+type adminInstanceKey struct{}
+
+// adminBlock is one block registered with a listener.
+type adminBlock struct {
+	inst *adminInstance
+	c    *Cache
+	info admin.Block
+}
+
+// adminHooks registers ca's block with the instance's admin listener when
+// the instance has one, once takeOver has settled which store is live.
+// block is the block's name, set by the startup hook before this one runs.
+func adminHooks(c *caddy.Controller, ca *Cache, block *string) {
+	var reg *adminBlock
+	c.OnStartup(func() error {
+		ai, ok := c.Get(adminInstanceKey{}).(*adminInstance)
+		if !ok {
+			return nil
+		}
+		cfg := dnsserver.GetConfig(c)
+		reg = &adminBlock{inst: ai, c: ca, info: admin.Block{
+			Name: *block, Zones: ca.Zones, Listen: coredns.ServerAddrs(cfg), View: cfg.ViewName,
+		}}
+		return admins.register(reg)
+	})
+	c.OnShutdown(func() error {
+		if reg != nil {
+			admins.unregister(reg)
+		}
+		return nil
+	})
+	// A reload that failed after the new instance's blocks registered:
+	// they never start, nor shut down.
+	c.OnRestartFailed(func() error {
+		admins.dropUnstarted(nil)
+		return nil
+	})
+}
+
+func init() { caddy.RegisterEventHook(pluginName+"-admin", adminStartup) }
+
+// adminStartup marks the blocks of an instance whose servers are up as
+// started, and drops those of instances that never started.
+func adminStartup(event caddy.EventName, info any) error {
+	inst, ok := info.(*caddy.Instance)
+	if event != caddy.InstanceStartupEvent || !ok {
+		return nil
+	}
+	inst.StorageMu.RLock()
+	ai, _ := inst.Storage[adminInstanceKey{}].(*adminInstance)
+	inst.StorageMu.RUnlock()
+	admins.dropUnstarted(ai)
+	return nil
+}
+
+// admins are the process's admin listeners, by address.
+var admins = adminRegistry{servers: map[string]*adminServer{}}
+
+type adminRegistry struct {
+	mu      sync.Mutex
+	servers map[string]*adminServer
+}
+
+// adminServer is one listener and the blocks it reaches.
+type adminServer struct {
+	addr string
+	ln   net.Listener
+	http *http.Server
+
+	blocks []*adminBlock // in the order they registered; guarded by admins.mu
+}
+
+// register adds b to its instance's listener, opening it if need be.
+func (r *adminRegistry) register(b *adminBlock) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	addr := b.inst.cfg.addr
+	s := r.servers[addr]
+	if s == nil {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("admin: %w", err)
+		}
+		s = &adminServer{addr: addr, ln: ln}
+		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		go s.http.Serve(ln)
+		r.servers[addr] = s
+		log.Infof("admin: listening on %s", ln.Addr())
+		if b.inst.cfg.insecure {
+			log.Warningf("admin: %s takes requests without a token (insecure_loopback): every process in this network namespace can flush the cache, on a hostNetwork pod every process on the node", ln.Addr())
+		}
+	}
+	s.blocks = append(s.blocks, b)
+	return nil
+}
+
+// unregister takes b off its listener, and closes the listener when b was
+// its last block.
+func (r *adminRegistry) unregister(b *adminBlock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.remove(func(x *adminBlock) bool { return x == b })
+}
+
+// dropUnstarted marks the blocks of started as started, and takes off the
+// blocks of every other instance that has not started: a reload or start
+// that failed after its blocks registered.
+func (r *adminRegistry) dropUnstarted(started *adminInstance) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if started != nil {
+		started.started = true
+	}
+	r.remove(func(x *adminBlock) bool { return !x.inst.started })
+}
+
+// remove takes the blocks drop picks off every listener and closes the
+// listeners left without blocks. The caller holds r.mu.
+func (r *adminRegistry) remove(drop func(*adminBlock) bool) {
+	for addr, s := range r.servers {
+		s.blocks = slices.DeleteFunc(s.blocks, drop)
+		if len(s.blocks) == 0 {
+			// The listener too: Close closes only what Serve has taken, and
+			// the goroutine of a listener just opened may not have yet.
+			s.ln.Close()
+			s.http.Close()
+			delete(r.servers, addr)
+			log.Infof("admin: closed %s", s.ln.Addr())
+		}
+	}
+}
+
+// view is what one request sees of a listener: the instance whose settings
+// apply (the newest's), and the live block of each name (the newest's,
+// which a reload hands the store), in the order they first registered.
+func (s *adminServer) view() (*adminInstance, []*adminBlock) {
+	admins.mu.Lock()
+	defer admins.mu.Unlock()
+	if len(s.blocks) == 0 {
+		return nil, nil
+	}
+	var live []*adminBlock
+	at := map[string]int{}
+	for _, b := range s.blocks {
+		if i, ok := at[b.info.Name]; ok {
+			live[i] = b
+			continue
+		}
+		at[b.info.Name] = len(live)
+		live = append(live, b)
+	}
+	return s.blocks[len(s.blocks)-1].inst, live
+}
+
+// sharing returns the caches registered anywhere with store st: during a
+// reload the old and the new instance's, whose fetches all must see a
+// flush (see Cache.putUnflushed).
+func (r *adminRegistry) sharing(st *store.Store) []*Cache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var cs []*Cache
+	for _, s := range r.servers {
+		for _, b := range s.blocks {
+			if b.c.store == st && !slices.Contains(cs, b.c) {
+				cs = append(cs, b.c)
+			}
+		}
+	}
+	return cs
+}

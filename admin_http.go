@@ -1,0 +1,411 @@
+package compactcache
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// The admin endpoint's HTTP side: the operations of internal/admin, each
+// at /v1/OP, behind a bearer token.
+
+var (
+	adminRequests = counterVec("admin_requests_total", []string{"op", "code"},
+		"The requests to the admin endpoint, by operation and HTTP status.")
+	adminUnauthorized = counterVec("admin_unauthorized_total", []string{"reason"},
+		"The admin requests refused for their bearer token: missing or wrong.")
+)
+
+// adminRequest is one request, parsed.
+type adminRequest struct {
+	op     string
+	blocks []*adminBlock // those it addresses
+	name   []byte        // name or zone, lowercased wire form
+	text   string        // the same in presentation form, for the log
+	types  []uint16
+	format string
+	who    string // the client, for the log
+}
+
+func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	op, _ := strings.CutPrefix(r.URL.Path, admin.Prefix)
+	spec, known := admin.Specs[op]
+	label := op
+	if !known {
+		label = "unknown" // a bounded set of label values
+	}
+	defer func() { adminRequests.WithLabelValues(label, strconv.Itoa(sw.code)).Inc() }()
+
+	inst, blocks := s.view()
+	if inst == nil {
+		adminError(sw, http.StatusServiceUnavailable, "", "no block is registered")
+		return
+	}
+	if code, msg := authorize(inst, r); code != 0 {
+		if code == http.StatusUnauthorized {
+			sw.Header().Set("WWW-Authenticate", `Bearer realm="compactcache"`)
+		}
+		adminError(sw, code, "", msg)
+		return
+	}
+	if !known {
+		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %q; the operations are %s", r.URL.Path, strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
+		return
+	}
+	if r.Method != spec.Method {
+		sw.Header().Set("Allow", spec.Method)
+		adminError(sw, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s takes %s", op, spec.Method))
+		return
+	}
+	req, code, field, err := parseAdminRequest(op, spec, r, blocks)
+	if err != nil {
+		adminError(sw, code, field, err.Error())
+		return
+	}
+	req.who = r.RemoteAddr
+	if ua := r.UserAgent(); ua != "" {
+		req.who += " (" + ua + ")"
+	}
+	switch op {
+	case admin.OpBlocks:
+		reply := admin.Blocks{Blocks: []admin.Block{}}
+		for _, b := range blocks {
+			reply.Blocks = append(reply.Blocks, b.info)
+		}
+		adminJSON(sw, reply)
+	case admin.OpStats:
+		reply := admin.StatsReply{Blocks: []admin.Stats{}}
+		for _, b := range req.blocks {
+			st := b.c.stats()
+			st.Block = b.info.Name
+			reply.Blocks = append(reply.Blocks, st)
+		}
+		adminJSON(sw, reply)
+	case admin.OpLookup:
+		reply := admin.LookupReply{Blocks: []admin.BlockEntries{}}
+		for _, b := range req.blocks {
+			found := b.c.lookupName(req.name, req.types)
+			reply.Blocks = append(reply.Blocks, admin.BlockEntries{Block: b.info.Name, Entries: append([]admin.Entry{}, found...)})
+		}
+		adminJSON(sw, reply)
+	case admin.OpDump:
+		serveDump(sw, req)
+	default:
+		reply := admin.FlushReply{Op: op, Blocks: []admin.Flushed{}}
+		for _, b := range req.blocks {
+			reply.Blocks = append(reply.Blocks, flush(b, req))
+		}
+		adminJSON(sw, reply)
+	}
+}
+
+// authorize returns 0, or the status and message of a refusal. Without a
+// token (insecure_loopback) requests that a browser could have sent for a
+// web page are refused: a page may POST to the loopback without the
+// operator knowing, and a name rebound to 127.0.0.1 may read the reply.
+func authorize(inst *adminInstance, r *http.Request) (int, string) {
+	if inst.cfg.insecure {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		if r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Mode") != "" || !loopback(strings.Trim(host, "[]")) {
+			return http.StatusForbidden, "insecure_loopback takes no requests from browsers, nor for a Host that is not the loopback"
+		}
+		return 0, ""
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case !ok || tok == "":
+		adminUnauthorized.WithLabelValues("missing").Inc()
+		return http.StatusUnauthorized, "want the header Authorization: Bearer TOKEN"
+	case !inst.token.matches(strings.TrimSpace(tok)):
+		adminUnauthorized.WithLabelValues("wrong").Inc()
+		return http.StatusUnauthorized, "wrong token"
+	}
+	return 0, ""
+}
+
+// parseAdminRequest reads the parameters of an op; on error it returns the
+// status, the field at fault and what is wrong with it.
+func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*adminBlock) (req adminRequest, code int, field string, err error) {
+	req.op, req.types, req.format = op, probeTypes, admin.FormatText
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		return req, http.StatusBadRequest, "", err
+	}
+	for k := range q {
+		if k != admin.ParamBlock && !slices.Contains(spec.Required, k) && !slices.Contains(spec.Optional, k) {
+			return req, http.StatusBadRequest, k, fmt.Errorf("%s: %s takes no parameter %q", k, op, k)
+		}
+	}
+	for _, k := range spec.Required {
+		if q.Get(k) == "" {
+			return req, http.StatusBadRequest, k, fmt.Errorf("%s: missing; %s takes %s", k, op, strings.Join(spec.Required, ", "))
+		}
+	}
+	for _, k := range []string{"name", "zone"} {
+		if v := q.Get(k); v != "" {
+			if req.name, err = adminName(v); err != nil {
+				return req, http.StatusBadRequest, k, fmt.Errorf("%s: %w", k, err)
+			}
+			// For the log, from the wire: escaped, whatever bytes v held.
+			req.text, _, _ = dns.UnpackDomainName(req.name, 0)
+		}
+	}
+	if v := q.Get("type"); v != "" {
+		t, ok := parseType(v)
+		if !ok {
+			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %q is not a DNS type such as A, AAAA, MX or TYPE65280", v)
+		}
+		req.types = []uint16{t}
+		req.text += " " + dns.Type(t).String()
+	}
+	if v := q.Get("format"); v != "" {
+		if v != admin.FormatText && v != admin.FormatJSON {
+			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %q is not %s or %s", v, admin.FormatText, admin.FormatJSON)
+		}
+		req.format = v
+	}
+	req.blocks = blocks
+	if v, ok := q[admin.ParamBlock]; ok {
+		i := slices.IndexFunc(blocks, func(b *adminBlock) bool { return b.info.Name == v[0] })
+		if i < 0 {
+			names := make([]string, len(blocks))
+			for j, b := range blocks {
+				names[j] = strconv.Quote(b.info.Name)
+			}
+			return req, http.StatusNotFound, admin.ParamBlock, fmt.Errorf("block: no block %q; the blocks are %s", v[0], strings.Join(names, ", "))
+		}
+		req.blocks = blocks[i : i+1]
+	}
+	return req, 0, "", nil
+}
+
+// queryValues are a request's parameters, each given once.
+type queryValues map[string][]string
+
+func (q queryValues) Get(k string) string {
+	if v := q[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// parseQuery parses a query string, refusing a parameter given twice: an
+// operator who wrote two names meant something this does not do.
+func parseQuery(raw string) (queryValues, error) {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the query string does not parse: %v", err)
+	}
+	for k, v := range vals {
+		if len(v) > 1 {
+			return nil, fmt.Errorf("%s: given %d times", k, len(v))
+		}
+	}
+	return queryValues(vals), nil
+}
+
+// adminName packs a name in presentation form, lowercased, as keys hold it.
+func adminName(s string) ([]byte, error) {
+	if strings.TrimSpace(s) != s || s == "" {
+		return nil, fmt.Errorf("%q is not a domain name", s)
+	}
+	var buf [entry.MaxNameLen]byte
+	n, err := entry.PackName(dns.Fqdn(s), buf[:])
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+	}
+	name := buf[:n]
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			name[i] = c + 'a' - 'A'
+		}
+	}
+	return slices.Clone(name), nil
+}
+
+// parseType parses a type mnemonic (any case) or TYPEnnn (RFC 3597).
+func parseType(s string) (uint16, bool) {
+	if t, ok := dns.StringToType[strings.ToUpper(s)]; ok {
+		return t, true
+	}
+	if n, ok := strings.CutPrefix(strings.ToUpper(s), "TYPE"); ok {
+		if t, err := strconv.ParseUint(n, 10, 16); err == nil {
+			return uint16(t), true
+		}
+	}
+	return 0, false
+}
+
+// flush runs a flush on one block and logs what it removed and for whom.
+func flush(b *adminBlock, req adminRequest) admin.Flushed {
+	start := time.Now()
+	var n admin.Counts
+	switch req.op {
+	case admin.OpFlush, admin.OpFlushType:
+		n = b.c.flushName(req.name, req.types)
+	case admin.OpFlushZone:
+		n = b.c.flushZone(req.name)
+	case admin.OpFlushNegative:
+		n = b.c.flushNegative()
+	case admin.OpFlushExpired:
+		n = b.c.flushExpired()
+	case admin.OpFlushAll:
+		n = b.c.flushAll()
+	}
+	took := time.Since(start)
+	what := req.op
+	if req.text != "" {
+		what += " " + req.text
+	}
+	log.Infof("admin: %s in %s by %s: removed %d entries (%d success, %d denial, %d ECS lists) in %s",
+		what, b.info.Name, req.who, n.Total(), n.Success, n.Denial, n.ECSList, took.Round(time.Microsecond))
+	return admin.Flushed{Block: b.info.Name, Removed: n, Seconds: took.Seconds()}
+}
+
+// serveDump streams every entry of the blocks, a chunk of the store at a
+// time, flushed to the client after each; no lock is held while it writes.
+func serveDump(w *statusWriter, req adminRequest) {
+	log.Infof("admin: dump (%s) of %d blocks by %s", req.format, len(req.blocks), req.who)
+	if req.format == admin.FormatJSON {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	} else {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var line []byte
+	for _, b := range req.blocks {
+		if req.format == admin.FormatText {
+			fmt.Fprintf(bw, "; block %s\n", b.info.Name)
+		}
+		err := b.c.dump(func(batch []admin.Entry) error {
+			for i := range batch {
+				e := &batch[i]
+				if req.format == admin.FormatJSON {
+					e.Block = b.info.Name
+					j, err := json.Marshal(e)
+					if err != nil {
+						return err
+					}
+					line = append(append(line[:0], j...), '\n')
+				} else {
+					line = e.AppendText(line[:0])
+				}
+				if _, err := bw.Write(line); err != nil {
+					return err
+				}
+			}
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			w.Flush()
+			return nil
+		})
+		if err != nil {
+			log.Infof("admin: dump by %s ended: %v", req.who, err)
+			return
+		}
+	}
+	bw.Flush()
+}
+
+// counters reads the block's counters since the process started, summed
+// over its servers: the series of the block's zones and view whose server
+// is one of the block's listeners.
+func (c *Cache) counters(st *admin.Stats) {
+	servers := map[string]bool{}
+	for _, b := range admins.blocksOf(c) {
+		for _, l := range b.info.Listen {
+			servers[l] = true
+		}
+	}
+	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
+		ch := make(chan prometheus.Metric)
+		go func() { vec.Collect(ch); close(ch) }()
+		for m := range ch {
+			var d dto.Metric
+			if m.Write(&d) != nil {
+				continue
+			}
+			labels := map[string]string{}
+			for _, l := range d.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if servers[labels["server"]] && labels["zones"] == c.metrics.zones && labels["view"] == c.metrics.view {
+				each(labels["type"], int64(d.GetCounter().GetValue()))
+			}
+		}
+	}
+	sum(cacheRequests, func(_ string, v int64) { st.Requests += v })
+	sum(cacheMisses, func(_ string, v int64) { st.Misses += v })
+	sum(cacheHits, func(_ string, v int64) { st.Hits += v })
+	sum(evictions, func(kind string, v int64) {
+		count(&st.Evictions, slices.Index(kindLabels[:], kind), v)
+	})
+	if st.Requests > 0 {
+		st.HitRatio = float64(st.Hits) / float64(st.Requests)
+	}
+}
+
+// blocksOf returns the registered blocks of c.
+func (r *adminRegistry) blocksOf(c *Cache) []*adminBlock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var bs []*adminBlock
+	for _, s := range r.servers {
+		for _, b := range s.blocks {
+			if b.c == c {
+				bs = append(bs, b)
+			}
+		}
+	}
+	return bs
+}
+
+// statusWriter keeps the status written, for the metric.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush sends what is buffered to the client.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func adminJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func adminError(w http.ResponseWriter, code int, field, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(admin.Error{Error: msg, Field: field})
+}

@@ -1,0 +1,449 @@
+// Command compactcache-ctl flushes, looks up, dumps and counts what the
+// compactcache blocks of one or more CoreDNS servers hold, through their
+// admin endpoint (the compactcache option `admin`), as unbound-control does
+// for Unbound:
+//
+//	compactcache-ctl [OPTIONS] COMMAND [ARGS]
+//
+//	flush NAME             every type and ECS variant of NAME
+//	flush_type NAME TYPE   NAME's TYPE
+//	flush_zone ZONE        every name at or below ZONE
+//	flush_negative         NXDOMAIN, NODATA and SERVFAIL entries
+//	flush_expired          entries past their TTL, stale ones included
+//	flush_all              everything
+//	lookup NAME [TYPE]     what is cached for NAME, as zone-file text
+//	dump                   every entry, as zone-file text (--json: JSON lines)
+//	stats                  entries, bytes, evictions, hit ratio
+//	blocks                 the server blocks and their zones
+//
+// Options may come before or after the command. --server (repeated, or
+// comma-separated) names the servers, asked at once; each --then names
+// servers asked only once every server before it has succeeded: cluster
+// DNS first, then the node-local caches that forward to it, so that no
+// node-local cache fetches again an answer cluster DNS has yet to drop.
+// Exit status: 0 when every server did it, 1 when some did not (the
+// servers after the stage that failed are not asked), 2 for a usage error.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+)
+
+// defaultServer is where the tool looks without --server: the address the
+// README's examples give the endpoint, on the loopback, as inside the pod.
+const defaultServer = "127.0.0.1:9154"
+
+const usage = `usage: compactcache-ctl [OPTIONS] COMMAND [ARGS]
+
+Commands:
+  flush NAME             every type and ECS variant of NAME
+  flush_type NAME TYPE   NAME's TYPE
+  flush_zone ZONE        every name at or below ZONE
+  flush_negative         NXDOMAIN, NODATA and SERVFAIL entries
+  flush_expired          entries past their TTL, stale ones included
+  flush_all              everything
+  lookup NAME [TYPE]     what is cached for NAME, as zone-file text
+  dump                   every entry, as zone-file text (--json: JSON lines)
+  stats                  entries, bytes, evictions, hit ratio
+  blocks                 the server blocks and their zones
+
+Options:
+`
+
+// exit statuses
+const (
+	exitOK     = 0
+	exitFailed = 1 // some server did not do it
+	exitUsage  = 2
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// listFlag is a repeatable option whose values may be comma-separated; each
+// use is kept apart.
+type listFlag [][]string
+
+func (l *listFlag) String() string { return fmt.Sprint(*l) }
+
+func (l *listFlag) Set(v string) error {
+	var vals []string
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			vals = append(vals, s)
+		}
+	}
+	if len(vals) == 0 {
+		return errors.New("no address")
+	}
+	*l = append(*l, vals)
+	return nil
+}
+
+// options are the command line's options.
+type options struct {
+	servers, then listFlag
+	tokenFile     string
+	block         string
+	json          bool
+	timeout       time.Duration
+	eachAddress   bool
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("compactcache-ctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.Var(&o.servers, "server", "`ADDR`[,ADDR...] of admin endpoints (HOST:PORT, or a URL), asked at once; repeatable (default $COMPACTCACHE_SERVER or "+defaultServer+")")
+	fs.Var(&o.then, "then", "`ADDR`[,ADDR...] asked once every server before has succeeded: each --then is a stage")
+	fs.StringVar(&o.tokenFile, "token-file", os.Getenv("COMPACTCACHE_TOKEN_FILE"), "`PATH` of the bearer token (default $COMPACTCACHE_TOKEN_FILE; none for insecure_loopback)")
+	fs.StringVar(&o.block, "block", "", "the server block `NAME` to address, as blocks lists it (default: every block)")
+	fs.BoolVar(&o.json, "json", false, "print the replies as JSON (dump: JSON lines)")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for a server, each; 0 for ever (dump: no limit)")
+	fs.BoolVar(&o.eachAddress, "each-address", false, "ask every address a server's host name resolves to (the pods of a headless Service)")
+
+	// Options may come after the command and its arguments too.
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	op, params, err := command(pos, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "compactcache-ctl: %v (compactcache-ctl -h for usage)\n", err)
+		return exitUsage
+	}
+	if len(o.servers) == 0 {
+		def := os.Getenv("COMPACTCACHE_SERVER")
+		if def == "" {
+			def = defaultServer
+		}
+		if err := o.servers.Set(def); err != nil {
+			fmt.Fprintf(stderr, "compactcache-ctl: $COMPACTCACHE_SERVER: %v\n", err)
+			return exitUsage
+		}
+	}
+	var token string
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "compactcache-ctl: --token-file: %v\n", err)
+			return exitUsage
+		}
+		token = string(bytes.TrimSpace(b))
+	}
+	stages, err := stagesOf(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "compactcache-ctl: %v\n", err)
+		return exitUsage
+	}
+	c := &client{token: token, timeout: o.timeout, json: o.json, agent: userAgent()}
+	return c.runStages(op, params, stages, stdout, stderr)
+}
+
+// command returns the operation the positional arguments ask for and its
+// parameters.
+func command(pos []string, o options) (string, url.Values, error) {
+	op, args := pos[0], pos[1:]
+	spec, ok := admin.Specs[op]
+	if !ok {
+		return "", nil, fmt.Errorf("unknown command %q", op)
+	}
+	takes := slices.DeleteFunc(slices.Concat(spec.Required, spec.Optional), func(p string) bool { return p == "format" })
+	if len(args) < len(spec.Required) || len(args) > len(takes) {
+		want := strings.ToUpper(strings.Join(spec.Required, " "))
+		if len(takes) > len(spec.Required) {
+			want += " [" + strings.ToUpper(strings.Join(takes[len(spec.Required):], " ")) + "]"
+		}
+		if want == "" {
+			want = "no arguments"
+		}
+		return "", nil, fmt.Errorf("%s takes %s, got %d arguments", op, want, len(args))
+	}
+	params := url.Values{}
+	for i, a := range args {
+		params.Set(takes[i], a)
+	}
+	if o.block != "" {
+		params.Set(admin.ParamBlock, o.block)
+	}
+	if op == admin.OpDump && o.json {
+		params.Set("format", admin.FormatJSON)
+	}
+	return op, params, nil
+}
+
+// stagesOf returns the servers of each stage, as base URLs.
+func stagesOf(o options) ([][]string, error) {
+	groups := [][]string{slices.Concat(o.servers...)}
+	groups = append(groups, o.then...)
+	var stages [][]string
+	for _, g := range groups {
+		var stage []string
+		for _, s := range g {
+			urls, err := serverURLs(s, o.eachAddress)
+			if err != nil {
+				return nil, err
+			}
+			stage = append(stage, urls...)
+		}
+		stages = append(stages, stage)
+	}
+	return stages, nil
+}
+
+// serverURLs returns the base URL of a server given as HOST:PORT or a URL;
+// with each, one for every address its host resolves to.
+func serverURLs(s string, each bool) ([]string, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--server %q is not HOST:PORT or an http(s) URL", s)
+	}
+	if u.Port() == "" {
+		return nil, fmt.Errorf("--server %q has no port", s)
+	}
+	u.Path, u.RawQuery = strings.TrimSuffix(u.Path, "/"), ""
+	if !each || net.ParseIP(u.Hostname()) != nil {
+		return []string{u.String()}, nil
+	}
+	addrs, err := net.LookupHost(u.Hostname())
+	if err != nil {
+		return nil, fmt.Errorf("--each-address: %v", err)
+	}
+	slices.Sort(addrs)
+	var urls []string
+	for _, a := range addrs {
+		v := *u
+		v.Host = net.JoinHostPort(a, u.Port())
+		urls = append(urls, v.String())
+	}
+	return urls, nil
+}
+
+// userAgent names the tool and the operator, for the server's log.
+func userAgent() string {
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	if h, err := os.Hostname(); err == nil {
+		who += "@" + h
+	}
+	return "compactcache-ctl (" + who + ")"
+}
+
+// client asks servers.
+type client struct {
+	token   string
+	timeout time.Duration
+	json    bool
+	agent   string
+	http    http.Client
+}
+
+// result is what one server answered, printed once its stage is over.
+type result struct {
+	server string
+	out    bytes.Buffer
+	err    error
+}
+
+// runStages asks each stage's servers at once, in order, and stops after a
+// stage in which one failed.
+func (c *client) runStages(op string, params url.Values, stages [][]string, stdout, stderr io.Writer) int {
+	many := len(stages) > 1 || len(stages[0]) > 1
+	for i, stage := range stages {
+		failed := false
+		if op == admin.OpDump {
+			// Streamed as it comes, a server after the other.
+			for _, s := range stage {
+				if many {
+					fmt.Fprintf(stdout, "; server %s\n", s)
+				}
+				if err := c.do(op, s, params, stdout); err != nil {
+					fmt.Fprintf(stderr, "compactcache-ctl: %s: %v\n", s, err)
+					failed = true
+				}
+			}
+		} else {
+			results := make([]result, len(stage))
+			var wg sync.WaitGroup
+			for j, s := range stage {
+				results[j].server = s
+				wg.Go(func() { results[j].err = c.do(op, s, params, &results[j].out) })
+			}
+			wg.Wait()
+			for _, r := range results {
+				if many && r.out.Len() > 0 {
+					prefix(stdout, r.server, r.out.Bytes())
+				} else {
+					stdout.Write(r.out.Bytes())
+				}
+				if r.err != nil {
+					fmt.Fprintf(stderr, "compactcache-ctl: %s: %v\n", r.server, r.err)
+					failed = true
+				}
+			}
+		}
+		if failed {
+			if rest := slices.Concat(stages[i+1:]...); len(rest) > 0 {
+				fmt.Fprintf(stderr, "compactcache-ctl: not asked, since a server before them failed: %s\n", strings.Join(rest, ", "))
+			}
+			return exitFailed
+		}
+	}
+	return exitOK
+}
+
+// prefix writes each line of b to w after "server: ".
+func prefix(w io.Writer, server string, b []byte) {
+	for line := range bytes.Lines(b) {
+		fmt.Fprintf(w, "%s: %s", server, line)
+	}
+}
+
+// do asks server for op and writes what it answered to out, as text or,
+// with --json, as it came.
+func (c *client) do(op, server string, params url.Values, out io.Writer) error {
+	ctx := context.Background()
+	if c.timeout > 0 && op != admin.OpDump {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	u := server + admin.Prefix + op
+	if len(params) > 0 {
+		u += "?" + params.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, admin.Specs[op].Method, u, nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("User-Agent", c.agent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e admin.Error
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s: %s", resp.Status, e.Error)
+		}
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if op == admin.OpDump || c.json {
+		_, err := io.Copy(out, resp.Body)
+		return err
+	}
+	return printReply(op, resp.Body, out)
+}
+
+// printReply writes a JSON reply as text.
+func printReply(op string, body io.Reader, out io.Writer) error {
+	w := bufio.NewWriter(out)
+	defer w.Flush()
+	dec := json.NewDecoder(body)
+	switch op {
+	case admin.OpBlocks:
+		var r admin.Blocks
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		for _, b := range r.Blocks {
+			fmt.Fprintf(w, "%s\tzones=%s\tlisten=%s", b.Name, strings.Join(b.Zones, ","), strings.Join(b.Listen, ","))
+			if b.View != "" {
+				fmt.Fprintf(w, "\tview=%s", b.View)
+			}
+			fmt.Fprintln(w)
+		}
+	case admin.OpLookup:
+		var r admin.LookupReply
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		for _, b := range r.Blocks {
+			fmt.Fprintf(w, "; block %s: %d entries\n", b.Block, len(b.Entries))
+			for i := range b.Entries {
+				w.Write(b.Entries[i].AppendText(nil))
+			}
+		}
+	case admin.OpStats:
+		var r admin.StatsReply
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		for _, s := range r.Blocks {
+			printStats(w, &s)
+		}
+	default:
+		var r admin.FlushReply
+		if err := dec.Decode(&r); err != nil {
+			return err
+		}
+		for _, b := range r.Blocks {
+			n := b.Removed
+			fmt.Fprintf(w, "ok %s: removed %d entries (%d success, %d denial, %d ECS lists) in %.3fs\n", b.Block, n.Total(), n.Success, n.Denial, n.ECSList, b.Seconds)
+		}
+	}
+	return nil
+}
+
+// printStats writes s as unbound-control writes its statistics: a
+// name=value line each, the names under the block's.
+func printStats(w io.Writer, s *admin.Stats) {
+	for _, kv := range []struct {
+		name  string
+		value any
+	}{
+		{"entries.success", s.Entries.Success}, {"entries.denial", s.Entries.Denial}, {"entries.ecs_list", s.Entries.ECSList},
+		{"bytes.success", s.Bytes.Success}, {"bytes.denial", s.Bytes.Denial}, {"bytes.ecs_list", s.Bytes.ECSList},
+		{"entries.nxdomain", s.NXDomain}, {"entries.nodata", s.NoData}, {"entries.servfail", s.ServFail},
+		{"entries.expired", s.Expired}, {"entries.stale", s.Stale}, {"entries.ecs_variants", s.ECSVariants},
+		{"held_bytes", s.Held}, {"capacity_bytes", s.Capacity},
+		{"requests", s.Requests}, {"hits", s.Hits}, {"misses", s.Misses}, {"hit_ratio", fmt.Sprintf("%.4f", s.HitRatio)},
+		{"evictions.success", s.Evictions.Success}, {"evictions.denial", s.Evictions.Denial},
+	} {
+		fmt.Fprintf(w, "%s.%s=%v\n", s.Block, kv.name, kv.value)
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+)
+
+// These tests run the tool against fake endpoints; cmd/coredns's tests run
+// the built tool against the built server.
+
+// fake is an admin endpoint that answers every flush with one block, and
+// records what it was asked and when.
+type fake struct {
+	srv   *httptest.Server
+	fail  bool
+	delay time.Duration
+
+	mu    sync.Mutex
+	asked []string // "METHOD path?query"
+	auth  []string
+	done  time.Time
+}
+
+func newFake(t *testing.T) *fake {
+	f := &fake{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(f.delay)
+		f.mu.Lock()
+		f.asked = append(f.asked, r.Method+" "+r.URL.RequestURI())
+		f.auth = append(f.auth, r.Header.Get("Authorization"))
+		f.done = time.Now()
+		f.mu.Unlock()
+		if f.fail {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(admin.Error{Error: `name: "a..b" is not a domain name`, Field: "name"})
+			return
+		}
+		switch strings.TrimPrefix(r.URL.Path, admin.Prefix) {
+		case admin.OpDump:
+			w.Write([]byte("; block b\nwww.example.org.\t300\tIN\tA\t192.0.2.1\n"))
+		case admin.OpStats:
+			json.NewEncoder(w).Encode(admin.StatsReply{Blocks: []admin.Stats{{Block: "b", Entries: admin.Counts{Success: 3}, Requests: 4, Hits: 1, HitRatio: 0.25}}})
+		case admin.OpLookup:
+			json.NewEncoder(w).Encode(admin.LookupReply{Blocks: []admin.BlockEntries{{Block: "b", Entries: []admin.Entry{{Name: "www.example.org.", Type: "A", Class: "IN", Rcode: "NOERROR", Kind: "success", TTL: 300, TTLLeft: 200, Answer: []string{"www.example.org.\t200\tIN\tA\t192.0.2.1"}}}}}})
+		default:
+			json.NewEncoder(w).Encode(admin.FlushReply{Op: "x", Blocks: []admin.Flushed{{Block: "b", Removed: admin.Counts{Success: 2, Denial: 1}, Seconds: 0.5}}})
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fake) addr() string { return strings.TrimPrefix(f.srv.URL, "http://") }
+
+func (f *fake) requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.asked...)
+}
+
+// ctl runs the tool and returns its exit status, stdout and stderr.
+func ctl(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCtlFlush(t *testing.T) {
+	f := newFake(t)
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("  s3cret-token-0123456789\n"), 0o600)
+	code, out, errOut := ctl("--server", f.addr(), "--token-file", token, "flush_zone", "example.org", "--block", "b")
+	if code != exitOK || out != "ok b: removed 3 entries (2 success, 1 denial, 0 ECS lists) in 0.500s\n" || errOut != "" {
+		t.Errorf("flush_zone: %d %q %q", code, out, errOut)
+	}
+	if got := f.requests(); len(got) != 1 || got[0] != "POST /v1/flush_zone?block=b&zone=example.org" || f.auth[0] != "Bearer s3cret-token-0123456789" {
+		t.Errorf("asked %v with %v", got, f.auth)
+	}
+	code, out, _ = ctl("--server", f.addr(), "lookup", "www.example.org", "A")
+	if code != exitOK || !strings.HasPrefix(out, "; block b: 1 entries\n; www.example.org. IN A flags=- ") || !strings.HasSuffix(out, "\nwww.example.org.\t200\tIN\tA\t192.0.2.1\n") {
+		t.Errorf("lookup: %d %q", code, out)
+	}
+	if f.auth[1] != "" {
+		t.Errorf("no token file, yet Authorization %q", f.auth[1])
+	}
+	code, out, _ = ctl("--server", f.addr(), "stats")
+	if code != exitOK || !strings.Contains(out, "b.entries.success=3\n") || !strings.Contains(out, "b.hit_ratio=0.2500\n") {
+		t.Errorf("stats: %d %q", code, out)
+	}
+	code, out, _ = ctl("--server", "http://"+f.addr()+"/", "--json", "dump")
+	if code != exitOK || out != "; block b\nwww.example.org.\t300\tIN\tA\t192.0.2.1\n" || f.requests()[3] != "GET /v1/dump?format=json" {
+		t.Errorf("dump: %d %q, asked %v", code, out, f.requests())
+	}
+}
+
+// TestCtlStages: the servers of a stage are asked after every server of the
+// stage before has answered, and not at all when one failed.
+func TestCtlStages(t *testing.T) {
+	cluster1, cluster2, local := newFake(t), newFake(t), newFake(t)
+	cluster1.delay = 50 * time.Millisecond
+	code, out, errOut := ctl("--server", cluster1.addr()+","+cluster2.addr(), "--then", local.addr(), "flush", "www.example.org")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("%d %q %q", code, out, errOut)
+	}
+	for _, f := range []*fake{cluster1, cluster2, local} {
+		if !strings.Contains(out, "http://"+f.addr()+": ok b: removed 3 entries") {
+			t.Errorf("no line for %s in\n%s", f.addr(), out)
+		}
+	}
+	if !local.done.After(cluster1.done) || len(local.requests()) != 1 {
+		t.Errorf("node-local asked at %v, cluster DNS done at %v", local.done, cluster1.done)
+	}
+
+	cluster2.fail = true
+	code, _, errOut = ctl("--server", cluster1.addr(), "--server", cluster2.addr(), "--then", local.addr(), "flush", "a..b")
+	if code != exitFailed || !strings.Contains(errOut, `: 400 Bad Request: name: "a..b" is not a domain name`) || !strings.Contains(errOut, "not asked, since a server before them failed: http://"+local.addr()) {
+		t.Errorf("a server of the first stage failing: %d %q", code, errOut)
+	}
+	if n := len(local.requests()); n != 1 {
+		t.Errorf("the second stage was asked after the first failed (%d requests)", n)
+	}
+}
+
+func TestCtlUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{nil, "usage: compactcache-ctl"},
+		{[]string{"flush"}, "flush takes NAME, got 0 arguments"},
+		{[]string{"flush_type", "a"}, "flush_type takes NAME TYPE, got 1 arguments"},
+		{[]string{"lookup", "a", "A", "x"}, "lookup takes NAME [TYPE], got 3 arguments"},
+		{[]string{"flush_all", "x"}, "flush_all takes no arguments, got 1"},
+		{[]string{"wipe"}, `unknown command "wipe"`},
+		{[]string{"--token-file", "/nonexistent", "stats"}, "--token-file: open /nonexistent"},
+		{[]string{"--server", "example.org", "stats"}, `has no port`},
+		{[]string{"--server", "ftp://example.org:1", "stats"}, `is not HOST:PORT or an http(s) URL`},
+		{[]string{"--bogus", "stats"}, "flag provided but not defined: -bogus"},
+	} {
+		code, _, errOut := ctl(tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.says) {
+			t.Errorf("%q: %d %q, want 2 saying %q", tc.args, code, errOut, tc.says)
+		}
+	}
+}
