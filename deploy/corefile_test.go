@@ -284,6 +284,7 @@ type rewrite struct {
 	metricsAddr string
 	apiServer   string // "" when the Corefile has no kubernetes block
 	upstream    string
+	snapshotDir string // where snapshot files go
 }
 
 // rewriteCorefile applies r to corefile line by line and returns the result
@@ -311,6 +312,9 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 			}
 		case first == "bind":
 			line = indent + "bind 127.0.0.1"
+		case first == "snapshot" && len(fields) >= 2:
+			line = indent + "snapshot " + filepath.Join(r.snapshotDir, filepath.Base(fields[1])) + " " + strings.Join(fields[2:], " ")
+			line = strings.TrimRight(line, " ")
 		case first == "frontend":
 			line = indent + "frontend 127.0.0.1:" + strconv.Itoa(r.frontPort) + blockOpen(fields)
 		case first == "health":
@@ -616,6 +620,7 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		upstream:    up.addr,
+		snapshotDir: t.TempDir(),
 	}
 	original := configMapCorefile(t, "nodelocaldns.yaml", "node-local-dns")
 	cf, changes := rewriteCorefile(t, original, r)
@@ -671,6 +676,12 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 		}
 	}
 	in.stop(t, 20*time.Second)
+	// SIGTERM is the final shutdown: each block wrote its snapshot.
+	for _, f := range []string{"cluster.local.snap", "arpa.snap", "root.snap"} {
+		if fi, err := os.Stat(filepath.Join(r.snapshotDir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("no snapshot %s after the shutdown: %v", f, err)
+		}
+	}
 }
 
 // checkFrontend fails unless the front end answered at least hits hits
