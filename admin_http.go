@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -105,6 +106,12 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adminJSON(sw, reply)
 	case admin.OpDump:
 		serveDump(sw, req)
+	case admin.OpSnapshot:
+		b := req.blocks[0]
+		sw.Header().Set("Content-Type", "application/octet-stream")
+		if n, err := snapshot.Write(sw, b.c.store, b.c.fingerprint(), b.c.now().Unix()); err != nil {
+			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
+		}
 	default:
 		reply := admin.FlushReply{Op: op, Blocks: []admin.Flushed{}}
 		for _, b := range req.blocks {

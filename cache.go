@@ -82,6 +82,7 @@ type Cache struct {
 	frontend *frontend.Config // nil unless the block asks for one
 	front    frontPolicy      // what the block's plugins ask of the front end's replies
 	snapshot *snapshotConfig  // nil unless the block asks for one
+	warmup   *warmupConfig    // nil unless the block asks for one
 
 	refreshes refreshes
 	flights   flights

@@ -346,8 +346,8 @@ func TestChainNestedLookupThroughCache(t *testing.T) {
 		corefile func(up string) string
 	}{{
 		// One block, as in a cluster's Corefile: the lookup comes back to
-		// the block's first plugin. file is in the block, so hits are
-		// always written with WriteMsg.
+		// the block's first plugin. file stands after the cache, so hits to
+		// clients go out as bytes; the nested lookup's must not.
 		"one block",
 		func(up string) string {
 			return `.:0 {

@@ -30,6 +30,14 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	setupSnapshot(c, ca)
+	// A warm-up from a peer, at the process's first startup alone: its
+	// OnFirstStartup callbacks run before the OnStartup ones, which know
+	// the block's name.
+	first := false
+	c.OnFirstStartup(func() error {
+		first = true
+		return nil
+	})
 	// The block's name for handoffs, known once the servers are made: blocks
 	// of several views or binds share their keys.
 	var block string
@@ -53,6 +61,9 @@ func setup(c *caddy.Controller) error {
 		block = blockID(c.ServerBlockKeys, cfg.ListenHosts, cfg.ViewName)
 		if ca.takeOver(block) {
 			log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
+		}
+		if first && ca.warmup != nil {
+			ca.startWarmup(block)
 		}
 		ca.metrics.view = cfg.ViewName
 		ca.raw = rawPlanOf(cfg.Handlers())
@@ -133,7 +144,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true}
 
 func parseOption(c *caddy.Controller, ca *Cache) error {
 	opt := c.Val()
@@ -187,6 +198,8 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		return parseSnapshot(args, ca)
 	case "admin":
 		return parseAdmin(c, args)
+	case "warmup":
+		return parseWarmup(c, args, ca)
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

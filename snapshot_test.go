@@ -1,10 +1,13 @@
 package compactcache
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -104,5 +107,82 @@ func TestSnapshotWarmRestart(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "not written") {
 		t.Error("no log line for the snapshot that could not be written")
+	}
+}
+
+// TestWarmupFromPeer starts a second server whose block warms up from the
+// first's admin endpoint: the ready plugin's check says not ready until the
+// fill is done, then the names the first had cached are hits that reach no
+// upstream. A peer that streams another format version is refused, and the
+// block starts cold.
+func TestWarmupFromPeer(t *testing.T) {
+	logs := captureLog(t)
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	adminAddr := freePort(t)
+	peer := startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		admin `+adminAddr+` {
+			insecure_loopback
+		}
+	}
+	forward . `+up+`
+}`)
+	peerAddr := peer.Servers()[0].LocalAddr().String()
+	names := []string{"a.example.org.", "t.example.org.", "missing.example.org."}
+	for _, n := range names {
+		exchangeUDP(t, peerAddr, test.Case{Qname: n, Qtype: dns.TypeA}.Msg())
+	}
+
+	inst := startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		warmup http://`+adminAddr+` {
+			timeout 5s
+		}
+	}
+	forward . `+up+`
+}`)
+	addr := inst.Servers()[0].LocalAddr().String()
+	deadline := time.Now().Add(5 * time.Second)
+	for warming.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !New().Ready() {
+		t.Fatal("still not ready 5 s after the start")
+	}
+	for _, n := range names {
+		exchangeUDP(t, addr, test.Case{Qname: n, Qtype: dns.TypeA}.Msg())
+		if c := u.count(n, dns.TypeA); c != 1 {
+			t.Errorf("%s asked upstream %d times, want once: the warmed-up block should have it", n, c)
+		}
+	}
+	if !strings.Contains(logs.String(), "Warm-up of") || !strings.Contains(logs.String(), "3 entries") {
+		t.Errorf("no log line of the warm-up's entries:\n%s", logs)
+	}
+
+	// A peer of another format version.
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("CCSNAP\x09\x00" + strings.Repeat("\x00", 44)))
+	}))
+	defer foreign.Close()
+	cold := startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		warmup `+foreign.URL+`
+	}
+	forward . `+up+`
+}`)
+	coldAddr := cold.Servers()[0].LocalAddr().String()
+	for deadline := time.Now().Add(5 * time.Second); warming.Load() != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	exchangeUDP(t, coldAddr, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+	if c := u.count("a.example.org.", dns.TypeA); c != 2 {
+		t.Errorf("after a foreign stream, a.example.org. asked upstream %d times, want 2: a cold start", c)
+	}
+	if !strings.Contains(logs.String(), "another format version") {
+		t.Errorf("no log line refusing the foreign version:\n%s", logs)
 	}
 }

@@ -28,6 +28,9 @@ const (
 	OpDump          = "dump"           // optional format: text (default) or json
 	OpStats         = "stats"
 	OpBlocks        = "blocks"
+	// OpSnapshot streams one block's store in the snapshot format
+	// (internal/snapshot), for a new instance's warm-up (the warmup option).
+	OpSnapshot = "snapshot"
 )
 
 // Spec says how an operation is asked for.
@@ -49,6 +52,7 @@ var Specs = map[string]Spec{
 	OpDump:          {Method: http.MethodGet, Optional: []string{"format"}},
 	OpStats:         {Method: http.MethodGet},
 	OpBlocks:        {Method: http.MethodGet},
+	OpSnapshot:      {Method: http.MethodGet, Required: []string{ParamBlock}},
 }
 
 // ParamBlock selects one block by its Name; without it an operation

@@ -1,0 +1,123 @@
+package compactcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/snapshot"
+	"github.com/coredns/caddy"
+)
+
+// With `warmup URL { token_file PATH; timeout DURATION }`, a block that
+// starts with its process fills its store from a peer's admin endpoint (the
+// snapshot operation), for the pods of a Deployment that land on nodes
+// without a snapshot file: a new replica asks a running one. The fill runs
+// in the background while the plugin reports not ready to the ready plugin,
+// which keeps the pod out of its Service until the fill is done or given
+// up; a reload never fills. The stream is a snapshot file (internal/
+// snapshot): the sender's clock and format version in its header, every
+// entry checked, nothing stored from a stream that fails.
+
+// warmupConfig is the `warmup` option.
+type warmupConfig struct {
+	url       string // the peer's admin endpoint, http://HOST:PORT
+	tokenFile string
+	timeout   time.Duration
+}
+
+const defaultWarmupTimeout = 10 * time.Second
+
+func parseWarmup(c *caddy.Controller, args []string, ca *Cache) error {
+	block := c.NextArg() // RemainingArgs stops before a block's brace
+	if len(args) != 1 {
+		return fmt.Errorf("warmup: want one URL, got %d arguments", len(args))
+	}
+	u, err := url.Parse(args[0])
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
+	}
+	wc := &warmupConfig{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
+	for block && c.Next() && c.Val() != "}" {
+		switch opt, vals := c.Val(), c.RemainingArgs(); opt {
+		case "token_file":
+			if len(vals) != 1 {
+				return fmt.Errorf("warmup: token_file wants one PATH, got %q", vals)
+			}
+			wc.tokenFile = vals[0]
+		case "timeout":
+			d, err := time.ParseDuration(strings.Join(vals, " "))
+			if len(vals) != 1 || err != nil || d <= 0 {
+				return fmt.Errorf("warmup: timeout %q is not a duration above 0", vals)
+			}
+			wc.timeout = d
+		default:
+			return fmt.Errorf("warmup: unknown option %q", opt)
+		}
+	}
+	ca.warmup = wc
+	return nil
+}
+
+// warming counts the fills in progress in the process. The ready plugin
+// keeps one Readiness per plugin name, whichever block's it met last, so
+// every compactcache block reports them all (Ready).
+var warming atomic.Int64
+
+// Ready implements the ready plugin's Readiness: not ready while a block of
+// the process fills its store from a peer.
+func (c *Cache) Ready() bool { return warming.Load() == 0 }
+
+// startWarmup fills the store of the block named block from the peer in the
+// background, once, at the process's first startup.
+func (c *Cache) startWarmup(block string) {
+	wc := c.warmup
+	warming.Add(1)
+	go func() {
+		defer warming.Add(-1)
+		start := time.Now()
+		l, err := c.fillFrom(wc, block)
+		switch {
+		case errors.Is(err, snapshot.ErrSettings):
+			log.Infof("Warm-up of %s from %s: the peer's cache settings differ, starting cold", block, wc.url)
+		case err != nil:
+			snapshotErrors.WithLabelValues(wc.url, "warmup").Inc()
+			log.Warningf("Warm-up of %s from %s: starting cold: %v", block, wc.url, err)
+		default:
+			log.Infof("Warm-up of %s from %s: %d entries in %v, %d expired", block, wc.url, l.Entries, time.Since(start).Round(time.Millisecond), l.Expired)
+		}
+	}()
+}
+
+func (c *Cache) fillFrom(wc *warmupConfig, block string) (snapshot.Loaded, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wc.timeout)
+	defer cancel()
+	u := wc.url + admin.Prefix + admin.OpSnapshot + "?" + url.Values{admin.ParamBlock: {block}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return snapshot.Loaded{}, err
+	}
+	if wc.tokenFile != "" {
+		tok, err := os.ReadFile(wc.tokenFile)
+		if err != nil {
+			return snapshot.Loaded{}, err
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return snapshot.Loaded{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
+	}
+	return snapshot.Read(resp.Body, 2*c.store.Capacity()+1<<20, c.store, c.fingerprint(), c.now().Unix(), int64(c.staleUpTo/time.Second))
+}
