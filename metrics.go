@@ -26,6 +26,8 @@ var (
 		"The number of responses that are not cached because they are malformed, truncated or do not match the request.")
 	evictions = counterVec("evictions_total", kindedLabels,
 		"The count of cache evictions.")
+	notAdmitted = counterVec("not_admitted_total", kindedLabels,
+		"The count of entries dropped from probation without being asked for again there: refused admission to the main queue, not counted in evictions_total.")
 	cacheBytes = storeGauge("bytes", blockLabels,
 		"The bytes the cache holds: arenas, index and bookkeeping.")
 	cacheCapacity = storeGauge("capacity_bytes", blockLabels,
@@ -75,6 +77,7 @@ type serverMetrics struct {
 	stale     prometheus.Counter
 	hits      [2]prometheus.Counter
 	evictions [2]prometheus.Counter
+	refusals  [2]prometheus.Counter
 	entries   [2]prometheus.Gauge
 	bytes     prometheus.Gauge
 	capacity  prometheus.Gauge
@@ -133,16 +136,21 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 	for k, t := range kindLabels {
 		m.hits[k] = cacheHits.WithLabelValues(server, t, s.zones, s.view)
 		m.evictions[k] = evictions.WithLabelValues(server, t, s.zones, s.view)
+		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.zones, s.view)
 		m.entries[k] = cacheSize.WithLabelValues(server, t, s.zones, s.view)
 	}
 	return m
 }
 
-// evicted counts the entries a store evicted.
-func (m *serverMetrics) evicted(evicted store.PerKind) {
+// evicted counts the entries a store dropped for room: evicted, and
+// refused admission.
+func (m *serverMetrics) evicted(d store.Dropped) {
 	for k := range kindLabels {
-		if n := evicted[k]; n > 0 {
+		if n := d.Evicted[k]; n > 0 {
 			m.evictions[k].Add(float64(n))
+		}
+		if n := d.Refused[k]; n > 0 {
+			m.refusals[k].Add(float64(n))
 		}
 	}
 }

@@ -335,7 +335,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 		// Long names, so that the budget fills in fewer puts.
 		e, _ := testEntry(t, b, fmt.Sprintf("%s.%s.%s.n%d.example.org.", label, label, label, i), uint32(i), 3600, KindSuccess)
 		ev := s.Put(e, 0)
-		evicted += ev[KindSuccess]
+		evicted += ev.Evicted[KindSuccess] + ev.Refused[KindSuccess]
 		if i%1000 == 0 && !shared {
 			for j := range s.shards {
 				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].page != nil {

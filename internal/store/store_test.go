@@ -120,42 +120,6 @@ func dnsName(key []byte) string {
 	return name
 }
 
-func TestStoreSecondChance(t *testing.T) {
-	s, err := New(MinCapacity, PerKind{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := entry.NewBuilder()
-	var hot [][]byte
-	for i := range 500 {
-		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
-		s.Put(e, 0)
-		hot = append(hot, key)
-	}
-	// A scan of cold names many times the store's size; the hot names are
-	// asked for throughout.
-	hits, asks := 0, 0
-	for i := range 200_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, KindSuccess)
-		s.Put(e, 0)
-		if i%20 == 0 {
-			key := hot[(i/20)%len(hot)]
-			asks++
-			if _, ok := s.lookup(key); ok {
-				hits++
-				s.touch(key)
-			} else {
-				e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
-				s.Put(e, 0)
-			}
-		}
-	}
-	checkShards(t, s)
-	if rate := float64(hits) / float64(asks); rate < 0.95 {
-		t.Fatalf("hot set hit rate %.3f under a scan, want at least 0.95", rate)
-	}
-}
-
 func TestStoreDropsExpiredDespiteHits(t *testing.T) {
 	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
