@@ -186,20 +186,38 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Dropped) {
 // passing a chunk makes.
 func (sh *shard) reserve(q, n int, now int64, d *Dropped) (chunk, off int) {
 	for {
-		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= chunkSize {
+		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= len(sh.chunks[t]) {
 			off = int(sh.used[t])
 			sh.used[t] += uint32(n)
 			return t, off
 		}
-		if c := sh.allocated; c < len(sh.chunks) && sh.held+chunkSize <= sh.budget {
-			sh.chunks[c] = sh.arena.chunk(c)
+		if c, size := sh.allocated, sh.nextChunkSize(); c < len(sh.chunks) && size > 0 {
+			sh.chunks[c] = sh.arena.chunk(c, size)
 			sh.allocated++
-			sh.held += chunkSize
+			sh.held += int64(size)
 			sh.enqueue(q, c)
 			continue
 		}
 		sh.makeRoom(q, now, d)
 	}
+}
+
+// minShortChunk is the least a shard's last chunk may hold when its budget
+// has no room for a whole one: any entry, so that every chunk holds any.
+const minShortChunk = (entry.MaxLen + 4095) &^ 4095
+
+// nextChunkSize returns the bytes of the next chunk the budget holds: a
+// whole chunk, or, as the last, what is left of the budget when that holds
+// any entry and the index table could not double in it anyway; 0 for none.
+func (sh *shard) nextChunkSize() int {
+	room := sh.budget - sh.held
+	switch {
+	case room >= chunkSize:
+		return chunkSize
+	case room >= minShortChunk && room < sh.growthRoom():
+		return int(room) &^ 4095
+	}
+	return 0
 }
 
 // makeRoom passes a chunk to make room in queue q.
@@ -237,6 +255,40 @@ func (sh *shard) shed(now int64, d *Dropped) {
 		return
 	}
 	sh.makeRoom(mainQ, now, d)
+}
+
+// giveUpChunk releases a chunk so that the index table can double, when the
+// table is full and the budget has no room for a larger one while the
+// chunks have a chunk's worth of room to spare: the entries are small for
+// the table the chunks left, as where large entries took the budget first.
+// Probation's oldest chunk passes (main's when probation has none), what it
+// keeps copied to main, and its memory is given back. It reports whether it
+// released one.
+func (sh *shard) giveUpChunk(now int64, d *Dropped) bool {
+	q := probationQ
+	if sh.queues[q].n == 0 {
+		q = mainQ
+	}
+	if sh.queues[probationQ].n+sh.queues[mainQ].n <= 2 {
+		return false
+	}
+	c := sh.queues[q].at(0)
+	size := len(sh.chunks[c])
+	spare := 0
+	for k := range sh.allocated {
+		if b := sh.chunks[k]; b != nil {
+			spare += len(b) - int(sh.used[k])
+		}
+	}
+	if spare < size || sh.held-int64(size)+sh.growthRoom() > sh.budget {
+		return false
+	}
+	sh.dequeue(q)
+	sh.pass(c, q, false, now, d)
+	sh.arena.freeChunk(c, size)
+	sh.chunks[c], sh.used[c] = nil, 0
+	sh.held -= int64(size)
+	return true
 }
 
 // pass empties chunk c, the oldest of queue q, taken out of it: the entries

@@ -218,6 +218,102 @@ func TestStaleGetsOneTurn(t *testing.T) {
 	checkShards(t, s)
 }
 
+// TestGiveUpChunkForTable fills a store with large entries first, so that
+// its chunks take the budget while its index table is small, then with small
+// ones: the table grows, a chunk given up for it, instead of capping the
+// entries the chunks have room for; the memory mapped stays within the
+// budget.
+func TestGiveUpChunkForTable(t *testing.T) {
+	before := OffHeapBytes()
+	s, err := newStoreOn(1, 4*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	for i := range 3000 {
+		e, _ := bigEntry(t, b, fmt.Sprintf("large%d.example.org.", i), 3000)
+		s.Put(e, 0)
+	}
+	sh := &s.shards[0]
+	slots := len(sh.table)
+	if sh.budget-sh.held >= chunkSize {
+		t.Fatalf("large entries left %d bytes of the budget: the test needs the chunks to take it", sh.budget-sh.held)
+	}
+	for i := range 60_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("small%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+	}
+	checkShards(t, s)
+	if len(sh.table) <= slots || sh.count <= slots*7/8 {
+		t.Fatalf("the table went from %d to %d slots, %d entries: it did not grow for the small entries", slots, len(sh.table), sh.count)
+	}
+	released := 0
+	for c := range sh.allocated {
+		if sh.chunks[c] == nil {
+			released++
+		}
+	}
+	if released == 0 {
+		t.Fatal("no chunk was given up for the table")
+	}
+	if mapped := OffHeapBytes() - before; mapped > s.capacity {
+		t.Fatalf("%d bytes mapped for a store of %d", mapped, s.capacity)
+	}
+}
+
+// TestShortLastChunk: the last chunk a shard's budget holds may be short,
+// never shorter than any entry needs, and only where the index table could
+// not double in what is left of the budget anyway.
+func TestShortLastChunk(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	sh.held = sh.budget - (minShortChunk + 5000)
+	if got := sh.nextChunkSize(); got != 0 {
+		t.Errorf("a short chunk of %d bytes where the table could double", got)
+	}
+	sh.resize(16 << 10) // a table that could not double in less than a chunk
+	for _, tc := range []struct {
+		room int64
+		want int
+	}{
+		{chunkSize + 1, chunkSize},
+		{minShortChunk + 5000, (minShortChunk + 5000) &^ 4095},
+		{minShortChunk - 1, 0},
+	} {
+		sh.held = sh.budget - tc.room
+		if got := sh.nextChunkSize(); got != tc.want {
+			t.Errorf("with %d bytes of the budget left, a chunk of %d bytes, want %d", tc.room, got, tc.want)
+		}
+	}
+
+	// Filled, stores of budgets a chunk apart: some take a short chunk,
+	// and all hold what they account.
+	b := entry.NewBuilder()
+	shorts := 0
+	for capacity := int64(2 << 20); capacity < 3<<20; capacity += 64 << 10 {
+		s, err := newStoreOn(1, capacity, PerKind{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30_000 {
+			e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+		}
+		checkShards(t, s)
+		for _, c := range s.shards[0].chunks {
+			if c != nil && len(c) < chunkSize {
+				shorts++
+			}
+		}
+	}
+	if shorts == 0 {
+		t.Error("no store took a short chunk")
+	}
+}
+
 // TestWalkWhilePromoting walks a full store while entries are stored and
 // hit between its chunks, so that the policy moves entries from probation
 // to main as it goes: every entry stored when the walk began and still
