@@ -78,17 +78,17 @@ func (fs *flushes) since(gen uint64, e entry.Entry) bool {
 // have passed e's key (or its place in the ring) already, so the check is
 // made again for it after the put, and the entry taken back; whatever e
 // replaced, that flush covered too. It reports whether e stays.
-func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (evicted store.PerKind, ok bool) {
+func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped store.Dropped, ok bool) {
 	seen := c.flushes.gen.Load()
 	if c.flushes.since(gen, e) {
-		return evicted, false
+		return dropped, false
 	}
-	evicted = c.store.Put(e, now)
+	dropped = c.store.Put(e, now)
 	if c.flushes.since(seen, e) {
 		c.store.Remove(e.Key())
-		return evicted, false
+		return dropped, false
 	}
-	return evicted, true
+	return dropped, true
 }
 
 // flushBegins starts a flush of what covers picks: fetches begun before it

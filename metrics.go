@@ -41,6 +41,8 @@ var (
 		deprecated("The number of times the cache has prefetched a cached item.", "prefetch_total"))
 	servedStale = counterVec("served_stale_total", blockLabels,
 		deprecated("The number of requests served from stale cache entries.", "served_stale_total"))
+	notAdmitted = counterVec("not_admitted_total", kindedLabels,
+		"The count of entries dropped from probation without being asked for again there: refused admission to the main queue, not counted in evictions_total.")
 	cacheBytes = storeGauge("bytes", blockLabels,
 		"The bytes the cache holds: arenas, index and bookkeeping.")
 	cacheCapacity = storeGauge("capacity_bytes", blockLabels,
@@ -193,6 +195,7 @@ type serverMetrics struct {
 	evictions [2]counter
 	entries   [2]gauge
 	refused   prometheus.Counter
+	refusals  [2]prometheus.Counter // entries not admitted (notAdmitted)
 	bytes     prometheus.Gauge
 	capacity  prometheus.Gauge
 	variants  prometheus.Gauge
@@ -254,16 +257,21 @@ func (s *metricsSet) resolve(server string) *serverMetrics {
 	for k, t := range kindLabels {
 		m.hits[k] = counter{f.hits.WithLabelValues(server, t, s.zones, s.view), cacheHits.WithLabelValues(server, t, s.zones, s.view)}
 		m.evictions[k] = counter{f.evictions.WithLabelValues(server, t, s.zones, s.view), evictions.WithLabelValues(server, t, s.zones, s.view)}
+		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.zones, s.view)
 		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.zones, s.view), cacheSize.WithLabelValues(server, t, s.zones, s.view)}
 	}
 	return m
 }
 
-// evicted counts the entries a store evicted.
-func (m *serverMetrics) evicted(evicted store.PerKind) {
+// evicted counts the entries a store dropped for room: evicted, and
+// refused admission.
+func (m *serverMetrics) evicted(d store.Dropped) {
 	for k := range kindLabels {
-		if n := evicted[k]; n > 0 {
+		if n := d.Evicted[k]; n > 0 {
 			m.evictions[k].Add(float64(n))
+		}
+		if n := d.Refused[k]; n > 0 {
+			m.refusals[k].Add(float64(n))
 		}
 	}
 }

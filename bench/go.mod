@@ -6,6 +6,7 @@ require (
 	github.com/compactcache/compactcache v0.0.0-00010101000000-000000000000
 	github.com/coredns/caddy v1.1.4
 	github.com/coredns/coredns v1.15.0
+	github.com/maypok86/otter/v2 v2.4.0
 	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.25.0
 	gonum.org/v1/plot v0.17.0

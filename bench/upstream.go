@@ -20,6 +20,9 @@ import (
 // that message's records, so its memory is measured as it is in production.
 type Upstream struct {
 	Variant workload.Variant
+	// Replies, when set, answers entry i in place of workload.Reply: the
+	// trace benchmark's one-off, denial and sized names.
+	Replies func(i int) *dns.Msg
 	calls   atomic.Int64
 }
 
@@ -47,7 +50,12 @@ func (u *Upstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return dns.RcodeServerFailure, ErrNoIndex
 	}
 	u.calls.Add(1)
-	m := workload.Reply(i, u.Variant)
+	var m *dns.Msg
+	if u.Replies != nil {
+		m = u.Replies(i)
+	} else {
+		m = workload.Reply(i, u.Variant)
+	}
 	m.Id = r.Id
 	m.Question[0] = r.Question[0] // echoed as asked, as servers do
 	m.CheckingDisabled = r.CheckingDisabled

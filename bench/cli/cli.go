@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 )
 
@@ -38,4 +39,33 @@ func (c Command) Fatal(err error) {
 // Progress tells the user, on stderr, what the minutes are spent on.
 func (c Command) Progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s: "+format+"\n", append([]any{c}, args...)...)
+}
+
+// CPUModel returns the processor's name, as Linux reports it.
+func CPUModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.Lines(string(b)) {
+		if name, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimLeft(name, " \t:"))
+		}
+	}
+	return "unknown CPU"
+}
+
+// Revision describes the working tree as a command starts (the build is not
+// stamped: go run and GOFLAGS=-buildvcs=false leave no VCS information), so
+// that a pasted table says which state of the plugin it measured.
+func Revision() string {
+	out, err := exec.Command("git", "log", "-1", "--format=%h %s").Output()
+	if err != nil {
+		return "unknown (no git)"
+	}
+	rev := strings.TrimSpace(string(out))
+	if dirty, _ := exec.Command("git", "status", "--porcelain", "--", "*.go", ":!bench").Output(); len(dirty) > 0 {
+		rev += fmt.Sprintf(" + %d uncommitted .go files", len(strings.Split(strings.TrimSpace(string(dirty)), "\n")))
+	}
+	return rev
 }

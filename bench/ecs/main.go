@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/bench/cli"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -81,7 +82,7 @@ func progress(format string, args ...any) {
 func run(cfg config) error {
 	start := time.Now()
 	fmt.Printf("go run ./bench/ecs %s\n\n", strings.Join(os.Args[1:], " "))
-	fmt.Printf("%s, %d CPUs (GOMAXPROCS %d), %s\n\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Printf("%s, %d CPUs (GOMAXPROCS %d), %s\n\n", cli.CPUModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 
 	names := workload.NewNames(cfg.n)
 	stockPerEntry := 1100.0 // bench/README.md's figure, when figure 1 is not run
@@ -104,19 +105,6 @@ func run(cfg config) error {
 	runtime.KeepAlive(names)
 	fmt.Printf("total %.0f s\n", time.Since(start).Seconds())
 	return nil
-}
-
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
 }
 
 // capacityFor returns a compactcache budget in MiB that holds entries

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/cli"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -54,7 +55,7 @@ func run(cfg config) error {
 		gcN:      map[bench.Kind]gcResult{},
 		stockCap: map[int64]int{},
 		started:  time.Now(),
-		revision: revision(),
+		revision: cli.Revision(),
 	}
 	names := workload.NewNames(cfg.n)
 	var err error

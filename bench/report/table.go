@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/cli"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -62,7 +60,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 	}
 	fmt.Fprintf(out, "compactcache beside the stock cache plugin, reference workload (variant %s)\n", cfg.variant)
 	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", r.started.UTC().Format(time.DateTime+" UTC"),
-		cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		cli.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(out, "plugin: %s\n", r.revision)
 	fmt.Fprintf(out, "N = %d entries; compactcache budget %d MiB, hits through %s; stock cache sized for %d entries\n\n",
 		cfg.n, cfg.capacity>>20, path, 2*cfg.n)
@@ -174,33 +172,4 @@ zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a h
 	for _, err := range r.failed {
 		fmt.Fprintf(out, "\nFAILED, NOT MEASURED: %v\n", err)
 	}
-}
-
-// cpuModel returns the processor's name, as Linux reports it.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.Lines(string(b)) {
-		if name, ok := strings.CutPrefix(line, "model name"); ok {
-			return strings.TrimSpace(strings.TrimLeft(name, " \t:"))
-		}
-	}
-	return "unknown CPU"
-}
-
-// revision describes the working tree as the report starts (the build is not
-// stamped: go run and GOFLAGS=-buildvcs=false leave no VCS information), so
-// that a pasted table says which state of the plugin it measured.
-func revision() string {
-	out, err := exec.Command("git", "log", "-1", "--format=%h %s").Output()
-	if err != nil {
-		return "unknown (no git)"
-	}
-	rev := strings.TrimSpace(string(out))
-	if dirty, _ := exec.Command("git", "status", "--porcelain", "--", "*.go", ":!bench").Output(); len(dirty) > 0 {
-		rev += fmt.Sprintf(" + %d uncommitted .go files", len(strings.Split(strings.TrimSpace(string(dirty)), "\n")))
-	}
-	return rev
 }

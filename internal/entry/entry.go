@@ -54,12 +54,15 @@ const (
 	FlagAA        = 1 << 4
 	FlagRA        = 1 << 5
 	FlagAD        = 1 << 6
-	FlagDenial    = 1 << 7  // counted against the denial capacity
-	FlagAnswers   = 1 << 8  // a success that answers its question (serve_stale_policy)
-	FlagReferred  = 1 << 9  // hit since written or since the ring last passed it
-	FlagMeta      = 1 << 10 // the cache's bookkeeping, not a response
-	FlagVariant   = 1 << 11 // tailored to a client subnet (ECS)
-	FlagNXName    = 1 << 12 // a compact denial of a name (RFC 9824): NXDOMAIN without DO
+	FlagDenial    = 1 << 7 // counted against the denial capacity
+	FlagAnswers   = 1 << 8 // a success that answers its question (serve_stale_policy)
+	// FlagReferred and FlagFreqHigh are a counter of hits, 0 to 3: added
+	// to by each hit, taken from each time the store's eviction passes the
+	// entry and keeps it (Freq).
+	FlagReferred = 1 << 9
+	FlagMeta     = 1 << 10 // the cache's bookkeeping, not a response
+	FlagVariant  = 1 << 11 // tailored to a client subnet (ECS)
+	FlagNXName   = 1 << 12 // a compact denial of a name (RFC 9824): NXDOMAIN without DO
 	// flagShortProof: DNSSEC records that only DO clients get expire before
 	// the entry; DO clients read the entry's lifetime from them (proofTTL).
 	FlagShortProof = 1 << 13
@@ -67,8 +70,12 @@ const (
 	// server's own address; it serves clients without ECS and source /0
 	// queries only (RFC 7871 7.3.1 makes only an answer to an ECS query
 	// good for every client).
-	FlagNoECS = 1 << 14
+	FlagNoECS    = 1 << 14
+	FlagFreqHigh = 1 << 15
 )
+
+// MaxFreq is the most hits an entry counts (Freq).
+const MaxFreq = 3
 
 // Key flags: the bits of the request, besides the question, that select an
 // entry. DO is not one of them: one entry serves DO and non-DO clients.
@@ -193,11 +200,11 @@ func (e Entry) SetFlag(f uint16, on bool) {
 
 func (e Entry) Hits() int { return int(binary.LittleEndian.Uint16(e[offHits:])) }
 
-// hit records a hit at now, unix seconds, for second chance eviction and for
+// hit records a hit at now, unix seconds, for eviction (Freq) and for
 // popularity as the stock cache's prefetch counts it: hits with no gap of
 // window seconds or more between them.
 func (e Entry) Hit(now int64, window int64) {
-	e.SetFlag(FlagReferred, true)
+	e.SetFreq(e.Freq() + 1)
 	since := max(0, now-int64(e.Stored()))
 	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
 	hits := e.Hits()
@@ -216,10 +223,20 @@ func (e Entry) SetHits(n int) {
 	binary.LittleEndian.PutUint16(e[offHits:], uint16(min(n, math.MaxUint16)))
 }
 
-func (e Entry) Referenced() bool { return e.Flags()&FlagReferred != 0 }
+// Freq returns the hits the entry counts for eviction, 0 to MaxFreq:
+// those since it was stored, less the times the store's eviction has passed
+// it since.
+func (e Entry) Freq() int {
+	f := e.Flags()
+	return int(f&FlagReferred)>>9 | int(f&FlagFreqHigh)>>14
+}
 
-// passed clears the second chance the ring has just spent.
-func (e Entry) Passed() { e.SetFlag(FlagReferred, false) }
+// SetFreq sets the count of hits Freq returns, at most MaxFreq.
+func (e Entry) SetFreq(n int) {
+	n = min(max(n, 0), MaxFreq)
+	f := e.Flags()&^(FlagReferred|FlagFreqHigh) | uint16(n&1)<<9 | uint16(n&2)<<14
+	binary.LittleEndian.PutUint16(e[offFlags:], f)
+}
 
 // record is one resource record of an entry, sliced out of the entry's bytes.
 type Record struct {

@@ -21,7 +21,9 @@ func newSharedTables(int64) *sharedTables { return nil }
 
 func (*sharedTables) reserve() int64 { return 0 }
 
-func (*arena) chunk(int) []byte { return make([]byte, chunkSize) }
+func (*arena) chunk(_, n int) []byte { return make([]byte, n) }
+
+func (*arena) freeChunk(int, int) {}
 
 func (*arena) table(n int) []uint64 { return make([]uint64, n) }
 

@@ -135,32 +135,38 @@ type arena struct {
 	mu   sync.Mutex
 	held int64
 
-	// ringMu keeps the ring mapped while the collapser works on it.
+	// ringMu keeps the ring mapped while the collapser works on it, and
+	// guards holes: the huge pages of the ring a chunk was freed from,
+	// never collapsed.
 	ringMu sync.Mutex
+	holes  []int
 }
 
 func newArena(chunks int, shared *sharedTables) *arena {
 	return &arena{chunks: chunks, shared: shared}
 }
 
-// chunk returns chunk i of the ring; the shard hands chunks out in order.
-// The ring is reserved whole at the first chunk, without swap reservation
-// (MAP_NORESERVE), and its pages become resident as chunks are written, so
-// a store that never fills its budget never takes it.
-func (a *arena) chunk(i int) []byte {
+// chunk returns chunk i of the ring, n bytes of it (chunkSize, or less for
+// the last chunk a shard's budget holds); the shard hands chunks out in
+// order. The ring is reserved whole at the first chunk, without swap
+// reservation (MAP_NORESERVE), and its pages become resident as chunks are
+// written, so a store that never fills its budget never takes it.
+func (a *arena) chunk(i, n int) []byte {
 	if a.ring == nil && !a.failed {
 		a.reserve()
 	}
 	if a.failed {
-		return make([]byte, chunkSize)
+		return make([]byte, n)
 	}
-	a.add(chunkSize)
+	a.add(int64(n))
 	growth.Add(1)
 	off := i * chunkSize
-	if end := off + chunkSize; end%hugePage == 0 {
+	// A short chunk leaves its huge page part unused: not collapsed, so that
+	// what is resident stays what is counted.
+	if end := off + chunkSize; end%hugePage == 0 && n == chunkSize {
 		a.collapseLater(end - hugePage)
 	}
-	return a.ring[off : off+chunkSize : off+chunkSize]
+	return a.ring[off : off+n : off+n]
 }
 
 func (a *arena) reserve() {
@@ -211,8 +217,28 @@ func (a *arena) collapse(off int) bool {
 	if a.ring == nil {
 		return false
 	}
+	if slices.Contains(a.holes, off) {
+		return true
+	}
 	syscall.Madvise(a.ring[off:off+hugePage], madviseCollapse)
 	return true
+}
+
+// freeChunk gives back the memory of chunk i, n bytes, which the shard no
+// longer uses. Its huge page is no longer advised to be one, so that
+// khugepaged does not fill the hole again.
+func (a *arena) freeChunk(i, n int) {
+	a.ringMu.Lock()
+	defer a.ringMu.Unlock()
+	if a.ring == nil {
+		return // on the heap: the garbage collector's
+	}
+	off := i * chunkSize
+	page := off &^ (hugePage - 1)
+	syscall.Madvise(a.ring[page:min(page+hugePage, len(a.ring))], syscall.MADV_NOHUGEPAGE)
+	syscall.Madvise(a.ring[off:off+n], syscall.MADV_DONTNEED)
+	a.add(-int64(n))
+	a.holes = append(a.holes, page)
 }
 
 // mappedTable is a table and the mapping it lies in, or the shared huge

@@ -27,14 +27,14 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 	a := newArena(2*chunksPerHuge, nil)
 	defer a.release()
 	for i := range chunksPerHuge - 1 {
-		c := a.chunk(i)
+		c := a.chunk(i, chunkSize)
 		c[0], c[len(c)-1] = 1, 1 // every chunk's first and last page resident
 	}
 	if rss, huge := residence(t, a.mapping); huge != 0 || rss > (chunksPerHuge-1)*chunkSize {
 		t.Fatalf("%d of %d chunks handed out: %d bytes resident, %d in huge pages; want at most %d, none",
 			chunksPerHuge-1, chunksPerHuge, rss, huge, (chunksPerHuge-1)*chunkSize)
 	}
-	a.chunk(chunksPerHuge - 1)
+	a.chunk(chunksPerHuge-1, chunkSize)
 	// The collapse is done in the background, once no store has grown for
 	// collapseQuiet, or a collapseEvery after the collapser took the page:
 	// pending until then.
@@ -122,7 +122,7 @@ func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
 		return done
 	}
 	dropped := newArena(hugePage/chunkSize, nil)
-	dropped.chunk(0)
+	dropped.chunk(0, chunkSize)
 	dropped.release()
 	select {
 	case <-take(dropped):
@@ -131,7 +131,7 @@ func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
 	}
 	live := newArena(hugePage/chunkSize, nil)
 	defer live.release()
-	live.chunk(0)
+	live.chunk(0, chunkSize)
 	turn.last = time.Now() // the turn is a second from here, whatever the set-up took
 	done := take(live)
 	select {
@@ -335,7 +335,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 		// Long names, so that the budget fills in fewer puts.
 		e, _ := testEntry(t, b, fmt.Sprintf("%s.%s.%s.n%d.example.org.", label, label, label, i), uint32(i), 3600, KindSuccess)
 		ev := s.Put(e, 0)
-		evicted += ev[KindSuccess]
+		evicted += ev.Evicted[KindSuccess] + ev.Refused[KindSuccess]
 		if i%1000 == 0 && !shared {
 			for j := range s.shards {
 				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].page != nil {

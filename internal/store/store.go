@@ -24,12 +24,12 @@ import (
 // per-shard open addressing tables of uint64. Neither holds a Go pointer per
 // entry, so garbage collection costs the same with ten entries or ten million.
 //
-// A shard's arena is a ring of fixed-size chunks, allocated as the shard fills
-// and never beyond its share of the byte budget. When the ring is full, the
-// oldest chunk is reclaimed: entries hit since the ring last passed them are
-// compacted to its front and the chunk becomes the newest (second chance,
-// CLOCK style); the others, and entries expired beyond the serve-stale window
-// whether hit or not, are dropped.
+// A shard's arena is a set of fixed-size chunks, allocated as the shard fills
+// and never beyond its share of the byte budget, taken in turn by two FIFO
+// queues of chunks, probation and main (S3-FIFO, evict.go): new entries
+// enter probation and leave it after a tenth of the shard's inserts unless
+// they were asked for again meanwhile; main keeps what is asked again,
+// CLOCK style with a counter of hits per entry.
 const (
 	chunkBits = 17
 	chunkSize = 1 << chunkBits // holds one maxEntryLen entry
@@ -86,12 +86,23 @@ type shard struct {
 	seed maphash.Seed
 
 	arena  *arena   // where chunks and tables come from (arena.go)
-	chunks [][]byte // the ring; nil where no chunk is allocated
+	chunks [][]byte // nil where no chunk is allocated
 	used   []uint32 // bytes written in each chunk
-	tail   int      // the chunk being appended to, -1 before the first
 
-	table []uint64 // open addressing with linear probing; see locBits
-	count int      // entries in table
+	// The eviction policy's state (evict.go): the chunks in each queue, in
+	// order, and the queue and place each allocated chunk is in; chunks are
+	// allocated in order, the first allocated of them.
+	queues    [numQueues]queue
+	in        []uint8
+	place     []uint16
+	allocated int
+	probation int     // chunks probation keeps once the shard is full
+	ghost     []uint8 // fingerprints of keys dropped from probation; nil until the first
+	coin      uint64
+
+	table     []uint64 // open addressing with linear probing; see locBits
+	count     int      // entries in table
+	slotMoves uint64   // deletions and rebuilds of the table, which move its slots
 
 	kinds    PerKind            // entries per kind
 	variants int                // entries tailored to a client subnet (ECS)
@@ -99,7 +110,7 @@ type shard struct {
 	cursor   [NumKinds]position // where the search for a kind's oldest entry resumes
 
 	budget int64 // bytes this shard may hold
-	held   int64 // bytes this shard holds: chunks, table, ring bookkeeping
+	held   int64 // bytes this shard holds: chunks, table, ghost, queues
 
 	grace int64 // seconds an expired entry is kept for serve_stale
 
@@ -134,7 +145,9 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 		rings := int(sh.budget / chunkSize)
 		sh.chunks = make([][]byte, rings)
 		sh.used = make([]uint32, rings)
-		sh.tail = -1
+		sh.initQueues(rings)
+		sh.coin = 0x9e3779b97f4a7c15
+		sh.coin = 0x9e3779b97f4a7c15
 		sh.arena = newArena(rings, tables)
 		sh.table = sh.arena.table(minTableSlots)
 		sh.grace = grace
@@ -143,7 +156,7 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 				sh.limits[k] = (l-1)/n + 1 // rounded up, without the overflow of l+n-1 for caps near MaxInt
 			}
 		}
-		sh.held = sh.overhead() + minTableSlots*8
+		sh.held = sh.overhead() + minTableSlots*slotBytes + int64(ghostLen(sh.budget))
 	}
 	s.releaseWhenUnreachable()
 	return s, nil
@@ -161,21 +174,32 @@ const shardsPerProc = 4
 // 3 ms here; a table of 1.5 million entries took 90 ms to double to 32 MiB.
 const targetShardBudget = 64 << 20
 
+// minShardChunks is the fewest chunks a shard is made with where the budget
+// allows. Each of a shard's two queues has a newest chunk partly filled and
+// passes a whole chunk at a time, and a shard has an index table, a ghost
+// and a budget that is seldom a whole number of chunks: at sixteen chunks
+// (2 MiB) a shard held its entries in 85% of its budget, at 32 in 89%, and
+// the hit rates of bench/trace at 16 MiB rose by up to 0.6 points with four
+// shards of 4 MiB in place of eight of 2 MiB.
+const minShardChunks = 32
+
 // shardCount returns the number of shards, a power of two, of a store of
 // capacity bytes (at most MaxCapacity) whose queries run on procs cores:
-// shardsPerProc for each, rounded down to a power of two, fewer where a ring
-// would hold under sixteen chunks, more where a shard would take over
-// targetShardBudget. More shards cost every insert time: each shard appends
+// shardsPerProc for each, rounded down to a power of two, fewer where a shard
+// would hold under minShardChunks chunks (but two of sixteen where the
+// budget has them), more where a shard would take over targetShardBudget. More shards cost every insert time: each shard appends
 // to a tail chunk of its own, into pages that a fault has just zeroed into
 // the caches, and the more tails the inserts take turns on, the more of
 // those lines have left the caches when they are written. On two cores the
 // cache's own insert at a million entries took 1,367-1,429 ns at 64 shards
 // and 1,160-1,208 at 8 (paired runs; BENCHMARKS.md).
 func shardCount(capacity int64, procs int) int {
-	// Sixteen or more chunks per shard keep the bytes lost to the partly
-	// filled tail chunk and to reclaiming a whole chunk at a time small.
-	most := capacity / (16 * chunkSize)
+	most := capacity / (minShardChunks * chunkSize)
 	n := max(1, min(int64(shardsPerProc*procs), maxShards, most))
+	if n < 2 {
+		// Two shards of sixteen chunks rather than one lock.
+		n = max(1, min(int64(shardsPerProc*procs), capacity/(16*chunkSize), 2))
+	}
 	n = 1 << (bits.Len64(uint64(n)) - 1)
 	// Past targetShardBudget, more shards. That also keeps every ring within
 	// the chunks an index slot can name: maxShards rings of maxChunks are
@@ -213,20 +237,26 @@ func (s *Store) Get(key []byte, h uint64, f func(e entry.Entry) bool) bool {
 	return found
 }
 
-// put stores e, a complete entry, replacing any entry with the same key, and
-// returns the number of entries of each kind evicted to make room. now is in
-// unix seconds.
-func (s *Store) Put(e entry.Entry, now int64) (evicted PerKind) {
+// Dropped counts the entries of each kind that a store dropped to make
+// room: evicted, and refused admission (dropped from probation without
+// being asked for again there), counted apart.
+type Dropped struct {
+	Evicted, Refused PerKind
+}
+
+// Put stores e, a complete entry, replacing any entry with the same key, and
+// returns the entries dropped to make room. now is in unix seconds.
+func (s *Store) Put(e entry.Entry, now int64) (dropped Dropped) {
 	h := s.Hash(e.Key())
-	s.locked(h, func(sh *shard) { sh.put(e, h, now, &evicted) })
-	return evicted
+	s.locked(h, func(sh *shard) { sh.put(e, h, now, &dropped) })
+	return dropped
 }
 
 // update replaces the entry under key by what next makes of it (old is nil
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
 // is only valid inside next.
-func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (evicted PerKind) {
+func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (dropped Dropped) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
 		old := sh.get(key, h)
@@ -241,13 +271,13 @@ func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.E
 			copy(old, lent)
 		}
 		if e != nil {
-			sh.put(e, h, now, &evicted)
+			sh.put(e, h, now, &dropped)
 		}
 		if old != nil {
 			sh.takeBack(nil, lent)
 		}
 	})
-	return evicted
+	return dropped
 }
 
 // locked runs f on the shard of hash h with its lock held.
@@ -264,7 +294,7 @@ func (s *Store) locked(h uint64, f func(sh *shard)) {
 type Usage struct {
 	Kinds    PerKind // entries per kind
 	Variants int     // entries tailored to a client subnet (ECS)
-	Held     int64   // bytes: chunks, tables, ring bookkeeping
+	Held     int64   // bytes: chunks, tables, eviction bookkeeping
 }
 
 // usage sums what the shards hold, each read under its lock. It is read for
@@ -299,34 +329,43 @@ func (s *Store) Remove(key []byte) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
 		if i := sh.find(key, h); i >= 0 {
-			var evicted PerKind // a removal is not an eviction
-			sh.drop(i, sh.at(sh.table[i]), &evicted)
+			sh.remove(i, sh.at(sh.table[i]))
 		}
 	})
 }
 
 // Cursor is where a walk of the store resumes; its zero value starts one.
 type Cursor struct {
-	shard, chunk int
+	shard, queue int
+	seq          uint64 // the first chunk of the queue not visited, as queue.pushed counts them
 }
 
-// Walk visits the entries of the next chunk of the ring from c on, with its
+// Walk visits the entries of the next chunk of the store from c on, with its
 // shard locked, so that a walk of the whole store holds no lock for longer
 // than one chunk takes; visit returns true to remove the entry (a removal
 // is not an eviction). It returns the cursor to resume from, and false once
-// every shard's ring has been walked. Entries stored after the walk passed
-// their place are not visited: a walk sees what was stored when it began,
-// less what was evicted or replaced meanwhile.
+// every shard has been walked. Each shard's chunks are visited in the order
+// of its queues, probation's then main's, oldest first: entries move only
+// to main's newest chunk (evict.go), and a chunk passed is queued again as
+// its queue's newest, so that every entry stored when the walk began is
+// visited unless it is evicted or replaced meanwhile, and one moved while
+// the walk runs may be visited twice. Entries stored after the walk passed
+// their place are not visited.
 func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
 	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
 		sh := &s.shards[c.shard]
 		sh.mu.Lock()
-		for ; c.chunk < len(sh.chunks); c.chunk++ {
-			if sh.chunks[c.chunk] != nil && sh.used[c.chunk] > 0 {
-				sh.walkChunk(c.chunk, visit)
-				sh.mu.Unlock()
-				c.chunk++
-				return c, true
+		for ; c.queue < numQueues; c.queue, c.seq = c.queue+1, 0 {
+			qu := &sh.queues[c.queue]
+			first := qu.pushed - uint64(qu.n)
+			for c.seq = max(c.seq, first); c.seq < qu.pushed; {
+				chunk := qu.at(int(c.seq - first))
+				c.seq++
+				if sh.used[chunk] > 0 {
+					sh.walkChunk(chunk, visit)
+					sh.mu.Unlock()
+					return c, true
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -337,7 +376,6 @@ func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor,
 // walkChunk visits the live entries of chunk c; the caller holds sh.mu.
 func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
 	b := sh.chunks[c]
-	var removed PerKind // a removal is not an eviction
 	for off := 0; off < int(sh.used[c]); {
 		e := entry.Entry(b[off:])
 		e = e[:e.Size():e.Size()]
@@ -350,7 +388,7 @@ func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
 		remove := visit(lent)
 		sh.takeBack(e, lent)
 		if remove {
-			sh.drop(i, e, &removed)
+			sh.remove(i, e)
 		}
 	}
 }
@@ -433,19 +471,26 @@ func (sh *shard) check(s *Store) (int64, error) {
 	var chunks int64
 	for _, c := range sh.chunks {
 		if c != nil {
-			chunks += chunkSize
+			chunks += int64(len(c))
 		}
 	}
-	held := chunks + int64(len(sh.table))*8 + sh.overhead()
+	held := chunks + int64(len(sh.table))*slotBytes + int64(ghostLen(sh.budget)) + sh.overhead()
 	if held != sh.held || held > sh.budget {
 		return 0, fmt.Errorf("holds %d bytes, accounted %d, budget %d", held, sh.held, sh.budget)
+	}
+	if err := sh.checkQueues(); err != nil {
+		return 0, err
 	}
 	return held, nil
 }
 
-// overhead is what a shard holds besides its chunks and its table.
+// slotBytes is what each slot of the index table costs.
+const slotBytes = 8
+
+// overhead is what a shard holds besides its chunks, its table and its
+// ghost: per chunk, its slice, its bytes used and its place in the queues.
 func (sh *shard) overhead() int64 {
-	return int64(len(sh.chunks))*(24+4) + 256
+	return int64(len(sh.chunks))*(24+4+2*2+1+2) + 256
 }
 
 // get returns the entry stored under key, or nil. The caller holds sh.mu and
@@ -497,27 +542,6 @@ func (sh *shard) at(v uint64) entry.Entry {
 
 func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
 
-func (sh *shard) put(e entry.Entry, h uint64, now int64, evicted *PerKind) {
-	if len(e) > entry.MaxLen {
-		panic("compactcache: entry over maxEntryLen reached the store")
-	}
-	sh.makeTableRoom(now, evicted)
-	chunk, off := sh.reserve(len(e), now, evicted)
-	copy(sh.chunks[chunk][off:], e)
-	v := h>>locBits<<locBits | location(chunk, off) + 1
-
-	if i := sh.find(e.Key(), h); i >= 0 {
-		sh.tally(sh.at(sh.table[i]), -1)
-		sh.table[i] = v
-	} else {
-		sh.insertSlot(v)
-	}
-	sh.tally(e, 1)
-	if k := KindOf(e); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
-		sh.evictOldest(k, evicted)
-	}
-}
-
 // insertSlot adds v to the table; the caller made room.
 func (sh *shard) insertSlot(v uint64) {
 	mask := uint64(len(sh.table) - 1)
@@ -543,19 +567,26 @@ func (sh *shard) deleteSlot(i int) {
 	}
 	sh.table[i] = 0
 	sh.count--
+	sh.slotMoves++
 }
 
-// makeTableRoom keeps the table at most three quarters full: it doubles the
-// table while the budget allows, and evicts entries otherwise. Freeing
-// chunks to grow the table instead would drop entries without their second
-// chance.
-func (sh *shard) makeTableRoom(now int64, evicted *PerKind) {
+// makeTableRoom keeps the table at most three quarters full while the
+// budget allows it to double, and at most seven eighths full otherwise,
+// when it gives up a chunk for it where the chunks have room to spare
+// (giveUpChunk), and drops entries where they do not (shed).
+func (sh *shard) makeTableRoom(now int64, d *Dropped) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
 		if sh.held+sh.growthRoom() <= sh.budget {
 			sh.resize(2 * len(sh.table))
 			continue
 		}
-		sh.advance(now, evicted)
+		if 8*(sh.count+1) <= 7*len(sh.table) {
+			return // fuller, rather than drop entries the chunks hold
+		}
+		if sh.giveUpChunk(now, d) {
+			continue
+		}
+		sh.shed(now, d)
 	}
 }
 
@@ -564,17 +595,18 @@ func (sh *shard) makeTableRoom(now int64, evicted *PerKind) {
 // stays mapped beside it while it is filled, so that the shard is within its
 // budget throughout.
 func (sh *shard) growthRoom() int64 {
-	grow := int64(len(sh.table)) * 8
+	grow := int64(len(sh.table)) * slotBytes
 	if sh.arena.mapsAlone(2 * len(sh.table) * 8) {
-		return 2 * grow
+		return grow + int64(len(sh.table))*8
 	}
 	return grow
 }
 
 func (sh *shard) resize(n int) {
 	old := sh.table
-	sh.held += int64(n-len(old)) * 8
+	sh.held += int64(n-len(old)) * slotBytes
 	sh.table = sh.arena.table(n)
+	sh.slotMoves++
 	sh.count = 0
 	for _, v := range old {
 		if v != 0 {
@@ -582,123 +614,4 @@ func (sh *shard) resize(n int) {
 		}
 	}
 	sh.arena.free(old)
-}
-
-// reserve returns a place for n bytes at the end of the ring.
-func (sh *shard) reserve(n int, now int64, evicted *PerKind) (chunk, off int) {
-	for {
-		if t := sh.tail; t >= 0 && int(sh.used[t])+n <= chunkSize {
-			off = int(sh.used[t])
-			sh.used[t] += uint32(n)
-			return t, off
-		}
-		next := (sh.tail + 1) % len(sh.chunks)
-		if sh.chunks[next] == nil && sh.held+chunkSize <= sh.budget {
-			sh.chunks[next] = sh.arena.chunk(next)
-			sh.held += chunkSize
-			sh.tail = next
-			continue
-		}
-		sh.advance(now, evicted)
-	}
-}
-
-// advance reclaims the oldest chunk and makes it the tail.
-func (sh *shard) advance(now int64, evicted *PerKind) {
-	c := sh.oldest()
-	sh.reclaim(c, now, evicted)
-	sh.tail = c
-}
-
-// oldest returns the allocated chunk after the tail in ring order, which may
-// be the tail itself, or -1 when no chunk is allocated.
-func (sh *shard) oldest() int {
-	n := len(sh.chunks)
-	for i := 1; i <= n; i++ {
-		if c := (sh.tail + i + n) % n; sh.chunks[c] != nil {
-			return c
-		}
-	}
-	return -1
-}
-
-// reclaim compacts chunk c: live entries hit since the ring last passed them
-// move to its front, spending their second chance; the rest are dropped.
-func (sh *shard) reclaim(c int, now int64, evicted *PerKind) {
-	b := sh.chunks[c]
-	w := 0
-	for off := 0; off < int(sh.used[c]); {
-		e := entry.Entry(b[off:])
-		n := e.Size()
-		if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
-			if e.Referenced() && now <= e.Expires()+sh.grace {
-				e.Passed()
-				copy(b[w:], b[off:off+n])
-				sh.table[i] = sh.table[i]>>locBits<<locBits | location(c, w) + 1
-				w += n
-			} else {
-				sh.drop(i, e, evicted)
-			}
-		}
-		off += n
-	}
-	sh.used[c] = uint32(w)
-	sh.forget(c)
-}
-
-func (sh *shard) drop(i int, e entry.Entry, evicted *PerKind) {
-	sh.tally(e, -1)
-	evicted[KindOf(e)]++
-	sh.deleteSlot(i)
-}
-
-// tally counts e in (d = 1) or out (d = -1) of the shard's counts.
-func (sh *shard) tally(e entry.Entry, d int) {
-	sh.kinds[KindOf(e)] += d
-	if e.Flags()&entry.FlagVariant != 0 {
-		sh.variants += d
-	}
-}
-
-// forget invalidates the cursors into chunk c, whose entries moved.
-func (sh *shard) forget(c int) {
-	for k := range sh.cursor {
-		if sh.cursor[k].chunk == c {
-			sh.cursor[k].valid = false
-		}
-	}
-}
-
-// evictOldest drops the oldest live entry of kind k, for the per-kind entry
-// caps of the stock cache. The cursor makes repeated calls walk the ring once
-// rather than once per call.
-func (sh *shard) evictOldest(k int, evicted *PerKind) {
-	pos := sh.cursor[k]
-	if !pos.valid {
-		pos = position{chunk: sh.oldest()}
-	}
-	n := len(sh.chunks)
-	for step := 0; step <= n; step++ {
-		c := (pos.chunk + step) % n
-		if sh.chunks[c] == nil {
-			continue
-		}
-		off := 0
-		if step == 0 {
-			off = pos.off
-		}
-		for off < int(sh.used[c]) {
-			e := entry.Entry(sh.chunks[c][off:])
-			next := off + e.Size()
-			if KindOf(e) == k {
-				if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
-					sh.drop(i, e, evicted)
-					sh.cursor[k] = position{chunk: c, off: next, valid: true}
-					return
-				}
-			}
-			off = next
-		}
-	}
-	sh.cursor[k].valid = false
 }

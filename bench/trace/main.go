@@ -1,0 +1,184 @@
+// Command trace replays seeded query traces through compactcache and the
+// stock cache plugin at fixed byte budgets, and beside them through offline
+// simulations of eviction policies given the same entry sizes and the same
+// bytes: LRU, CLOCK, S3-FIFO, W-TinyLFU (otter v2) and Belady's OPT. It
+// prints the hit rate of every trace at every budget, and that of the
+// hottest 1% of the names.
+//
+//	go run ./bench/trace                                  # every trace and budget, about 10 minutes
+//	go run ./bench/trace -traces flood -budgets 4 -caches compactcache,W-TinyLFU
+//
+// Hit rates do not depend on timing: every replay is single-threaded, and
+// replays run side by side (-parallel). Progress goes to stderr, the tables
+// to stdout.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/cli"
+)
+
+const cmd = cli.Command("trace")
+
+type config struct {
+	specs      []spec
+	budgets    []int64
+	columns    []string // bench.Compact, bench.Stock and simulation names, in table order
+	queries    int
+	names      int
+	warmUp     float64
+	stockBytes int
+	procs      int
+	parallel   int
+}
+
+func main() {
+	fs := flag.NewFlagSet("trace", flag.ExitOnError)
+	var (
+		cfg     config
+		traces  = fs.String("traces", "all", "traces to replay: all, or a list of "+specList())
+		budgets = fs.String("budgets", "4,6,16,64", "byte budgets in MiB")
+		caches  = fs.String("caches", "all", "columns: all, or a list of cache, compactcache, "+strings.Join(simNames, ", "))
+	)
+	fs.IntVar(&cfg.queries, "queries", 1_000_000, "queries per trace")
+	fs.IntVar(&cfg.names, "names", 200_000, "names of the Zipf popularity")
+	fs.Float64Var(&cfg.warmUp, "warmup", 0.2, "share of each trace that warms the caches up, not counted")
+	fs.IntVar(&cfg.stockBytes, "stock-bytes", 1071, "the stock cache's bytes per entry: it gets budget / this many entries (BENCHMARKS.md, key R)")
+	fs.IntVar(&cfg.procs, "procs", 2, "GOMAXPROCS, which sets compactcache's number of shards")
+	fs.IntVar(&cfg.parallel, "parallel", 2, "replays run at a time")
+	fs.Usage = func() { cmd.Usage(fs) }
+	fs.Parse(os.Args[1:])
+
+	var err error
+	if cfg.specs, err = findSpecs(*traces); err != nil {
+		cmd.Fatal(err)
+	}
+	for b := range strings.SplitSeq(*budgets, ",") {
+		var mib int64
+		if _, err := fmt.Sscan(b, &mib); err != nil || mib <= 0 {
+			cmd.Fatal(fmt.Errorf("bad budget %q", b))
+		}
+		cfg.budgets = append(cfg.budgets, mib<<20)
+	}
+	all := append([]string{string(bench.Stock), string(bench.Compact)}, simNames...)
+	if *caches == "all" {
+		cfg.columns = all
+	} else {
+		for c := range strings.SplitSeq(*caches, ",") {
+			c = strings.TrimSpace(c)
+			if !slices.Contains(all, c) {
+				cmd.Fatal(fmt.Errorf("unknown column %q (want all, or some of %s)", c, strings.Join(all, ", ")))
+			}
+			cfg.columns = append(cfg.columns, c)
+		}
+		slices.SortStableFunc(cfg.columns, func(a, b string) int { return slices.Index(all, a) - slices.Index(all, b) })
+	}
+	if cfg.queries <= 0 || cfg.names < 100 || cfg.warmUp < 0 || cfg.warmUp >= 1 || cfg.parallel < 1 || cfg.procs < 1 {
+		cmd.Fatal(fmt.Errorf("bad -queries, -names, -warmup, -parallel or -procs"))
+	}
+	runtime.GOMAXPROCS(cfg.procs)
+	if err := run(cfg); err != nil {
+		cmd.Fatal(err)
+	}
+}
+
+func specList() string {
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// cell names one replay: a trace, a budget and a column.
+type cell struct {
+	trace, budget int
+	column        string
+}
+
+func run(cfg config) error {
+	started, revision := time.Now(), cli.Revision()
+	cmd.Progress("generating %d traces of %d queries and sizing their entries", len(cfg.specs), cfg.queries)
+	sz := &sizes{s: newSizer(), known: map[uint32]int32{}}
+	traces := make([]*prepared, len(cfg.specs))
+	for k, s := range cfg.specs {
+		traces[k] = prepare(s.generate(cfg.names, cfg.queries, cfg.warmUp), sz)
+	}
+	sz.known = nil
+
+	var cells []cell
+	for t := range traces {
+		for b := range cfg.budgets {
+			for _, c := range cfg.columns {
+				cells = append(cells, cell{t, b, c})
+			}
+		}
+	}
+	// The slowest first, so that the last replays running are short ones.
+	cost := func(c cell) int {
+		switch c.column {
+		case string(bench.Stock):
+			return 3
+		case string(bench.Compact), simTinyLF:
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(cells, func(a, b cell) int { return cost(b) - cost(a) })
+
+	var (
+		mu      sync.Mutex
+		results = map[cell]result{}
+		errs    []error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, cfg.parallel)
+		done    int
+	)
+	for _, c := range cells {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			p, budget := traces[c.trace], cfg.budgets[c.budget]
+			start := time.Now()
+			var (
+				r   result
+				err error
+			)
+			switch c.column {
+			case string(bench.Stock), string(bench.Compact):
+				var ca *bench.Cache
+				var up *bench.Upstream
+				if ca, up, err = newCache(bench.Kind(c.column), budget, cfg.stockBytes); err == nil {
+					r, err = replay(p, ca, up)
+				}
+			default:
+				r.tally = simulate(p, c.column, budget)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s, %s at %d MiB: %v", p.name, c.column, budget>>20, err))
+				return
+			}
+			results[c] = r
+			cmd.Progress("[%d/%d] %s at %d MiB, %s: %.4f, hot %.4f (%.1f s)", done, len(cells), p.name, budget>>20, c.column,
+				r.rate(), r.hotRate(), time.Since(start).Seconds())
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	printTables(os.Stdout, cfg, traces, results, started, revision)
+	return nil
+}

@@ -1,0 +1,510 @@
+package store
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+
+	"github.com/compactcache/compactcache/internal/entry"
+)
+
+// Eviction is S3-FIFO (Yang et al., "FIFO queues are all you need for cache
+// eviction", SOSP 2023) on a shard's chunks, in bytes. Two FIFO queues of
+// chunks take the shard's chunks between them:
+//
+//   - probation, where new entries are appended. When it needs room, its
+//     oldest chunk is passed: the entries hit since they were stored are
+//     promoted to main, the others dropped (refused admission, counted apart
+//     from evictions) and their keys remembered in the ghost. So a name
+//     asked once, by a scan, a crawler or a flood of random names, holds its
+//     bytes for a short while and never pushes out the names asked again.
+//   - main, where promoted entries go, and new entries whose key the ghost
+//     remembers (asked again since probation dropped it), and entries that
+//     replace one of the same key (a refresh, an answer fetched again). When
+//     it needs room, its oldest chunk is passed CLOCK style: the entries
+//     with hits left are compacted to its front, one hit spent, and the
+//     chunk becomes main's newest; the others are evicted.
+//
+// As in S3-FIFO, whose queues evict only once the cache is full, probation
+// holds what main does not use: it gives main its oldest chunk whenever
+// main needs one, as long as it keeps probationShare of the chunks, and
+// passes its own oldest chunk otherwise, copying what it promotes to main's
+// newest chunk, whose room main makes by passing its own oldest.
+//
+// Each entry counts its hits, 0 to 3, in two bits of its header
+// (entry.Freq): a hit is one write to the entry the hit has just read, under
+// the shard lock it already holds, and the policy keeps no state outside the
+// chunks but the ghost. An entry expired beyond the serve-stale window is
+// dropped whatever its hits. An expired one within it, kept only for
+// serve_stale, survives a pass only if it was hit since the last, and leaves
+// it with no hit to spend: it holds its bytes for at most one more turn
+// unless clients still ask for it.
+//
+// The ghost is an array of one byte for every ghostBytes of the shard's
+// budget, each a 6-bit fingerprint of a key's hash and its state, at the
+// place the hash picks: a key dropped from probation overwrites whatever was
+// there, so that the ghost forgets a key after about as many drops as it has
+// places. Its bytes are counted in the budget from the start, and it is made
+// when the shard first drops an entry from probation. Entries over
+// trustedSize bytes are remembered only tentatively but for a chance of
+// trustedSize/size: a tentative key asked again goes through probation once
+// more, remembered in full when dropped again. A large entry asked twice
+// costs main the bytes of several small ones asked as often; one asked
+// three times is as likely to be asked again. A tentative mark never
+// overwrites a key remembered in full: a flood of large names asked once
+// does not make the ghost forget the names asked again.
+//
+// Passing a chunk works on that one chunk, as the ring did. Entries move
+// between chunks only to main's newest chunk, which a walk visits after
+// every other (Walk).
+//
+// The probation share, the ghost's size and trustedSize were chosen on the
+// traces of bench/trace (BENCHMARKS.md): a larger ghost, or a larger
+// trustedSize, readmits more of the names of a scan asked again too late to
+// be hit in main, pushing out names asked more often; a smaller one forgets
+// the hottest names of a flood between their asks.
+const (
+	probationQ = iota
+	mainQ
+	numQueues
+	noQueue = numQueues
+)
+
+const (
+	// probationShare is the percent of the chunks probation keeps when
+	// main needs every other one; at least minProbation chunks.
+	probationShare = 5
+	minProbation   = 1
+
+	// ghostBytes is the budget for each place of the ghost.
+	ghostBytes = 128
+
+	// trustedSize is the largest entry the ghost remembers in full at its
+	// first drop.
+	trustedSize = 128
+)
+
+// queue is a FIFO of chunks: ids holds them from head on, oldest first.
+// pushed counts the chunks ever queued: the chunk at position k from the
+// head was the (pushed-n+k)-th, so that a walk can tell the chunks queued
+// since it passed.
+type queue struct {
+	ids    []uint16
+	head   int
+	n      int
+	pushed uint64
+}
+
+// at returns the k-th oldest chunk of q.
+func (q *queue) at(k int) int { return int(q.ids[(q.head+k)%len(q.ids)]) }
+
+// tail returns q's newest chunk, -1 when q has none.
+func (q *queue) tail() int {
+	if q.n == 0 {
+		return -1
+	}
+	return q.at(q.n - 1)
+}
+
+// initQueues readies the queues for a shard of rings chunks.
+func (sh *shard) initQueues(rings int) {
+	for q := range sh.queues {
+		sh.queues[q].ids = make([]uint16, rings)
+	}
+	sh.in = make([]uint8, rings)
+	for c := range sh.in {
+		sh.in[c] = noQueue
+	}
+	sh.place = make([]uint16, rings)
+	sh.probation = min(max(rings*probationShare/100, minProbation), rings/2)
+	sh.coin = 0x9e3779b97f4a7c15
+}
+
+// enqueue makes chunk c queue q's newest.
+func (sh *shard) enqueue(q, c int) {
+	qu := &sh.queues[q]
+	i := (qu.head + qu.n) % len(qu.ids)
+	qu.ids[i] = uint16(c)
+	qu.n++
+	qu.pushed++
+	sh.in[c], sh.place[c] = uint8(q), uint16(i)
+}
+
+// dequeue takes queue q's oldest chunk out of it and returns it. Its entries
+// are about to move: cursors into it are forgotten.
+func (sh *shard) dequeue(q int) int {
+	qu := &sh.queues[q]
+	if qu.n == 0 {
+		panic("compactcache: store: a shard's queue ran out of chunks")
+	}
+	c := int(qu.ids[qu.head])
+	qu.head = (qu.head + 1) % len(qu.ids)
+	qu.n--
+	sh.in[c] = noQueue
+	sh.forget(c)
+	return c
+}
+
+func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Dropped) {
+	if len(e) > entry.MaxLen {
+		panic("compactcache: entry over maxEntryLen reached the store")
+	}
+	sh.makeTableRoom(now, d)
+	q, freq := probationQ, e.Freq()
+	i := sh.find(e.Key(), h)
+	if i >= 0 {
+		// Asked again: a refresh, or an answer fetched again. It keeps
+		// the hits of the entry it replaces.
+		q, freq = mainQ, max(freq, sh.at(sh.table[i]).Freq())
+	} else if sh.recall(h) {
+		q = mainQ
+	}
+	moves := sh.slotMoves
+	chunk, off := sh.reserve(q, len(e), now, d)
+	stored := entry.Entry(sh.chunks[chunk][off : off+len(e)])
+	copy(stored, e)
+	stored.SetFreq(freq)
+	v := h>>locBits<<locBits | location(chunk, off) + 1
+
+	if sh.slotMoves != moves {
+		i = sh.find(e.Key(), h) // making room dropped entries, and maybe the old one
+	}
+	if i >= 0 {
+		sh.tally(sh.at(sh.table[i]), -1)
+		sh.table[i] = v
+	} else {
+		sh.insertSlot(v)
+	}
+	sh.tally(stored, 1)
+	if k := KindOf(stored); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
+		sh.evictOldest(k, d)
+	}
+}
+
+// reserve returns a place for n bytes at the end of queue q: in its newest
+// chunk, in a chunk allocated while the budget allows, or in room that
+// passing a chunk makes.
+func (sh *shard) reserve(q, n int, now int64, d *Dropped) (chunk, off int) {
+	for {
+		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= len(sh.chunks[t]) {
+			off = int(sh.used[t])
+			sh.used[t] += uint32(n)
+			return t, off
+		}
+		if c, size := sh.allocated, sh.nextChunkSize(); c < len(sh.chunks) && size > 0 {
+			sh.chunks[c] = sh.arena.chunk(c, size)
+			sh.allocated++
+			sh.held += int64(size)
+			sh.enqueue(q, c)
+			continue
+		}
+		sh.makeRoom(q, now, d)
+	}
+}
+
+// minShortChunk is the least a shard's last chunk may hold when its budget
+// has no room for a whole one: any entry, so that every chunk holds any.
+const minShortChunk = (entry.MaxLen + 4095) &^ 4095
+
+// nextChunkSize returns the bytes of the next chunk the budget holds: a
+// whole chunk, or, as the last, what is left of the budget when that holds
+// any entry and the index table could not double in it anyway; 0 for none.
+func (sh *shard) nextChunkSize() int {
+	room := sh.budget - sh.held
+	switch {
+	case room >= chunkSize:
+		return chunkSize
+	case room >= minShortChunk && room < sh.growthRoom():
+		return int(room) &^ 4095
+	}
+	return 0
+}
+
+// makeRoom passes a chunk to make room in queue q.
+func (sh *shard) makeRoom(q int, now int64, d *Dropped) {
+	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
+	switch {
+	case q == mainQ && (p.n > sh.probation || m.n == 0):
+		// Probation's oldest chunk passes to main, with what was hit in
+		// it: main's newest chunk is full.
+		c := sh.dequeue(probationQ)
+		sh.pass(c, probationQ, true, now, d)
+		sh.enqueue(mainQ, c)
+	case q == mainQ:
+		c := sh.dequeue(mainQ)
+		sh.pass(c, mainQ, true, now, d)
+		sh.enqueue(mainQ, c)
+	case p.n < sh.probation && m.n > 1:
+		// Probation holds less than its share: main's oldest chunk
+		// passes to it, what main keeps of it copied to main's newest.
+		c := sh.dequeue(mainQ)
+		sh.pass(c, mainQ, false, now, d)
+		sh.enqueue(probationQ, c)
+	default:
+		c := sh.dequeue(probationQ)
+		sh.pass(c, probationQ, false, now, d)
+		sh.enqueue(probationQ, c)
+	}
+}
+
+// shed drops entries when the index table is full and may not grow: from
+// probation, or from main when probation holds nothing to pass.
+func (sh *shard) shed(now int64, d *Dropped) {
+	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
+		sh.makeRoom(probationQ, now, d)
+		return
+	}
+	sh.makeRoom(mainQ, now, d)
+}
+
+// giveUpChunk releases a chunk so that the index table can double, when the
+// table is full and the budget has no room for a larger one while the
+// chunks have a chunk's worth of room to spare: the entries are small for
+// the table the chunks left, as where large entries took the budget first.
+// Probation's oldest chunk passes (main's when probation has none), what it
+// keeps copied to main, and its memory is given back. It reports whether it
+// released one.
+func (sh *shard) giveUpChunk(now int64, d *Dropped) bool {
+	q := probationQ
+	if sh.queues[q].n == 0 {
+		q = mainQ
+	}
+	if sh.queues[probationQ].n+sh.queues[mainQ].n <= 2 {
+		return false
+	}
+	c := sh.queues[q].at(0)
+	size := len(sh.chunks[c])
+	spare := 0
+	for k := range sh.allocated {
+		if b := sh.chunks[k]; b != nil {
+			spare += len(b) - int(sh.used[k])
+		}
+	}
+	if spare < size || sh.held-int64(size)+sh.growthRoom() > sh.budget {
+		return false
+	}
+	sh.dequeue(q)
+	sh.pass(c, q, false, now, d)
+	sh.arena.freeChunk(c, size)
+	sh.chunks[c], sh.used[c] = nil, 0
+	sh.held -= int64(size)
+	return true
+}
+
+// pass empties chunk c, the oldest of queue q, taken out of it: the entries
+// kept stay, compacted to its front, with inPlace, and move to the end of
+// main otherwise; the others are dropped.
+func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Dropped) {
+	b := sh.chunks[c]
+	end, w := int(sh.used[c]), 0
+	for off := 0; off < end; {
+		e := entry.Entry(b[off:])
+		n := e.Size()
+		h := maphash.Bytes(sh.seed, e.Key())
+		i := sh.slotOf(location(c, off), h)
+		f := e.Freq()
+		switch {
+		case i < 0: // garbage: replaced or removed
+		case now > e.Expires()+sh.grace:
+			sh.drop(i, e, &d.Evicted)
+		case f == 0 && q == probationQ:
+			sh.remember(h, n)
+			sh.drop(i, e, &d.Refused)
+		case f == 0:
+			sh.drop(i, e, &d.Evicted)
+		default:
+			// A hit spent, whether it stays in main or leaves probation
+			// for it; none left to an expired entry, which needs a hit to
+			// stay another turn.
+			e.SetFreq(f - 1)
+			if now > e.Expires() {
+				e.SetFreq(0)
+			}
+			if inPlace {
+				copy(b[w:], b[off:off+n])
+				sh.table[i] = sh.table[i]>>locBits<<locBits | location(c, w) + 1
+				w += n
+				break
+			}
+			mc, mo := sh.reserve(mainQ, n, now, d)
+			copy(sh.chunks[mc][mo:], b[off:off+n])
+			// Passing main's oldest chunk to make that room may have
+			// moved the entry's slot.
+			i = sh.slotOf(location(c, off), h)
+			sh.table[i] = sh.table[i]>>locBits<<locBits | location(mc, mo) + 1
+		}
+		off += n
+	}
+	sh.used[c] = uint32(w)
+}
+
+// drop removes the entry e in slot i for room, counting it in counted.
+func (sh *shard) drop(i int, e entry.Entry, counted *PerKind) {
+	counted[KindOf(e)]++
+	sh.remove(i, e)
+}
+
+// remove removes the entry e in slot i.
+func (sh *shard) remove(i int, e entry.Entry) {
+	sh.tally(e, -1)
+	sh.deleteSlot(i)
+}
+
+// tally counts e in (d = 1) or out (d = -1) of the shard's counts.
+func (sh *shard) tally(e entry.Entry, d int) {
+	sh.kinds[KindOf(e)] += d
+	if e.Flags()&entry.FlagVariant != 0 {
+		sh.variants += d
+	}
+}
+
+// forget invalidates the cursors into chunk c, whose entries move.
+func (sh *shard) forget(c int) {
+	for k := range sh.cursor {
+		if sh.cursor[k].chunk == c {
+			sh.cursor[k].valid = false
+		}
+	}
+}
+
+// evictOldest drops the oldest live entry of kind k, for the per-kind entry
+// caps of the stock cache: the first in probation's chunks, oldest first,
+// then in main's. The cursor makes repeated calls walk the chunks once
+// rather than once per call.
+func (sh *shard) evictOldest(k int, d *Dropped) {
+	pos := sh.cursor[k]
+	if pos.valid && sh.in[pos.chunk] != noQueue && sh.scanFor(k, int(sh.in[pos.chunk]), pos.chunk, pos.off, d) {
+		return
+	}
+	if !sh.scanFor(k, probationQ, -1, 0, d) {
+		sh.cursor[k].valid = false
+	}
+}
+
+// scanFor drops the first live entry of kind k from chunk c at offset off
+// on, c in queue q (or from q's oldest chunk, c = -1), through the later
+// chunks of q and of the queues after it, and reports whether it found one.
+func (sh *shard) scanFor(k, q, c, off int, d *Dropped) bool {
+	from := 0
+	if c >= 0 {
+		qu := &sh.queues[q]
+		from = (int(sh.place[c]) - qu.head + len(qu.ids)) % len(qu.ids)
+	}
+	for ; q < numQueues; q, from, off = q+1, 0, 0 {
+		qu := &sh.queues[q]
+		for at := from; at < qu.n; at, off = at+1, 0 {
+			c := qu.at(at)
+			for off < int(sh.used[c]) {
+				e := entry.Entry(sh.chunks[c][off:])
+				next := off + e.Size()
+				if KindOf(e) == k {
+					if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
+						sh.drop(i, e, &d.Evicted)
+						sh.cursor[k] = position{chunk: c, off: next, valid: true}
+						return true
+					}
+				}
+				off = next
+			}
+		}
+	}
+	return false
+}
+
+// The ghost's places: a 6-bit fingerprint of a key's hash, from bits that
+// pick neither the shard (the lowest) nor the place (the tag, as the index
+// table's), and the key's state; 0 is a free place.
+const (
+	ghostTentative = 1
+	ghostKnown     = 2
+	ghostState     = 3
+)
+
+func ghostFingerprint(h uint64) uint8 { return uint8(h>>16) &^ ghostState }
+
+// ghostLen is the places of the ghost of a shard of budget bytes: a power
+// of two, about one for every ghostBytes.
+func ghostLen(budget int64) int {
+	return 1 << (bits.Len64(uint64(budget/ghostBytes)) - 1)
+}
+
+func (sh *shard) ghostPlace(h uint64) *uint8 {
+	return &sh.ghost[int(h>>locBits)&(len(sh.ghost)-1)]
+}
+
+// remember keeps the key of hash h, whose entry of size bytes probation
+// dropped, in the ghost: in full when the entry is small or the coin says
+// so, tentatively otherwise.
+func (sh *shard) remember(h uint64, size int) {
+	if sh.ghost == nil {
+		sh.ghost = make([]uint8, ghostLen(sh.budget))
+	}
+	p, fp := sh.ghostPlace(h), ghostFingerprint(h)
+	switch {
+	case *p == fp|ghostKnown:
+	case size <= trustedSize || sh.toss()*uint64(size) < trustedSize<<16:
+		*p = fp | ghostKnown
+	case *p&ghostState != ghostKnown:
+		*p = fp | ghostTentative
+	}
+}
+
+// toss returns a number in [0, 65536) from the shard's xorshift generator:
+// its draws repeat from run to run, as the rest of the policy does.
+func (sh *shard) toss() uint64 {
+	sh.coin ^= sh.coin << 13
+	sh.coin ^= sh.coin >> 7
+	sh.coin ^= sh.coin << 17
+	return sh.coin >> 48
+}
+
+// recall reports whether the ghost remembers the key of hash h in full, and
+// forgets it; a key remembered tentatively is remembered in full from now.
+func (sh *shard) recall(h uint64) bool {
+	if sh.ghost == nil {
+		return false
+	}
+	p, fp := sh.ghostPlace(h), ghostFingerprint(h)
+	switch *p {
+	case fp | ghostKnown:
+		*p = 0
+		return true
+	case fp | ghostTentative:
+		*p = fp | ghostKnown
+	}
+	return false
+}
+
+// checkQueues verifies that every chunk the shard holds is in one queue, at
+// the place the shard says, and no other chunk is.
+func (sh *shard) checkQueues() error {
+	n := 0
+	for q := range sh.queues {
+		qu := &sh.queues[q]
+		n += qu.n
+		for at := range qu.n {
+			c := qu.at(at)
+			if sh.chunks[c] == nil || sh.in[c] != uint8(q) || int(sh.place[c]) != (qu.head+at)%len(qu.ids) {
+				return fmt.Errorf("chunk %d at %d of queue %d: held %t, in queue %d at %d", c, at, q, sh.chunks[c] != nil, sh.in[c], sh.place[c])
+			}
+		}
+	}
+	held := 0
+	for c := range sh.chunks {
+		switch {
+		case sh.chunks[c] == nil && sh.in[c] != noQueue:
+			return fmt.Errorf("chunk %d is not held and in queue %d", c, sh.in[c])
+		case sh.chunks[c] != nil && c >= sh.allocated:
+			return fmt.Errorf("chunk %d held, %d chunks allocated", c, sh.allocated)
+		case sh.chunks[c] != nil:
+			held++
+		}
+	}
+	if n != held {
+		return fmt.Errorf("%d chunks in the queues, %d held", n, held)
+	}
+	if sh.ghost != nil && len(sh.ghost) != ghostLen(sh.budget) {
+		return fmt.Errorf("a ghost of %d places, want %d", len(sh.ghost), ghostLen(sh.budget))
+	}
+	return nil
+}

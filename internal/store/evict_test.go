@@ -1,0 +1,367 @@
+package store
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/miekg/dns"
+)
+
+// queueOf returns the queue holding the entry under key, noQueue when there
+// is none.
+func (s *Store) queueOf(key []byte) int {
+	h := s.Hash(key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(key, h)
+	if i < 0 {
+		return noQueue
+	}
+	return int(sh.in[(sh.table[i]&locMask-1)>>chunkBits])
+}
+
+// bigEntry builds an entry for name with a TXT record of size bytes.
+func bigEntry(t testing.TB, b *entry.Builder, name string, size int) (entry.Entry, []byte) {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeTXT)
+	txt := &dns.TXT{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 3600}}
+	for ; size > 0; size -= 256 {
+		txt.Txt = append(txt.Txt, strings.Repeat("x", min(size, 256)-1))
+	}
+	m.Answer = []dns.RR{txt}
+	key, err := entry.KeyFor(name, dns.TypeTXT, dns.ClassINET, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.Build(m, key, "", 0, 3600, 0, 0, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, key
+}
+
+// TestProbationRefusesOneOffs floods a store with names asked once, among
+// which a hot set is asked throughout: the hot names stay, the one-off
+// ones are dropped from probation and counted as refused, not evicted.
+func TestProbationRefusesOneOffs(t *testing.T) {
+	s, err := New(4*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	var hot [][]byte
+	for i := range 1000 {
+		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		hot = append(hot, key)
+	}
+	var d Dropped
+	add := func(x Dropped) {
+		for k := range d.Evicted {
+			d.Evicted[k] += x.Evicted[k]
+			d.Refused[k] += x.Refused[k]
+		}
+	}
+	hits, asks := 0, 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 300_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, KindSuccess)
+		add(s.Put(e, 0))
+		if i%5 == 0 {
+			key := hot[rng.IntN(len(hot))]
+			asks++
+			if _, ok := s.lookup(key); ok {
+				hits++
+				s.touch(key)
+			} else {
+				e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
+				add(s.Put(e, 0))
+			}
+		}
+	}
+	checkShards(t, s)
+	// The first asks of the hot names come before any eviction: every
+	// miss is one the policy caused.
+	if rate := float64(hits) / float64(asks); rate < 0.999 {
+		t.Errorf("hot set hit rate %.4f in a flood of names asked once, want at least 0.999", rate)
+	}
+	kept := s.Usage().Kinds[KindSuccess]
+	if gone := d.Evicted[KindSuccess] + d.Refused[KindSuccess]; gone != 301_000-kept+(asks-hits) {
+		t.Errorf("%d entries dropped, %d stored and %d kept", gone, 301_000+asks-hits, kept)
+	}
+	if d.Refused[KindSuccess] < 200_000 {
+		t.Errorf("%d of %d entries dropped refused admission: the names asked once should be", d.Refused[KindSuccess], d.Refused[KindSuccess]+d.Evicted[KindSuccess])
+	}
+}
+
+// passProbation passes every chunk of probation in every shard, as a flood
+// of new names would.
+func (s *Store) passProbation() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		var d Dropped
+		for range sh.queues[probationQ].n {
+			c := sh.dequeue(probationQ)
+			sh.pass(c, probationQ, false, 0, &d)
+			sh.enqueue(probationQ, c)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// TestGhostReadmits checks where entries go: new ones to probation, those
+// that replace an entry to main, and those whose key probation dropped to
+// main when they are asked again; a large entry asked again goes through
+// probation a second time unless the coin let the ghost trust it, and to
+// main the third.
+func TestGhostReadmits(t *testing.T) {
+	s, err := New(MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	small, key := testEntry(t, b, "small.example.org.", 1, 3600, KindSuccess)
+	s.Put(small, 0)
+	if q := s.queueOf(key); q != probationQ {
+		t.Fatalf("a new entry went to queue %d, want probation", q)
+	}
+	s.Put(small, 0)
+	if q := s.queueOf(key); q != mainQ {
+		t.Fatalf("an entry replacing one went to queue %d, want main", q)
+	}
+
+	hit, hkey := testEntry(t, b, "hit.example.org.", 1, 3600, KindSuccess)
+	s.Put(hit, 0)
+	s.touch(hkey)
+	other, okey := testEntry(t, b, "other.example.org.", 1, 3600, KindSuccess)
+	s.Put(other, 0)
+	s.passProbation()
+	if q := s.queueOf(hkey); q != mainQ {
+		t.Fatalf("an entry hit in probation is in queue %d after probation passed, want main", q)
+	}
+	if q := s.queueOf(okey); q != noQueue {
+		t.Fatalf("an entry never hit is in queue %d after probation passed", q)
+	}
+	s.Put(other, 0)
+	if q := s.queueOf(okey); q != mainQ {
+		t.Fatalf("an entry probation dropped, asked again, went to queue %d, want main", q)
+	}
+
+	trusted, tentative := 0, 0
+	for n := range 40 {
+		large, lkey := bigEntry(t, b, fmt.Sprintf("large%d.example.org.", n), 1000)
+		s.Put(large, 0)
+		s.passProbation()
+		s.Put(large, 0)
+		switch s.queueOf(lkey) {
+		case mainQ:
+			trusted++
+			continue
+		case probationQ:
+			tentative++
+		default:
+			t.Fatal("a large entry just stored is not in the store")
+		}
+		s.passProbation()
+		s.Put(large, 0)
+		if q := s.queueOf(lkey); q != mainQ {
+			t.Fatalf("a large entry asked a third time went to queue %d, want main", q)
+		}
+	}
+	// The ghost trusts an entry of about 1,000 bytes at its first drop
+	// with a chance of trustedSize/1000.
+	if trusted == 0 || tentative < 25 {
+		t.Errorf("of 40 large entries asked again, %d went to main and %d to probation", trusted, tentative)
+	}
+	checkShards(t, s)
+}
+
+// TestStaleGetsOneTurn: an entry expired within the serve-stale window,
+// however often it was hit, is kept by a pass of main with no hit left, and
+// dropped by the next unless it was hit in between.
+func TestStaleGetsOneTurn(t *testing.T) {
+	s, err := New(MinCapacity, PerKind{}, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	e, key := testEntry(t, b, "stale.example.org.", 1, 10, KindSuccess)
+	s.Put(e, 0)
+	s.Put(e, 0) // to main
+	for range 3 {
+		s.touch(key)
+	}
+	h := s.Hash(key)
+	sh := s.shard(h)
+	pass := func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		var d Dropped
+		c := sh.dequeue(mainQ)
+		sh.pass(c, mainQ, true, 100, &d)
+		sh.enqueue(mainQ, c)
+	}
+	pass()
+	if _, ok := s.lookup(key); !ok {
+		t.Fatal("a stale entry hit three times was dropped at its first pass")
+	}
+	pass()
+	if _, ok := s.lookup(key); ok {
+		t.Fatal("a stale entry not hit since the last pass survived another")
+	}
+	checkShards(t, s)
+}
+
+// TestGiveUpChunkForTable fills a store with large entries first, so that
+// its chunks take the budget while its index table is small, then with small
+// ones: the table grows, a chunk given up for it, instead of capping the
+// entries the chunks have room for; the memory mapped stays within the
+// budget.
+func TestGiveUpChunkForTable(t *testing.T) {
+	before := OffHeapBytes()
+	s, err := newStoreOn(1, 4*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	for i := range 3000 {
+		e, _ := bigEntry(t, b, fmt.Sprintf("large%d.example.org.", i), 3000)
+		s.Put(e, 0)
+	}
+	sh := &s.shards[0]
+	slots := len(sh.table)
+	if sh.budget-sh.held >= chunkSize {
+		t.Fatalf("large entries left %d bytes of the budget: the test needs the chunks to take it", sh.budget-sh.held)
+	}
+	for i := range 60_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("small%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+	}
+	checkShards(t, s)
+	if len(sh.table) <= slots || sh.count <= slots*7/8 {
+		t.Fatalf("the table went from %d to %d slots, %d entries: it did not grow for the small entries", slots, len(sh.table), sh.count)
+	}
+	released := 0
+	for c := range sh.allocated {
+		if sh.chunks[c] == nil {
+			released++
+		}
+	}
+	if released == 0 {
+		t.Fatal("no chunk was given up for the table")
+	}
+	if mapped := OffHeapBytes() - before; mapped > s.capacity {
+		t.Fatalf("%d bytes mapped for a store of %d", mapped, s.capacity)
+	}
+}
+
+// TestShortLastChunk: the last chunk a shard's budget holds may be short,
+// never shorter than any entry needs, and only where the index table could
+// not double in what is left of the budget anyway.
+func TestShortLastChunk(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	sh.held = sh.budget - (minShortChunk + 5000)
+	if got := sh.nextChunkSize(); got != 0 {
+		t.Errorf("a short chunk of %d bytes where the table could double", got)
+	}
+	sh.resize(16 << 10) // a table that could not double in less than a chunk
+	for _, tc := range []struct {
+		room int64
+		want int
+	}{
+		{chunkSize + 1, chunkSize},
+		{minShortChunk + 5000, (minShortChunk + 5000) &^ 4095},
+		{minShortChunk - 1, 0},
+	} {
+		sh.held = sh.budget - tc.room
+		if got := sh.nextChunkSize(); got != tc.want {
+			t.Errorf("with %d bytes of the budget left, a chunk of %d bytes, want %d", tc.room, got, tc.want)
+		}
+	}
+
+	// Filled, stores of budgets a chunk apart: some take a short chunk,
+	// and all hold what they account.
+	b := entry.NewBuilder()
+	shorts := 0
+	for capacity := int64(2 << 20); capacity < 3<<20; capacity += 64 << 10 {
+		s, err := newStoreOn(1, capacity, PerKind{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30_000 {
+			e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+		}
+		checkShards(t, s)
+		for _, c := range s.shards[0].chunks {
+			if c != nil && len(c) < chunkSize {
+				shorts++
+			}
+		}
+	}
+	if shorts == 0 {
+		t.Error("no store took a short chunk")
+	}
+}
+
+// TestWalkWhilePromoting walks a full store while entries are stored and
+// hit between its chunks, so that the policy moves entries from probation
+// to main as it goes: every entry stored when the walk began and still
+// there at its end is visited.
+func TestWalkWhilePromoting(t *testing.T) {
+	s, err := New(2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	var keys [][]byte
+	for i := range 30_000 {
+		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		keys = append(keys, key)
+	}
+	atStart := map[string]bool{}
+	for _, key := range keys {
+		if _, ok := s.lookup(key); ok {
+			atStart[string(key)] = true
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	visited := map[string]bool{}
+	var c Cursor
+	next := 30_000
+	for more := true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			visited[string(e.Key())] = true
+			return false
+		})
+		for range 200 {
+			key := keys[rng.IntN(len(keys))]
+			s.touch(key)
+			e, k := testEntry(t, b, fmt.Sprintf("n%d.example.org.", next), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+			keys = append(keys, k)
+			next++
+		}
+	}
+	missed := 0
+	for key := range atStart {
+		if _, ok := s.lookup([]byte(key)); ok && !visited[key] {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d entries stored before the walk and there after it were not visited", missed)
+	}
+	checkShards(t, s)
+}
