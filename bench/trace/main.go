@@ -140,45 +140,48 @@ func run(cfg config) error {
 		results = map[cell]result{}
 		errs    []error
 		wg      sync.WaitGroup
-		sem     = make(chan struct{}, cfg.parallel)
+		queue   = make(chan cell)
 		done    int
 	)
-	for _, c := range cells {
+	for range cfg.parallel {
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			p, budget := traces[c.trace], cfg.budgets[c.budget]
-			start := time.Now()
-			var (
-				r   result
-				err error
-			)
-			switch c.column {
-			case string(bench.Stock), string(bench.Compact):
-				var ca *bench.Cache
-				var up *bench.Upstream
-				if ca, up, err = newCache(bench.Kind(c.column), budget, cfg.stockBytes); err == nil {
-					r, err = replay(p, ca, up)
+			for c := range queue {
+				p, budget := traces[c.trace], cfg.budgets[c.budget]
+				start := time.Now()
+				r, err := replayCell(cfg, p, budget, c.column)
+				mu.Lock()
+				done++
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s, %s at %d MiB: %v", p.name, c.column, budget>>20, err))
+				} else {
+					results[c] = r
+					cmd.Progress("[%d/%d] %s at %d MiB, %s: %.4f, hot %.4f (%.1f s)", done, len(cells), p.name, budget>>20, c.column,
+						r.rate(), r.hotRate(), time.Since(start).Seconds())
 				}
-			default:
-				r.tally = simulate(p, c.column, budget)
+				mu.Unlock()
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			done++
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s, %s at %d MiB: %v", p.name, c.column, budget>>20, err))
-				return
-			}
-			results[c] = r
-			cmd.Progress("[%d/%d] %s at %d MiB, %s: %.4f, hot %.4f (%.1f s)", done, len(cells), p.name, budget>>20, c.column,
-				r.rate(), r.hotRate(), time.Since(start).Seconds())
 		})
 	}
+	for _, c := range cells {
+		queue <- c
+	}
+	close(queue)
 	wg.Wait()
 	if len(errs) > 0 {
 		return errs[0]
 	}
 	printTables(os.Stdout, cfg, traces, results, started, revision)
 	return nil
+}
+
+// replayCell replays p through column at budget.
+func replayCell(cfg config, p *prepared, budget int64, column string) (result, error) {
+	if column != string(bench.Stock) && column != string(bench.Compact) {
+		return result{tally: simulate(p, column, budget)}, nil
+	}
+	c, up, err := newCache(bench.Kind(column), budget, cfg.stockBytes)
+	if err != nil {
+		return result{}, err
+	}
+	return replay(p, c, up)
 }
