@@ -30,7 +30,10 @@ import (
 type flushes struct {
 	gen atomic.Uint64 // flushes begun
 
-	mu     sync.Mutex
+	// mu is held for writing by a flush's begin, and for reading by a put
+	// from its check to its store's Put, so that a flush's walk sees every
+	// entry that a put checked before the flush began.
+	mu     sync.RWMutex
 	recent []flushRecord // the last maxFlushRecords, oldest first
 }
 
@@ -54,13 +57,12 @@ func (fs *flushes) begin(covers func(e entry.Entry) bool) {
 	fs.recent = append(fs.recent, flushRecord{gen: fs.gen.Add(1), covers: covers})
 }
 
-// since reports whether a flush that began after generation gen covers e.
+// since reports whether a flush that began after generation gen covers e;
+// the caller holds fs.mu.
 func (fs *flushes) since(gen uint64, e entry.Entry) bool {
 	if fs.gen.Load() == gen {
 		return false
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	if len(fs.recent) == 0 || fs.recent[0].gen > gen+1 {
 		return true // older than the flushes kept: covered, for all we know
 	}
@@ -74,21 +76,16 @@ func (fs *flushes) since(gen uint64, e entry.Entry) bool {
 
 // putUnflushed stores e, fetched by a fetch that began at generation gen,
 // unless a flush that began since covers it: its answer may be one the
-// flush removes. A flush that begins between that check and the put may
-// have passed e's key (or its place in the ring) already, so the check is
-// made again for it after the put, and the entry taken back; whatever e
-// replaced, that flush covered too. It reports whether e stays.
+// flush removes. A flush that begins once e is checked waits for the put,
+// and its walk finds e: e is never held, however briefly, after a flush
+// that covers it began. It reports whether e was stored.
 func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped store.Dropped, ok bool) {
-	seen := c.flushes.gen.Load()
+	c.flushes.mu.RLock()
+	defer c.flushes.mu.RUnlock()
 	if c.flushes.since(gen, e) {
 		return dropped, false
 	}
-	dropped = c.store.Put(e, now)
-	if c.flushes.since(seen, e) {
-		c.store.Remove(e.Key())
-		return dropped, false
-	}
-	return dropped, true
+	return c.store.Put(e, now), true
 }
 
 // flushBegins starts a flush of what covers picks: fetches begun before it
