@@ -41,24 +41,27 @@ func ServerAddrs(cfg *dnsserver.Config) []string {
 	return addrs
 }
 
-// Server returns the instance's server listening on one of addrs, as
-// dnsserver names them (dns://host:port), or nil. caddy keeps the servers in
-// an unexported field of ServerListener, and a front end must hand requests
-// to the server itself.
+// Server returns the instance's server listening on the first of addrs, as
+// dnsserver names them (dns://host:port), that has one, or nil. caddy keeps
+// the servers in an unexported field of ServerListener, and a front end must
+// hand requests to the server itself. The order of addrs decides, not the
+// instance's, which dnsserver builds from a map: a block bound to several
+// addresses must label its front end's series with the same server on
+// every start.
 func Server(inst *caddy.Instance, addrs []string) *dnsserver.Server {
+	byAddr := map[string]*dnsserver.Server{}
 	for _, sl := range inst.Servers() {
 		f := reflect.ValueOf(&sl).Elem().FieldByName(listenerServerField)
 		if !f.IsValid() {
 			return nil
 		}
-		s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
-		if !ok {
-			continue
+		if s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server); ok {
+			byAddr[s.Addr] = s
 		}
-		for _, a := range addrs {
-			if s.Addr == a {
-				return s
-			}
+	}
+	for _, a := range addrs {
+		if s := byAddr[a]; s != nil {
+			return s
 		}
 	}
 	return nil

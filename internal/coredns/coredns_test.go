@@ -92,6 +92,22 @@ func TestServerAndOpcodes(t *testing.T) {
 	if ops := AllowedOpcodes(srv); ops != [16]bool{} {
 		t.Errorf("AllowedOpcodes of a block of whoami: %v, want none", ops)
 	}
+	// The first of the addresses that has a server decides, whatever order
+	// the instance keeps its servers in.
+	for _, tc := range []struct {
+		addrs []string
+		want  string
+	}{
+		{[]string{"dns://127.0.0.1:0", "dns://[::1]:0"}, "dns://127.0.0.1:0"},
+		{[]string{"dns://[::1]:0", "dns://127.0.0.1:0"}, "dns://[::1]:0"},
+		{[]string{"dns://127.0.0.1:1", "dns://[::1]:0"}, "dns://[::1]:0"},
+	} {
+		if s := Server(inst, tc.addrs); s == nil {
+			t.Errorf("Server(%v) found none, want the server of %s", tc.addrs, tc.want)
+		} else if s.Addr != tc.want {
+			t.Errorf("Server(%v) found the server of %s, want the server of %s", tc.addrs, s.Addr, tc.want)
+		}
+	}
 	var want [16]bool
 	want[dns.OpcodeUpdate] = true
 	if srv := Server(inst, []string{"dns://[::1]:0"}); srv == nil {
