@@ -400,7 +400,7 @@ func (c *Cache) describe(e entry.Entry, now int64, rb *replyBuffers) admin.Entry
 
 	q := query{opcode: dns.OpcodeQuery, cd: d.CD, do: true, name: qname, qtype: qtype, qclass: qclass, limit: dns.MaxMsgSize}
 	var m dns.Msg
-	if err := m.Unpack(rb.appendReply(&q, e, ttlView{age: uint32(min(age, int64(^uint32(0))))})); err != nil {
+	if err := m.Unpack(rb.appendReply(&q, e, replyView{age: uint32(min(age, int64(^uint32(0))))})); err != nil {
 		d.Answer = []string{"; records unreadable: " + err.Error()}
 		return d
 	}

@@ -420,8 +420,8 @@ func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
 // view says how e is served from the cache at age seconds: TTLs aged (or
 // kept with keepttl, or the serve-stale response TTL), and the Extended DNS
 // Error (RFC 8914) of cached failures and stale answers.
-func (c *Cache) view(age int64, e entry.Entry, isStale bool) ttlView {
-	v := ttlView{age: uint32(age)}
+func (c *Cache) view(age int64, e entry.Entry, isStale bool) replyView {
+	v := replyView{age: uint32(age)}
 	if c.keepttl {
 		v.age = 0
 	}

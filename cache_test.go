@@ -417,15 +417,71 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 			replies <- rec.msg
 		}()
 	}
-	await(t, "every client to wait", func() bool { return c.flights.count() == 1 })
-	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
-	close(release)
-	wg.Wait()
+	releaseFlight(t, c, release, &wg)
 	if n := u.count("a.example.org.", dns.TypeA); n != 1 {
 		t.Fatalf("%d concurrent clients made %d upstream queries, want 1", clients, n)
 	}
 	if len(replies) != clients {
 		t.Fatalf("%d of %d clients answered", len(replies), clients)
+	}
+}
+
+// releaseFlight waits for the clients of wg to wait on c's one flight, then
+// lets its upstream answer (release) and waits for the clients.
+func releaseFlight(t *testing.T, c *Cache, release chan struct{}, wg *sync.WaitGroup) {
+	t.Helper()
+	await(t, "every client to wait", func() bool { return c.flights.count() == 1 })
+	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
+	close(release)
+	wg.Wait()
+}
+
+// TestWaitersGetAnUncachedReply: clients that waited for a fetch whose reply
+// is not stored (`disable success`) each get it written for them, with their own ID and
+// question case, the signature only for DO clients, from one upstream query.
+func TestWaitersGetAnUncachedReply(t *testing.T) {
+	u := newUpstream()
+	u.add("uncached.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
+		test.A("uncached.example.org. 300 IN A 192.0.2.1"),
+		test.RRSIG("uncached.example.org. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
+	}, nil, nil)
+	release := make(chan struct{})
+	c := newTestCache(t, u, newClock())
+	c.pexcept = []string{"example.org."}
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		<-release
+		return u.ServeDNS(ctx, w, r)
+	})
+	const clients = 200
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := []string{"uncached.example.org.", "UNCACHED.example.ORG."}[i%3%2]
+			do := i%2 == 0
+			req := test.Case{Qname: name, Qtype: dns.TypeA, Do: do}.Msg()
+			req.Id = uint16(i)
+			rec := &recorder{}
+			if _, err := c.ServeDNS(context.Background(), rec, req); err != nil || rec.msg == nil {
+				t.Errorf("client %d: %v, reply %v", i, err, rec.msg)
+				return
+			}
+			want := 1
+			if do {
+				want = 2
+			}
+			if m := rec.msg; m.Id != req.Id || m.Question[0].Name != name || len(m.Answer) != want || m.Rcode != dns.RcodeSuccess {
+				t.Errorf("client %d (%s, DO=%v): reply %v", i, name, do, m)
+			}
+		}()
+	}
+	releaseFlight(t, c, release, &wg)
+	if n := u.count("uncached.example.org.", dns.TypeA); n != 1 {
+		t.Errorf("%d concurrent clients made %d upstream queries, want 1", clients, n)
+	}
+	if n := c.Stats().Entries; n != 0 {
+		t.Errorf("%d entries stored of a reply of a disabled zone", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
@@ -137,6 +139,33 @@ func fzRoundTrip(m *dns.Msg) (*dns.Msg, bool) {
 	return again, true
 }
 
+// fzHeld reports whether the cache can write m to a client: a response
+// whose records the entry format takes. The cache answers SERVFAIL in place
+// of any other reply (Cache.passOn).
+func fzHeld(m *dns.Msg) bool {
+	if !m.Response {
+		return false
+	}
+	var name [entry.MaxNameLen]byte
+	n, err := dns.PackDomainName(strings.ToLower(m.Question[0].Name), name[:], 0, nil, false)
+	if err != nil {
+		return false
+	}
+	key := entry.AppendKey(nil, name[:n], m.Question[0].Qtype, m.Question[0].Qclass, false)
+	_, err = entry.NewBuilder().Build(m, key, "", 0, math.MaxUint32, 0, 0, entry.MaxLen)
+	return err == nil
+}
+
+// fzCheckServfail checks that b, a reply to a client, is SERVFAIL without
+// records.
+func fzCheckServfail(t *testing.T, where string, b []byte) {
+	t.Helper()
+	got := new(dns.Msg)
+	if err := got.Unpack(b); err != nil || got.Rcode != dns.RcodeServerFailure || len(got.Answer)+len(got.Ns) != 0 {
+		t.Fatalf("%s: got %v (%v) in place of a reply the cache cannot write, want SERVFAIL", where, got, err)
+	}
+}
+
 // fzVariant is one client of FuzzStoreAndServe.
 type fzVariant struct {
 	name string
@@ -176,6 +205,7 @@ func FuzzStoreAndServe(f *testing.F) {
 		}
 		q := up.Question[0]
 		again, wellFormed := fzRoundTrip(up)
+		held := wellFormed && fzHeld(up)
 		records := fzUpstreamSet{}
 		records.add(up)
 		if wellFormed {
@@ -218,6 +248,10 @@ func FuzzStoreAndServe(f *testing.F) {
 							if wellFormed {
 								t.Fatalf("%s: the reply does not pack: %v", where, w.packErr[j])
 							}
+							continue
+						}
+						if wellFormed && !held {
+							fzCheckServfail(t, where, b)
 							continue
 						}
 						fzCheckStored(t, where, req, b, w.raw[j], v.tcp, up, records, wellFormed)

@@ -253,7 +253,6 @@ type hostileRow struct {
 	drops, refused float64 // counted over the two queries
 	log            string  // in the debug log; "" when there is no debug line
 	noReply        bool    // the client gets nothing and ServeDNS an error
-	foreign        bool    // the client gets the next plugin's reply, whatever its question
 	check          func(t *testing.T, h *hostileRun, first, second *dns.Msg)
 
 	// bug names a bug of the plugin the row shows. The row skips with it
@@ -275,22 +274,31 @@ func hostileRows() []hostileRow {
 			t.Fatalf("client got %v, want NOERROR with %d answers", m, want)
 		}
 	}
+	// servfails checks that the client got SERVFAIL, to its own question,
+	// both times: what the cache answers in place of a reply it cannot
+	// pass on.
+	servfails := func(t *testing.T, _ *hostileRun, first, second *dns.Msg) {
+		t.Helper()
+		for _, m := range []*dns.Msg{first, second} {
+			if m == nil || m.Rcode != dns.RcodeServerFailure || len(m.Answer)+len(m.Ns) != 0 {
+				t.Fatalf("client got %v, want SERVFAIL without records", m)
+			}
+		}
+	}
 	return []hostileRow{
 		{
-			name: "question mismatch: another name", foreign: true,
+			name: "question mismatch: another name",
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				m := hostileReply(r, dns.RcodeSuccess, []dns.RR{a("evil.example.org.")}, nil, nil)
 				m.Question[0].Name = "evil.example.org."
 				return m
 			},
 			asks: 2, drops: 2, log: "question does not match the request",
-			// Not stored; the client gets the reply as the next plugin wrote
-			// it, as without the cache (forward never writes such a reply: it
-			// turns it into FORMERR).
-			check: func(t *testing.T, h *hostileRun, first, _ *dns.Msg) {
-				if first == nil || first.Question[0].Name != "evil.example.org." {
-					t.Fatalf("client got %v", first)
-				}
+			// Not stored, nor passed on: the client gets SERVFAIL, as from
+			// Unbound (forward never writes such a reply: it turns it into
+			// FORMERR).
+			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
+				servfails(t, h, first, second)
 				if n := h.next.count("evil.example.org."); n != 0 {
 					t.Fatalf("evil.example.org. asked %d times", n)
 				}
@@ -302,22 +310,22 @@ func hostileRows() []hostileRow {
 			},
 		},
 		{
-			name: "question mismatch: another type", foreign: true,
+			name: "question mismatch: another type",
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				m := hostileReply(r, dns.RcodeSuccess, []dns.RR{test.AAAA("q.example.org. 300 IN AAAA 2001:db8::1")}, nil, nil)
 				m.Question[0].Qtype = dns.TypeAAAA
 				return m
 			},
-			asks: 2, drops: 2, log: "question does not match the request",
+			asks: 2, drops: 2, log: "question does not match the request", check: servfails,
 		},
 		{
-			name: "question missing", foreign: true,
+			name: "question missing",
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				m := hostileReply(r, dns.RcodeSuccess, []dns.RR{a("q.example.org.")}, nil, nil)
 				m.Question = nil
 				return m
 			},
-			asks: 2, drops: 2, log: "question does not match the request",
+			asks: 2, drops: 2, log: "question does not match the request", check: servfails,
 		},
 		{
 			name: "changed qname case",
@@ -662,9 +670,9 @@ func hostileRows() []hostileRow {
 				bad := &dns.A{Hdr: dns.RR_Header{Name: "q.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IP{192, 0, 2}}
 				return hostileReply(r, dns.RcodeSuccess, []dns.RR{bad}, nil, nil)
 			},
-			// Dropped and logged; the client gets nothing, as from a server
-			// that cannot pack the reply without the cache.
-			asks: 2, drops: 2, log: "overflow packing a", noReply: true,
+			// Dropped and logged; the client gets SERVFAIL, where a server
+			// without the cache could not pack the reply and sent nothing.
+			asks: 2, drops: 2, log: "overflow packing a", check: servfails,
 		},
 		{
 			name: "malformed rdata: bytes through Write that do not unpack",
@@ -793,7 +801,7 @@ func TestHostileUpstream(t *testing.T) {
 				if row.noReply != (err != nil) || row.noReply != (got == nil) {
 					t.Fatalf("query %d: client got %v, ServeDNS error %v; want a reply: %v", i, got, err, !row.noReply)
 				}
-				if got != nil && (got.Id != req.Id || !row.foreign && (len(got.Question) != 1 ||
+				if got != nil && (got.Id != req.Id || (len(got.Question) != 1 ||
 					!strings.EqualFold(got.Question[0].Name, qname) || got.Question[0].Qtype != qtype)) {
 					t.Fatalf("query %d: reply %v to %v", i, got, req)
 				}

@@ -95,45 +95,39 @@ func processCPU() int64 {
 func BenchmarkMiss(b *testing.B) {
 	msgs, _ := workloadReplies(b, insertPool)
 	names := workload.NewNames(insertPool)
-	for _, raw := range []bool{true, false} {
-		name := "writemsg"
-		if raw {
-			name = "raw"
+	byWrites(b, func(b *testing.B, raw bool) {
+		up := &cannedUpstream{replies: msgs}
+		newCache := func() *Cache {
+			c := New()
+			c.Next = up
+			c.SetRawWrites(raw)
+			return c
 		}
-		b.Run(name, func(b *testing.B) {
-			up := &cannedUpstream{replies: msgs}
-			newCache := func() *Cache {
-				c := New()
-				c.Next = up
-				c.SetRawWrites(raw)
-				return c
+		c := newCache()
+		req := workload.NewRequest(0, workload.Plain)
+		w := &quietWriter{}
+		b.ReportAllocs()
+		cpu := processCPU()
+		i := 0
+		for b.Loop() {
+			k := i % insertPool
+			if k == 0 && i > 0 {
+				b.StopTimer()
+				c = newCache()
+				b.StartTimer()
 			}
-			c := newCache()
-			req := workload.NewRequest(0, workload.Plain)
-			w := &quietWriter{}
-			b.ReportAllocs()
-			cpu := processCPU()
-			i := 0
-			for b.Loop() {
-				k := i % insertPool
-				if k == 0 && i > 0 {
-					b.StopTimer()
-					c = newCache()
-					b.StartTimer()
-				}
-				up.next = k
-				workload.SetRequest(req, k, workload.Plain, names.Name(k))
-				if _, err := c.ServeDNS(context.Background(), w, req); err != nil {
-					b.Fatal(err)
-				}
-				i++
+			up.next = k
+			workload.SetRequest(req, k, workload.Plain, names.Name(k))
+			if _, err := c.ServeDNS(context.Background(), w, req); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(i), "cpu-ns/op")
-			if n := c.Stats().Entries; n == 0 {
-				b.Fatal("nothing stored")
-			}
-		})
-	}
+			i++
+		}
+		b.ReportMetric(float64(processCPU()-cpu)/float64(i), "cpu-ns/op")
+		if n := c.Stats().Entries; n == 0 {
+			b.Fatal("nothing stored")
+		}
+	})
 }
 
 // BenchmarkClassify times the verdict on an upstream reply: cacheable, for
@@ -157,4 +151,62 @@ func BenchmarkClassify(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// byWrites runs f as a sub-benchmark for each way hits are written: as
+// bytes (raw) and as a *dns.Msg given to WriteMsg.
+func byWrites(b *testing.B, f func(b *testing.B, raw bool)) {
+	for _, raw := range []bool{true, false} {
+		name := "writemsg"
+		if raw {
+			name = "raw"
+		}
+		b.Run(name, func(b *testing.B) { f(b, raw) })
+	}
+}
+
+// packingWriter is a UDP client's writer that packs what WriteMsg gets, as
+// the server's writer does, and drops it.
+type packingWriter struct {
+	quietWriter
+	buf []byte
+}
+
+func (w *packingWriter) WriteMsg(m *dns.Msg) error {
+	b, err := m.PackBuffer(w.buf)
+	w.buf = b[:cap(b)]
+	return err
+}
+
+func (w *packingWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// BenchmarkPassOn times a reply the cache does not store on its way to the
+// client (here every success, by `disable success .`): the upstream request,
+// the verdict, and the client's reply written through the reply writer,
+// to a writer that packs what it is given as a *dns.Msg.
+func BenchmarkPassOn(b *testing.B) {
+	msgs, _ := workloadReplies(b, insertPool)
+	names := workload.NewNames(insertPool)
+	byWrites(b, func(b *testing.B, raw bool) {
+		up := &cannedUpstream{replies: msgs}
+		c := New()
+		c.Next, c.pexcept = up, []string{"."}
+		c.SetRawWrites(raw)
+		req := workload.NewRequest(0, workload.Plain)
+		w := &packingWriter{}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			k := i % insertPool
+			up.next = k
+			workload.SetRequest(req, k, workload.Plain, names.Name(k))
+			if _, err := c.ServeDNS(context.Background(), w, req); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		if n := c.Stats().Entries; n != 0 {
+			b.Fatalf("%d entries stored", n)
+		}
+	})
 }

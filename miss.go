@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"time"
 
@@ -65,14 +66,9 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	if found := c.lookup(s, time.Time{}, true); found.state != absent {
 		return f.rcode, c.write(w, found.reply)
 	}
-	// The reply answers the leader's request: give it this one's ID, and
-	// its question as asked when the reply's is the same question.
-	reply := forClient(f.reply, r, &s.q)
-	reply.Id = r.Id
-	if sameQuestion(reply, r) {
-		reply.Question = r.Question
-	}
-	return f.rcode, w.WriteMsg(reply)
+	// The reply answers the leader's request; passOn writes it with this
+	// one's ID and question.
+	return f.rcode, c.passOn(w, r, f.reply, s)
 }
 
 // flightKey names what a miss asks upstream: the question and key flags, and
@@ -89,9 +85,9 @@ func (c *Cache) flightKey(s *scratch) uint64 {
 func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, ttlView{}))
+		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyView{}))
 	}
-	return w.WriteMsg(forClient(cw.reply, r, &cw.s.q))
+	return c.passOn(w, r, cw.reply, cw.s)
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its
@@ -369,67 +365,46 @@ func (c *Cache) disabled(kind int, name string) bool {
 	return len(except) > 0 && plugin.Zones(except).Matches(name) != ""
 }
 
-// forClient tailors res, a reply that was not cached, to the client that
-// sent r: the DNSSEC records and the DO and AD bits it did not ask for go,
-// and OPT is as a hit's.
-func forClient(res, r *dns.Msg, q *query) *dns.Msg {
-	m := *res
-	if !q.edns && m.Rcode > 0xF {
-		// An extended RCODE needs OPT (RFC 6891 6.1.3), which this client
-		// cannot read: say SERVFAIL, as a server would.
-		m.Rcode = dns.RcodeServerFailure
-	}
-	if !q.do && !q.ad {
-		m.AuthenticatedData = false
-	}
-	if !q.do && compactNXDomain(res) {
-		m.Rcode = dns.RcodeNameError
-	}
-	keep := func(rr dns.RR, section int) bool {
-		t := rr.Header().Rrtype
-		if entry.HopByHop(t) {
-			return false
+// passOn writes res, a reply to r that the cache did not store, to the
+// client, as the cache's own replies are written: from an entry built for
+// it alone and not stored, through the reply writer (wire.go). So what a
+// client sees of a reply (DNSSEC records, AD, the compact denial's NXDOMAIN,
+// OPT, ECS, its size) has one writer, for a reply that is stored and one
+// that is not. It costs packing res's records once, as storing them would,
+// on the path of the replies the cache does not keep. A reply to another
+// question, or one the entry format cannot hold (rdata that does not pack),
+// becomes SERVFAIL, as Unbound answers both: the client would drop the
+// first and retry, and could not read the second.
+func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error {
+	b := s.builder()
+	e, err := entry.Entry(nil), errForeign
+	if sameQuestion(res, r) {
+		// Stored, the reply would have this key: its ECS scope is echoed.
+		key, _, ok := storeKey(b, s.key, &s.q, res)
+		if !ok {
+			key = s.key
 		}
-		return q.do || !entry.DNSSECOnly(t, section) || entry.AskedFor(t, section, q.qtype)
+		flags := entryFlags(res, verdict{nxname: compactNXDomain(res)})
+		// An entry TTL no record reaches, at age 0: each record keeps its own.
+		e, err = b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
 	}
-	m.Answer = filterRRs(res.Answer, 0, keep)
-	m.Ns = filterRRs(res.Ns, 1, keep)
-	m.Extra = filterRRs(res.Extra, 2, keep)
-	// The upstream's OPT is hop-by-hop: the client gets one as a hit would,
-	// with the ECS the reply carried, corrected to the client's own.
-	if q.edns {
-		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: q.udpSize}, Option: echoed(r)}
-		if q.do {
-			o.SetDo()
-		}
-		if e := echoedSubnet(replySubnet(res), &q.ecs); e != nil {
-			o.Option = append(o.Option, e)
-		}
-		m.Extra = append(m.Extra, o)
+	if err != nil {
+		log.Debugf("Answering SERVFAIL in place of a reply for %q/%s: %s", r.Question[0].Name, dns.Type(r.Question[0].Qtype), err)
+		return c.write(w, s.replies.appendReply(&s.q, c.servfail(b, s), replyView{}))
 	}
-	return &m
+	return c.write(w, s.replies.appendReply(&s.q, e, replyView{tc: res.Truncated, rcodeHigh: uint8(res.Rcode >> 4)}))
 }
 
-// echoedSubnet is the ECS option a client gets with a reply that carried
-// got: its own, with the reply's scope at most its source prefix (RFC 7871
-// 7.2.2), and none when it sent none.
-func echoedSubnet(got *dns.EDNS0_SUBNET, s *subnet) *dns.EDNS0_SUBNET {
-	if !s.own {
-		return nil
-	}
-	e := (&subnet{family: s.family, addr: s.echo}).option(s.source)
-	if got != nil {
-		e.SourceScope = min(got.SourceScope, s.source)
+// errForeign is why a reply that answers another question is not passed on.
+var errForeign = errors.New("its question does not match the request")
+
+// servfail returns an entry of SERVFAIL, built in b, for s's question.
+func (c *Cache) servfail(b *entry.Builder, s *scratch) entry.Entry {
+	fail := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Rcode: dns.RcodeServerFailure}}
+	e, err := b.Build(fail, s.key, "", 0, math.MaxUint32, 0, entryFlags(fail, verdict{}), entry.MaxLen)
+	if err != nil {
+		// A message without records always builds.
+		panic(err)
 	}
 	return e
-}
-
-func filterRRs(rrs []dns.RR, section int, keep func(dns.RR, int) bool) []dns.RR {
-	out := make([]dns.RR, 0, len(rrs))
-	for _, rr := range rrs {
-		if keep(rr, section) {
-			out = append(out, rr)
-		}
-	}
-	return out
 }

@@ -22,13 +22,18 @@ const (
 	maxNames = 64
 )
 
-// ttlView says how stored TTLs become reply TTLs, and which Extended DNS
-// Error the reply carries.
-type ttlView struct {
+// replyView says how an entry becomes a reply besides what the entry holds:
+// how stored TTLs become reply TTLs, which Extended DNS Error the reply
+// carries, and for a reply the cache passes on without storing it
+// (Cache.passOn), what the entry format does not keep of it.
+type replyView struct {
 	age   uint32 // seconds since the entry was stored; 0 with keepttl
 	fixed bool   // every TTL is value, for serve-stale replies
 	value uint32
 	ede   uint16 // INFO-CODE of RFC 8914, 0 for none
+
+	tc        bool  // the upstream's reply was truncated
+	rcodeHigh uint8 // the upper 8 bits of an extended RCODE (RFC 6891 6.1.3)
 }
 
 // Extended DNS Error codes (RFC 8914 section 4).
@@ -38,7 +43,7 @@ const (
 	edeStaleNXDomain = 19
 )
 
-func (v ttlView) of(recTTL, entryTTL uint32) uint32 {
+func (v replyView) of(recTTL, entryTTL uint32) uint32 {
 	if v.fixed {
 		return v.value
 	}
@@ -88,7 +93,7 @@ func newReplyBuffers() replyBuffers {
 // only for DO clients or when asked for, OPT when the request had one, all
 // cut to the client's limit. The returned bytes are valid until the next
 // reply written in b.
-func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
+func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte {
 	// Written in local variables, stored back once: see replyWriter.
 	msg, marks := b.msg[:0], b.marks[:0]
 	w := &b.w
@@ -98,6 +103,11 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 	rcode := e.Rcode()
 	if ef&entry.FlagNXName != 0 && !q.do {
 		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
+	}
+	if tv.rcodeHigh != 0 && !q.edns {
+		// An extended RCODE needs OPT, which this client cannot read: say
+		// SERVFAIL, as a server would.
+		rcode = dns.RcodeServerFailure
 	}
 	flags := uint16(dnsmsg.QR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
 	if ef&entry.FlagAA != 0 {
@@ -115,6 +125,9 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 	}
 	if q.cd {
 		flags |= dnsmsg.CD
+	}
+	if tv.tc {
+		flags |= dnsmsg.TC
 	}
 	msg = binary.BigEndian.AppendUint16(msg, q.id)
 	msg = binary.BigEndian.AppendUint16(msg, flags)
@@ -166,7 +179,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv ttlView) []byte {
 		msg = cut(msg, marks, limit, &counts)
 	}
 	if q.edns {
-		msg = appendOPT(msg, q, tv.ede, e.Scope())
+		msg = appendOPT(msg, q, tv.rcodeHigh, tv.ede, e.Scope())
 		counts[2]++
 	}
 	binary.BigEndian.PutUint16(msg[6:], uint16(counts[0]))
@@ -256,15 +269,15 @@ func (w *replyWriter) appendRdata(msg []byte, t uint16, rd []byte) []byte {
 // CoreDNS's request.SizeAndDo: the client's UDP size and DO bit, version 0;
 // with an Extended DNS Error option when ede is not 0, and the client's ECS
 // option with the scope the answer was stored for.
-func appendOPT(msg []byte, q *query, ede uint16, scope uint8) []byte {
-	var do uint32
+func appendOPT(msg []byte, q *query, rcodeHigh uint8, ede uint16, scope uint8) []byte {
+	ttl := uint32(rcodeHigh) << 24 // extended RCODE, version 0, flags
 	if q.do {
-		do = 1 << 15
+		ttl |= 1 << 15
 	}
 	msg = append(msg, 0) // root owner
 	msg = binary.BigEndian.AppendUint16(msg, dns.TypeOPT)
 	msg = binary.BigEndian.AppendUint16(msg, q.udpSize)
-	msg = binary.BigEndian.AppendUint32(msg, do)
+	msg = binary.BigEndian.AppendUint32(msg, ttl)
 	rdlen := len(msg)
 	msg = append(msg, 0, 0)
 	msg = append(msg, q.opts...)
