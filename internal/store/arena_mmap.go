@@ -60,7 +60,7 @@ type pendingCollapse struct {
 }
 
 func collapser(queue <-chan pendingCollapse) {
-	turn := collapseTurn{growth: &growth, last: time.Now()}
+	turn := collapseTurn{growth: &growth, last: time.Now(), now: time.Now, sleep: time.Sleep}
 	for c := range queue {
 		turn.take(c)
 		collapsesPending.Add(-1)
@@ -74,6 +74,11 @@ type collapseTurn struct {
 	took   time.Duration  // how long it took
 	chunks uint64         // growth as last read
 	since  time.Time      // when growth was first read at that count
+
+	// now and sleep are time.Now and time.Sleep but in tests, whose clock
+	// must not depend on how busy the machine is.
+	now   func() time.Time
+	sleep func(time.Duration)
 }
 
 // take collapses c's page when its turn comes. The page of a store dropped
@@ -84,10 +89,10 @@ func (t *collapseTurn) take(c pendingCollapse) {
 	if c.a.released() {
 		return
 	}
-	t.await(time.Now())
-	start := time.Now()
+	t.await(t.now())
+	start := t.now()
 	if c.a.collapse(c.off) {
-		t.last = time.Now()
+		t.last = t.now()
 		t.took = t.last.Sub(start)
 	}
 }
@@ -105,7 +110,7 @@ func (t *collapseTurn) await(received time.Time) {
 		from = received // after an idle spell, a growing store's first page waits too
 	}
 	for {
-		now := time.Now()
+		now := t.now()
 		if n := t.growth.Load(); n != t.chunks {
 			t.chunks, t.since = n, now
 		}
@@ -113,7 +118,7 @@ func (t *collapseTurn) await(received time.Time) {
 		if now.Sub(t.last) >= t.took && (quiet || now.Sub(from) >= collapseEvery) {
 			return
 		}
-		time.Sleep(collapseQuiet / 10)
+		t.sleep(collapseQuiet / 10)
 	}
 }
 

@@ -57,25 +57,9 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 // taken, whichever is later, and runs once none has been handed out for
 // collapseQuiet, but not sooner after the last collapse than it took. The
 // turns read a counter of their own: the stores of other tests move the
-// process's.
+// process's, and a clock of their own: a busy machine must not make a
+// growing store look quiet.
 func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
-	// growing hands out a chunk every twentieth of collapseQuiet until the
-	// test ends.
-	growing := func(t *testing.T, chunks *atomic.Uint64) {
-		tick := time.NewTicker(collapseQuiet / 20)
-		stop := make(chan struct{})
-		t.Cleanup(func() { close(stop); tick.Stop() })
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					chunks.Add(1)
-				}
-			}
-		}()
-	}
 	cases := []struct {
 		name    string
 		grow    bool
@@ -93,13 +77,21 @@ func TestCollapseTurnWaitsOutGrowth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var chunks atomic.Uint64
 			chunks.Add(1) // a chunk just handed out
-			if tc.grow {
-				growing(t, &chunks)
+			// The turn's clock moves only when it sleeps; a growing store
+			// hands out a chunk every twentieth of collapseQuiet of it.
+			start := time.Unix(1e9, 0)
+			now, nextChunk := start, start
+			sleep := func(d time.Duration) {
+				now = now.Add(d)
+				for tc.grow && !nextChunk.After(now) {
+					chunks.Add(1)
+					nextChunk = nextChunk.Add(collapseQuiet / 20)
+				}
 			}
-			start := time.Now()
-			turn := collapseTurn{growth: &chunks, last: start.Add(-tc.idle), took: tc.took}
+			turn := collapseTurn{growth: &chunks, last: start.Add(-tc.idle), took: tc.took,
+				now: func() time.Time { return now }, sleep: sleep}
 			turn.await(start)
-			if d := time.Since(start); d < tc.atLeast || d >= tc.before {
+			if d := now.Sub(start); d < tc.atLeast || d >= tc.before {
 				t.Fatalf("the collapse waited %v; want %v to %v", d, tc.atLeast, tc.before)
 			}
 		})
@@ -112,7 +104,7 @@ func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
 	// The last collapse took a second: the next turn is a second after it.
 	const took = time.Second
 	var chunks atomic.Uint64
-	turn := collapseTurn{growth: &chunks, last: time.Now(), took: took}
+	turn := collapseTurn{growth: &chunks, last: time.Now(), took: took, now: time.Now, sleep: time.Sleep}
 	take := func(a *arena) <-chan struct{} {
 		done := make(chan struct{})
 		go func() {
