@@ -52,7 +52,7 @@ var signedCases = []struct {
 }{
 	{"s.example.", dns.TypeA, dns.RcodeSuccess, true},
 	{"nx.example.", dns.TypeA, dns.RcodeNameError, true},
-	{"s.example.", dns.TypeMX, dns.RcodeSuccess, true},    // NODATA
+	{"s.example.", dns.TypeMX, dns.RcodeSuccess, true},     // NODATA
 	{"gone.example.", dns.TypeA, dns.RcodeNameError, true}, // compact denial, restored
 	{"plain.example.", dns.TypeA, dns.RcodeSuccess, false},
 }
