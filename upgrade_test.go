@@ -125,6 +125,9 @@ func TestNonDOMissStoresNoDNSSEC(t *testing.T) {
 			if stripped.HoldsDNSSEC() != !tc.signed || !whole.HoldsDNSSEC() {
 				t.Errorf("HoldsDNSSEC: %v stored without DO, %v with DO; want %v and true", stripped.HoldsDNSSEC(), whole.HoldsDNSSEC(), !tc.signed)
 			}
+			if d := plain.describe(stripped, clk.now().Unix(), new(replyBuffers)); d.NoDNSSEC != tc.signed {
+				t.Errorf("the admin lookup says no-dnssec %v, want %v", d.NoDNSSEC, tc.signed)
+			}
 			if tc.signed && stripped.Size() >= whole.Size() || !tc.signed && stripped.Size() != whole.Size() {
 				t.Errorf("entry of %d bytes without DO, %d with DO", stripped.Size(), whole.Size())
 			}
