@@ -57,7 +57,7 @@ const (
 	// DNSSEC ones that only DO clients get (DNSSECOnly) included, and so
 	// serves DO clients as well as the others. Without it, the entry was
 	// stored for a client without DO and such records were left out of it
-	// (Builder.Build). Read by HoldsDNSSEC only.
+	// (Builder.Build). An entry's is read by HoldsDNSSEC only.
 	FlagDNSSEC  = 1 << 3
 	FlagAA      = 1 << 4
 	FlagRA      = 1 << 5
@@ -136,21 +136,21 @@ var ErrTooLarge = errors.New("entry larger than the per-entry limit")
 
 type Entry []byte
 
-func (e Entry) Size() int       { return int(binary.LittleEndian.Uint32(e[OffSize:])) }
-func (e Entry) Stored() uint32  { return binary.LittleEndian.Uint32(e[offStored:]) }
-func (e Entry) TTL() uint32     { return binary.LittleEndian.Uint32(e[offTTL:]) }
-func (e Entry) Flags() uint16   { return binary.LittleEndian.Uint16(e[offFlags:]) }
-func (e Entry) Count(s int) int { return int(binary.LittleEndian.Uint16(e[offCounts+2*s:])) }
-func (e Entry) denial() bool    { return e.Flags()&FlagDenial != 0 }
-func (e Entry) Rcode() int      { return int(e.Flags() & FlagRcodeMask) }
-
-// HoldsDNSSEC reports whether e serves DO clients: it holds the DNSSEC
-// records the upstream sent (FlagDNSSEC).
-func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
+func (e Entry) Size() int         { return int(binary.LittleEndian.Uint32(e[OffSize:])) }
+func (e Entry) Stored() uint32    { return binary.LittleEndian.Uint32(e[offStored:]) }
+func (e Entry) TTL() uint32       { return binary.LittleEndian.Uint32(e[offTTL:]) }
+func (e Entry) Flags() uint16     { return binary.LittleEndian.Uint16(e[offFlags:]) }
+func (e Entry) Count(s int) int   { return int(binary.LittleEndian.Uint16(e[offCounts+2*s:])) }
+func (e Entry) denial() bool      { return e.Flags()&FlagDenial != 0 }
+func (e Entry) Rcode() int        { return int(e.Flags() & FlagRcodeMask) }
 func (e Entry) nameLen() int      { return int(e[offNameLen]) }
 func (e Entry) Key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
 func (e Entry) QName() []byte     { return e[offKey : offKey+e.nameLen()] }
 func (e Entry) RecordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
+
+// HoldsDNSSEC reports whether e serves DO clients: it holds the DNSSEC
+// records the upstream sent (FlagDNSSEC).
+func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
 
 // keyLen returns the length of the key at the start of b, whose qname is
 // nameLen bytes: the key flags say which suffix follows them.
