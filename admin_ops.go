@@ -376,6 +376,7 @@ func (c *Cache) describe(e entry.Entry, now int64, rb *replyBuffers) admin.Entry
 		Class:     dns.Class(qclass).String(),
 		CD:        flags&entry.KeyCD != 0,
 		NonAnswer: flags&entry.KeyOther != 0,
+		NoDNSSEC:  !e.HoldsDNSSEC(),
 		Rcode:     dns.RcodeToString[e.Rcode()],
 		Kind:      kindLabels[store.KindOf(e)],
 		Stored:    int64(e.Stored()),

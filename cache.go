@@ -197,26 +197,26 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, false, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
 		if c.verifyStale {
-			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, m); done {
+			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, m); done {
 				return rcode, err
 			}
 			if f = c.lookup(s, f.now, true); f.state != stale {
 				break // gone meanwhile: ask as for a miss
 			}
 		} else {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, true, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
 		}
 		m.hits[f.kind].Inc()
 		m.stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	}
 	m.misses.Inc()
-	return c.miss(ctx, w, r, s, m)
+	return c.miss(ctx, w, r, s, &f, m)
 }
 
 // serves reports whether the cache handles the name key starts with: in its
@@ -280,7 +280,14 @@ type found struct {
 	reply    []byte    // valid until the scratch's next reply
 	prefetch bool      // popular and near expiry
 	scope    uint8     // the ECS prefix length the entry was stored for
+	dnssec   bool      // the entry holds its DNSSEC records: refreshes keep them
 	now      time.Time // the time the lookup aged entries at
+
+	// upgrade: a DO client found an entry stored without its DNSSEC
+	// records, which it cannot take; its miss fetches the entry again
+	// with them, as a refresh of it that inherits its hits.
+	upgrade bool
+	hits    int
 }
 
 // lookup finds the entry for s.q and writes the reply from it; a stale
@@ -384,7 +391,13 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 // serve fills f from e, the entry under the key whose hash is h, and
 // reports whether it may serve s.q; it runs with e's shard locked.
 func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withStale, answersOnly bool, f *found) bool {
-	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || !s.q.takes(e) {
+	if answersOnly && e.Flags()&entry.FlagAnswers == 0 {
+		return false
+	}
+	if !s.q.takes(e) {
+		if s.q.do && !e.HoldsDNSSEC() {
+			f.upgrade, f.hits = true, e.Hits()
+		}
 		return false
 	}
 	now := c.at(at)
@@ -403,7 +416,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 		return false
 	}
 	e.Hit(now.Unix(), int64(c.prefetchWindow/time.Second))
-	f.state, f.kind, f.hash, f.scope = state, store.KindOf(e), h, e.Scope()
+	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
 	f.prefetch = state == fresh && c.prefetch > 0 && e.Hits() >= c.prefetch && left <= c.prefetchThreshold(e)
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))

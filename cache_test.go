@@ -388,7 +388,8 @@ func (d *discard) RemoteAddr() net.Addr { return clientAddr }
 func (d *discard) Write(b []byte) (int, error) { d.n += len(b); return len(b), nil }
 
 // TestConcurrentMissesAskOnce: a thousand clients asking one new name at
-// once cost one upstream query; the stock cache sends one each.
+// once cost one upstream query; the stock cache sends one each. The first
+// has DO: the entry its fetch stores serves the others, DO or not.
 func TestConcurrentMissesAskOnce(t *testing.T) {
 	u := exampleUpstream()
 	release := make(chan struct{})
@@ -401,6 +402,9 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	replies := make(chan *dns.Msg, clients)
 	for i := range clients {
+		if i == 1 {
+			await(t, "the first client to lead", func() bool { return c.flights.count() == 1 })
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -541,12 +545,12 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 func TestLandReportsWaiters(t *testing.T) {
 	var fs flights
 	var alone, shared flight
-	f, leader := fs.join(1, &alone)
+	f, leader := fs.join(1, false, &alone)
 	if !leader || fs.land(f, nil, dns.RcodeSuccess, nil) {
 		t.Fatalf("a flight nobody joined: leader %v, land reported waiters", leader)
 	}
-	f, _ = fs.join(2, &shared)
-	if w, leader := fs.join(2, new(flight)); leader || w != f {
+	f, _ = fs.join(2, false, &shared)
+	if w, leader := fs.join(2, false, new(flight)); leader || w != f {
 		t.Fatalf("a second request for key 2 leads (%v) or joins another flight", leader)
 	}
 	reply := new(dns.Msg)
@@ -571,7 +575,7 @@ func TestFlightsShareAList(t *testing.T) {
 		var fs flights
 		led := map[uint64]*flight{}
 		for _, k := range keys {
-			f, leader := fs.join(k, new(flight))
+			f, leader := fs.join(k, false, new(flight))
 			if !leader {
 				t.Fatalf("key %d joined a flight of another key", k)
 			}
@@ -579,7 +583,7 @@ func TestFlightsShareAList(t *testing.T) {
 		}
 		fs.land(led[first], nil, dns.RcodeSuccess, nil)
 		for _, k := range keys {
-			f, leader := fs.join(k, new(flight))
+			f, leader := fs.join(k, false, new(flight))
 			if k == first {
 				if !leader {
 					t.Errorf("landed %d first: a new request for it joins the landed flight", first)
@@ -593,6 +597,41 @@ func TestFlightsShareAList(t *testing.T) {
 		if n := fs.count(); n != len(keys) {
 			t.Errorf("landed %d first, then led it again: %d flights, want %d", first, n, len(keys))
 		}
+	}
+}
+
+// TestFlightsDO: a DO miss joins only a flight that stores the DNSSEC
+// records it needs; a miss without DO joins either kind.
+func TestFlightsDO(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		leader, join bool // the DO bits of the leader and of the second miss
+		joins        bool
+	}{
+		{"non-DO joins non-DO", false, false, true},
+		{"non-DO joins DO", true, false, true},
+		{"DO leads beside non-DO", false, true, false},
+		{"DO joins DO", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fs flights
+			lead, _ := fs.join(7, tc.leader, new(flight))
+			f, leader := fs.join(7, tc.join, new(flight))
+			if joined := !leader && f == lead; joined != tc.joins {
+				t.Fatalf("the second miss joined the leader's flight: %v, want %v", joined, tc.joins)
+			}
+			// A miss without DO that comes next joins one of them.
+			if _, leader := fs.join(7, false, new(flight)); leader {
+				t.Error("a third miss, without DO, leads a flight of its own")
+			}
+			fs.land(lead, nil, dns.RcodeSuccess, nil)
+			if f != lead {
+				fs.land(f, nil, dns.RcodeSuccess, nil)
+			}
+			if n := fs.count(); n != 0 {
+				t.Errorf("%d flights left after all landed", n)
+			}
+		})
 	}
 }
 

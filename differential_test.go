@@ -157,7 +157,11 @@ var diffReasons = map[string]struct {
 		diffAll(eraseTTLs, eraseQueries),
 	},
 	"do-one-entry": {
-		"one entry serves DO and non-DO clients (misses go upstream with DO=1); the stock cache keys on DO and asks again",
+		"one entry serves DO and non-DO clients once it holds the DNSSEC records: stored for a DO client, or from a reply with none (misses go upstream with DO=1); the stock cache keys on DO and asks again",
+		eraseQueries,
+	},
+	"do-upstream": {
+		"misses go upstream with DO=1 whatever the client's DO, so a reply whose signatures expired is seen as such and not cached; the stock cache asks without DO for a client without it and caches the reply",
 		eraseQueries,
 	},
 	"notimp": {
@@ -688,10 +692,22 @@ var diffScenarios = []diffScenario{
 			{ask: "s.example.org. A -edns", up: 0},
 			{ask: "s.example.org. RRSIG", up: 1},
 			{ask: "s.example.org. RRSIG", up: 0},
+			// Stored for a client without DO, without its NSEC: the first
+			// DO client fetches it again, and the entry it stores serves
+			// both kinds of client.
 			{ask: "snx.example.org. A", up: 1},
-			{ask: "snx.example.org. A +do", up: 1, diff: []string{"do-one-entry"}},
+			{ask: "snx.example.org. A +do", up: 1},
 			{ask: "snx.example.org. A", up: 0},
 			{ask: "snx.example.org. A +do", up: 0},
+			{ask: "s2.example.org. A -edns", up: 1},
+			{ask: "s2.example.org. A +do", up: 1},
+			{ask: "s2.example.org. A", up: 0},
+			{ask: "s2.example.org. A +do", up: 0},
+			// A reply without DNSSEC records is all a DO client gets: the
+			// entry a client without DO filled serves it.
+			{ask: "u.example.org. A", up: 1},
+			{ask: "u.example.org. A +do", up: 1, diff: []string{"do-one-entry"}},
+			{ask: "u.example.org. A +do", up: 0},
 			{advance: 10 * time.Second, ask: "s.example.org. A +do", up: 0},
 		},
 	},
@@ -701,7 +717,7 @@ var diffScenarios = []diffScenario{
 			// compactcache asks with DO=1 and sees the expired RRSIG, which
 			// response.Typify classes as an error: nothing is cached.
 			{ask: "old.example.org. A", up: 1},
-			{ask: "old.example.org. A", up: 0, diff: []string{"do-one-entry"}},
+			{ask: "old.example.org. A", up: 0, diff: []string{"do-upstream"}},
 			{ask: "old.example.org. A +do", up: 1, diff: []string{"uncached-ttl"}},
 			{ask: "old.example.org. A +do", up: 1, diff: []string{"uncached-ttl"}},
 		},
@@ -849,6 +865,8 @@ func diffZone() map[string]diffAnswer {
 		"down.example.org. A":   {fail: true},
 		"notimp.example.org. A": {rcode: dns.RcodeNotImplemented},
 		"s.example.org. A":      {signed: true, an: []string{"s.example.org. 300 IN A 192.0.2.8"}},
+		"s2.example.org. A":     {signed: true, an: []string{"s2.example.org. 300 IN A 192.0.2.15"}},
+		"u.example.org. A":      {an: []string{"u.example.org. 300 IN A 192.0.2.16"}},
 		"s.example.org. RRSIG": {signed: true, an: []string{
 			"s.example.org. 300 IN RRSIG A 13 3 300 20270214080000 20270114080000 12345 example.org. c2lnbmF0dXJlLW9mLWE=",
 		}},

@@ -422,6 +422,24 @@ func secStrip(rrs []dns.RR, section int, qtype uint16) []dns.RR {
 	return out
 }
 
+// secSigned reports whether up, the upstream's reply to the cache's query
+// for qtype, holds records secHidden hides: an entry stored for a client
+// without DO leaves them out, and the first DO client fetches them.
+func secSigned(up *dns.Msg, qtype uint16) bool {
+	return len(secStrip(up.Answer, 0, qtype))+len(secStrip(up.Ns, 1, qtype))+len(secStrip(up.Extra, 2, qtype)) <
+		len(up.Answer)+len(up.Ns)+len(up.Extra)
+}
+
+// secQueries is how many upstream queries the clients, in order, cost for a
+// question whose reply up is: one, and one more where the first DO client
+// comes after one without DO and the reply holds records hidden from it.
+func secQueries(up *dns.Msg, qtype uint16, clients []secClient) int {
+	if len(clients) == 0 || clients[0].do || !secSigned(up, qtype) || !slices.ContainsFunc(clients, func(cl secClient) bool { return cl.do }) {
+		return 1
+	}
+	return 2
+}
+
 // secCounter is the cache's next plugin: it counts the queries that reach the
 // upstream and keeps the last one.
 type secCounter struct {
@@ -865,9 +883,11 @@ func secNewCache(b *secBackend, raw bool) (*Cache, *secCounter) {
 }
 
 // TestDNSSECOneEntryForDOAndNonDO asks every question of each signed zone from
-// DO and non-DO clients, in three orders, on both reply paths: one upstream
-// query per question in all, DO=1 clients get the records as the upstream
-// sent them with valid signatures and denial proofs, DO=0 clients get them
+// DO and non-DO clients, in three orders, on both reply paths: one entry per
+// question in all, one upstream query when a DO client asks first, and one
+// more (the upgrade) when a client without DO filled the entry with a reply
+// that has DNSSEC records; DO=1 clients get the records as the upstream sent
+// them with valid signatures and denial proofs, DO=0 clients get them
 // without RRSIG/NSEC/NSEC3 unless asked for, OPT echoes DO.
 func TestDNSSECOneEntryForDOAndNonDO(t *testing.T) {
 	var (
@@ -904,8 +924,8 @@ func TestDNSSECOneEntryForDOAndNonDO(t *testing.T) {
 							tag := fmt.Sprintf("%s raw=%v %s query %d (%s)", order, raw, tc, i, cl)
 							secCheck(t, tag, b.zone, tc, cl, req, got, ups[tc.String()])
 						}
-						if n := cnt.count(tc.qname, tc.qtype); n != 1 {
-							t.Errorf("%s raw=%v %s: upstream asked %d times for %d clients, want 1", order, raw, tc, n, len(clients))
+						if n, want := cnt.count(tc.qname, tc.qtype), secQueries(ups[tc.String()], tc.qtype, clients); n != want {
+							t.Errorf("%s raw=%v %s: upstream asked %d times for %d clients, want %d", order, raw, tc, n, len(clients), want)
 						}
 					}
 					if n := c.Stats().Entries; n != int64(len(cases)) {
@@ -1028,7 +1048,7 @@ func TestDNSSECCheckingDisabled(t *testing.T) {
 
 // TestDNSSECADBit: the upstream validated the data and set AD; the client gets
 // AD only when it set AD or DO (RFC 6840 5.7-5.8), whichever client filled
-// the entry, on the miss and the hit path.
+// the entry or upgraded it, on the miss and the hit path.
 func TestDNSSECADBit(t *testing.T) {
 	res := secResolverBackend(t, "nsec3.example.")
 	clients := []secClient{{}, {edns: true}, {ad: true}, {edns: true, ad: true}, {do: true}, {do: true, ad: true}}
@@ -1050,8 +1070,8 @@ func TestDNSSECADBit(t *testing.T) {
 						t.Errorf("%s raw=%v first %s, query %d (%s): AD=%v, want %v", q, raw, first, i, cl, got.AuthenticatedData, want)
 					}
 				}
-				if n := cnt.count(q.qname, q.qtype); n != 1 {
-					t.Errorf("%s raw=%v first %s: upstream asked %d times, want 1", q, raw, first, n)
+				if n, want := cnt.count(q.qname, q.qtype), secQueries(up, q.qtype, append([]secClient{first}, clients...)); n != want {
+					t.Errorf("%s raw=%v first %s: upstream asked %d times, want %d", q, raw, first, n, want)
 				}
 			}
 		}
@@ -1111,8 +1131,11 @@ func TestDNSSECUpstreamQuery(t *testing.T) {
 
 // TestDNSSECLargeSignedAnswer: a signed RRset larger than the cache's 1232-byte
 // upstream queries comes back truncated over UDP; the cache retries over TCP,
-// stores the whole reply, and later DO=1 clients get it whole with valid
-// signatures without another upstream query.
+// stores the reply without its signatures for the client without DO, and
+// the first DO=1 client's upgrade, with a 1232-byte buffer over UDP too, is
+// retried over TCP and
+// stored whole: later clients get it whole, DO=1 ones with valid
+// signatures, without another upstream query.
 func TestDNSSECLargeSignedAnswer(t *testing.T) {
 	for _, origin := range []string{"ecdsa.example.", "rsa.example."} {
 		b := secFileBackend(t, origin)
@@ -1139,6 +1162,12 @@ func TestDNSSECLargeSignedAnswer(t *testing.T) {
 			if !cnt.lastTCP {
 				t.Errorf("%s raw=%v: the cache's last upstream query went over UDP, want a TCP retry", origin, raw)
 			}
+			cl = secClient{do: true, size: 1232}
+			req = cl.msg(name, dns.TypeTXT)
+			secCheck(t, fmt.Sprintf("%s raw=%v upgrade (%s)", origin, raw, cl), b.zone, tc, cl, req, secAsk(t, c, req, false), up)
+			if !cnt.lastTCP {
+				t.Errorf("%s raw=%v: the upgrade's last upstream query went over UDP, want a TCP retry", origin, raw)
+			}
 			asked := cnt.total()
 			for i, cl := range []secClient{{do: true, tcp: true}, {do: true}, {edns: true}, {tcp: true}} {
 				req := cl.msg(name, dns.TypeTXT)
@@ -1149,7 +1178,7 @@ func TestDNSSECLargeSignedAnswer(t *testing.T) {
 				}
 			}
 			if n := cnt.total(); n != asked {
-				t.Errorf("%s raw=%v: upstream asked %d more times after the first query, want 0", origin, raw, n-asked)
+				t.Errorf("%s raw=%v: upstream asked %d more times after the upgrade, want 0", origin, raw, n-asked)
 			}
 		}
 	}
@@ -1195,10 +1224,12 @@ func TestDNSSECZoneSigned(t *testing.T) {
 // TestDNSSECThroughCoreDNS runs the cache as users do: compactcache and forward
 // in a CoreDNS server block (hits go out as raw bytes: nothing in the block
 // needs WriteMsg), in front of the file plugin serving the signed zone from
-// another CoreDNS. The first client fills the cache for every question; then
-// the upstream stops, so every later reply, to DO and non-DO clients over
-// UDP and TCP, comes from the one entry stored per question: through the
-// server core, or from the front end.
+// another CoreDNS. The first client fills the cache for every question, and
+// a DO client after one without DO upgrades the entry (through the server
+// core: the front end hands the DO query for an entry without its DNSSEC
+// records to the chain); then the upstream stops, so every later reply, to
+// DO and non-DO clients over UDP and TCP, comes from the one entry stored
+// per question: through the server core, or from the front end.
 func TestDNSSECThroughCoreDNS(t *testing.T) {
 	for _, mode := range cacheModes {
 		t.Run(mode.name, func(t *testing.T) { testDNSSECThroughCoreDNS(t, mode) })
@@ -1230,6 +1261,9 @@ func testDNSSECThroughCoreDNS(t *testing.T, mode cacheMode) {
 			}
 			for _, tc := range cases {
 				ask(0, first, tc)
+				if !first.do {
+					ask(0, secClient{do: true}, tc)
+				}
 			}
 			b.stop()
 			for _, tc := range cases {

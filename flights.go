@@ -39,25 +39,29 @@ const cacheLine = 64
 // flight is one fetch; done, made when a second request joins it, closes
 // when reply, rcode and err are set.
 type flight struct {
-	key   uint64
-	next  *flight // the next flight in its list
-	done  chan struct{}
-	reply *dns.Msg
-	rcode int
-	err   error
+	key    uint64
+	dnssec bool    // led by a DO client: the entry it stores serves DO clients too
+	next   *flight // the next flight in its list
+	done   chan struct{}
+	reply  *dns.Msg
+	rcode  int
+	err    error
 }
 
 func (fs *flights) list(key uint64) *flightList { return &fs.lists[key%flightLists] }
 
 // join returns the flight for key, and whether the caller leads it: the
 // leader fetches and lands it, the others wait for it to land. A leader's
-// flight is lead, the caller's memory.
-func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
+// flight is lead, the caller's memory. A DO client (dnssec) joins only a
+// flight led by another: the entry a fetch for a client without DO stores
+// has no DNSSEC records, and the DO client's own fetch is what upgrades it.
+// A client without DO joins either.
+func (fs *flights) join(key uint64, dnssec bool, lead *flight) (*flight, bool) {
 	l := fs.list(key)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for f := l.head; f != nil; f = f.next {
-		if f.key != key {
+		if f.key != key || dnssec && !f.dnssec {
 			continue
 		}
 		// The first waiter makes done: most flights have none, and the
@@ -67,7 +71,7 @@ func (fs *flights) join(key uint64, lead *flight) (*flight, bool) {
 		}
 		return f, false
 	}
-	*lead = flight{key: key, next: l.head}
+	*lead = flight{key: key, dnssec: dnssec, next: l.head}
 	l.head = lead
 	return lead, true
 }

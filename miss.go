@@ -18,10 +18,11 @@ import (
 // answers the client: from the stored entry, so that hits and misses are
 // written alike, or with the reply itself tailored to the client. Misses for
 // one question that arrive while it is asked wait for that answer instead of
-// asking again.
-func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) (int, error) {
+// asking again. prior is what the lookup found: an entry to upgrade, or
+// none.
+func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, prior *found, m *serverMetrics) (int, error) {
 	k := fetchPool.Get().(*fetch)
-	f, leader := c.flights.join(c.flightKey(s), &k.flight)
+	f, leader := c.flights.join(c.flightKey(s), s.q.do, &k.flight)
 	if !leader {
 		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
@@ -41,6 +42,11 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 		}
 	}()
 	k.capture(c, w, r, s, m)
+	if prior.upgrade {
+		// The entry the client could not take still serves clients without
+		// DO: only what may refresh it replaces it, a failure does not.
+		cw.refresh, cw.hits = true, prior.hits
+	}
 	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
 		return rcode, err
@@ -104,6 +110,7 @@ type captureWriter struct {
 	udp     bool // a truncated reply will be asked again over TCP
 	refresh bool // only replies that refresh an entry are stored
 	hits    int  // popularity the stored entry inherits
+	dnssec  bool // the entry keeps the DNSSEC records: for a DO client, or refreshing an entry that holds them
 
 	gen uint64 // the cache's flush generation when the fetch began (admin)
 
@@ -131,13 +138,20 @@ func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serv
 
 // capture readies k's writer to fetch r for the cache, and returns it.
 func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
-	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), gen: c.flushes.gen.Load()}
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), dnssec: s.q.do, gen: c.flushes.gen.Load()}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }
 
-// fetch asks the next plugin for the question with DO=1, so that one entry
-// serves DO and non-DO clients.
+// fetch asks the next plugin for the question with DO=1, whatever the
+// client's DO, so that an entry stored for a client without DO is what a DO
+// client's entry is without its DNSSEC records: the same rcode and records
+// (an upstream that signs on the fly answers a name that does not exist
+// with NODATA to DO queries only, and a compact denial is restored to
+// NXDOMAIN from its NSEC), the same AD, and a reply that tells whether the
+// name is signed at all, so that an entry of an unsigned name serves DO
+// clients at once. The signatures travel from the upstream, but are not
+// stored for clients that never receive them (Builder.Build).
 func (cw *captureWriter) fetch(ctx context.Context) (int, error) {
 	c := cw.c
 	rcode, err := cw.ask(ctx)
@@ -302,6 +316,9 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	}
 	flags := entryFlags(res, v)
+	if cw.dnssec {
+		flags |= entry.FlagDNSSEC
+	}
 	if variant {
 		flags |= entry.FlagVariant
 	}

@@ -118,13 +118,14 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // refreshAsync fetches req's question again in the background, unless a
 // fetch for the entry is in flight: prefetch for popular entries near
 // expiry, and serve_stale's immediate mode for expired ones.
-func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, isStale bool, m *serverMetrics) {
+// dnssec says the entry holds its DNSSEC records, which the refresh keeps.
+func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, m *serverMetrics) {
 	if !c.refreshes.begin(h, c.now()) {
 		return
 	}
 	c.detach(ctx, func(ctx context.Context) {
 		m.prefetch.Inc()
-		ok := c.refresh(ctx, req, m)
+		ok := c.refresh(ctx, req, dnssec, m)
 		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 	})
 }
@@ -143,8 +144,10 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 }
 
 // refresh fetches req's question with no client waiting and reports whether
-// the entry was refreshed. The new entry inherits the old one's popularity.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) bool {
+// the entry was refreshed. The new entry inherits the old one's popularity,
+// and its DNSSEC records (dnssec): a refresh a client without DO set off
+// must not take from DO clients the entry they use.
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *serverMetrics) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, noClient{}, &c.ecs) {
@@ -153,6 +156,7 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, m *serverMetrics) boo
 	cw := c.newCapture(noClient{}, req, s, m)
 	cw.refresh = true
 	cw.hits = c.popularity(s)
+	cw.dnssec = cw.dnssec || dnssec
 	cw.fetch(ctx)
 	return cw.refreshed()
 }
@@ -172,7 +176,7 @@ func (c *Cache) popularity(s *scratch) int {
 // refreshes the entry (done). Otherwise, or after VERIFY_TIMEOUT, the caller
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
-func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, m *serverMetrics) (done bool, rcode int, err error) {
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, m *serverMetrics) (done bool, rcode int, err error) {
 	// One verify per entry at a time: the requests that find one in flight,
 	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
 	// stock cache lets every request verify for itself unless a recheck or
@@ -183,6 +187,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	if c.verifyTimeout == 0 {
 		cw := c.newCapture(w, r, s, m)
 		cw.refresh = true
+		cw.dnssec = cw.dnssec || dnssec
 		rcode, err = cw.fetch(ctx)
 		ok := cw.refreshed()
 		c.refreshes.end(h, c.now(), c.failRecheck, ok)
@@ -195,7 +200,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	req := refreshRequest(r, &s.q.ecs, 0)
 	result := make(chan bool, 1)
 	c.detach(ctx, func(ctx context.Context) {
-		ok := c.refresh(ctx, req, m)
+		ok := c.refresh(ctx, req, dnssec, m)
 		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 		result <- ok
 	})

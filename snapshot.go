@@ -56,7 +56,7 @@ func (c *Cache) fingerprint() snapshot.Fingerprint {
 
 // snapshotFormat changes with the entry format (internal/entry), so that a
 // build does not read the entries of another.
-const snapshotFormat = 1
+const snapshotFormat = 2
 
 // setupSnapshot reads the block's file once the process starts and writes
 // it when the process stops, and every interval while it runs.

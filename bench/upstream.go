@@ -59,6 +59,10 @@ func (u *Upstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	m.Id = r.Id
 	m.Question[0] = r.Question[0] // echoed as asked, as servers do
 	m.CheckingDisabled = r.CheckingDisabled
+	if o := r.IsEdns0(); o == nil || !o.Do() {
+		// A signing server sends its signatures to DO queries only.
+		m.Answer, m.Ns, m.Extra = unsigned(m.Answer), unsigned(m.Ns), unsigned(m.Extra)
+	}
 	b, err := m.Pack()
 	if err != nil {
 		return dns.RcodeServerFailure, err
@@ -68,4 +72,15 @@ func (u *Upstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return dns.RcodeServerFailure, err
 	}
 	return dns.RcodeSuccess, w.WriteMsg(m)
+}
+
+// unsigned returns rrs without its RRSIG records, in place.
+func unsigned(rrs []dns.RR) []dns.RR {
+	kept := rrs[:0]
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != dns.TypeRRSIG {
+			kept = append(kept, rr)
+		}
+	}
+	return kept
 }

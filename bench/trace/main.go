@@ -7,6 +7,11 @@
 //
 //	go run ./bench/trace                                  # every trace and budget, about 10 minutes
 //	go run ./bench/trace -traces flood -budgets 4 -caches compactcache,W-TinyLFU
+//	go run ./bench/trace -traces zipf-0.9 -budgets 6 -caches cache,compactcache -signed -do 10
+//
+// With -signed the upstream signs the answers of the Zipf names (an RRSIG per
+// RRset, sent to DO queries only, as a signing server sends it), and -do sets
+// the share of queries that set DO.
 //
 // Hit rates do not depend on timing: every replay is single-threaded, and
 // replays run side by side (-parallel). Progress goes to stderr, the tables
@@ -39,6 +44,7 @@ type config struct {
 	stockBytes int
 	procs      int
 	parallel   int
+	dnssec     dnssecMode
 }
 
 func main() {
@@ -55,6 +61,8 @@ func main() {
 	fs.IntVar(&cfg.stockBytes, "stock-bytes", 1071, "the stock cache's bytes per entry: it gets budget / this many entries (BENCHMARKS.md, key R)")
 	fs.IntVar(&cfg.procs, "procs", 2, "GOMAXPROCS, which sets compactcache's number of shards")
 	fs.IntVar(&cfg.parallel, "parallel", 2, "replays run at a time")
+	fs.BoolVar(&cfg.dnssec.signed, "signed", false, "the upstream signs the Zipf names' answers: an RRSIG per RRset, to DO queries only")
+	fs.IntVar(&cfg.dnssec.do, "do", 0, "percent of queries with DO (0 to 100)")
 	fs.Usage = func() { cmd.Usage(fs) }
 	fs.Parse(os.Args[1:])
 
@@ -82,8 +90,8 @@ func main() {
 		}
 		slices.SortStableFunc(cfg.columns, func(a, b string) int { return slices.Index(all, a) - slices.Index(all, b) })
 	}
-	if cfg.queries <= 0 || cfg.names < 100 || cfg.warmUp < 0 || cfg.warmUp >= 1 || cfg.parallel < 1 || cfg.procs < 1 {
-		cmd.Fatal(fmt.Errorf("bad -queries, -names, -warmup, -parallel or -procs"))
+	if cfg.queries <= 0 || cfg.names < 100 || cfg.warmUp < 0 || cfg.warmUp >= 1 || cfg.parallel < 1 || cfg.procs < 1 || cfg.dnssec.do < 0 || cfg.dnssec.do > 100 {
+		cmd.Fatal(fmt.Errorf("bad -queries, -names, -warmup, -parallel, -procs or -do"))
 	}
 	runtime.GOMAXPROCS(cfg.procs)
 	if err := run(cfg); err != nil {
@@ -108,7 +116,7 @@ type cell struct {
 func run(cfg config) error {
 	started, revision := time.Now(), cli.Revision()
 	cmd.Progress("generating %d traces of %d queries and sizing their entries", len(cfg.specs), cfg.queries)
-	sz := &sizes{s: newSizer(), known: map[uint32]int32{}}
+	sz := &sizes{s: newSizer(cfg.dnssec), known: map[uint32]int32{}}
 	traces := make([]*prepared, len(cfg.specs))
 	for k, s := range cfg.specs {
 		traces[k] = prepare(s.generate(cfg.names, cfg.queries, cfg.warmUp), sz)
@@ -179,9 +187,9 @@ func replayCell(cfg config, p *prepared, budget int64, column string) (result, e
 	if column != string(bench.Stock) && column != string(bench.Compact) {
 		return result{tally: simulate(p, column, budget)}, nil
 	}
-	c, up, err := newCache(bench.Kind(column), budget, cfg.stockBytes)
+	c, up, err := newCache(bench.Kind(column), budget, cfg.stockBytes, cfg.dnssec)
 	if err != nil {
 		return result{}, err
 	}
-	return replay(p, c, up)
+	return replay(p, c, up, cfg.dnssec)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/compactcache/compactcache/bench"
 	"github.com/compactcache/compactcache/internal/workload"
@@ -89,16 +90,20 @@ type result struct {
 
 // replay sends p's queries to c, one at a time, as a server would; a query
 // that does not reach the upstream is a hit. Every 1,000th reply is checked
-// against its question.
-func replay(p *prepared, c *bench.Cache, up *bench.Upstream) (result, error) {
+// against its question. mode.do percent of the queries set DO, the same ones
+// in every replay.
+func replay(p *prepared, c *bench.Cache, up *bench.Upstream, mode dnssecMode) (result, error) {
 	var r result
 	w := bench.NewWriter()
 	w.Pack = false
 	req := workload.NewRequest(0, workload.Plain)
+	opt := req.IsEdns0()
+	clients := rand.New(rand.NewPCG(22, uint64(mode.do)))
 	for pos, i := range p.queries {
 		q := question(int(i))
 		workload.SetRequest(req, int(i), workload.Plain, q.Name)
 		req.Question[0].Qtype = q.Qtype
+		opt.SetDo(clients.IntN(100) < mode.do)
 		calls := up.Calls()
 		if _, err := c.ServeDNS(bench.WithIndex(context.Background(), int(i)), w, req); err != nil {
 			return r, fmt.Errorf("query %d (%s): %v", pos, q.Name, err)
@@ -140,8 +145,8 @@ func check(w *bench.Writer, i int, q dns.Question) error {
 // newCache returns the plugin kind in front of an upstream that answers the
 // trace's names: compactcache with capacity budget, the stock cache with
 // budget / stockBytes entries.
-func newCache(kind bench.Kind, budget int64, stockBytes int) (*bench.Cache, *bench.Upstream, error) {
-	up := &bench.Upstream{Replies: reply}
+func newCache(kind bench.Kind, budget int64, stockBytes int, mode dnssecMode) (*bench.Cache, *bench.Upstream, error) {
+	up := &bench.Upstream{Replies: mode.replies()}
 	var (
 		c   *bench.Cache
 		err error

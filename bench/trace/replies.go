@@ -29,11 +29,26 @@ func question(i int) dns.Question {
 	return q
 }
 
+// dnssecMode is how the upstream signs and how the clients ask.
+type dnssecMode struct {
+	signed bool // the Zipf names' answers carry an RRSIG per RRset, for DO queries
+	do     int  // percent of queries with DO
+}
+
+// replies returns what the upstream answers entry index i with (reply).
+func (d dnssecMode) replies() func(i int) *dns.Msg {
+	return func(i int) *dns.Msg { return reply(i, d.signed) }
+}
+
 // reply returns what the upstream answers entry index i: the workload's
-// reply, an NXDOMAIN with the SOA of the name's zone, or a TXT answer that
-// makes an entry of 64 B to 4 KB. TTLs are an hour, longer than any replay.
-func reply(i int) *dns.Msg {
+// reply, signed when signed is set, an NXDOMAIN with the SOA of the name's
+// zone, or a TXT answer that makes an entry of 64 B to 4 KB. TTLs are an
+// hour, longer than any replay.
+func reply(i int, signed bool) *dns.Msg {
 	if i < denialBase {
+		if signed {
+			return workload.Reply(i, workload.DNSSEC)
+		}
 		return workload.Reply(i, workload.Plain)
 	}
 	q := question(i)
@@ -70,15 +85,17 @@ func reply(i int) *dns.Msg {
 const entryHeader = 25
 
 // sizer returns the bytes the store keeps for an entry: built from the
-// reply as the plugin's miss path builds it.
+// reply as the plugin's miss path builds it, for clients without DO (its
+// signatures left out) unless every client sets DO.
 type sizer struct {
-	b *entry.Builder
+	b    *entry.Builder
+	mode dnssecMode
 }
 
-func newSizer() *sizer { return &sizer{b: entry.NewBuilder()} }
+func newSizer(mode dnssecMode) *sizer { return &sizer{b: entry.NewBuilder(), mode: mode} }
 
 func (s *sizer) size(i int) int {
-	m := reply(i)
+	m := reply(i, s.mode.signed)
 	q := m.Question[0]
 	key, err := entry.KeyFor(q.Name, q.Qtype, q.Qclass, false)
 	if err != nil {
@@ -87,6 +104,9 @@ func (s *sizer) size(i int) int {
 	var flags uint16
 	if m.Rcode == dns.RcodeNameError {
 		flags = entry.FlagDenial
+	}
+	if s.mode.do == 100 {
+		flags |= entry.FlagDNSSEC
 	}
 	e, err := s.b.Build(m, key, "", 0, workload.TTL, 0, flags, 1<<16)
 	if err != nil {

@@ -38,20 +38,23 @@ func printTables(out io.Writer, cfg config, traces []*prepared, results map[cell
 		cfg.queries, cfg.names, 100*cfg.warmUp)
 	fmt.Fprintf(out, "of those to the hottest 1%% of the names (%d), their first asks left out. The simulations hold entries\n", cfg.names/100)
 	fmt.Fprintf(out, "of the sizes the store keeps (the packed entry) in the budget; the stock cache holds budget / %d entries.\n", cfg.stockBytes)
+	if cfg.dnssec.signed {
+		fmt.Fprintf(out, "The upstream signs the Zipf names' answers (an RRSIG per RRset, to DO queries only); %d%% of the queries set DO.\n", cfg.dnssec.do)
+	}
 
 	for b, budget := range cfg.budgets {
 		fmt.Fprintf(out, "\n%d MiB\n\n| trace |", budget>>20)
 		for _, c := range cfg.columns {
 			fmt.Fprintf(out, " %s |", columnTitle(c))
 			if c == string(bench.Compact) {
-				fmt.Fprintf(out, " entries |")
+				fmt.Fprintf(out, " entries | bytes/entry |")
 			}
 		}
 		fmt.Fprintf(out, "\n|---|")
 		for _, c := range cfg.columns {
 			fmt.Fprintf(out, "--:|")
 			if c == string(bench.Compact) {
-				fmt.Fprintf(out, "--:|")
+				fmt.Fprintf(out, "--:|--:|")
 			}
 		}
 		fmt.Fprintln(out)
@@ -61,7 +64,7 @@ func printTables(out io.Writer, cfg config, traces []*prepared, results map[cell
 				r := results[cell{t, b, c}]
 				fmt.Fprintf(out, " %.3f / %.4f |", r.rate(), r.hotRate())
 				if c == string(bench.Compact) {
-					fmt.Fprintf(out, " %d |", r.Entries)
+					fmt.Fprintf(out, " %d | %.0f |", r.Entries, float64(r.Bytes)/float64(max(1, r.Entries)))
 				}
 			}
 			fmt.Fprintln(out)

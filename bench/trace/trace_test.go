@@ -63,7 +63,7 @@ func TestTraces(t *testing.T) {
 // TestSizes checks that sized names make entries of 64 B to 4 KB, as the
 // store keeps them, and that denials are entries too.
 func TestSizes(t *testing.T) {
-	sz := newSizer()
+	sz := newSizer(dnssecMode{})
 	lo, hi := maxSized, 0
 	for i := sizedBase; i < sizedBase+2000; i++ {
 		n := sz.size(i)
@@ -81,7 +81,7 @@ func TestSizes(t *testing.T) {
 // admits and evicts as it should, and OPT is the best of them.
 func TestSimulations(t *testing.T) {
 	tr := spec{name: "t", skew: 0.9, oneOff: 0.3, oneOffBase: sizedBase}.generate(5000, 50_000, 0.2)
-	p := prepare(tr, &sizes{s: newSizer(), known: map[uint32]int32{}})
+	p := prepare(tr, &sizes{s: newSizer(dnssecMode{}), known: map[uint32]int32{}})
 	const budget = 256 << 10
 	rates := map[string]float64{}
 	for _, name := range simNames {
@@ -117,18 +117,55 @@ func TestSimulations(t *testing.T) {
 // along the way, and what hits is what the upstream was not asked.
 func TestReplay(t *testing.T) {
 	tr := spec{name: "t", skew: 0.9, oneOff: 0.5, oneOffBase: denialBase}.generate(3000, 20_000, 0.2)
-	p := prepare(tr, &sizes{s: newSizer(), known: map[uint32]int32{}})
+	p := prepare(tr, &sizes{s: newSizer(dnssecMode{}), known: map[uint32]int32{}})
 	for _, kind := range []bench.Kind{bench.Compact, bench.Stock} {
-		c, up, err := newCache(kind, 4<<20, 1071)
+		c, up, err := newCache(kind, 4<<20, 1071, dnssecMode{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := replay(p, c, up)
+		r, err := replay(p, c, up, dnssecMode{})
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
 		if r.Queries != 16_000 || r.Hits == 0 || int(up.Calls()) < len(p.queries)-r.Hits-p.warmUp {
 			t.Fatalf("%s: %d hits of %d queries, %d asked upstream", kind, r.Hits, r.Queries, up.Calls())
 		}
+	}
+}
+
+// TestReplaySigned replays a trace of signed answers through a budget
+// smaller than its names: with no client that sets DO the store keeps no
+// signatures, so it holds more entries, in fewer bytes each, and misses
+// less than when every client sets DO; a share of DO clients misses more
+// than none (the upgrades and the larger entries). The stock cache, at its
+// bytes an entry, misses more at every share.
+func TestReplaySigned(t *testing.T) {
+	tr := spec{name: "t", skew: 0.9}.generate(20_000, 40_000, 0.2)
+	perEntry := map[int]float64{}
+	misses := map[bench.Kind]map[int]int{bench.Compact: {}, bench.Stock: {}}
+	for _, do := range []int{0, 10, 100} {
+		mode := dnssecMode{signed: true, do: do}
+		p := prepare(tr, &sizes{s: newSizer(mode), known: map[uint32]int32{}})
+		for _, kind := range []bench.Kind{bench.Compact, bench.Stock} {
+			c, up, err := newCache(kind, 1<<20, 1071, mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := replay(p, c, up, mode)
+			if err != nil {
+				t.Fatalf("%s, %d%% DO: %v", kind, do, err)
+			}
+			misses[kind][do] = int(up.Calls())
+			if kind == bench.Compact {
+				perEntry[do] = float64(c.Compact.Stats().Bytes) / float64(r.Entries)
+			}
+		}
+	}
+	if perEntry[0] >= perEntry[100] {
+		t.Errorf("bytes an entry: %.0f with no DO client, %.0f with every client DO; want fewer without", perEntry[0], perEntry[100])
+	}
+	cc, st := misses[bench.Compact], misses[bench.Stock]
+	if cc[0] >= cc[10] || cc[0] >= cc[100] || st[0] <= cc[0] || st[10] <= cc[10] || st[100] <= cc[100] {
+		t.Errorf("upstream queries at 0/10/100%% DO: compactcache %d/%d/%d, stock cache %d/%d/%d", cc[0], cc[10], cc[100], st[0], st[10], st[100])
 	}
 }

@@ -116,9 +116,12 @@ type Entry struct {
 	// The key's flags besides the question: CD (checking disabled), and
 	// non-answer, the slot that keeps a denial or failure beside an answer
 	// under serve_stale_policy prefer_positive. DO is not in the key: one
-	// entry serves DO and non-DO clients.
+	// entry serves DO and non-DO clients, unless it is stored without
+	// DNSSEC records: for a client without DO, with the DNSSEC records of
+	// the reply left out, which a DO client's query then fetches.
 	CD        bool `json:"cd"`
 	NonAnswer bool `json:"non_answer,omitempty"`
+	NoDNSSEC  bool `json:"no_dnssec,omitempty"`
 	// ECS: the client subnet the entry is stored for ("" for everyone), and
 	// how it matches: "scope" (clients within the subnet), "exact" (clients
 	// that send this very prefix) or "source0" (queries with source /0).

@@ -26,6 +26,9 @@ func (e *Entry) AppendText(b []byte) []byte {
 	if e.NonAnswer {
 		flags = append(flags, "non-answer")
 	}
+	if e.NoDNSSEC {
+		flags = append(flags, "no-dnssec")
+	}
 	b = field(b, "flags", strings.Join(flags, ","))
 	b = field(b, "ecs", e.ECS)
 	b = field(b, "match", e.ECSMatch)

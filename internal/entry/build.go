@@ -51,6 +51,11 @@ func (b *Builder) OtherKey(key []byte) []byte {
 // record order after those. asked is the request's question name, which
 // packed to key's name ignoring case, or "": a reply that echoes it, as
 // replies do, has its question checked without packing it again.
+//
+// With FlagDNSSEC in flags the entry keeps every record. Without it, the
+// records only DO clients get (DNSSECOnly, unless asked for) are left out,
+// bytes that clients without DO never receive, and the entry gets
+// FlagDNSSEC all the same when m had none: it then holds all there is.
 func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor uint32, flags uint16, limit int) (Entry, error) {
 	nameLen := WireNameLen(key)
 	qname := key[:nameLen]
@@ -72,6 +77,7 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
 	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
 	var refused error // the first record the entry cannot take
+	keepDNSSEC, left := flags&FlagDNSSEC != 0, false
 	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
 		for _, rr := range rrs {
@@ -86,8 +92,13 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 				refused = errBadRdata
 				continue
 			}
+			proof := DNSSECOnly(r.Type, s) && !AskedFor(r.Type, s, qtype)
+			if proof && !keepDNSSEC {
+				left = true
+				continue
+			}
 			r.TTL = max(WireTTL(r.TTL), floor)
-			if r.TTL < ttl && DNSSECOnly(r.Type, s) && !AskedFor(r.Type, s, qtype) {
+			if proof && r.TTL < ttl {
 				flags |= FlagShortProof
 			}
 			buf = layRecord(buf, &r, s, qname, qtype, qclass, ttl)
@@ -98,7 +109,10 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 		}
 		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
 	}
-	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with flagShortProof, known now
+	if !left {
+		flags |= FlagDNSSEC
+	}
+	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with FlagShortProof and FlagDNSSEC, known now
 	b.buf = buf
 	if refused != nil {
 		return nil, refused

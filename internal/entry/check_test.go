@@ -21,7 +21,7 @@ func builtEntries(tb testing.TB, n int) []Entry {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			e, err := b.Build(m, key, m.Question[0].Name, 1, 300, 0, 0, maxRecordBytes)
+			e, err := b.Build(m, key, m.Question[0].Name, 1, 300, 0, FlagDNSSEC, maxRecordBytes) // the signatures too
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 //	8       4     ttl: the entry's TTL in seconds, already clamped; fixed
 //	              once the entry is built, since records that drop their
 //	              own TTL (recTTLIsEntry) read it back from here
-//	12      2     flags: rcode (low 4 bits), AA, RA, AD, denial, ...
+//	12      2     flags: rcode (low 3 bits), DNSSEC, AA, RA, AD, denial, ...
 //	14      2     answer count
 //	16      2     authority count
 //	18      2     additional count
@@ -50,12 +50,20 @@ const (
 
 // Entry flags.
 const (
-	FlagRcodeMask = 0x000f
-	FlagAA        = 1 << 4
-	FlagRA        = 1 << 5
-	FlagAD        = 1 << 6
-	FlagDenial    = 1 << 7 // counted against the denial capacity
-	FlagAnswers   = 1 << 8 // a success that answers its question (serve_stale_policy)
+	// FlagRcodeMask: the cache stores NOERROR, SERVFAIL and NXDOMAIN only
+	// (classify), so three bits hold every rcode an entry has.
+	FlagRcodeMask = 0x0007
+	// FlagDNSSEC: the entry holds every record the upstream sent, the
+	// DNSSEC ones that only DO clients get (DNSSECOnly) included, and so
+	// serves DO clients as well as the others. Without it, the entry was
+	// stored for a client without DO and such records were left out of it
+	// (Builder.Build). An entry's is read by HoldsDNSSEC only.
+	FlagDNSSEC  = 1 << 3
+	FlagAA      = 1 << 4
+	FlagRA      = 1 << 5
+	FlagAD      = 1 << 6
+	FlagDenial  = 1 << 7 // counted against the denial capacity
+	FlagAnswers = 1 << 8 // a success that answers its question (serve_stale_policy)
 	// FlagReferred and FlagFreqHigh are a counter of hits, 0 to 3: added
 	// to by each hit, taken from each time the store's eviction passes the
 	// entry and keeps it (Freq).
@@ -139,6 +147,10 @@ func (e Entry) nameLen() int      { return int(e[offNameLen]) }
 func (e Entry) Key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
 func (e Entry) QName() []byte     { return e[offKey : offKey+e.nameLen()] }
 func (e Entry) RecordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
+
+// HoldsDNSSEC reports whether e serves DO clients: it holds the DNSSEC
+// records the upstream sent (FlagDNSSEC).
+func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
 
 // keyLen returns the length of the key at the start of b, whose qname is
 // nameLen bytes: the key flags say which suffix follows them.

@@ -489,3 +489,67 @@ func BenchmarkPackName(b *testing.B) {
 		i++
 	}
 }
+
+// TestBuildLeavesOutDNSSEC: without FlagDNSSEC the builder leaves out the
+// records only DO clients get, keeps those the question asks for, and
+// marks the entry FlagDNSSEC when it left nothing out; with the flag it
+// keeps every record.
+func TestBuildLeavesOutDNSSEC(t *testing.T) {
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := rr("s.example. 300 IN A 192.0.2.1")
+	sig := rr("s.example. 300 IN RRSIG A 13 2 300 20300101000000 20200101000000 12345 example. AAAA")
+	soa := rr("example. 300 IN SOA ns.example. host.example. 1 7200 3600 1209600 300")
+	nsec := rr("s.example. 60 IN NSEC t.example. A RRSIG NSEC")
+	ds := rr("child.example. 300 IN DS 12345 13 2 0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF")
+	ns := rr("child.example. 300 IN NS ns.child.example.")
+	for _, tc := range []struct {
+		name     string
+		qtype    uint16
+		an, auth []dns.RR
+		keep     bool
+		records  int  // records in the entry
+		dnssec   bool // FlagDNSSEC on the entry
+		short    bool // FlagShortProof on the entry
+	}{
+		{"signed answer", dns.TypeA, []dns.RR{a, sig}, nil, false, 1, false, false},
+		{"signed answer, kept", dns.TypeA, []dns.RR{a, sig}, nil, true, 2, true, false},
+		{"NODATA with a short NSEC", dns.TypeMX, nil, []dns.RR{soa, nsec}, false, 1, false, false},
+		{"NODATA with a short NSEC, kept", dns.TypeMX, nil, []dns.RR{soa, nsec}, true, 2, true, true},
+		{"referral with DS", dns.TypeA, nil, []dns.RR{ns, ds}, false, 1, false, false},
+		{"RRSIG asked for", dns.TypeRRSIG, []dns.RR{sig}, nil, false, 1, true, false},
+		{"unsigned", dns.TypeA, []dns.RR{a}, nil, false, 1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(dns.Msg)
+			m.SetQuestion("s.example.", tc.qtype)
+			m.Response, m.Answer, m.Ns = true, tc.an, tc.auth
+			key, err := KeyFor("s.example.", tc.qtype, dns.ClassINET, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flags uint16
+			if tc.keep {
+				flags = FlagDNSSEC
+			}
+			e, err := NewBuilder().Build(m, key, "s.example.", 1, 300, 0, flags, maxRecordBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := e.Count(0) + e.Count(1) + e.Count(2); n != tc.records {
+				t.Errorf("%d records, want %d", n, tc.records)
+			}
+			if e.HoldsDNSSEC() != tc.dnssec || e.Flags()&FlagShortProof != 0 != tc.short {
+				t.Errorf("HoldsDNSSEC %v, short proof %v; want %v, %v", e.HoldsDNSSEC(), e.Flags()&FlagShortProof != 0, tc.dnssec, tc.short)
+			}
+			if err := Check(e); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
