@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -430,6 +431,35 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 	}
 }
 
+// TestPassedOnRcodes: a reply the cache does not store reaches the client
+// with its RCODE, whatever the rcodes an entry keeps; an extended one with
+// its upper bits in OPT, or as SERVFAIL to a client without EDNS.
+func TestPassedOnRcodes(t *testing.T) {
+	for _, rcode := range []int{dns.RcodeNotImplemented, dns.RcodeRefused, dns.RcodeYXDomain, dns.RcodeNotAuth, dns.RcodeNotZone, dns.RcodeBadCookie} {
+		for _, edns := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s edns=%v", dns.RcodeToString[rcode], edns), func(t *testing.T) {
+				u := newUpstream()
+				u.add("r.example.org.", dns.TypeA, rcode, nil, nil, nil)
+				c := newTestCache(t, u, newClock())
+				req := test.Case{Qname: "r.example.org.", Qtype: dns.TypeA}.Msg()
+				if edns {
+					req.SetEdns0(1232, false)
+				}
+				want := rcode
+				if rcode > 0xF && !edns {
+					want = dns.RcodeServerFailure
+				}
+				for i := range 2 {
+					// ask packs and unpacks the reply: the upper bits travel in OPT.
+					if got := ask(t, c, req, false); got.Rcode != want {
+						t.Errorf("query %d: rcode %s, want %s", i, dns.RcodeToString[got.Rcode], dns.RcodeToString[want])
+					}
+				}
+			})
+		}
+	}
+}
+
 // releaseFlight waits for the clients of wg to wait on c's one flight, then
 // lets its upstream answer (release) and waits for the clients.
 func releaseFlight(t *testing.T, c *Cache, release chan struct{}, wg *sync.WaitGroup) {
@@ -459,6 +489,11 @@ func TestWaitersGetAnUncachedReply(t *testing.T) {
 	const clients = 200
 	var wg sync.WaitGroup
 	for i := range clients {
+		if i == 1 {
+			// A DO client leads the flight: the others, with DO or
+			// without, can all wait for its answer.
+			await(t, "the first client's flight", func() bool { return c.flights.count() == 1 })
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -401,7 +401,8 @@ func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error 
 		if !ok {
 			key = s.key
 		}
-		flags := entryFlags(res, verdict{nxname: compactNXDomain(res)})
+		// With its DNSSEC records, which the writer gives DO clients only.
+		flags := entryFlags(res, verdict{nxname: compactNXDomain(res)}) | entry.FlagDNSSEC
 		// An entry TTL no record reaches, at age 0: each record keeps its own.
 		e, err = b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
 	}
@@ -409,7 +410,7 @@ func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error 
 		log.Debugf("Answering SERVFAIL in place of a reply for %q/%s: %s", r.Question[0].Name, dns.Type(r.Question[0].Qtype), err)
 		return c.write(w, s.replies.appendReply(&s.q, c.servfail(b, s), replyView{}))
 	}
-	return c.write(w, s.replies.appendReply(&s.q, e, replyView{tc: res.Truncated, rcodeHigh: uint8(res.Rcode >> 4)}))
+	return c.write(w, s.replies.appendReply(&s.q, e, replyView{passed: true, rcode: uint16(res.Rcode), tc: res.Truncated}))
 }
 
 // errForeign is why a reply that answers another question is not passed on.

@@ -32,8 +32,12 @@ type replyView struct {
 	value uint32
 	ede   uint16 // INFO-CODE of RFC 8914, 0 for none
 
-	tc        bool  // the upstream's reply was truncated
-	rcodeHigh uint8 // the upper 8 bits of an extended RCODE (RFC 6891 6.1.3)
+	// A reply passed on has its whole RCODE here: an entry keeps only the
+	// rcodes the cache stores, and an extended one (RFC 6891 6.1.3) has its
+	// upper bits in OPT.
+	passed bool
+	rcode  uint16
+	tc     bool // the upstream's reply was truncated
 }
 
 // Extended DNS Error codes (RFC 8914 section 4).
@@ -101,15 +105,18 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 
 	ef := e.Flags()
 	rcode := e.Rcode()
+	if tv.passed {
+		rcode = int(tv.rcode)
+	}
 	if ef&entry.FlagNXName != 0 && !q.do {
 		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
 	}
-	if tv.rcodeHigh != 0 && !q.edns {
+	if rcode > 0xF && !q.edns {
 		// An extended RCODE needs OPT, which this client cannot read: say
 		// SERVFAIL, as a server would.
 		rcode = dns.RcodeServerFailure
 	}
-	flags := uint16(dnsmsg.QR) | uint16(q.opcode&0xF)<<11 | uint16(rcode)
+	flags := uint16(dnsmsg.QR) | uint16(q.opcode&0xF)<<11 | uint16(rcode&0xF)
 	if ef&entry.FlagAA != 0 {
 		flags |= dnsmsg.AA
 	}
@@ -179,7 +186,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 		msg = cut(msg, marks, limit, &counts)
 	}
 	if q.edns {
-		msg = appendOPT(msg, q, tv.rcodeHigh, tv.ede, e.Scope())
+		msg = appendOPT(msg, q, uint8(rcode>>4), tv.ede, e.Scope())
 		counts[2]++
 	}
 	binary.BigEndian.PutUint16(msg[6:], uint16(counts[0]))
