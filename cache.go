@@ -374,6 +374,11 @@ func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool
 	if c.probe(s, key, now, withStale, true, f) {
 		return true
 	}
+	if f.upgrade {
+		// The answer is kept without the DNSSEC records a DO client needs:
+		// it misses and upgrades the answer rather than take a denial.
+		return false
+	}
 	key[entry.FlagsAt(key)] |= entry.KeyOther
 	defer func() { key[entry.FlagsAt(key)] &^= entry.KeyOther }()
 	return c.probe(s, key, now, withStale, false, f)

@@ -235,6 +235,32 @@ func TestFailedUpgradeKeepsEntry(t *testing.T) {
 	}
 }
 
+// TestUpgradeBeforeDenialBeside: under serve_stale_policy prefer_positive,
+// a DO client that finds an answer kept without its DNSSEC records misses
+// and upgrades it, rather than take the denial kept beside it.
+func TestUpgradeBeforeDenialBeside(t *testing.T) {
+	u := signedUpstream(t)
+	clk := newClock()
+	c := parseCache(t, "compactcache {\n serve_stale 1h verify\n serve_stale_policy prefer_positive\n}", u, clk)
+	answer := u.script("s.example.", dns.TypeA)
+	ask(t, c, doQuery("s.example.", dns.TypeA, false), false)
+	// The name is gone upstream for a while: a client without DO keeps
+	// getting the stale answer, and the denial is kept beside it.
+	u.add("s.example.", dns.TypeA, dns.RcodeNameError, nil, []dns.RR{mustRR(t, "example. 300 IN SOA ns.example. host.example. 1 7200 3600 1209600 300")}, nil)
+	clk.advance(400 * time.Second)
+	if got := ask(t, c, doQuery("s.example.", dns.TypeA, false), false); got.Rcode != dns.RcodeSuccess {
+		t.Fatalf("a client without DO: %s, want the stale answer", dns.RcodeToString[got.Rcode])
+	}
+	if n := c.Stats().Entries; n != 2 {
+		t.Fatalf("%d entries, want the answer and the denial beside it", n)
+	}
+	// It is back: the DO client gets it, with its signature.
+	u.set("s.example.", dns.TypeA, answer)
+	if got := ask(t, c, doQuery("s.example.", dns.TypeA, true), false); got.Rcode != dns.RcodeSuccess || len(got.Answer) != 2 {
+		t.Errorf("the DO client got %v, want the answer and its RRSIG", got)
+	}
+}
+
 // TestConcurrentMissesDOApart: misses for one name from clients without DO
 // and with DO, while the upstream is held: those without DO share the
 // first fetch, the DO clients one of their own, since the first stores no
