@@ -540,7 +540,13 @@ func testFrontendSocketLoopAllocatesNothing(t *testing.T, up, before string) {
 		return float64(after.Mallocs-before.Mallocs) / n
 	}
 	server, front := perHit(udp), perHit(fe)
-	t.Logf("allocations per hit in the whole process: %.3f through the server, %.3f through the front end", server, front)
+	// The count is the process's: what other goroutines allocate meanwhile
+	// (earlier tests' servers winding down, a busy machine's slower hits)
+	// only adds to it. The least of three runs is the front end's.
+	for range 2 {
+		front = min(front, perHit(fe))
+	}
+	t.Logf("allocations per hit in the whole process: %.3f through the server, %.3f through the front end (least of three runs)", server, front)
 	if server < 1 {
 		t.Fatalf("%.3f allocations per hit through the server: the count does not see them", server)
 	}
