@@ -132,7 +132,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 
 	port := testenv.FreePort(t)
 	cp.url = fmt.Sprintf("https://127.0.0.1:%d", port)
-	daemon(t, "kube-apiserver", apiserverBin,
+	exited := daemon(t, "kube-apiserver", apiserverBin,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -144,6 +144,9 @@ func startControlPlane(t *testing.T) *controlPlane {
 		"--service-account-signing-key-file", write("sa.key", pemBlock("PRIVATE KEY", saPriv)),
 		"--service-cluster-ip-range", serviceCIDRs,
 		"--authorization-mode", "RBAC",
+		// The reconciler that keeps the kubernetes Service's endpoints
+		// refuses a loopback address.
+		"--endpoint-reconciler-type", "none",
 		"--profiling=false")
 
 	cp.kubeconfig = write("admin.kubeconfig", kubeconfig(cp.url, cp.caPEM,
@@ -161,6 +164,11 @@ func startControlPlane(t *testing.T) *controlPlane {
 	begin := time.Now()
 	last := ""
 	for time.Since(begin) < 90*time.Second {
+		select {
+		case <-exited:
+			t.Fatal("kube-apiserver exited")
+		default:
+		}
 		resp, err := client.Get(cp.url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
@@ -178,9 +186,10 @@ func startControlPlane(t *testing.T) *controlPlane {
 	return nil
 }
 
-// daemon starts a server of the control plane, its output in a file of the
-// test's directory that a failed test prints, and kills it at the end.
-func daemon(t *testing.T, name, bin string, args ...string) {
+// daemon starts a server of the control plane, its output kept for the log
+// of a failed test that a failed test prints, and kills it at the end. The
+// channel closes when it exits.
+func daemon(t *testing.T, name, bin string, args ...string) <-chan struct{} {
 	t.Helper()
 	out := &testenv.LogBuffer{}
 	cmd := exec.Command(bin, args...)
@@ -201,6 +210,7 @@ func daemon(t *testing.T, name, bin string, args ...string) {
 			t.Logf("%s output:\n%s", name, s)
 		}
 	})
+	return done
 }
 
 // kubectl runs kubectl as the administrator with stdin and fails the test
