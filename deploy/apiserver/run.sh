@@ -21,8 +21,13 @@ out=${XDG_CACHE_HOME:-$HOME/.cache}/compactcache-apiserver/$key
 if [[ ! -x $out/kube-apiserver || ! -x $out/kubectl ]]; then
 	echo "building kube-apiserver and kubectl into $out (about 5 minutes cold on 2 cores)" >&2
 	mkdir -p "$out"
-	# A module outside the workspace of the repository's go.work.
+	# A module outside the workspace of the repository's go.work; the
+	# version as Kubernetes's own build stamps it, for --version and kubectl.
+	v=$(GOWORK=off go list -m -f '{{.Version}}' k8s.io/kubernetes)
+	minor=${v#v*.}
+	pkg=k8s.io/component-base/version
 	GOWORK=off nice -n 10 go build -trimpath -o "$out/" \
+		-ldflags "-X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 fi
 "$out/kube-apiserver" --version
