@@ -13,7 +13,6 @@ import (
 	"github.com/compactcache/compactcache/internal/testenv"
 
 	"github.com/miekg/dns"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -313,10 +312,6 @@ func applyManifests(t *testing.T, cp *controlPlane, tokenFile string) {
 		for _, m := range decodeStrict(t, f) {
 			o := m.obj.(metav1.Object)
 			gvk := m.obj.GetObjectKind().GroupVersionKind()
-			if gvk.Empty() {
-				a, _ := meta.TypeAccessor(m.obj)
-				t.Fatalf("%s %s: no kind (%v)", f, o.GetName(), a)
-			}
 			resource := strings.ToLower(gvk.Kind)
 			if gvk.Group != "" {
 				resource += "." + gvk.Group
