@@ -48,17 +48,17 @@ func ServerAddrs(cfg *dnsserver.Config) []string {
 // an unexported field of ServerListener, and a front end must hand requests
 // to the server itself.
 func Server(inst *caddy.Instance, addrs []string) *dnsserver.Server {
-	for _, sl := range inst.Servers() {
-		f := reflect.ValueOf(&sl).Elem().FieldByName(listenerServerField)
-		if !f.IsValid() {
-			return nil
-		}
-		s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
-		if !ok {
-			continue
-		}
-		for _, a := range addrs {
-			if s.Addr == a {
+	// The first address that has a server, not the first server that has
+	// an address: caddy lists a block's servers in no fixed order, and the
+	// server names the front end's metrics.
+	for _, a := range addrs {
+		for _, sl := range inst.Servers() {
+			f := reflect.ValueOf(&sl).Elem().FieldByName(listenerServerField)
+			if !f.IsValid() {
+				return nil
+			}
+			s, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*dnsserver.Server)
+			if ok && s.Addr == a {
 				return s
 			}
 		}
