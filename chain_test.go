@@ -390,6 +390,22 @@ func TestChainNestedLookupThroughCache(t *testing.T) {
 	forward . ` + up + `
 }`
 		},
+	}, {
+		// The cluster DNS's Corefile (deploy/kubernetes/coredns.yaml):
+		// prometheus and loadbalance before the cache wrap the nested
+		// lookup's writer in theirs.
+		"one block with prometheus and loadbalance",
+		func(up string) string {
+			return `.:0 {
+	bind 127.0.0.1
+	errors
+	prometheus 127.0.0.1:0
+	file ` + zone + ` example.org.
+	compactcache
+	forward . ` + up + `
+	loadbalance
+}`
+		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

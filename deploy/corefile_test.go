@@ -283,6 +283,9 @@ type rewrite struct {
 	readyAddr   string
 	metricsAddr string
 	apiServer   string // "" when the Corefile has no kubernetes block
+	kubeconfig  string // in place of apiServer: a real API server's
+	adminAddr   string // the admin endpoint's
+	tokenFile   string // the admin and warm-up token's
 	upstream    string
 	snapshotDir string // where snapshot files go
 }
@@ -325,11 +328,19 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 			line = indent + "prometheus " + r.metricsAddr + blockOpen(fields)
 		case first == "forward" && len(fields) >= 3 && fields[2] == "/etc/resolv.conf":
 			line = indent + "forward " + fields[1] + " " + r.upstream + blockOpen(fields)
+		case first == "admin":
+			line = indent + "admin " + r.adminAddr + blockOpen(fields)
+		case first == "token_file":
+			line = indent + "token_file " + r.tokenFile
 		case first == "kubernetes":
 			if !strings.HasSuffix(trimmed, "{") {
 				t.Fatalf("the kubernetes directive has no block to add an endpoint to: %q", line)
 			}
-			extra = append(extra, indent+"    endpoint "+r.apiServer)
+			if r.kubeconfig != "" {
+				extra = append(extra, indent+"    kubeconfig "+r.kubeconfig+" test")
+			} else {
+				extra = append(extra, indent+"    endpoint "+r.apiServer)
+			}
 		}
 		out = append(out, line)
 		out = append(out, extra...)
@@ -530,16 +541,23 @@ func TestClusterCorefileStarts(t *testing.T) {
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		apiServer:   api.URL,
 		upstream:    up.addr,
+		adminAddr:   fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		tokenFile:   filepath.Join(t.TempDir(), "token"),
+	}
+	if err := os.WriteFile(r.tokenFile, []byte("compactcache-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	original := configMapCorefile(t, "coredns.yaml", "coredns-compactcache")
 	cf, changes := rewriteCorefile(t, original, r)
 	t.Logf("changed for the test:\n  %s", strings.Join(changes, "\n  "))
-	if len(changes) != 8 {
-		t.Errorf("%d changes, want 8: listen port, bind, health, ready, prometheus, forward, endpoint, front end", len(changes))
+	if len(changes) != 11 {
+		t.Errorf("%d changes, want 11: listen port, bind, health, ready, prometheus, forward, endpoint, front end, admin, admin's and warmup's token_file", len(changes))
 	}
 
 	begin := time.Now()
-	in := start(t, bin, cf)
+	// The first pod of a Deployment: the peers' Service has no pod behind
+	// it, so the warm-up finds nothing listening and the pod starts cold.
+	in := start(t, bin, cf, "COREDNS_PEERS_SERVICE_HOST=127.0.0.1", fmt.Sprintf("COREDNS_PEERS_SERVICE_PORT=%d", testenv.FreePort(t)))
 	// The servers listen once the kubernetes plugin has synced, or given up
 	// after its startup_timeout (5s); /ready answers 200 only when it has
 	// synced its services, endpointslices and namespaces from the API server.
@@ -551,6 +569,9 @@ func TestClusterCorefileStarts(t *testing.T) {
 		t.Error("the kubernetes plugin did not sync with the fake API server before its startup timeout")
 	}
 	waitHTTP(t, in, "http://"+r.healthAddr+"/health", 5*time.Second)
+	if !strings.Contains(in.out.String(), "Warm-up of dns://.:") || !strings.Contains(in.out.String(), "starting cold") {
+		t.Error("no log line of a warm-up given up for want of a peer")
+	}
 	for _, p := range []string{"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/api/v1/namespaces"} {
 		if api.served(p) == 0 {
 			t.Errorf("the kubernetes plugin never asked for %s", p)

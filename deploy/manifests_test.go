@@ -19,6 +19,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -641,6 +642,117 @@ func TestMemoryMismatchIsCaught(t *testing.T) {
 	for _, in := range []string{"384MiB", "402653184", "1GiB"} {
 		if _, err := goMemLimit(in); err != nil {
 			t.Errorf("goMemLimit(%q): %v", in, err)
+		}
+	}
+}
+
+// TestClusterDNSWarmup checks how the cluster DNS pods warm from their
+// peers: the admin endpoint on the container's admin port with the
+// Secret's token, the warm-up at the address Kubernetes gives the pods for
+// the coredns-peers Service, and a NetworkPolicy that lets only the pods
+// themselves reach the admin port while DNS, metrics and the probes stay
+// open.
+func TestClusterDNSWarmup(t *testing.T) {
+	ms := decodeStrict(t, filepath.Join("kubernetes", "coredns.yaml"))
+	dep := object[*appsv1.Deployment](t, ms, "coredns")
+	peers := object[*corev1.Service](t, ms, "coredns-peers")
+	np := object[*networkingv1.NetworkPolicy](t, ms, "coredns-admin")
+	pod := dep.Spec.Template
+	c := pod.Spec.Containers[0]
+	text := object[*corev1.ConfigMap](t, ms, configVolume(t, pod.Spec, c)).Data["Corefile"]
+	admin := containerPort(t, c, "admin")
+
+	// admin ADDRESS { token_file PATH } on the container's admin port, not
+	// on the loopback: the peers reach it.
+	m := regexp.MustCompile(`(?m)^\s*admin (\S+) \{$`).FindStringSubmatch(text)
+	if m == nil || !strings.HasPrefix(m[1], ":") || port(t, m[1], "") != strconv.Itoa(int(admin.ContainerPort)) {
+		t.Errorf("admin %v, want the pod's addresses on the admin port %d", m, admin.ContainerPort)
+	}
+	// The Secret's key token, mounted where every token_file points.
+	var mount string
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "compactcache-admin" {
+			for _, vm := range c.VolumeMounts {
+				if vm.Name == v.Name && vm.ReadOnly {
+					mount = vm.MountPath
+				}
+			}
+			if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0 {
+				t.Errorf("the token's mode %v lets others read it", v.Secret.DefaultMode)
+			}
+		}
+	}
+	psc := pod.Spec.SecurityContext
+	if mount == "" || psc == nil || psc.FSGroup == nil || c.SecurityContext.RunAsGroup == nil || *psc.FSGroup != *c.SecurityContext.RunAsGroup {
+		t.Error("the Secret compactcache-admin is not mounted read-only where the container's group reads it (fsGroup)")
+	}
+	tokens := regexp.MustCompile(`(?m)^\s*token_file (\S+)$`).FindAllStringSubmatch(text, -1)
+	if len(tokens) != 2 {
+		t.Errorf("%d token_file lines, want 2 (admin and warmup)", len(tokens))
+	}
+	for _, tf := range tokens {
+		if tf[1] != mount+"/token" {
+			t.Errorf("token_file %s, the Secret's key token is at %s/token", tf[1], mount)
+		}
+	}
+
+	// warmup at the Service's address and port from the pod's environment.
+	env := strings.ToUpper(strings.ReplaceAll(peers.Name, "-", "_")) + "_SERVICE_"
+	want := "http://{$" + env + "HOST}:{$" + env + "PORT}"
+	if m := regexp.MustCompile(`(?m)^\s*warmup (\S+) \{$`).FindStringSubmatch(text); m == nil || m[1] != want {
+		t.Errorf("warmup %v, want %s", m, want)
+	}
+	if peers.Spec.ClusterIP == corev1.ClusterIPNone {
+		t.Error("coredns-peers is headless: Kubernetes puts no address of it in the pods' environment")
+	}
+	if !selects(t, &metav1.LabelSelector{MatchLabels: peers.Spec.Selector}, pod.Labels) {
+		t.Error("coredns-peers does not select the pods")
+	}
+	if len(peers.Spec.Ports) == 0 || (peers.Spec.Ports[0].TargetPort.String() != admin.Name && peers.Spec.Ports[0].TargetPort.IntValue() != int(admin.ContainerPort)) {
+		t.Errorf("coredns-peers' first port %+v (the one _SERVICE_PORT names) does not lead to the admin port", peers.Spec.Ports)
+	}
+	var order []string
+	for _, m := range ms {
+		order = append(order, m.obj.(metav1.Object).GetName()+" "+fmt.Sprintf("%T", m.obj))
+	}
+	if slices.Index(order, "coredns-peers *v1.Service") > slices.Index(order, "coredns *v1.Deployment") {
+		t.Error("coredns-peers comes after the Deployment: its pods would start without the Service's address")
+	}
+
+	// The NetworkPolicy: the admin port from the Deployment's pods only;
+	// every other port of the container and the probes from anywhere.
+	if !selects(t, &np.Spec.PodSelector, pod.Labels) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Fatal("the NetworkPolicy does not isolate the pods' ingress")
+	}
+	open := map[string]bool{}
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			key := fmt.Sprintf("%d/%s", p.Port.IntValue(), *p.Protocol)
+			if p.Port.IntValue() == int(admin.ContainerPort) {
+				for _, f := range r.From {
+					if f.NamespaceSelector != nil || f.IPBlock != nil || f.PodSelector == nil || !selects(t, f.PodSelector, pod.Labels) || !selects(t, f.PodSelector, map[string]string{"k8s-app": pod.Labels["k8s-app"]}) {
+						t.Errorf("the admin port is open to %+v, beyond the Deployment's pods", f)
+					}
+				}
+				if len(r.From) == 0 {
+					t.Error("the admin port is open to everyone")
+				}
+				continue
+			}
+			if len(r.From) == 0 {
+				open[key] = true
+			}
+		}
+	}
+	need := []string{fmt.Sprintf("%d/TCP", c.LivenessProbe.HTTPGet.Port.IntValue()), fmt.Sprintf("%d/TCP", c.ReadinessProbe.HTTPGet.Port.IntValue())}
+	for _, p := range c.Ports {
+		if p.Name != admin.Name {
+			need = append(need, fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol))
+		}
+	}
+	for _, k := range need {
+		if !open[k] {
+			t.Errorf("the NetworkPolicy closes %s, which was open before it", k)
 		}
 	}
 }

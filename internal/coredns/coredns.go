@@ -16,6 +16,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/loadbalance"
+	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
@@ -108,15 +110,20 @@ func RoundRobin(h plugin.Handler) bool {
 // Nested reports whether w belongs to a nested lookup (autopath, dns64,
 // kubernetes ExternalName, file's out-of-zone CNAME targets): such lookups
 // run the chain with a nonwriter.Writer, whose Write would go straight to the
-// original client. The writer may be wrapped by the server's ScrubWriter and
+// original client. The writer may be wrapped by the server's ScrubWriter,
 // by plugin.NextOrFailure's unexported writer, one per plugin before the
-// cache; Nested sees through both.
+// cache, and by the writers of prometheus and loadbalance when they come
+// before it, as in a cluster's Corefile; Nested sees through them all.
 func Nested(w dns.ResponseWriter) bool {
 	for {
 		switch t := w.(type) {
 		case *nonwriter.Writer:
 			return true
 		case *request.ScrubWriter:
+			w = t.ResponseWriter
+		case *metrics.Recorder:
+			w = t.ResponseWriter
+		case *loadbalance.LoadBalanceResponseWriter:
 			w = t.ResponseWriter
 		default:
 			inner, ok := Unwrap(w)

@@ -10,6 +10,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/loadbalance"
+	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
@@ -66,8 +68,10 @@ func TestNested(t *testing.T) {
 		plugin.NextOrFailure("", plugin.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 			return plugin.NextOrFailure("", probe, ctx, w, r)
 		}), context.Background(), request.NewScrubWriter(new(dns.Msg), w), nil)
+		// prometheus's and loadbalance's writers, before the cache.
+		plugin.NextOrFailure("", probe, context.Background(), &loadbalance.LoadBalanceResponseWriter{ResponseWriter: metrics.NewRecorder(request.NewScrubWriter(new(dns.Msg), w))}, nil)
 	}
-	want := []bool{false, false, false, false, true, true, true, true}
+	want := []bool{false, false, false, false, false, true, true, true, true, true}
 	if !reflect.DeepEqual(seen, want) {
 		t.Errorf("Nested: %v, want %v", seen, want)
 	}
