@@ -94,7 +94,14 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		return err
 	}
 	defer up.Shutdown()
-	dnsPort, adminPort := freePort(), freePort()
+	dnsPort, err := proc.FreePort()
+	if err != nil {
+		return err
+	}
+	adminPort, err := proc.FreePort()
+	if err != nil {
+		return err
+	}
 	dnsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
 	adminAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))
 	corefile := fmt.Sprintf(`.:%d {
@@ -207,21 +214,6 @@ func startUpstream() (*dns.Server, error) {
 	go s.ActivateAndServe()
 	<-started
 	return s, nil
-}
-
-// freePort returns a port of 127.0.0.1 free for TCP and UDP just now.
-func freePort() int {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			cmd.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if proc.PortsFree(port, port+1) == nil {
-			return port
-		}
-	}
 }
 
 // fill asks format's names 0 to n-1 once each, from several sockets at once,

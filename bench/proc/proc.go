@@ -200,3 +200,19 @@ func PortsFree(from, end int) error {
 	}
 	return nil
 }
+
+// FreePort returns a port of 127.0.0.1 free for TCP and UDP just now, for a
+// server the tool starts.
+func FreePort() (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if PortsFree(port, port+1) == nil {
+			return port, nil
+		}
+	}
+}
