@@ -83,7 +83,7 @@ func main() {
 	flag.DurationVar(&cfg.after, "after", time.Minute, "load after each restart, over which upstream queries are counted")
 	flag.DurationVar(&cfg.write, "write", 30*time.Second, "load of the phase with snapshots written every -interval")
 	flag.DurationVar(&cfg.interval, "interval", 2*time.Second, "snapshot INTERVAL of that phase")
-	flag.StringVar(&cfg.capacity, "capacity", "32MiB", "compactcache's byte budget")
+	flag.StringVar(&cfg.capacity, "capacity", "16MiB", "compactcache's byte budget")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds, each with its own Zipf stream")
 	flag.StringVar(&cfg.binary, "binary", "", "a built cmd/coredns to run instead of building one")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (Corefiles, server logs, snapshots)")
