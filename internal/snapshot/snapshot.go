@@ -151,6 +151,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	}
 	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
 	var blocks [][]byte
+	count := 0 // entries in the blocks
 	for {
 		var bh [8]byte
 		if _, err := io.ReadFull(br, bh[:]); err != nil {
@@ -173,15 +174,17 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 		if crc32.Checksum(b, castagnoli) != sum {
 			return l, fmt.Errorf("%w: a block's checksum", ErrDamaged)
 		}
-		if err := checkBlock(b); err != nil {
+		held, err := checkBlock(b)
+		if err != nil {
 			return l, fmt.Errorf("%w: %v", ErrDamaged, err)
 		}
 		blocks = append(blocks, b)
+		count += held
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return l, fmt.Errorf("%w: bytes past its end", ErrDamaged)
 	}
-	var entries []entry.Entry
+	entries := make([]entry.Entry, 0, count)
 	var size int64
 	for _, b := range blocks {
 		for off := 0; off < len(b); {
@@ -200,7 +203,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	// last, so that the store's eviction keeps them. The index and the
 	// arenas' slack cost a store less than a third of its entries' bytes.
 	if 4*size > 3*s.Capacity() {
-		slices.SortStableFunc(entries, func(a, b entry.Entry) int { return cmp.Compare(a.LastUsed(), b.LastUsed()) })
+		sortByUse(entries)
 	}
 	for _, e := range entries {
 		s.Put(e, now)
@@ -209,20 +212,44 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	return l, nil
 }
 
-// checkBlock checks the entries of a block one by one.
-func checkBlock(b []byte) error {
-	for off := 0; off < len(b); {
+// sortByUse orders entries from the least recently used to the most, those
+// used in the same second in the order they came: a stable sort's order.
+// Each entry's time is read once, in the order the entries lie in memory,
+// not at every comparison, where a stable sort's merges reach entries far
+// apart.
+func sortByUse(entries []entry.Entry) {
+	type use struct {
+		at int64
+		i  int
+	}
+	order := make([]use, len(entries))
+	for i, e := range entries {
+		order[i] = use{e.LastUsed(), i}
+	}
+	slices.SortFunc(order, func(a, b use) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.i, b.i)) })
+	sorted := make([]entry.Entry, len(entries))
+	for k, u := range order {
+		sorted[k] = entries[u.i]
+	}
+	copy(entries, sorted)
+}
+
+// checkBlock checks the entries of a block one by one and returns how many
+// it holds.
+func checkBlock(b []byte) (int, error) {
+	count := 0
+	for off := 0; off < len(b); count++ {
 		if len(b)-off < 4 {
-			return errors.New("an entry cut short")
+			return 0, errors.New("an entry cut short")
 		}
 		n := int(binary.LittleEndian.Uint32(b[off:]))
 		if n < 4 || n > len(b)-off {
-			return fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
+			return 0, fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
 		}
 		if err := entry.Check(b[off : off+n]); err != nil {
-			return fmt.Errorf("an entry: %v", err)
+			return 0, fmt.Errorf("an entry: %v", err)
 		}
 		off += n
 	}
-	return nil
+	return count, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"testing"
 	"time"
 
@@ -236,5 +237,31 @@ func BenchmarkSnapshot(b *testing.B) {
 		b.ReportMetric(write.Seconds()*1e6/n, "s-write/1M-entries")
 		b.ReportMetric(time.Since(start).Seconds()*1e6/n, "s-load/1M-entries")
 		b.ReportMetric(float64(file.Len())/n, "file-B/entry")
+	}
+}
+
+// TestSortByUse: least recently used first, and entries used in the same
+// second in the order they came, as a stable sort leaves them.
+func TestSortByUse(t *testing.T) {
+	b := entry.NewBuilder()
+	var entries []entry.Entry
+	for i, stored := range []uint32{5, 3, 5, 1, 3, 5} {
+		m := workload.Reply(i, workload.Plain)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := b.Build(m, key, m.Question[0].Name, t0+stored, 3600, 0, 0, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, slices.Clone(e))
+	}
+	want := []entry.Entry{entries[3], entries[1], entries[4], entries[0], entries[2], entries[5]}
+	sortByUse(entries)
+	for k := range want {
+		if !bytes.Equal(entries[k], want[k]) {
+			t.Errorf("place %d: the entry of %s used at %d, want %s used at %d", k, entries[k].QName(), entries[k].LastUsed(), want[k].QName(), want[k].LastUsed())
+		}
 	}
 }
