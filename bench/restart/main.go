@@ -384,6 +384,7 @@ func ratio(a, b float64) float64 {
 
 // print gives the round's figures.
 func (res roundResult) print(r int) {
+	fmt.Printf("round %d load average of the machine at its end: %s\n", r, loadAverage())
 	fmt.Printf("round %d before:   hit rate %.3f over the last 10 s (%d queries); written on SIGTERM: %d entries in %v (%.2f s per 1M)\n",
 		r, res.before, res.beforeSent, res.final.entries, res.final.took, res.final.perMillion().Seconds())
 	line := func(name string, sc scenario, extra string) {
@@ -404,6 +405,17 @@ func (res roundResult) print(r int) {
 	fmt.Printf("round %d writes:   %d writes of %d entries or more (%s), %.2f s per 1M (median); p99 of the %d queries sent during them %d µs / of the %d sent outside them %d µs: %.2f\n",
 		r, len(res.writes), res.writes[0].entries, strings.Join(took, " "), median(res.writes, func(w timed) float64 { return w.perMillion().Seconds() }),
 		res.during, res.p99During.Microseconds(), res.outside, res.p99Outside.Microseconds(), ratio(float64(res.p99During), float64(res.p99Outside)))
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages: how much
+// else ran beside the round.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // median returns the median of f over xs.
