@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -227,25 +228,30 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 	}
 	post := *z // the stream where the stopped server left it
 
-	restart := func(name, extra string, warmup bool) (scenario, *server, error) {
+	// restart starts the server with extra in its block and asks it the
+	// queries that follow the stopped server's; fill, if given, is the log
+	// line of the entries it loaded.
+	restart := func(name, extra string, fill *regexp.Regexp) (scenario, error) {
 		cmd.Progress("round %d: %s restart, %v of load", r, name, cfg.after)
 		var sc scenario
 		s, err := e.start(name, e.serverCorefile(extra))
 		if err != nil {
-			return sc, nil, err
+			return sc, err
 		}
+		defer s.Stop(time.Minute)
 		var ready <-chan time.Time
+		warmup := fill == warmedLine
 		if warmup {
 			ready = e.readyAt(cfg.after)
 		}
 		t0, err := firstAnswer(s, e.dnsAddr(), time.Minute)
 		if err != nil {
-			return sc, s, err
+			return sc, err
 		}
 		z := post
 		p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.after, zipfQueries(&z, names), nil)
 		if err != nil {
-			return sc, s, err
+			return sc, err
 		}
 		sc.startup = t0.Sub(s.started)
 		sc.hit2 = hitRate(p, e.upstream, t0, t0.Add(2*time.Second))
@@ -255,14 +261,18 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		if warmup {
 			rt := <-ready
 			if rt.IsZero() {
-				return sc, s, fmt.Errorf("%s: the ready plugin did not say ready within %v", name, cfg.after)
+				return sc, fmt.Errorf("%s: the ready plugin did not say ready within %v", name, cfg.after)
 			}
 			sc.ready = rt.Sub(t0)
 			sc.hit2r = hitRate(p, e.upstream, rt, rt.Add(2*time.Second))
 		}
-		return sc, s, nil
+		if fill != nil {
+			sc.fill, err = s.logged(fill, 0)
+		}
+		return sc, err
 	}
 
+	// file copies the snapshot for a server of the round to read.
 	file := func(name string) (string, error) {
 		path := filepath.Join(e.work, fmt.Sprintf("round%d-%s.snap", r, name))
 		return path, copyFile(path, orig)
@@ -271,28 +281,12 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 	if err != nil {
 		return res, err
 	}
-	sc, s, err := restart("snapshot", fmt.Sprintf("        snapshot %s\n", path), false)
-	if s != nil {
-		defer s.Stop(time.Minute)
-	}
-	if err != nil {
+	if res.snapshot, err = restart("snapshot", fmt.Sprintf("        snapshot %s\n", path), loadedLine); err != nil {
 		return res, err
 	}
-	if sc.fill, err = s.logged(loadedLine, 0); err != nil {
+	if res.cold, err = restart("cold", "", nil); err != nil {
 		return res, err
 	}
-	res.snapshot = sc
-	s.Stop(time.Minute)
-
-	sc, s, err = restart("cold", "", false)
-	if s != nil {
-		defer s.Stop(time.Minute)
-	}
-	if err != nil {
-		return res, err
-	}
-	res.cold = sc
-	s.Stop(time.Minute)
 
 	if path, err = file("peer"); err != nil {
 		return res, err
@@ -310,25 +304,17 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		return res, err
 	}
 	defer stopRelay()
-	sc, s, err = restart("warmup", fmt.Sprintf("        warmup http://%s {\n            token_file %s\n            timeout 30s\n        }\n", relay, e.token), true)
-	if s != nil {
-		defer s.Stop(time.Minute)
-	}
+	res.warmup, err = restart("warmup", fmt.Sprintf("        warmup http://%s {\n            token_file %s\n            timeout 30s\n        }\n", relay, e.token), warmedLine)
 	if err != nil {
 		return res, err
 	}
-	if sc.fill, err = s.logged(warmedLine, 0); err != nil {
-		return res, err
-	}
-	res.warmup = sc
-	s.Stop(time.Minute)
 	peer.Stop(time.Minute)
 
 	cmd.Progress("round %d: %v of load with a snapshot written every %v", r, cfg.write, cfg.interval)
 	if path, err = file("writes"); err != nil {
 		return res, err
 	}
-	s, err = e.start("writes", e.serverCorefile(fmt.Sprintf("        snapshot %s %v\n", path, cfg.interval)))
+	s, err := e.start("writes", e.serverCorefile(fmt.Sprintf("        snapshot %s %v\n", path, cfg.interval)))
 	if err != nil {
 		return res, err
 	}
