@@ -324,9 +324,8 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 	}
 	stop := make(chan struct{})
 	seen := s.watchWrites(stop)
-	z = new(workload.Zipf)
-	*z = post
-	p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(z, names), nil)
+	wz := post
+	p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(&wz, names), nil)
 	close(stop)
 	res.writes = <-seen
 	if err != nil {
