@@ -81,7 +81,9 @@ func setupSnapshot(c *caddy.Controller, ca *Cache) {
 		return nil
 	})
 	c.OnFinalShutdown(func() error {
-		ca.writeSnapshot(sc.path)
+		// At full speed: the server is leaving, and the write must end
+		// within the termination grace period.
+		ca.writeSnapshot(sc.path, snapshot.Unpaced(ca.store))
 		return nil
 	})
 }
@@ -94,7 +96,11 @@ func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			c.writeSnapshot(sc.path)
+			// At the admin walks' pace, a quarter of a core: a write
+			// that runs flat out takes a core from the queries, and a
+			// shard's lock with it whenever the machine preempts it
+			// while it copies a chunk.
+			c.writeSnapshot(sc.path, c.walk)
 		}
 	}
 }
@@ -134,11 +140,11 @@ func (c *Cache) loadSnapshot(path string) {
 	}
 }
 
-// writeSnapshot writes the store to path atomically: to a file beside it,
-// synced, then renamed over it.
-func (c *Cache) writeSnapshot(path string) {
+// writeSnapshot writes the store to path atomically, walked by walk: to a
+// file beside it, synced, then renamed over it.
+func (c *Cache) writeSnapshot(path string, walk snapshot.Walk) {
 	start := time.Now()
-	n, err := c.writeSnapshotFile(path)
+	n, err := c.writeSnapshotFile(path, walk)
 	if err != nil {
 		snapshotErrors.WithLabelValues(path, "write").Inc()
 		log.Errorf("Snapshot %s: not written: %v", path, err)
@@ -147,13 +153,13 @@ func (c *Cache) writeSnapshot(path string) {
 	log.Infof("Snapshot %s: %d entries written in %v", path, n, time.Since(start).Round(time.Millisecond))
 }
 
-func (c *Cache) writeSnapshotFile(path string) (int, error) {
+func (c *Cache) writeSnapshotFile(path string, walk snapshot.Walk) (int, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	n, err := snapshot.Write(tmp, c.store, c.fingerprint(), c.now().Unix())
+	n, err := snapshot.Write(tmp, walk, c.fingerprint(), c.now().Unix())
 	if err == nil {
 		err = tmp.Sync()
 	}

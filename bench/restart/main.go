@@ -33,9 +33,12 @@
 // the hit rate over the first 2 s and 10 s after the restart over that of
 // the last 10 s before it; the upstream queries of the first -after over
 // those of the cold start; the load, warm-up and write times the server
-// logged, per million entries; and the p99 latency of the queries sent
-// while a snapshot was being written over that of the others of the same
-// phase. Over several rounds it prints the median of each, and the issue's
+// logged, per million entries, and the CPU time of the load (what the
+// restart from the snapshot had used by its first answer beyond what the
+// cold start had, from /proc/PID/task/*/schedstat), which the other work of
+// a shared machine does not stretch as it does wall time; and the p99
+// latency of the queries sent while a snapshot was being written over that
+// of the others of the same phase. Over several rounds it prints the median of each, and the issue's
 // targets met or not.
 package main
 
@@ -177,6 +180,7 @@ func hitRate(p *openloop.Phase, up *upstream, start, end time.Time) float64 {
 // scenario is one restart: how the new process came up and what it cost.
 type scenario struct {
 	startup  time.Duration // from its start to its first answer
+	cpu      time.Duration // the CPU time it had used by then
 	hit2     float64       // hit rate of the first 2 s
 	hit10    float64       // of the first 10 s
 	upstream int           // upstream queries over -after
@@ -246,6 +250,9 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		}
 		t0, err := firstAnswer(s, e.dnsAddr(), time.Minute)
 		if err != nil {
+			return sc, err
+		}
+		if sc.cpu, err = proc.RunTime(s.Pid()); err != nil {
 			return sc, err
 		}
 		z := post
@@ -377,8 +384,9 @@ func (res roundResult) print(r int) {
 			r, name+":", sc.startup.Milliseconds(), sc.hit2, ratio(sc.hit2, res.before), sc.hit10, ratio(sc.hit10, res.before),
 			sc.upstream, sc.sent, ratio(float64(sc.upstream), float64(res.cold.upstream)), extra)
 	}
-	line("snapshot", res.snapshot, fmt.Sprintf("; loaded %d entries in %v (%.2f s per 1M)",
-		res.snapshot.fill.entries, res.snapshot.fill.took, res.snapshot.fill.perMillion().Seconds()))
+	line("snapshot", res.snapshot, fmt.Sprintf("; loaded %d entries in %v (%.2f s per 1M), CPU to the first answer %v, the cold start's %v (%.2f s per 1M)",
+		res.snapshot.fill.entries, res.snapshot.fill.took, res.snapshot.fill.perMillion().Seconds(),
+		res.snapshot.cpu.Round(time.Millisecond), res.cold.cpu.Round(time.Millisecond), res.loadCPU().perMillion().Seconds()))
 	line("cold", res.cold, "")
 	line("warmup", res.warmup, fmt.Sprintf("; %d entries in %v (%.2f s per 1M); ready %d ms after time zero, hit rate of the 2 s after %.3f (%.2f)",
 		res.warmup.fill.entries, res.warmup.fill.took, res.warmup.fill.perMillion().Seconds(),
@@ -401,6 +409,12 @@ func loadAverage() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// loadCPU is the CPU time the snapshot's load took: what the restart from
+// it had used by its first answer beyond what the cold start had.
+func (res roundResult) loadCPU() timed {
+	return timed{entries: res.snapshot.fill.entries, took: res.snapshot.cpu - res.cold.cpu}
 }
 
 // median returns the median of f over xs.
@@ -442,6 +456,7 @@ func summary(rounds []roundResult) string {
 	row("hit rate of the 10 s before", func(r roundResult) float64 { return r.before }, "%.3f")
 	row("entries in the snapshot", func(r roundResult) float64 { return float64(r.final.entries) }, "%.0f")
 	load := row("snapshot load, s per 1M entries", func(r roundResult) float64 { return r.snapshot.fill.perMillion().Seconds() }, "%.2f")
+	row("snapshot load, CPU s per 1M entries (to the first answer, less the cold start's)", func(r roundResult) float64 { return r.loadCPU().perMillion().Seconds() }, "%.2f")
 	row("peer warm-up fill, s per 1M entries", func(r roundResult) float64 { return r.warmup.fill.perMillion().Seconds() }, "%.2f")
 	row("snapshot write on SIGTERM, s per 1M entries", func(r roundResult) float64 { return r.final.perMillion().Seconds() }, "%.2f")
 	row("snapshot write every interval, s per 1M entries (median of the round's)", func(r roundResult) float64 {

@@ -131,3 +131,13 @@ func TestSummaryTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadCPU(t *testing.T) {
+	r := roundResult{
+		snapshot: scenario{cpu: 150 * time.Millisecond, fill: timed{entries: 200_000}},
+		cold:     scenario{cpu: 50 * time.Millisecond},
+	}
+	if got := r.loadCPU().perMillion(); got != 500*time.Millisecond {
+		t.Errorf("100 ms of CPU more for 200,000 entries: %v per million, want 500ms", got)
+	}
+}

@@ -55,11 +55,29 @@ var (
 	ErrDamaged     = errors.New("a damaged snapshot")
 )
 
-// Write writes the entries of s to w, with the fingerprint of its settings
-// and the wall clock's now, unix seconds. The store is walked a chunk at a
-// time (store.Walk): no shard is locked longer than it takes to copy one.
-// It returns the number of entries written.
-func Write(w io.Writer, s *store.Store, fp Fingerprint, now int64) (int, error) {
+// Walk walks a store's entries a chunk at a time: visit under the chunk's
+// shard lock, between after each chunk with no lock held, whose error ends
+// the walk. The caller decides how fast it goes.
+type Walk func(visit func(e entry.Entry) (remove bool), between func() error) error
+
+// Unpaced is the Walk of s that goes from one chunk to the next at once.
+func Unpaced(s *store.Store) Walk {
+	return func(visit func(e entry.Entry) bool, between func() error) error {
+		for c, more := (store.Cursor{}), true; more; {
+			c, more = s.Walk(c, visit)
+			if err := between(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Write writes the entries walk visits to w, with the fingerprint of the
+// store's settings and the wall clock's now, unix seconds. No shard is
+// locked longer than it takes to copy one chunk. It returns the number of
+// entries written.
+func Write(w io.Writer, walk Walk, fp Fingerprint, now int64) (int, error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	var h [headerLen]byte
 	copy(h[:], magic)
@@ -75,24 +93,27 @@ func Write(w io.Writer, s *store.Store, fp Fingerprint, now int64) (int, error) 
 	var chunk []byte
 	block := make([]byte, 0, maxBlock)
 	n := 0
-	for c, more := (store.Cursor{}), true; more; {
-		chunk = chunk[:0]
-		c, more = s.Walk(c, func(e entry.Entry) bool {
-			chunk = append(chunk, e...)
-			n++
-			return false
-		})
+	err := walk(func(e entry.Entry) bool {
+		chunk = append(chunk, e...)
+		n++
+		return false
+	}, func() error {
 		for off := 0; off < len(chunk); {
 			size := int(binary.LittleEndian.Uint32(chunk[off:]))
 			if len(block)+size > maxBlock {
 				if err := writeBlock(bw, block); err != nil {
-					return n, err
+					return err
 				}
 				block = block[:0]
 			}
 			block = append(block, chunk[off:off+size]...)
 			off += size
 		}
+		chunk = chunk[:0]
+		return nil
+	})
+	if err != nil {
+		return n, err
 	}
 	if len(block) > 0 {
 		if err := writeBlock(bw, block); err != nil {
