@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/coredns/caddy"
 )
@@ -96,12 +97,30 @@ func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			// At the admin walks' pace, a quarter of a core: a write
-			// that runs flat out takes a core from the queries, and a
-			// shard's lock with it whenever the machine preempts it
-			// while it copies a chunk.
-			c.writeSnapshot(sc.path, c.walk)
+			c.writeSnapshot(sc.path, c.pacedWalk(stop))
 		}
+	}
+}
+
+// errStopping gives up a write under way when the instance shuts down: the
+// final write, or the next instance's, takes its place, and one that the
+// process's exit cut short would leave its temporary file behind.
+var errStopping = errors.New("the instance is shutting down")
+
+// pacedWalk walks the store at the admin walks' pace, a quarter of a core
+// (c.walk): a write that runs flat out takes a core from the queries, and a
+// shard's lock with it whenever the machine preempts it while it copies a
+// chunk. It ends with errStopping once stop is closed.
+func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
+	return func(visit func(e entry.Entry) bool, between func() error) error {
+		return c.walk(visit, func() error {
+			select {
+			case <-stop:
+				return errStopping
+			default:
+				return between()
+			}
+		})
 	}
 }
 
@@ -145,6 +164,10 @@ func (c *Cache) loadSnapshot(path string) {
 func (c *Cache) writeSnapshot(path string, walk snapshot.Walk) {
 	start := time.Now()
 	n, err := c.writeSnapshotFile(path, walk)
+	if errors.Is(err, errStopping) {
+		log.Infof("Snapshot %s: the write under way given up: %v", path, err)
+		return
+	}
 	if err != nil {
 		snapshotErrors.WithLabelValues(path, "write").Inc()
 		log.Errorf("Snapshot %s: not written: %v", path, err)
