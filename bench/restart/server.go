@@ -81,12 +81,17 @@ func (e *env) peerCorefile(snapshot string) string {
 
 // start runs the build with corefile, named name in the work directory.
 func (e *env) start(name, corefile string) (*server, error) {
+	return e.startBin(e.bin, name, corefile)
+}
+
+// startBin is start for the build bin.
+func (e *env) startBin(bin, name, corefile string) (*server, error) {
 	e.serial++
 	base := filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.serial, name))
 	if err := os.WriteFile(base+".Corefile", []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
-	argv := []string{e.bin, "-conf", base + ".Corefile"}
+	argv := []string{bin, "-conf", base + ".Corefile"}
 	if e.cpu >= 0 {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(e.cpu)}, argv...)
 	}
