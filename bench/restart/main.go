@@ -7,6 +7,7 @@
 //
 //	go run ./bench/restart                          # 3 rounds, about 5 minutes each
 //	go run ./bench/restart -rounds 1 -warm 20s -after 20s -write 10s   # a quick look
+//	go run ./bench/restart -compare /tmp/other-coredns   # and the writes' phase of another build
 //
 // It builds cmd/coredns (or takes -binary) and runs an upstream in this
 // process that answers the reference workload's names (internal/workload)
@@ -25,7 +26,8 @@
 //     warm-up asks for its own block's name);
 //   - runs the server once more from the snapshot with `snapshot PATH
 //     -interval` under the same load for -write, and reads from its log
-//     when each write ran.
+//     when each write ran; with -compare, another build's too, the order
+//     alternating from round to round.
 //
 // Time zero of a restart is the moment the new process first answers (a
 // probe asked every 2 ms). The hit rate of a stretch is the share of the
@@ -38,8 +40,8 @@
 // cold start had, from /proc/PID/task/*/schedstat), which the other work of
 // a shared machine does not stretch as it does wall time; and the p99
 // latency of the queries sent while a snapshot was being written over that
-// of the others of the same phase. Over several rounds it prints the median of each, and the issue's
-// targets met or not.
+// of the others of the same phase (writes.go). Over several rounds it
+// prints the median of each, and the issue's targets met or not.
 package main
 
 import (
