@@ -107,13 +107,19 @@ func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
 // process's exit cut short would leave its temporary file behind.
 var errStopping = errors.New("the instance is shutting down")
 
-// pacedWalk walks the store at the admin walks' pace, a quarter of a core
-// (c.walk): a write that runs flat out takes a core from the queries, and a
-// shard's lock with it whenever the machine preempts it while it copies a
-// chunk. It ends with errStopping once stop is closed.
+// snapshotRest is how many times as long as a chunk took a write every
+// INTERVAL rests after it: an eighth of a core. A write that runs flat out
+// takes a core from the queries, and a shard's lock with it whenever the
+// machine preempts it while it copies a chunk. Writes come back every
+// INTERVAL for as long as the server runs, where an admin walk is an
+// operator's one-off, so they go at half the admin walks' pace.
+var snapshotRest = time.Duration(7)
+
+// pacedWalk walks the store resting snapshotRest times as long as each chunk
+// took. It ends with errStopping once stop is closed.
 func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
-		return c.walk(visit, func() error {
+		return c.walkResting(snapshotRest, visit, func() error {
 			select {
 			case <-stop:
 				return errStopping
