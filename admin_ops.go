@@ -230,6 +230,11 @@ func (c *Cache) describeAll(held []byte, dst []admin.Entry) []admin.Entry {
 // Resting, it lets them in after every chunk, and keeps the walk to a
 // quarter of a core.
 func (c *Cache) walk(visit func(e entry.Entry) (remove bool), between func() error) error {
+	return c.walkResting(walkRest, visit, between)
+}
+
+// walkResting is walk resting rest times as long as each chunk took.
+func (c *Cache) walkResting(rest time.Duration, visit func(e entry.Entry) (remove bool), between func() error) error {
 	var cur store.Cursor
 	for more := true; more; {
 		start := time.Now()
@@ -239,7 +244,7 @@ func (c *Cache) walk(visit func(e entry.Entry) (remove bool), between func() err
 				return err
 			}
 		}
-		time.Sleep(walkRest * time.Since(start))
+		time.Sleep(rest * time.Since(start))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/coredns/caddy"
 )
@@ -81,7 +82,9 @@ func setupSnapshot(c *caddy.Controller, ca *Cache) {
 		return nil
 	})
 	c.OnFinalShutdown(func() error {
-		ca.writeSnapshot(sc.path)
+		// At full speed: the server is leaving, and the write must end
+		// within the termination grace period.
+		ca.writeSnapshot(sc.path, snapshot.Unpaced(ca.store))
 		return nil
 	})
 }
@@ -94,8 +97,36 @@ func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			c.writeSnapshot(sc.path)
+			c.writeSnapshot(sc.path, c.pacedWalk(stop))
 		}
+	}
+}
+
+// errStopping gives up a write under way when the instance shuts down: the
+// final write, or the next instance's, takes its place, and one that the
+// process's exit cut short would leave its temporary file behind.
+var errStopping = errors.New("the instance is shutting down")
+
+// snapshotRest is how many times as long as a chunk took a write every
+// INTERVAL rests after it: an eighth of a core. A write that runs flat out
+// takes a core from the queries, and a shard's lock with it whenever the
+// machine preempts it while it copies a chunk. Writes come back every
+// INTERVAL for as long as the server runs, where an admin walk is an
+// operator's one-off, so they go at half the admin walks' pace.
+var snapshotRest = time.Duration(7)
+
+// pacedWalk walks the store resting snapshotRest times as long as each chunk
+// took. It ends with errStopping once stop is closed.
+func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
+	return func(visit func(e entry.Entry) bool, between func() error) error {
+		return c.walkResting(snapshotRest, visit, func() error {
+			select {
+			case <-stop:
+				return errStopping
+			default:
+				return between()
+			}
+		})
 	}
 }
 
@@ -134,11 +165,15 @@ func (c *Cache) loadSnapshot(path string) {
 	}
 }
 
-// writeSnapshot writes the store to path atomically: to a file beside it,
-// synced, then renamed over it.
-func (c *Cache) writeSnapshot(path string) {
+// writeSnapshot writes the store to path atomically, walked by walk: to a
+// file beside it, synced, then renamed over it.
+func (c *Cache) writeSnapshot(path string, walk snapshot.Walk) {
 	start := time.Now()
-	n, err := c.writeSnapshotFile(path)
+	n, err := c.writeSnapshotFile(path, walk)
+	if errors.Is(err, errStopping) {
+		log.Infof("Snapshot %s: the write under way given up: %v", path, err)
+		return
+	}
 	if err != nil {
 		snapshotErrors.WithLabelValues(path, "write").Inc()
 		log.Errorf("Snapshot %s: not written: %v", path, err)
@@ -147,13 +182,13 @@ func (c *Cache) writeSnapshot(path string) {
 	log.Infof("Snapshot %s: %d entries written in %v", path, n, time.Since(start).Round(time.Millisecond))
 }
 
-func (c *Cache) writeSnapshotFile(path string) (int, error) {
+func (c *Cache) writeSnapshotFile(path string, walk snapshot.Walk) (int, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	n, err := snapshot.Write(tmp, c.store, c.fingerprint(), c.now().Unix())
+	n, err := snapshot.Write(tmp, walk, c.fingerprint(), c.now().Unix())
 	if err == nil {
 		err = tmp.Sync()
 	}

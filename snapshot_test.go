@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -184,5 +186,41 @@ func TestWarmupFromPeer(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "another format version") {
 		t.Errorf("no log line refusing the foreign version:\n%s", logs)
+	}
+}
+
+// TestSnapshotWriteGivenUp: a write every INTERVAL that the instance's
+// shutdown overtakes stops at the next chunk, renames nothing and leaves no
+// temporary file; one that runs to its end writes the whole store.
+func TestSnapshotWriteGivenUp(t *testing.T) {
+	c := New()
+	if err := c.init(); err != nil {
+		t.Fatal(err)
+	}
+	msgs, keys := workloadReplies(t, 20000)
+	b := entry.NewBuilder()
+	for i, m := range msgs {
+		e, err := b.Build(m, keys[i], m.Question[0].Name, uint32(c.now().Unix()), 3600, 0, 0, defaultMaxEntry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.store.Put(e, c.now().Unix())
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.snap")
+	stop := make(chan struct{})
+	close(stop)
+	if n, err := c.writeSnapshotFile(path, c.pacedWalk(stop)); !errors.Is(err, errStopping) {
+		t.Fatalf("wrote %d entries after the shutdown: %v", n, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("files left after a write given up: %v", left)
+	}
+	n, err := c.writeSnapshotFile(path, c.pacedWalk(make(chan struct{})))
+	if err != nil || n != 20000 {
+		t.Fatalf("wrote %d entries of 20000: %v", n, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "cache.snap" {
+		t.Errorf("files after a write: %v, want cache.snap alone", left)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -415,7 +416,7 @@ func TestSnapshotKeepsDNSSECFlag(t *testing.T) {
 	ask(t, c, doQuery("s.example.", dns.TypeA, false), false)
 	ask(t, c, doQuery("nx.example.", dns.TypeA, true), false)
 	path := filepath.Join(t.TempDir(), "cache.snap")
-	if _, err := c.writeSnapshotFile(path); err != nil {
+	if _, err := c.writeSnapshotFile(path, snapshot.Unpaced(c.store)); err != nil {
 		t.Fatal(err)
 	}
 	loaded := newTestCache(t, u, clk)

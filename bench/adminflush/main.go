@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -42,6 +41,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/openloop"
 	"github.com/compactcache/compactcache/bench/proc"
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/miekg/dns"
@@ -94,7 +94,14 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		return err
 	}
 	defer up.Shutdown()
-	dnsPort, adminPort := freePort(), freePort()
+	dnsPort, err := proc.FreePort()
+	if err != nil {
+		return err
+	}
+	adminPort, err := proc.FreePort()
+	if err != nil {
+		return err
+	}
 	dnsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
 	adminAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))
 	corefile := fmt.Sprintf(`.:%d {
@@ -129,6 +136,7 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 	}
 
 	fmt.Printf("adminflush: %d entries under flush.example, %d hot names, %d q/s of hits, %s a phase, capacity %s\n", names, hot, rate, duration, capacity)
+	queries := hotQueries(hot)
 	var ratios []float64
 	for r := 1; r <= rounds; r++ {
 		cmd.Progress("round %d: filling %d + %d entries", r, names, hot)
@@ -147,29 +155,37 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		if entries < int64(names+hot) {
 			return fmt.Errorf("%d entries stored of %d: raise -capacity", entries, names+hot)
 		}
-		load(dnsAddr, hot, rate, 3*time.Second, nil) // warm-up
+		if _, err := openloop.Run(dnsAddr, rate, 3*time.Second, queries, nil); err != nil { // warm-up
+			return err
+		}
 
-		base := load(dnsAddr, hot, rate, duration, nil)
-		fmt.Printf("round %d baseline:     %s\n", r, base.all())
+		base, err := openloop.Run(dnsAddr, rate, duration, queries, nil)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("round %d baseline:     %s\n", r, base.All())
 
 		var f flushRun
-		during := load(dnsAddr, hot, rate, duration, func(done func()) {
+		during, err := openloop.Run(dnsAddr, rate, duration, queries, func(done func()) {
 			time.Sleep(2 * time.Second)
 			f = flushZone(adminAddr, "flush.example.")
 			done()
 		})
+		if err != nil {
+			return err
+		}
 		if f.err != nil {
 			return f.err
 		}
-		window := during.between(f.start, f.end)
-		typical := base.typicalP99(f.end.Sub(f.start))
+		window := during.Between(f.start, f.end)
+		typical := base.TypicalP99(f.end.Sub(f.start))
 		fmt.Printf("round %d flush_zone:   removed %d entries in %.2f s\n", r, f.removed, f.end.Sub(f.start).Seconds())
 		fmt.Printf("round %d during flush: %s\n", r, window)
-		fmt.Printf("round %d whole phase:  %s\n", r, during.all())
-		ratio := float64(window.percentile(0.99)) / float64(base.all().percentile(0.99))
+		fmt.Printf("round %d whole phase:  %s\n", r, during.All())
+		ratio := float64(window.Percentile(0.99)) / float64(base.All().Percentile(0.99))
 		ratios = append(ratios, ratio)
 		fmt.Printf("round %d p99 during the flush %d µs / baseline p99 %d µs: %.2f (/ the median p99 of the baseline's stretches as long as the flush, %d µs: %.2f)\n",
-			r, window.percentile(0.99).Microseconds(), base.all().percentile(0.99).Microseconds(), ratio, typical.Microseconds(), float64(window.percentile(0.99))/float64(typical))
+			r, window.Percentile(0.99).Microseconds(), base.All().Percentile(0.99).Microseconds(), ratio, typical.Microseconds(), float64(window.Percentile(0.99))/float64(typical))
 	}
 	if rounds > 1 {
 		slices.Sort(ratios)
@@ -198,21 +214,6 @@ func startUpstream() (*dns.Server, error) {
 	go s.ActivateAndServe()
 	<-started
 	return s, nil
-}
-
-// freePort returns a port of 127.0.0.1 free for TCP and UDP just now.
-func freePort() int {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			cmd.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if proc.PortsFree(port, port+1) == nil {
-			return port
-		}
-	}
 }
 
 // fill asks format's names 0 to n-1 once each, from several sockets at once,
@@ -291,166 +292,13 @@ func flushZone(addr, zone string) flushRun {
 	return f
 }
 
-// sample is one query of a load phase.
-type sample struct {
-	sent    time.Time
-	latency time.Duration // 0: lost
-}
-
-// phase is what a load phase measured.
-type phase struct {
-	samples []sample
-}
-
-// load asks the hot names at rate q/s for at least d, and until during, if
-// given (run beside the load), has called its done and one more second has
-// passed. Queries go out on their schedule from four sockets; latency runs
-// from the moment each is written to the moment its answer is read.
-func load(addr string, hot, rate int, d time.Duration, during func(done func())) *phase {
-	const socks = 4
-	total := int(d.Seconds() * float64(rate))
-	p := &phase{samples: make([]sample, 0, total*2)}
-	var mu sync.Mutex // guards p.samples' growth against the readers
-	var sentAt [socks][1 << 16]atomic.Int64
-	var index [socks][1 << 16]atomic.Int64 // the sample of each ID
-	conns := make([]*net.UDPConn, socks)
-	for i := range conns {
-		ra, _ := net.ResolveUDPAddr("udp", addr)
-		c, err := net.DialUDP("udp", nil, ra)
-		if err != nil {
-			cmd.Fatal(err)
-		}
-		conns[i] = c
-	}
-	var readers sync.WaitGroup
-	for i, c := range conns {
-		readers.Go(func() {
-			buf := make([]byte, 1500)
-			for {
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				now := time.Now().UnixNano()
-				if n < 12 {
-					continue
-				}
-				id := binary.BigEndian.Uint16(buf)
-				sent := sentAt[i][id].Swap(0)
-				if sent == 0 {
-					continue
-				}
-				mu.Lock()
-				p.samples[index[i][id].Load()].latency = time.Duration(now - sent)
-				mu.Unlock()
-			}
-		})
-	}
-
-	var finished atomic.Bool
-	if during != nil {
-		go during(func() {
-			time.AfterFunc(time.Second, func() { finished.Store(true) })
-		})
-	} else {
-		finished.Store(true)
-	}
+// hotQueries returns the queries for the names of hot.example, in turn.
+func hotQueries(hot int) func(k int, buf []byte) []byte {
 	queries := make([][]byte, hot)
 	for i := range queries {
 		m := new(dns.Msg)
 		m.SetQuestion(fmt.Sprintf("h%d.hot.example.", i), dns.TypeA)
 		queries[i], _ = m.Pack()
 	}
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	var ids [socks]uint16
-	for k := 0; ; k++ {
-		due := start.Add(time.Duration(k) * interval)
-		if k >= total && finished.Load() {
-			break
-		}
-		if wait := time.Until(due); wait > 0 {
-			time.Sleep(wait)
-		}
-		s := k % socks
-		ids[s]++
-		q := queries[k%hot]
-		binary.BigEndian.PutUint16(q, ids[s])
-		mu.Lock()
-		p.samples = append(p.samples, sample{})
-		idx := len(p.samples) - 1
-		mu.Unlock()
-		index[s][ids[s]].Store(int64(idx))
-		now := time.Now()
-		sentAt[s][ids[s]].Store(now.UnixNano())
-		p.samples[idx].sent = now // read only after the readers stop
-		conns[s].Write(q)
-	}
-	time.Sleep(time.Second) // the last answers
-	for _, c := range conns {
-		c.Close()
-	}
-	readers.Wait()
-	return p
-}
-
-// typicalP99 cuts the phase into stretches of length d and returns the
-// median of their p99s: what the p99 of a stretch as long as the flush is
-// without one, on this machine as loaded as it was.
-func (p *phase) typicalP99(d time.Duration) time.Duration {
-	if len(p.samples) == 0 {
-		return 0
-	}
-	var p99s []time.Duration
-	first, last := p.samples[0].sent, p.samples[len(p.samples)-1].sent
-	for at := first; at.Add(d).Before(last); at = at.Add(d) {
-		if w := p.between(at, at.Add(d)); len(w.latencies) > 0 {
-			p99s = append(p99s, w.percentile(0.99))
-		}
-	}
-	if len(p99s) == 0 {
-		return p.all().percentile(0.99)
-	}
-	slices.Sort(p99s)
-	return p99s[len(p99s)/2]
-}
-
-// all returns the latencies of the phase's answered queries.
-func (p *phase) all() window { return p.between(time.Time{}, time.Time{}) }
-
-// window is the sorted latencies of the answered queries of a stretch of a
-// phase, and the count of those lost.
-type window struct {
-	latencies []time.Duration
-	lost      int
-}
-
-// between returns the queries sent from start to end (zero: no end).
-func (p *phase) between(start, end time.Time) window {
-	var w window
-	for _, s := range p.samples {
-		switch {
-		case s.sent.Before(start) || !end.IsZero() && s.sent.After(end):
-		case s.latency == 0:
-			w.lost++
-		default:
-			w.latencies = append(w.latencies, s.latency)
-		}
-	}
-	slices.Sort(w.latencies)
-	return w
-}
-
-func (w window) percentile(q float64) time.Duration {
-	if len(w.latencies) == 0 {
-		return 0
-	}
-	return w.latencies[min(len(w.latencies)-1, int(q*float64(len(w.latencies))))]
-}
-
-// String gives the queries, losses and percentiles, in microseconds.
-func (w window) String() string {
-	us := func(q float64) int64 { return w.percentile(q).Microseconds() }
-	return fmt.Sprintf("%d answered, %d lost, latency µs p50 %d p99 %d p99.9 %d max %d",
-		len(w.latencies), w.lost, us(0.5), us(0.99), us(0.999), us(1))
+	return func(k int, buf []byte) []byte { return append(buf, queries[k%hot]...) }
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -199,4 +200,47 @@ func PortsFree(from, end int) error {
 		u.Close()
 	}
 	return nil
+}
+
+// FreePort returns a port of 127.0.0.1 free for TCP and UDP just now, for a
+// server the tool starts.
+func FreePort() (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if PortsFree(port, port+1) == nil {
+			return port, nil
+		}
+	}
+}
+
+// RunTime returns the time pid's live threads have spent on a CPU, to the
+// nanosecond (/proc/PID/task/*/schedstat), where CPUTime counts clock
+// ticks: for the CPU cost of a step of a few tens of milliseconds.
+func RunTime(pid int) (time.Duration, error) {
+	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(paths) == 0 {
+		return 0, fmt.Errorf("no threads of %d: %v", pid, err)
+	}
+	var sum time.Duration
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // a thread that exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty", p)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v", p, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }

@@ -4,6 +4,7 @@ package proc
 
 import (
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -67,5 +68,26 @@ func TestPortsFree(t *testing.T) {
 	l2.Close()
 	if err := PortsFree(free, free+1); err != nil {
 		t.Fatalf("port %d, closed, reported taken: %v", free, err)
+	}
+}
+
+func TestRunTime(t *testing.T) {
+	before, err := RunTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for i := range 20_000_000 { // some CPU, however long it takes
+		x ^= i * i
+	}
+	after, err := RunTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("run time %v then %v (%d): it did not grow", before, after, x)
+	}
+	if _, err := RunTime(-1); err == nil {
+		t.Error("no error for pid -1")
 	}
 }

@@ -55,11 +55,29 @@ var (
 	ErrDamaged     = errors.New("a damaged snapshot")
 )
 
-// Write writes the entries of s to w, with the fingerprint of its settings
-// and the wall clock's now, unix seconds. The store is walked a chunk at a
-// time (store.Walk): no shard is locked longer than it takes to copy one.
-// It returns the number of entries written.
-func Write(w io.Writer, s *store.Store, fp Fingerprint, now int64) (int, error) {
+// Walk walks a store's entries a chunk at a time: visit under the chunk's
+// shard lock, between after each chunk with no lock held, whose error ends
+// the walk. The caller decides how fast it goes.
+type Walk func(visit func(e entry.Entry) (remove bool), between func() error) error
+
+// Unpaced is the Walk of s that goes from one chunk to the next at once.
+func Unpaced(s *store.Store) Walk {
+	return func(visit func(e entry.Entry) bool, between func() error) error {
+		for c, more := (store.Cursor{}), true; more; {
+			c, more = s.Walk(c, visit)
+			if err := between(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Write writes the entries walk visits to w, with the fingerprint of the
+// store's settings and the wall clock's now, unix seconds. No shard is
+// locked longer than it takes to copy one chunk. It returns the number of
+// entries written.
+func Write(w io.Writer, walk Walk, fp Fingerprint, now int64) (int, error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	var h [headerLen]byte
 	copy(h[:], magic)
@@ -75,24 +93,27 @@ func Write(w io.Writer, s *store.Store, fp Fingerprint, now int64) (int, error) 
 	var chunk []byte
 	block := make([]byte, 0, maxBlock)
 	n := 0
-	for c, more := (store.Cursor{}), true; more; {
-		chunk = chunk[:0]
-		c, more = s.Walk(c, func(e entry.Entry) bool {
-			chunk = append(chunk, e...)
-			n++
-			return false
-		})
+	err := walk(func(e entry.Entry) bool {
+		chunk = append(chunk, e...)
+		n++
+		return false
+	}, func() error {
 		for off := 0; off < len(chunk); {
 			size := int(binary.LittleEndian.Uint32(chunk[off:]))
 			if len(block)+size > maxBlock {
 				if err := writeBlock(bw, block); err != nil {
-					return n, err
+					return err
 				}
 				block = block[:0]
 			}
 			block = append(block, chunk[off:off+size]...)
 			off += size
 		}
+		chunk = chunk[:0]
+		return nil
+	})
+	if err != nil {
+		return n, err
 	}
 	if len(block) > 0 {
 		if err := writeBlock(bw, block); err != nil {
@@ -151,6 +172,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	}
 	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
 	var blocks [][]byte
+	count := 0 // entries in the blocks
 	for {
 		var bh [8]byte
 		if _, err := io.ReadFull(br, bh[:]); err != nil {
@@ -173,15 +195,17 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 		if crc32.Checksum(b, castagnoli) != sum {
 			return l, fmt.Errorf("%w: a block's checksum", ErrDamaged)
 		}
-		if err := checkBlock(b); err != nil {
+		held, err := checkBlock(b)
+		if err != nil {
 			return l, fmt.Errorf("%w: %v", ErrDamaged, err)
 		}
 		blocks = append(blocks, b)
+		count += held
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return l, fmt.Errorf("%w: bytes past its end", ErrDamaged)
 	}
-	var entries []entry.Entry
+	entries := make([]entry.Entry, 0, count)
 	var size int64
 	for _, b := range blocks {
 		for off := 0; off < len(b); {
@@ -200,7 +224,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	// last, so that the store's eviction keeps them. The index and the
 	// arenas' slack cost a store less than a third of its entries' bytes.
 	if 4*size > 3*s.Capacity() {
-		slices.SortStableFunc(entries, func(a, b entry.Entry) int { return cmp.Compare(a.LastUsed(), b.LastUsed()) })
+		sortByUse(entries)
 	}
 	for _, e := range entries {
 		s.Put(e, now)
@@ -209,20 +233,44 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	return l, nil
 }
 
-// checkBlock checks the entries of a block one by one.
-func checkBlock(b []byte) error {
-	for off := 0; off < len(b); {
+// sortByUse orders entries from the least recently used to the most, those
+// used in the same second in the order they came: a stable sort's order.
+// Each entry's time is read once, in the order the entries lie in memory,
+// not at every comparison, where a stable sort's merges reach entries far
+// apart.
+func sortByUse(entries []entry.Entry) {
+	type use struct {
+		at int64
+		i  int
+	}
+	order := make([]use, len(entries))
+	for i, e := range entries {
+		order[i] = use{e.LastUsed(), i}
+	}
+	slices.SortFunc(order, func(a, b use) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.i, b.i)) })
+	sorted := make([]entry.Entry, len(entries))
+	for k, u := range order {
+		sorted[k] = entries[u.i]
+	}
+	copy(entries, sorted)
+}
+
+// checkBlock checks the entries of a block one by one and returns how many
+// it holds.
+func checkBlock(b []byte) (int, error) {
+	count := 0
+	for off := 0; off < len(b); count++ {
 		if len(b)-off < 4 {
-			return errors.New("an entry cut short")
+			return 0, errors.New("an entry cut short")
 		}
 		n := int(binary.LittleEndian.Uint32(b[off:]))
 		if n < 4 || n > len(b)-off {
-			return fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
+			return 0, fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
 		}
 		if err := entry.Check(b[off : off+n]); err != nil {
-			return fmt.Errorf("an entry: %v", err)
+			return 0, fmt.Errorf("an entry: %v", err)
 		}
 		off += n
 	}
-	return nil
+	return count, nil
 }

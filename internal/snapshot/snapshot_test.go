@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,7 +68,7 @@ func contents(s *store.Store) map[string]string {
 func TestRoundTrip(t *testing.T) {
 	s, _ := filled(t, 16<<20, 3000, 3600)
 	var file bytes.Buffer
-	n, err := Write(&file, s, fp, t0+10)
+	n, err := Write(&file, Unpaced(s), fp, t0+10)
 	if err != nil || n != 3000 {
 		t.Fatalf("wrote %d entries: %v", n, err)
 	}
@@ -101,7 +103,7 @@ func TestRoundTrip(t *testing.T) {
 func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	s, keys := filled(t, 16<<20, 3000, 100) // entry i expires at t0+i+100
 	var file bytes.Buffer
-	if _, err := Write(&file, s, fp, t0); err != nil {
+	if _, err := Write(&file, Unpaced(s), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	into, _ := store.New(16<<20, store.PerKind{}, 50)
@@ -116,7 +118,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	small, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
 	s, keys = filled(t, 16<<20, 20000, 3600)
 	file.Reset()
-	if _, err := Write(&file, s, fp, t0); err != nil {
+	if _, err := Write(&file, Unpaced(s), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), small, fp, t0, 0); err != nil {
@@ -136,7 +138,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 func TestReadRefusesDamage(t *testing.T) {
 	s, _ := filled(t, 16<<20, 500, 3600)
 	var file bytes.Buffer
-	if _, err := Write(&file, s, fp, t0); err != nil {
+	if _, err := Write(&file, Unpaced(s), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	good := file.Bytes()
@@ -192,7 +194,7 @@ func TestReadRefusesDamage(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	s, _ := filled(f, 16<<20, 30, 3600)
 	var file bytes.Buffer
-	if _, err := Write(&file, s, fp, t0); err != nil {
+	if _, err := Write(&file, Unpaced(s), fp, t0); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(file.Bytes())
@@ -223,7 +225,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	for b.Loop() {
 		var file bytes.Buffer
 		start := time.Now()
-		if _, err := Write(&file, s, fp, t0); err != nil {
+		if _, err := Write(&file, Unpaced(s), fp, t0); err != nil {
 			b.Fatal(err)
 		}
 		write := time.Since(start)
@@ -236,5 +238,70 @@ func BenchmarkSnapshot(b *testing.B) {
 		b.ReportMetric(write.Seconds()*1e6/n, "s-write/1M-entries")
 		b.ReportMetric(time.Since(start).Seconds()*1e6/n, "s-load/1M-entries")
 		b.ReportMetric(float64(file.Len())/n, "file-B/entry")
+	}
+}
+
+// TestSortByUse: least recently used first, and entries used in the same
+// second in the order they came, as a stable sort leaves them.
+func TestSortByUse(t *testing.T) {
+	b := entry.NewBuilder()
+	var entries []entry.Entry
+	for i, stored := range []uint32{5, 3, 5, 1, 3, 5} {
+		m := workload.Reply(i, workload.Plain)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := b.Build(m, key, m.Question[0].Name, t0+stored, 3600, 0, 0, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, slices.Clone(e))
+	}
+	want := []entry.Entry{entries[3], entries[1], entries[4], entries[0], entries[2], entries[5]}
+	sortByUse(entries)
+	for k := range want {
+		if !bytes.Equal(entries[k], want[k]) {
+			t.Errorf("place %d: the entry of %s used at %d, want %s used at %d", k, entries[k].QName(), entries[k].LastUsed(), want[k].QName(), want[k].LastUsed())
+		}
+	}
+}
+
+// failAfter is a writer that fails once it has taken n bytes.
+type failAfter struct{ n int }
+
+func (w *failAfter) Write(b []byte) (int, error) {
+	if len(b) > w.n {
+		return 0, errors.New("no space left on device")
+	}
+	w.n -= len(b)
+	return len(b), nil
+}
+
+// TestWriteStopsOnError: a write that fails ends the walk there, rather than
+// copying the rest of the store for nothing.
+func TestWriteStopsOnError(t *testing.T) {
+	const n = 20000 // about 4 MB: the first 1 MiB block is written early
+	s, _ := filled(t, 16<<20, n, 3600)
+	chunks := 0
+	walk := func(visit func(entry.Entry) bool, between func() error) error {
+		return Unpaced(s)(visit, func() error {
+			chunks++
+			return between()
+		})
+	}
+	written, err := Write(&failAfter{n: 1 << 10}, walk, fp, t0)
+	if err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("wrote %d entries: %v, want the writer's error", written, err)
+	}
+	if written >= n {
+		t.Errorf("%d entries copied of %d: the walk went on after the error", written, n)
+	}
+	all := 0
+	for c, more := (store.Cursor{}), true; more; all++ {
+		c, more = s.Walk(c, func(entry.Entry) bool { return false })
+	}
+	if chunks >= all {
+		t.Errorf("%d chunks walked of %d", chunks, all)
 	}
 }
