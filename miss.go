@@ -393,33 +393,39 @@ func (c *Cache) disabled(kind int, name string) bool {
 // becomes SERVFAIL, as Unbound answers both: the client would drop the
 // first and retry, and could not read the second.
 func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error {
-	b := s.builder()
-	e, err := entry.Entry(nil), errForeign
-	if sameQuestion(res, r) {
-		// Stored, the reply would have this key: its ECS scope is echoed.
-		key, _, ok := storeKey(b, s.key, &s.q, res)
-		if !ok {
-			key = s.key
-		}
-		// With its DNSSEC records, which the writer gives DO clients only.
-		flags := entryFlags(res, verdict{nxname: compactNXDomain(res)}) | entry.FlagDNSSEC
-		// An entry TTL no record reaches, at age 0: each record keeps its own.
-		e, err = b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
-	}
+	e, err := passedEntry(s, r, res)
 	if err != nil {
 		log.Debugf("Answering SERVFAIL in place of a reply for %q/%s: %s", r.Question[0].Name, dns.Type(r.Question[0].Qtype), err)
-		return c.write(w, s.replies.appendReply(&s.q, c.servfail(b, s), replyView{}))
+		return c.write(w, s.replies.appendReply(&s.q, servfailEntry(s), replyView{}))
 	}
 	return c.write(w, s.replies.appendReply(&s.q, e, replyView{passed: true, rcode: uint16(res.Rcode), tc: res.Truncated}))
+}
+
+// passedEntry builds, in s's builder, the entry passOn writes res from:
+// with its DNSSEC records, which the writer gives DO clients only, and an
+// entry TTL no record reaches, so that at age 0 each record keeps its own.
+func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
+	if !sameQuestion(res, r) {
+		return nil, errForeign
+	}
+	b := s.builder()
+	// Stored, the reply would have this key: its ECS scope is echoed.
+	key, _, ok := storeKey(b, s.key, &s.q, res)
+	if !ok {
+		key = s.key
+	}
+	flags := entryFlags(res, verdict{nxname: compactNXDomain(res)}) | entry.FlagDNSSEC
+	return b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
 }
 
 // errForeign is why a reply that answers another question is not passed on.
 var errForeign = errors.New("its question does not match the request")
 
-// servfail returns an entry of SERVFAIL, built in b, for s's question.
-func (c *Cache) servfail(b *entry.Builder, s *scratch) entry.Entry {
+// servfailEntry returns an entry of SERVFAIL for s's question, built in s's
+// builder.
+func servfailEntry(s *scratch) entry.Entry {
 	fail := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Rcode: dns.RcodeServerFailure}}
-	e, err := b.Build(fail, s.key, "", 0, math.MaxUint32, 0, entryFlags(fail, verdict{}), entry.MaxLen)
+	e, err := s.builder().Build(fail, s.key, "", 0, math.MaxUint32, 0, entryFlags(fail, verdict{}), entry.MaxLen)
 	if err != nil {
 		// A message without records always builds.
 		panic(err)

@@ -300,18 +300,10 @@ func appendOPT(msg []byte, q *query, rcodeHigh uint8, ede uint16, scope uint8) [
 	return msg
 }
 
-// echoed returns the options of r's OPT that CoreDNS echoes into replies:
-// those plugins register with edns.SetSupportedOption (request.SizeAndDo
-// copies them for the stock cache). ECS is answered apart.
-func echoed(r *dns.Msg) []dns.EDNS0 {
-	o := r.IsEdns0()
-	if o == nil {
-		return nil
-	}
-	return echoedOf(o)
-}
-
-func echoedOf(o *dns.OPT) []dns.EDNS0 {
+// echoed returns the options of o that CoreDNS echoes into replies: those
+// plugins register with edns.SetSupportedOption (request.SizeAndDo copies
+// them for the stock cache). ECS is answered apart.
+func echoed(o *dns.OPT) []dns.EDNS0 {
 	var opts []dns.EDNS0
 	for _, opt := range o.Option {
 		if code := opt.Option(); code != dns.EDNS0SUBNET && edns.SupportedOption(code) {
@@ -324,7 +316,7 @@ func echoedOf(o *dns.OPT) []dns.EDNS0 {
 // appendEchoed appends to dst the options echoed of o, in wire form. Most
 // requests have none, and then it allocates nothing.
 func appendEchoed(dst []byte, o *dns.OPT) []byte {
-	opts := echoedOf(o)
+	opts := echoed(o)
 	if len(opts) == 0 {
 		return dst
 	}
