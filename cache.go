@@ -355,7 +355,7 @@ func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.Scope
 		if c.at(now).Unix() > e.Expires()+int64(c.staleUpTo/time.Second) {
 			return false
 		}
-		e.SetFlag(entry.FlagReferred, true)
+		e.SetFreq(e.Freq() + 1) // a hit of the list, as Hit counts one for eviction
 		l := e.List()
 		normal, exact = *l.Bits(), *l.Exact()
 		return true
