@@ -274,13 +274,16 @@ func (sh *shard) giveUpChunk(now int64, d *Dropped) bool {
 	}
 	c := sh.queues[q].at(0)
 	size := len(sh.chunks[c])
+	if sh.held-int64(size)+sh.growthRoom() > sh.budget {
+		return false
+	}
 	spare := 0
 	for k := range sh.allocated {
 		if b := sh.chunks[k]; b != nil {
 			spare += len(b) - int(sh.used[k])
 		}
 	}
-	if spare < size || sh.held-int64(size)+sh.growthRoom() > sh.budget {
+	if spare < size {
 		return false
 	}
 	sh.dequeue(q)
@@ -326,11 +329,14 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Dropped) {
 				w += n
 				break
 			}
+			moves := sh.slotMoves
 			mc, mo := sh.reserve(mainQ, n, now, d)
 			copy(sh.chunks[mc][mo:], b[off:off+n])
-			// Passing main's oldest chunk to make that room may have
-			// moved the entry's slot.
-			i = sh.slotOf(location(c, off), h)
+			if sh.slotMoves != moves {
+				// Passing main's oldest chunk to make that room moved
+				// slots, maybe the entry's.
+				i = sh.slotOf(location(c, off), h)
+			}
 			sh.table[i] = sh.table[i]>>locBits<<locBits | location(mc, mo) + 1
 		}
 		off += n

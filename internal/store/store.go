@@ -146,8 +146,6 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 		sh.chunks = make([][]byte, rings)
 		sh.used = make([]uint32, rings)
 		sh.initQueues(rings)
-		sh.coin = 0x9e3779b97f4a7c15
-		sh.coin = 0x9e3779b97f4a7c15
 		sh.arena = newArena(rings, tables)
 		sh.table = sh.arena.table(minTableSlots)
 		sh.grace = grace
@@ -596,8 +594,8 @@ func (sh *shard) makeTableRoom(now int64, d *Dropped) {
 // budget throughout.
 func (sh *shard) growthRoom() int64 {
 	grow := int64(len(sh.table)) * slotBytes
-	if sh.arena.mapsAlone(2 * len(sh.table) * 8) {
-		return grow + int64(len(sh.table))*8
+	if sh.arena.mapsAlone(2 * len(sh.table) * slotBytes) {
+		return 2 * grow
 	}
 	return grow
 }
