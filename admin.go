@@ -1,7 +1,6 @@
 package compactcache
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -133,11 +132,10 @@ func (t *tokenFile) load() error {
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(t.path)
+	tok, err := admin.ReadToken(t.path)
 	if err != nil {
 		return err
 	}
-	tok := bytes.TrimSpace(b)
 	if len(tok) < minTokenLen {
 		return fmt.Errorf("%s holds %d bytes of token, want at least %d", t.path, len(tok), minTokenLen)
 	}

@@ -240,11 +240,7 @@ func adminName(s string) ([]byte, error) {
 		return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
 	}
 	name := buf[:n]
-	for i, c := range name {
-		if 'A' <= c && c <= 'Z' {
-			name[i] = c + 'a' - 'A'
-		}
-	}
+	entry.LowerInPlace(name)
 	return slices.Clone(name), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -130,6 +131,14 @@ func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
 	}
 }
 
+// readSnapshot fills the store from r, a snapshot's file or a peer's
+// stream. The stream holds at most the store's entries, and each block
+// bounds its own; twice the budget leaves room for the entries a full store
+// lost.
+func (c *Cache) readSnapshot(r io.Reader) (snapshot.Loaded, error) {
+	return snapshot.Read(r, 2*c.store.Capacity()+1<<20, c.store, c.fingerprint(), c.now().Unix(), int64(c.staleUpTo/time.Second))
+}
+
 // loadSnapshot fills the store from path, if there is a file there it can
 // use.
 func (c *Cache) loadSnapshot(path string) {
@@ -145,9 +154,7 @@ func (c *Cache) loadSnapshot(path string) {
 	}
 	defer f.Close()
 	start := time.Now()
-	// A file holds at most the store's entries, and each block bounds its
-	// own; twice the budget leaves room for the entries a full store lost.
-	l, err := snapshot.Read(f, 2*c.store.Capacity()+1<<20, c.store, c.fingerprint(), c.now().Unix(), int64(c.staleUpTo/time.Second))
+	l, err := c.readSnapshot(f)
 	switch {
 	case errors.Is(err, snapshot.ErrSettings):
 		log.Infof("Snapshot %s: written under other cache settings, starting cold", path)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,11 +104,11 @@ func (c *Cache) fillFrom(wc *warmupConfig, block string) (snapshot.Loaded, error
 		return snapshot.Loaded{}, err
 	}
 	if wc.tokenFile != "" {
-		tok, err := os.ReadFile(wc.tokenFile)
+		tok, err := admin.ReadToken(wc.tokenFile)
 		if err != nil {
 			return snapshot.Loaded{}, err
 		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		req.Header.Set("Authorization", "Bearer "+string(tok))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -119,5 +118,5 @@ func (c *Cache) fillFrom(wc *warmupConfig, block string) (snapshot.Loaded, error
 	if resp.StatusCode != http.StatusOK {
 		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
 	}
-	return snapshot.Read(resp.Body, 2*c.store.Capacity()+1<<20, c.store, c.fingerprint(), c.now().Unix(), int64(c.staleUpTo/time.Second))
+	return c.readSnapshot(resp.Body)
 }

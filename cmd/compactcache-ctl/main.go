@@ -158,12 +158,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var token string
 	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
+		b, err := admin.ReadToken(o.tokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "compactcache-ctl: --token-file: %v\n", err)
 			return exitUsage
 		}
-		token = string(bytes.TrimSpace(b))
+		token = string(b)
 	}
 	stages, err := stagesOf(o)
 	if err != nil {

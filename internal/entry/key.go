@@ -22,7 +22,7 @@ const (
 func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
 	off := len(b)
 	b = append(b, qname...)
-	lowerInPlace(b[off:])
+	LowerInPlace(b[off:])
 	b = append(b, byte(qtype>>8), byte(qtype), byte(qclass>>8), byte(qclass))
 	var flags byte
 	if cd {

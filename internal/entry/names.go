@@ -30,10 +30,10 @@ const toLower = 'a' - 'A'
 
 func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
 
-// lowerInPlace lowers the ASCII capitals of b. Most names have none: it
+// LowerInPlace lowers the ASCII capitals of b. Most names have none: it
 // writes only where one is, half the time of building a lowered copy a
 // byte at a time.
-func lowerInPlace(b []byte) {
+func LowerInPlace(b []byte) {
 	for i, c := range b {
 		if isUpper(c) {
 			b[i] = c + toLower
