@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -202,10 +203,10 @@ func PortsFree(from, end int) error {
 	return nil
 }
 
-// FreePort returns a port of 127.0.0.1 free for TCP and UDP just now, for a
-// server the tool starts.
+// FreePort returns a port of 127.0.0.1 free for TCP and UDP just now, with
+// the port after it (PortsFree), for a server the tool starts.
 func FreePort() (int, error) {
-	for {
+	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, err
@@ -216,6 +217,7 @@ func FreePort() (int, error) {
 			return port, nil
 		}
 	}
+	return 0, errors.New("no port of 127.0.0.1 free for TCP and UDP with the one after it")
 }
 
 // RunTime returns the time pid's live threads have spent on a CPU, to the

@@ -81,11 +81,7 @@ func findSpecs(list string) ([]spec, error) {
 			}
 		}
 		if !found {
-			var names []string
-			for _, s := range specs {
-				names = append(names, s.name)
-			}
-			return nil, fmt.Errorf("unknown trace %q (want all, or some of %s)", name, strings.Join(names, ", "))
+			return nil, fmt.Errorf("unknown trace %q (want all, or some of %s)", name, specList())
 		}
 	}
 	return out, nil
