@@ -205,7 +205,11 @@ func TestParseConfig(t *testing.T) {
 	if err != nil || c.Kind != kindCompact || len(c.Env) != 2 || c.Env[1] != "GOMEMLIMIT=256MiB" {
 		t.Errorf("%+v %v", c, err)
 	}
-	for _, bad := range []string{"cache", "compact@GOGC", "compact@=1"} {
+	c, err = parseConfig("kube-compact@GOGC=200,rev=3e3a5a5")
+	if err != nil || c.Kind != kindKubeCompact || c.Rev != "3e3a5a5" || len(c.Env) != 1 || c.Env[0] != "GOGC=200" {
+		t.Errorf("%+v %v", c, err)
+	}
+	for _, bad := range []string{"cache", "compact@GOGC", "compact@=1", "compact@rev="} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -62,12 +62,15 @@ type options struct {
 	rtRates     bool
 }
 
-// config is one server under test: a kind of Corefile and the environment
-// of the server process, written "kind" or "kind@VAR=value,VAR=value".
+// config is one server under test: a kind of Corefile, the environment of
+// the server process, and the commit its CoreDNS is built from, written
+// "kind" or "kind@VAR=value,...,rev=REV". A rev puts a commit's build beside
+// the work tree's in one run: the figures of a change before and after it.
 type config struct {
 	Spec string
 	Kind string
 	Env  []string
+	Rev  string `json:",omitempty"`
 }
 
 func parseConfig(s string) (config, error) {
@@ -82,10 +85,17 @@ func parseConfig(s string) (config, error) {
 	}
 	if env != "" {
 		for _, kv := range strings.Split(env, ",") {
-			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			k, v, ok := strings.Cut(kv, "=")
+			switch {
+			case !ok || k == "":
 				return c, fmt.Errorf("config %q: %q is not VAR=value", s, kv)
+			case k == "rev" && v == "":
+				return c, fmt.Errorf("config %q: rev= names no commit", s)
+			case k == "rev":
+				c.Rev = v
+			default:
+				c.Env = append(c.Env, kv)
 			}
-			c.Env = append(c.Env, kv)
 		}
 	}
 	return c, nil
@@ -112,7 +122,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for binaries, zone, Corefiles, logs, profiles and results (default: a new one under /tmp)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measured phase")
 	flag.StringVar(&rates, "rates", "30000,10000,2000", "fixed query rates (queries/s) at which to take latency percentiles")
-	flag.StringVar(&configs, "configs", defaultConfigs, "servers to measure, space-separated: KIND or KIND@VAR=value,... with KIND one of "+strings.Join(kinds, ", "))
+	flag.StringVar(&configs, "configs", defaultConfigs, "servers to measure, space-separated: KIND or KIND@VAR=value,... (rev=REV: CoreDNS built from that commit) with KIND one of "+strings.Join(kinds, ", "))
 	flag.StringVar(&profiles, "profiles", "compact frontend kube-compact stock whoami", "servers to CPU-profile under hit load, in runs of their own (\"\" for none)")
 	flag.DurationVar(&o.profileTime, "profile-time", 12*time.Second, "length of each CPU profile")
 	flag.IntVar(&o.basePort, "port", 15300, "first of 8 loopback ports the run uses")
@@ -189,7 +199,8 @@ func main() {
 type runner struct {
 	o        options
 	dir      string
-	bin      string // the custom CoreDNS build
+	bin      string            // the custom CoreDNS build
+	revBins  map[string]string // builds of the configs' revs, by rev
 	unbound  string // the unbound binary, for the unbound kind
 	zone     string
 	warm     string
@@ -273,6 +284,9 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 
 	mach["source"] = source
+	if err := r.buildRevs(ctx, root, mach); err != nil {
+		return nil, err
+	}
 	if out, err := exec.Command(r.bin, "-version").Output(); err == nil {
 		mach["coredns"] = strings.Join(strings.Fields(string(out)), " ")
 	}
@@ -351,6 +365,38 @@ func (o options) describe() map[string]string {
 		"nice":        strconv.Itoa(niceness),
 		"rt-rates":    strconv.FormatBool(o.rtRates),
 	}
+}
+
+// buildRevs builds cmd/coredns of each commit the configs name, beside the
+// work tree's build, and says in mach what each was built from.
+func (r *runner) buildRevs(ctx context.Context, root string, mach map[string]string) error {
+	r.revBins = map[string]string{}
+	for _, c := range r.o.configs {
+		if c.Rev == "" || r.revBins[c.Rev] != "" {
+			continue
+		}
+		dir := filepath.Join(r.dir, "rev-"+c.Rev)
+		src, source, err := sourceTree(ctx, root, c.Rev, dir)
+		if err != nil {
+			return err
+		}
+		bin := filepath.Join(dir, "coredns")
+		log.Printf("building cmd/coredns of rev=%s from %s", c.Rev, source)
+		if err := buildCoreDNS(ctx, src, bin); err != nil {
+			return err
+		}
+		r.revBins[c.Rev] = bin
+		mach["source of rev="+c.Rev] = source
+	}
+	return nil
+}
+
+// binOf returns the CoreDNS build that serves c.
+func (r *runner) binOf(c config) string {
+	if c.Rev != "" {
+		return r.revBins[c.Rev]
+	}
+	return r.bin
 }
 
 // sourceTree returns the directory to build cmd/coredns in and a description
@@ -762,7 +808,7 @@ func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bo
 			return nil, "", "", err
 		}
 		conf = filepath.Join(r.dir, name+".Corefile")
-		argv = []string{r.bin, "-conf", conf, "-quiet"}
+		argv = []string{r.binOf(c), "-conf", conf, "-quiet"}
 	}
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, "", "", err
@@ -1051,8 +1097,8 @@ func (r *runner) profile(ctx context.Context, c config) (pr profileResult) {
 		dst  *string
 		args []string
 	}{
-		{&pr.Top, []string{"tool", "pprof", "-top", "-nodecount=45", r.bin, pr.Profile}},
-		{&pr.Cum, []string{"tool", "pprof", "-top", "-cum", "-nodecount=45", r.bin, pr.Profile}},
+		{&pr.Top, []string{"tool", "pprof", "-top", "-nodecount=45", r.binOf(c), pr.Profile}},
+		{&pr.Cum, []string{"tool", "pprof", "-top", "-cum", "-nodecount=45", r.binOf(c), pr.Profile}},
 	} {
 		out, err := exec.CommandContext(ctx, "go", v.args...).Output()
 		if err != nil {

@@ -18,6 +18,15 @@ import (
 // the socket's RawConn so that the Go runtime's poller still parks the
 // goroutine while there is nothing to read. Everything a batch needs is
 // allocated once per socket: a hit allocates nothing.
+//
+// Both calls are made raw (RawSyscall6), outside the runtime's system call
+// state: with MSG_DONTWAIT they never sleep, and a batch of sends is long
+// enough for sysmon to take the P of a thread in a system call and hand it
+// to another, which then waits in epoll_wait, is woken by each reply's send
+// buffer coming free (the socket is in the poller for writing too), and
+// takes the goroutine over when the call returns. Those thread switches
+// cost more than the calls. What the raw call gives up is preemption during
+// one batch's call: the garbage collector's stop waits for it to return.
 
 const (
 	batchLen = 64
@@ -267,7 +276,7 @@ func (b *udpBatch) recv(fd uintptr) bool {
 			b.in[i].Hdr.SetControllen(oobLen)
 		}
 	}
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_DONTWAIT, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EINTR {
 		return false
 	}
@@ -282,7 +291,7 @@ func (b *udpBatch) recv(fd uintptr) bool {
 // socket takes more. A reply the kernel refuses is skipped and counted.
 func (b *udpBatch) send(fd uintptr) bool {
 	for b.sent < b.queued {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[b.sent])), uintptr(b.queued-b.sent), unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[b.sent])), uintptr(b.queued-b.sent), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			b.sent += int(n)
