@@ -201,7 +201,7 @@ type runner struct {
 	dir      string
 	bin      string            // the custom CoreDNS build
 	revBins  map[string]string // builds of the configs' revs, by rev
-	unbound  string // the unbound binary, for the unbound kind
+	unbound  string            // the unbound binary, for the unbound kind
 	zone     string
 	warm     string
 	fill     string
