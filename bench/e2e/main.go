@@ -60,6 +60,7 @@ type options struct {
 	rev         string
 	quietWait   time.Duration
 	rtRates     bool
+	rtMax       bool
 }
 
 // config is one server under test: a kind of Corefile, the environment of
@@ -137,6 +138,7 @@ func main() {
 	flag.DurationVar(&o.quietWait, "quiet-wait", 30*time.Second, "before each measured phase, wait up to this long for the two cores to be free of other work (0: do not wait)")
 	flag.IntVar(&niceness, "nice", 0, "niceness of the servers and dnsperf (nice -n); on a shared machine -10 gives them precedence over other work on their cores")
 	flag.BoolVar(&o.rtRates, "rt-rates", false, "run the server and dnsperf under SCHED_RR during the fixed-rate phases, so that other work on a shared machine does not set their latency (needs root)")
+	flag.BoolVar(&o.rtMax, "rt-max", false, "run the server and dnsperf under SCHED_RR during the max-throughput phase too, so that other work on a shared machine does not take the server's core while it has work (needs root; the kernel's RT throttling leaves other tasks 5% of each core)")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
 	flag.StringVar(&from, "from", "", "print the tables of an earlier run's results.json and exit")
 	flag.Parse()
@@ -364,6 +366,7 @@ func (o options) describe() map[string]string {
 		"quiet-wait":  o.quietWait.String(),
 		"nice":        strconv.Itoa(niceness),
 		"rt-rates":    strconv.FormatBool(o.rtRates),
+		"rt-max":      strconv.FormatBool(o.rtMax),
 	}
 }
 
@@ -893,7 +896,7 @@ func (r *runner) runPhase(ctx context.Context, srv *proc.Proc, logName, name str
 	load0 := coreLoads(cores)
 	cpu0, err0 := proc.CPUTime(srv.Pid())
 	start := time.Now()
-	rt := r.o.rtRates && rate > 0
+	rt := r.o.rtRates && rate > 0 || r.o.rtMax && name == "max"
 	if rt {
 		ph.RT = setRT(srv.Pid(), true) == nil
 	}

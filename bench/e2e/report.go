@@ -234,6 +234,12 @@ func (rep *report) write(w io.Writer) error {
 			fmt.Fprintf(w, "- %s: %s\n", k, v)
 		}
 	}
+	for _, res := range rep.Results {
+		k := "source of rev=" + res.Config.Rev
+		if v := rep.Machine[k]; res.Config.Rev != "" && v != "" && res.Round == 1 {
+			fmt.Fprintf(w, "- %s: %s\n", res.Config.Spec, v)
+		}
+	}
 	for _, k := range []string{"coredns", "unbound"} {
 		if v := rep.Machine[k]; v != "" {
 			fmt.Fprintf(w, "- %s: %s\n", k, strings.ReplaceAll(v, "\n", " "))
@@ -244,6 +250,9 @@ func (rep *report) write(w io.Writer) error {
 		n, rep.Options["duration"], rep.Options["server-core"], rep.Options["client-core"], rep.Options["nice"], rep.Options["clients"], rep.Options["outstanding"])
 	if rep.Options["rt-rates"] == "true" {
 		fmt.Fprintf(w, "- fixed-rate phases: server and dnsperf under SCHED_RR %d\n", rtPriority)
+	}
+	if rep.Options["rt-max"] == "true" {
+		fmt.Fprintf(w, "- max-throughput phases: server and dnsperf under SCHED_RR %d\n", rtPriority)
 	}
 	fmt.Fprintln(w)
 
