@@ -340,9 +340,7 @@ func (c *Cache) counters(st *admin.Stats) {
 		}
 	}
 	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
-		ch := make(chan prometheus.Metric)
-		go func() { vec.Collect(ch); close(ch) }()
-		for m := range ch {
+		for m := range collect(vec) {
 			var d dto.Metric
 			if m.Write(&d) != nil {
 				continue

@@ -334,15 +334,14 @@ func (c *Cache) dump(each func(batch []admin.Entry) error) error {
 	})
 }
 
-// stats counts what the store holds, walking it, and reads the block's
-// counters.
+// stats reads the entries per kind as the store counts them, counts the
+// rest of what it holds walking it, and reads the block's counters.
 func (c *Cache) stats() admin.Stats {
 	var st admin.Stats
 	now := c.now().Unix()
 	grace := int64(c.staleUpTo / time.Second)
 	c.walk(func(e entry.Entry) bool {
 		k := store.KindOf(e)
-		count(&st.Entries, k, 1)
 		count(&st.Bytes, k, int64(e.Size()))
 		if k == store.KindMeta {
 			return false
@@ -364,6 +363,9 @@ func (c *Cache) stats() admin.Stats {
 		return false
 	}, nil)
 	u := c.store.Usage()
+	for k, n := range u.Kinds {
+		count(&st.Entries, k, int64(n))
+	}
 	st.ECSVariants, st.Held, st.Capacity = int64(u.Variants), u.Held, c.store.Capacity()
 	c.counters(&st)
 	return st
