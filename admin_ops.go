@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/miekg/dns"
 )
@@ -230,23 +231,7 @@ func (c *Cache) describeAll(held []byte, dst []admin.Entry) []admin.Entry {
 // Resting, it lets them in after every chunk, and keeps the walk to a
 // quarter of a core.
 func (c *Cache) walk(visit func(e entry.Entry) (remove bool), between func() error) error {
-	return c.walkResting(walkRest, visit, between)
-}
-
-// walkResting is walk resting rest times as long as each chunk took.
-func (c *Cache) walkResting(rest time.Duration, visit func(e entry.Entry) (remove bool), between func() error) error {
-	var cur store.Cursor
-	for more := true; more; {
-		start := time.Now()
-		cur, more = c.store.Walk(cur, visit)
-		if between != nil {
-			if err := between(); err != nil {
-				return err
-			}
-		}
-		time.Sleep(rest * time.Since(start))
-	}
-	return nil
+	return snapshot.Paced(c.store, walkRest)(visit, between)
 }
 
 // walkRest is how many times as long as a chunk took a walk rests after it.

@@ -27,6 +27,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
@@ -56,18 +57,23 @@ var (
 )
 
 // Walk walks a store's entries a chunk at a time: visit under the chunk's
-// shard lock, between after each chunk with no lock held, whose error ends
-// the walk. The caller decides how fast it goes.
+// shard lock, between (when given) after each chunk with no lock held, whose
+// error ends the walk.
 type Walk func(visit func(e entry.Entry) (remove bool), between func() error) error
 
-// Unpaced is the Walk of s that goes from one chunk to the next at once.
-func Unpaced(s *store.Store) Walk {
+// Paced is the Walk of s that rests rest times as long as each chunk took
+// before the next; with 0 it goes from one chunk to the next at once.
+func Paced(s *store.Store, rest time.Duration) Walk {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
 		for c, more := (store.Cursor{}), true; more; {
+			start := time.Now()
 			c, more = s.Walk(c, visit)
-			if err := between(); err != nil {
-				return err
+			if between != nil {
+				if err := between(); err != nil {
+					return err
+				}
 			}
+			time.Sleep(rest * time.Since(start))
 		}
 		return nil
 	}
