@@ -162,6 +162,29 @@ func TestStoreKindLimits(t *testing.T) {
 	}
 }
 
+// TestStoreKindLimitsFull: with a cap and a full store, whose passes move
+// the chunks the caps' cursors point into, the store stays consistent.
+func TestStoreKindLimitsFull(t *testing.T) {
+	s, err := New(MinCapacity, PerKind{KindDenial: 200}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	for i := range 30000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, KindDenial)
+		s.Put(e, 0)
+		e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		if i%1000 == 0 {
+			checkShards(t, s)
+		}
+	}
+	checkShards(t, s)
+	if n := s.Usage().Kinds[KindDenial]; n > 200+len(s.shards) {
+		t.Fatalf("%d denial entries with a cap of 200", n)
+	}
+}
+
 func TestStoreCapacityRange(t *testing.T) {
 	for _, c := range []int64{0, MinCapacity - 1, MaxCapacity + 1} {
 		if _, err := New(c, PerKind{}, 0); err == nil {
