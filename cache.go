@@ -399,8 +399,8 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	if answersOnly && e.Flags()&entry.FlagAnswers == 0 {
 		return false
 	}
-	if !s.q.takes(e) {
-		if s.q.do && !e.HoldsDNSSEC() {
+	if ok, upgrade := s.q.takes(e); !ok {
+		if upgrade {
 			f.upgrade, f.hits = true, e.Hits()
 		}
 		return false
