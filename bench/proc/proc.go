@@ -32,6 +32,20 @@ type Proc struct {
 	err  error
 }
 
+// Pinned returns the command line that runs name with args on cpu (taskset;
+// -1: not pinned) at niceness nice (nice -n; 0: the tool's own). nice and
+// taskset exec what they run, so that the pid is name's own.
+func Pinned(cpu, nice int, name string, args ...string) []string {
+	argv := append([]string{name}, args...)
+	if cpu >= 0 {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
+	}
+	if nice != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(nice)}, argv...)
+	}
+	return argv
+}
+
 // Start starts cmd with its output in logPath. The process is killed when
 // the tool exits, however that happens.
 func Start(name, logPath string, cmd *exec.Cmd) (*Proc, error) {

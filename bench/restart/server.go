@@ -91,13 +91,7 @@ func (e *env) startBin(bin, name, corefile string) (*server, error) {
 	if err := os.WriteFile(base+".Corefile", []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
-	argv := []string{bin, "-conf", base + ".Corefile"}
-	if e.cpu >= 0 {
-		argv = append([]string{"taskset", "-c", strconv.Itoa(e.cpu)}, argv...)
-	}
-	if e.nice != 0 {
-		argv = append([]string{"nice", "-n", strconv.Itoa(e.nice)}, argv...)
-	}
+	argv := proc.Pinned(e.cpu, e.nice, bin, "-conf", base+".Corefile")
 	started := time.Now()
 	p, err := proc.Start(name, base+".log", exec.Command(argv[0], argv[1:]...))
 	if err != nil {
