@@ -125,7 +125,7 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		return err
 	}
 	defer server.Stop(5 * time.Second)
-	if _, err := proc.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second); err != nil {
+	if _, err := proc.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second, 200*time.Millisecond); err != nil {
 		return err
 	}
 

@@ -113,9 +113,9 @@ func BuildCoreDNS(ctx context.Context, bin string) error {
 	return nil
 }
 
-// WaitDNS asks addr for q, with EDNS, until it answers, p exits or limit
-// passes; p may be nil.
-func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit time.Duration) (*dns.Msg, error) {
+// WaitDNS asks addr for q, with EDNS, every poll until it answers, p exits
+// or limit passes; p may be nil.
+func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit, poll time.Duration) (*dns.Msg, error) {
 	c := &dns.Client{Net: "udp", Timeout: 300 * time.Millisecond}
 	m := new(dns.Msg)
 	m.Question = []dns.Question{q}
@@ -133,7 +133,7 @@ func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit ti
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("no answer from %s within %v: %v", addr, limit, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 
