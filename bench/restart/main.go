@@ -45,6 +45,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -393,11 +394,12 @@ func (res roundResult) loadCPU() timed {
 }
 
 // median returns the median of f over xs.
-func median[T any](xs []T, f func(T) float64) float64 {
+func median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
 	if len(xs) == 0 {
-		return 0
+		var zero V
+		return zero
 	}
-	v := make([]float64, len(xs))
+	v := make([]V, len(xs))
 	for i, x := range xs {
 		v[i] = f(x)
 	}
