@@ -162,10 +162,11 @@ type Window struct {
 	Lost      int
 }
 
-// Between returns the queries sent from start to end (zero: no end).
+// Between returns the queries sent from start to end, end excluded (zero:
+// no end), so that stretches end to end share no query.
 func (p *Phase) Between(start, end time.Time) Window {
 	return p.Where(func(sent time.Time) bool {
-		return !sent.Before(start) && (end.IsZero() || !sent.After(end))
+		return !sent.Before(start) && (end.IsZero() || sent.Before(end))
 	})
 }
 
@@ -185,7 +186,7 @@ func (p *Phase) Where(in func(sent time.Time) bool) Window {
 	return w
 }
 
-// Sent returns the number of queries sent from start to end.
+// Sent returns the number of queries sent from start to end, end excluded.
 func (p *Phase) Sent(start, end time.Time) int {
 	w := p.Between(start, end)
 	return len(w.Latencies) + w.Lost

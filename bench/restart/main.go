@@ -174,8 +174,7 @@ func zipfQueries(z *workload.Zipf, names *workload.Names) func(k int, buf []byte
 // hitRate returns the share of the queries sent from start to end (end
 // excluded) that the upstream was not asked for in the same stretch.
 func hitRate(p *openloop.Phase, up *upstream, start, end time.Time) float64 {
-	sent := p.Where(func(t time.Time) bool { return !t.Before(start) && t.Before(end) })
-	n := len(sent.Latencies) + sent.Lost
+	n := p.Sent(start, end)
 	if n == 0 {
 		return 0
 	}
