@@ -25,9 +25,11 @@ import (
 // chunk under its shard's lock, yielding between chunks, so that queries
 // wait at most for one chunk.
 
-// flushes are the flushes begun on a cache, for the fetches that began
+// flushes are the flushes begun on a store, for the fetches that began
 // before them: a fetch records the generation when it begins, and stores
 // its answer only if no flush that began since covers it (putUnflushed).
+// A reload hands them over with the store, so that the fetches of the old
+// instance and the new one see the flushes of either.
 type flushes struct {
 	gen atomic.Uint64 // flushes begun
 
@@ -90,15 +92,10 @@ func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped stor
 }
 
 // flushBegins starts a flush of what covers picks: fetches begun before it
-// store nothing it covers after it. Every cache that shares the store sees
-// it, the old instance's during a reload as much as the new one's.
+// store nothing it covers after it, those of every instance that shares the
+// store.
 func (c *Cache) flushBegins(covers func(e entry.Entry) bool) {
 	c.flushes.begin(covers)
-	for _, o := range admins.sharing(c.store) {
-		if o != c {
-			o.flushes.begin(covers)
-		}
-	}
 }
 
 // count counts one entry of kind k.

@@ -301,6 +301,60 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 	}
 }
 
+// TestAdminFlushDuringReload: during a reload the old and the new instance
+// share one store, and a fetch of either that began before a flush of the
+// other stores nothing the flush covers, whether the instances have an
+// admin listener or not (neither has one here).
+func TestAdminFlushDuringReload(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fetchOld bool // the old instance fetches and the new one flushes, or the reverse
+	}{{"old fetches, new flushes", true}, {"new fetches, old flushes", false}} {
+		u := adminUpstream()
+		asked, release := make(chan struct{}), make(chan struct{})
+		u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
+			close(asked)
+			<-release
+			m := new(dns.Msg)
+			m.SetReply(r)
+			m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
+			return m
+		})
+		clk := newClock()
+		old, c := newTestCache(t, u, clk), newTestCache(t, u, clk)
+		fetch := func(by *Cache) <-chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				m := new(dns.Msg)
+				m.SetQuestion("www.example.org.", dns.TypeA)
+				by.ServeDNS(context.Background(), &recorder{ResponseWriter: test.ResponseWriter{}}, m)
+			}()
+			<-asked
+			return done
+		}
+		var done <-chan struct{}
+		if tc.fetchOld {
+			done = fetch(old)
+		}
+		block := "flush during reload " + tc.name
+		old.offer(block)
+		if !c.takeOver(block) {
+			t.Fatalf("%s: the new instance did not take the store over", tc.name)
+		}
+		flusher := c
+		if !tc.fetchOld {
+			done, flusher = fetch(c), old
+		}
+		flusher.flushZone(mustAdminName(t, "example.org."))
+		close(release)
+		<-done
+		if isCached(t, c, "www.example.org.", dns.TypeA, false) {
+			t.Errorf("%s: a fetch begun before the flush stored what the flush covers", tc.name)
+		}
+	}
+}
+
 func TestAdminStats(t *testing.T) {
 	clk := newClock()
 	c := newTestCache(t, adminUpstream(), clk)

@@ -86,7 +86,7 @@ type Cache struct {
 
 	refreshes refreshes
 	flights   flights
-	flushes   flushes // begun by the admin endpoint; see putUnflushed
+	flushes   *flushes // begun by the admin endpoint on the store, and handed over with it; see putUnflushed
 
 	raw     rawPlan // hits go out through w.Write; see raw.go
 	metrics *metricsSet
@@ -121,9 +121,11 @@ func New() *Cache {
 	return c
 }
 
-// init makes the store for the configured budget and caps.
+// init makes the store for the configured budget and caps, and its record
+// of flushes.
 func (c *Cache) init() (err error) {
 	c.store, err = store.New(c.capacity, store.PerKind{store.KindSuccess: c.pcap, store.KindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
+	c.flushes = &flushes{}
 	return err
 }
 
