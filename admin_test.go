@@ -255,6 +255,22 @@ func TestAdminLookupDescribes(t *testing.T) {
 	}
 }
 
+// heldUpstream is adminUpstream whose answer to www.example.org. A waits:
+// asked closes when the question comes, and closing release answers it.
+func heldUpstream() (u *upstream, asked, release chan struct{}) {
+	u = adminUpstream()
+	asked, release = make(chan struct{}), make(chan struct{})
+	u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
+		close(asked)
+		<-release
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
+		return m
+	})
+	return u, asked, release
+}
+
 // TestAdminFetchBeforeFlush: a fetch that began before a flush does not
 // store what it brings after it when the flush covers it, and does when
 // the flush is of something else.
@@ -263,16 +279,7 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 		zone   string
 		stored bool
 	}{{"example.org.", false}, {"example.net.", true}} {
-		u := adminUpstream()
-		asked, release := make(chan struct{}), make(chan struct{})
-		u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
-			close(asked)
-			<-release
-			m := new(dns.Msg)
-			m.SetReply(r)
-			m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
-			return m
-		})
+		u, asked, release := heldUpstream()
 		c := newTestCache(t, u, newClock())
 		done := make(chan *dns.Msg)
 		go func() {
@@ -310,16 +317,7 @@ func TestAdminFlushDuringReload(t *testing.T) {
 		name     string
 		fetchOld bool // the old instance fetches and the new one flushes, or the reverse
 	}{{"old fetches, new flushes", true}, {"new fetches, old flushes", false}} {
-		u := adminUpstream()
-		asked, release := make(chan struct{}), make(chan struct{})
-		u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
-			close(asked)
-			<-release
-			m := new(dns.Msg)
-			m.SetReply(r)
-			m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
-			return m
-		})
+		u, asked, release := heldUpstream()
 		clk := newClock()
 		old, c := newTestCache(t, u, clk), newTestCache(t, u, clk)
 		fetch := func(by *Cache) <-chan struct{} {
