@@ -15,7 +15,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/coredns"
-	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 )
@@ -320,21 +319,4 @@ func (s *adminServer) view() (*adminInstance, []*adminBlock) {
 		live = append(live, b)
 	}
 	return s.blocks[len(s.blocks)-1].inst, live
-}
-
-// sharing returns the caches registered anywhere with store st: during a
-// reload the old and the new instance's, whose fetches all must see a
-// flush (see Cache.putUnflushed).
-func (r *adminRegistry) sharing(st *store.Store) []*Cache {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var cs []*Cache
-	for _, s := range r.servers {
-		for _, b := range s.blocks {
-			if b.c.store == st && !slices.Contains(cs, b.c) {
-				cs = append(cs, b.c)
-			}
-		}
-	}
-	return cs
 }

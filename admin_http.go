@@ -109,7 +109,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpSnapshot:
 		b := req.blocks[0]
 		sw.Header().Set("Content-Type", "application/octet-stream")
-		if n, err := snapshot.Write(sw, snapshot.Unpaced(b.c.store), b.c.fingerprint(), b.c.now().Unix()); err != nil {
+		if n, err := snapshot.Write(sw, snapshot.Paced(b.c.store, 0), b.c.fingerprint(), b.c.now().Unix()); err != nil {
 			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
 		}
 	default:
@@ -340,9 +340,7 @@ func (c *Cache) counters(st *admin.Stats) {
 		}
 	}
 	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
-		ch := make(chan prometheus.Metric)
-		go func() { vec.Collect(ch); close(ch) }()
-		for m := range ch {
+		for m := range collect(vec) {
 			var d dto.Metric
 			if m.Write(&d) != nil {
 				continue

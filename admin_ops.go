@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/miekg/dns"
 )
@@ -24,9 +25,11 @@ import (
 // chunk under its shard's lock, yielding between chunks, so that queries
 // wait at most for one chunk.
 
-// flushes are the flushes begun on a cache, for the fetches that began
+// flushes are the flushes begun on a store, for the fetches that began
 // before them: a fetch records the generation when it begins, and stores
 // its answer only if no flush that began since covers it (putUnflushed).
+// A reload hands them over with the store, so that the fetches of the old
+// instance and the new one see the flushes of either.
 type flushes struct {
 	gen atomic.Uint64 // flushes begun
 
@@ -89,15 +92,10 @@ func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped stor
 }
 
 // flushBegins starts a flush of what covers picks: fetches begun before it
-// store nothing it covers after it. Every cache that shares the store sees
-// it, the old instance's during a reload as much as the new one's.
+// store nothing it covers after it, those of every instance that shares the
+// store.
 func (c *Cache) flushBegins(covers func(e entry.Entry) bool) {
 	c.flushes.begin(covers)
-	for _, o := range admins.sharing(c.store) {
-		if o != c {
-			o.flushes.begin(covers)
-		}
-	}
 }
 
 // count counts one entry of kind k.
@@ -230,23 +228,7 @@ func (c *Cache) describeAll(held []byte, dst []admin.Entry) []admin.Entry {
 // Resting, it lets them in after every chunk, and keeps the walk to a
 // quarter of a core.
 func (c *Cache) walk(visit func(e entry.Entry) (remove bool), between func() error) error {
-	return c.walkResting(walkRest, visit, between)
-}
-
-// walkResting is walk resting rest times as long as each chunk took.
-func (c *Cache) walkResting(rest time.Duration, visit func(e entry.Entry) (remove bool), between func() error) error {
-	var cur store.Cursor
-	for more := true; more; {
-		start := time.Now()
-		cur, more = c.store.Walk(cur, visit)
-		if between != nil {
-			if err := between(); err != nil {
-				return err
-			}
-		}
-		time.Sleep(rest * time.Since(start))
-	}
-	return nil
+	return snapshot.Paced(c.store, walkRest)(visit, between)
 }
 
 // walkRest is how many times as long as a chunk took a walk rests after it.
@@ -334,15 +316,14 @@ func (c *Cache) dump(each func(batch []admin.Entry) error) error {
 	})
 }
 
-// stats counts what the store holds, walking it, and reads the block's
-// counters.
+// stats reads the entries per kind as the store counts them, counts the
+// rest of what it holds walking it, and reads the block's counters.
 func (c *Cache) stats() admin.Stats {
 	var st admin.Stats
 	now := c.now().Unix()
 	grace := int64(c.staleUpTo / time.Second)
 	c.walk(func(e entry.Entry) bool {
 		k := store.KindOf(e)
-		count(&st.Entries, k, 1)
 		count(&st.Bytes, k, int64(e.Size()))
 		if k == store.KindMeta {
 			return false
@@ -364,6 +345,9 @@ func (c *Cache) stats() admin.Stats {
 		return false
 	}, nil)
 	u := c.store.Usage()
+	for k, n := range u.Kinds {
+		count(&st.Entries, k, int64(n))
+	}
 	st.ECSVariants, st.Held, st.Capacity = int64(u.Variants), u.Held, c.store.Capacity()
 	c.counters(&st)
 	return st

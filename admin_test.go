@@ -255,6 +255,22 @@ func TestAdminLookupDescribes(t *testing.T) {
 	}
 }
 
+// heldUpstream is adminUpstream whose answer to www.example.org. A waits:
+// asked closes when the question comes, and closing release answers it.
+func heldUpstream() (u *upstream, asked, release chan struct{}) {
+	u = adminUpstream()
+	asked, release = make(chan struct{}), make(chan struct{})
+	u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
+		close(asked)
+		<-release
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
+		return m
+	})
+	return u, asked, release
+}
+
 // TestAdminFetchBeforeFlush: a fetch that began before a flush does not
 // store what it brings after it when the flush covers it, and does when
 // the flush is of something else.
@@ -263,16 +279,7 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 		zone   string
 		stored bool
 	}{{"example.org.", false}, {"example.net.", true}} {
-		u := adminUpstream()
-		asked, release := make(chan struct{}), make(chan struct{})
-		u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
-			close(asked)
-			<-release
-			m := new(dns.Msg)
-			m.SetReply(r)
-			m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
-			return m
-		})
+		u, asked, release := heldUpstream()
 		c := newTestCache(t, u, newClock())
 		done := make(chan *dns.Msg)
 		go func() {
@@ -297,6 +304,51 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 		adminAsk(t, c, "www.example.org.", dns.TypeA, false)
 		if !isCached(t, c, "www.example.org.", dns.TypeA, false) {
 			t.Error("a fetch begun after the flush did not store")
+		}
+	}
+}
+
+// TestAdminFlushDuringReload: during a reload the old and the new instance
+// share one store, and a fetch of either that began before a flush of the
+// other stores nothing the flush covers, whether the instances have an
+// admin listener or not (neither has one here).
+func TestAdminFlushDuringReload(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fetchOld bool // the old instance fetches and the new one flushes, or the reverse
+	}{{"old fetches, new flushes", true}, {"new fetches, old flushes", false}} {
+		u, asked, release := heldUpstream()
+		clk := newClock()
+		old, c := newTestCache(t, u, clk), newTestCache(t, u, clk)
+		fetch := func(by *Cache) <-chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				m := new(dns.Msg)
+				m.SetQuestion("www.example.org.", dns.TypeA)
+				by.ServeDNS(context.Background(), &recorder{ResponseWriter: test.ResponseWriter{}}, m)
+			}()
+			<-asked
+			return done
+		}
+		var done <-chan struct{}
+		if tc.fetchOld {
+			done = fetch(old)
+		}
+		block := "flush during reload " + tc.name
+		old.offer(block)
+		if !c.takeOver(block) {
+			t.Fatalf("%s: the new instance did not take the store over", tc.name)
+		}
+		flusher := c
+		if !tc.fetchOld {
+			done, flusher = fetch(c), old
+		}
+		flusher.flushZone(mustAdminName(t, "example.org."))
+		close(release)
+		<-done
+		if isCached(t, c, "www.example.org.", dns.TypeA, false) {
+			t.Errorf("%s: a fetch begun before the flush stored what the flush covers", tc.name)
 		}
 	}
 }

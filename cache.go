@@ -86,7 +86,7 @@ type Cache struct {
 
 	refreshes refreshes
 	flights   flights
-	flushes   flushes // begun by the admin endpoint; see putUnflushed
+	flushes   *flushes // begun by the admin endpoint on the store, and handed over with it; see putUnflushed
 
 	raw     rawPlan // hits go out through w.Write; see raw.go
 	metrics *metricsSet
@@ -121,9 +121,11 @@ func New() *Cache {
 	return c
 }
 
-// init makes the store for the configured budget and caps.
+// init makes the store for the configured budget and caps, and its record
+// of flushes.
 func (c *Cache) init() (err error) {
 	c.store, err = store.New(c.capacity, store.PerKind{store.KindSuccess: c.pcap, store.KindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
+	c.flushes = &flushes{}
 	return err
 }
 
@@ -399,8 +401,8 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	if answersOnly && e.Flags()&entry.FlagAnswers == 0 {
 		return false
 	}
-	if !s.q.takes(e) {
-		if s.q.do && !e.HoldsDNSSEC() {
+	if ok, upgrade := s.q.takes(e); !ok {
+		if upgrade {
 			f.upgrade, f.hits = true, e.Hits()
 		}
 		return false

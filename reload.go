@@ -15,9 +15,11 @@ import (
 // cache nor holds two full stores, and a changed TTL cap or disable takes
 // effect at once, as with the stock cache.
 
-// handoff is a store on offer and the contents settings it was filled under.
+// handoff is a store on offer, the flushes begun on it, and the contents
+// settings it was filled under.
 type handoff struct {
 	store    *store.Store
+	flushes  *flushes
 	contents contents
 }
 
@@ -57,7 +59,7 @@ func blockID(keys, binds []string, view string) string {
 func (c *Cache) offer(block string) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
-	handoffs.m[block] = handoff{c.store, c.contents()}
+	handoffs.m[block] = handoff{c.store, c.flushes, c.contents()}
 }
 
 // withdraw takes back what the block offered and nobody took, once the
@@ -70,9 +72,9 @@ func withdraw(block string, s *store.Store) {
 	}
 }
 
-// takeOver replaces c's new, empty store by the store offered for block
-// when it has the same shape and was filled under the same contents
-// settings.
+// takeOver replaces c's new, empty store, and its flushes, by the store
+// offered for block and the flushes begun on it, when it has the same shape
+// and was filled under the same contents settings.
 func (c *Cache) takeOver(block string) bool {
 	handoffs.Lock()
 	defer handoffs.Unlock()
@@ -81,6 +83,6 @@ func (c *Cache) takeOver(block string) bool {
 		return false
 	}
 	delete(handoffs.m, block)
-	c.store = old.store
+	c.store, c.flushes = old.store, old.flushes
 	return true
 }

@@ -85,7 +85,7 @@ func setupSnapshot(c *caddy.Controller, ca *Cache) {
 	c.OnFinalShutdown(func() error {
 		// At full speed: the server is leaving, and the write must end
 		// within the termination grace period.
-		ca.writeSnapshot(sc.path, snapshot.Unpaced(ca.store))
+		ca.writeSnapshot(sc.path, snapshot.Paced(ca.store, 0))
 		return nil
 	})
 }
@@ -120,7 +120,7 @@ var snapshotRest = time.Duration(7)
 // took. It ends with errStopping once stop is closed.
 func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
-		return c.walkResting(snapshotRest, visit, func() error {
+		return snapshot.Paced(c.store, snapshotRest)(visit, func() error {
 			select {
 			case <-stop:
 				return errStopping

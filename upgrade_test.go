@@ -416,7 +416,7 @@ func TestSnapshotKeepsDNSSECFlag(t *testing.T) {
 	ask(t, c, doQuery("s.example.", dns.TypeA, false), false)
 	ask(t, c, doQuery("nx.example.", dns.TypeA, true), false)
 	path := filepath.Join(t.TempDir(), "cache.snap")
-	if _, err := c.writeSnapshotFile(path, snapshot.Unpaced(c.store)); err != nil {
+	if _, err := c.writeSnapshotFile(path, snapshot.Paced(c.store, 0)); err != nil {
 		t.Fatal(err)
 	}
 	loaded := newTestCache(t, u, clk)

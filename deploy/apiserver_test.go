@@ -432,14 +432,10 @@ type dnsServer struct {
 // its port, and the warm-up asks the peer for the block of its own name.
 func startClusterDNS(t *testing.T, bin, corefile, kubeconfig, tokenFile, peer string, dnsPort int) *dnsServer {
 	t.Helper()
-	s := &dnsServer{name: "compactcache", upstream: startUpstream(t)}
-	if !strings.Contains(corefile, "compactcache") {
-		s.name = "cache"
-	}
 	if dnsPort == 0 {
 		dnsPort = testenv.FreePort(t)
 	}
-	s.rw = rewrite{
+	rw := rewrite{
 		dnsPort:     dnsPort,
 		frontPort:   testenv.FreePort(t),
 		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
@@ -448,24 +444,15 @@ func startClusterDNS(t *testing.T, bin, corefile, kubeconfig, tokenFile, peer st
 		adminAddr:   fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		kubeconfig:  kubeconfig,
 		tokenFile:   tokenFile,
-		upstream:    s.upstream.addr,
 	}
 	if peer == "" {
 		// No peer yet, as for the first pod of a Deployment: nothing listens.
 		peer = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	}
 	host, port, _ := strings.Cut(peer, ":")
-	cf, changes := rewriteCorefile(t, corefile, s.rw)
-	t.Logf("%s: changed for the test:\n  %s", s.name, strings.Join(changes, "\n  "))
-	s.in = start(t, bin, cf, "COREDNS_PEERS_SERVICE_HOST="+host, "COREDNS_PEERS_SERVICE_PORT="+port)
-	waitOutput(t, s.in, "CoreDNS-", 30*time.Second)
-	waitHTTP(t, s.in, "http://"+s.rw.readyAddr+"/ready", 30*time.Second)
+	s := startDNS(t, bin, "", corefile, rw, "http://"+rw.readyAddr+"/ready", "COREDNS_PEERS_SERVICE_HOST="+host, "COREDNS_PEERS_SERVICE_PORT="+port)
 	if strings.Contains(s.in.out.String(), "starting server with unsynced Kubernetes API") {
 		t.Fatalf("%s: the kubernetes plugin did not sync with the API server", s.name)
-	}
-	s.addr, s.metrics, s.adminAddr = fmt.Sprintf("127.0.0.1:%d", s.rw.frontPort), "http://"+s.rw.metricsAddr+"/metrics", s.rw.adminAddr
-	if s.name == "cache" {
-		s.addr = fmt.Sprintf("127.0.0.1:%d", s.rw.dnsPort)
 	}
 	return s
 }
@@ -474,26 +461,36 @@ func startClusterDNS(t *testing.T, bin, corefile, kubeconfig, tokenFile, peer st
 // cluster (host:port).
 func startNodeLocal(t *testing.T, bin, corefile, cluster string) *dnsServer {
 	t.Helper()
-	s := &dnsServer{name: "compactcache node-local", upstream: startUpstream(t)}
-	if !strings.Contains(corefile, "compactcache") {
-		s.name = "cache node-local"
-	}
-	s.rw = rewrite{
+	rw := rewrite{
 		dnsPort:     testenv.FreePort(t),
 		frontPort:   testenv.FreePort(t),
 		healthAddr:  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
-		upstream:    s.upstream.addr,
 		snapshotDir: t.TempDir(),
 	}
+	return startDNS(t, bin, " node-local", corefile, rw, "http://"+rw.healthAddr+"/health", "KUBE_DNS_UPSTREAM_SERVICE_HOST="+cluster)
+}
+
+// startDNS runs corefile, changed for the test by rw with an upstream of
+// its own, with env, and waits until it listens and ready answers. The
+// server is named for its cache, compactcache or the stock cache, and
+// role; clients ask the front end, or the block where it has none.
+func startDNS(t *testing.T, bin, role, corefile string, rw rewrite, ready string, env ...string) *dnsServer {
+	t.Helper()
+	s := &dnsServer{name: "compactcache" + role, upstream: startUpstream(t), rw: rw}
+	stock := !strings.Contains(corefile, "compactcache")
+	if stock {
+		s.name = "cache" + role
+	}
+	s.rw.upstream = s.upstream.addr
 	cf, changes := rewriteCorefile(t, corefile, s.rw)
 	t.Logf("%s: changed for the test:\n  %s", s.name, strings.Join(changes, "\n  "))
-	s.in = start(t, bin, cf, "KUBE_DNS_UPSTREAM_SERVICE_HOST="+cluster)
+	s.in = start(t, bin, cf, env...)
 	waitOutput(t, s.in, "CoreDNS-", 30*time.Second)
-	waitHTTP(t, s.in, "http://"+s.rw.healthAddr+"/health", 30*time.Second)
-	s.addr, s.metrics = fmt.Sprintf("127.0.0.1:%d", s.rw.frontPort), "http://"+s.rw.metricsAddr+"/metrics"
-	if strings.HasPrefix(s.name, "cache") {
-		s.addr = fmt.Sprintf("127.0.0.1:%d", s.rw.dnsPort)
+	waitHTTP(t, s.in, ready, 30*time.Second)
+	s.addr, s.metrics, s.adminAddr = fmt.Sprintf("127.0.0.1:%d", rw.frontPort), "http://"+rw.metricsAddr+"/metrics", rw.adminAddr
+	if stock {
+		s.addr = fmt.Sprintf("127.0.0.1:%d", rw.dnsPort)
 	}
 	return s
 }

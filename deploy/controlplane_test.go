@@ -132,7 +132,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 
 	port := testenv.FreePort(t)
 	cp.url = fmt.Sprintf("https://127.0.0.1:%d", port)
-	exited := daemon(t, "kube-apiserver", apiserverBin,
+	apiserver := daemon(t, "kube-apiserver", apiserverBin,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -165,8 +165,8 @@ func startControlPlane(t *testing.T) *controlPlane {
 	last := ""
 	for time.Since(begin) < 90*time.Second {
 		select {
-		case <-exited:
-			t.Fatal("kube-apiserver exited")
+		case <-apiserver.exited:
+			t.Fatalf("kube-apiserver exited: %v", apiserver.err)
 		default:
 		}
 		resp, err := client.Get(cp.url + "/readyz")
@@ -186,31 +186,10 @@ func startControlPlane(t *testing.T) *controlPlane {
 	return nil
 }
 
-// daemon starts a server of the control plane, its output kept for the log
-// of a failed test that a failed test prints, and kills it at the end. The
-// channel closes when it exits.
-func daemon(t *testing.T, name, bin string, args ...string) <-chan struct{} {
+// daemon starts a server of the control plane; see run.
+func daemon(t *testing.T, name, bin string, args ...string) *instance {
 	t.Helper()
-	out := &testenv.LogBuffer{}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			s := out.String()
-			if len(s) > 8000 {
-				s = "…" + s[len(s)-8000:]
-			}
-			t.Logf("%s output:\n%s", name, s)
-		}
-	})
-	return done
+	return run(t, name, 8000, exec.Command(bin, args...))
 }
 
 // kubectl runs kubectl as the administrator with stdin and fails the test

@@ -361,13 +361,17 @@ func blockOpen(fields []string) string {
 	return ""
 }
 
-// instance is a running coredns.
+// instance is a process a test runs: coredns, or a server of the control
+// plane.
 type instance struct {
-	cmd  *exec.Cmd
-	out  *testenv.LogBuffer
-	done chan error
+	name   string
+	cmd    *exec.Cmd
+	out    *testenv.LogBuffer
+	exited chan struct{} // closed when it exits
+	err    error         // how it exited, once exited is closed
 }
 
+// start runs coredns on corefile, with env added to the test's.
 func start(t *testing.T, bin, corefile string, env ...string) *instance {
 	t.Helper()
 	dir := t.TempDir()
@@ -375,24 +379,35 @@ func start(t *testing.T, bin, corefile string, env ...string) *instance {
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{out: &testenv.LogBuffer{}, done: make(chan error, 1)}
-	in.cmd = exec.Command(bin, "-conf", path)
-	in.cmd.Dir = dir
-	in.cmd.Env = append(os.Environ(), env...)
-	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
-	if err := in.cmd.Start(); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(bin, "-conf", path)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	return run(t, "coredns", 0, cmd)
+}
+
+// run starts cmd, its output kept for the log of a failed test (its last
+// keep bytes; 0: all of it), and kills it at the end of the test.
+func run(t *testing.T, name string, keep int, cmd *exec.Cmd) *instance {
+	t.Helper()
+	in := &instance{name: name, cmd: cmd, out: &testenv.LogBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = in.out, in.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	go func() { in.done <- in.cmd.Wait() }()
+	go func() { in.err = cmd.Wait(); close(in.exited) }()
 	t.Cleanup(func() {
 		select {
-		case <-in.done:
+		case <-in.exited:
 		default:
-			in.cmd.Process.Kill()
-			<-in.done
+			cmd.Process.Kill()
+			<-in.exited
 		}
 		if t.Failed() {
-			t.Logf("coredns output:\n%s", in.out.String())
+			s := in.out.String()
+			if keep > 0 && len(s) > keep {
+				s = "…" + s[len(s)-keep:]
+			}
+			t.Logf("%s output:\n%s", name, s)
 		}
 	})
 	return in
@@ -404,13 +419,12 @@ func (in *instance) stop(t *testing.T, within time.Duration) time.Duration {
 	begin := time.Now()
 	in.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-in.done:
-		in.done <- err
-		if err != nil {
-			t.Errorf("coredns exited with %v after SIGTERM", err)
+	case <-in.exited:
+		if in.err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", in.name, in.err)
 		}
 	case <-time.After(within):
-		t.Errorf("coredns still running %v after SIGTERM", within)
+		t.Errorf("%s still running %v after SIGTERM", in.name, within)
 	}
 	return time.Since(begin)
 }
@@ -425,13 +439,12 @@ func waitOutput(t *testing.T, in *instance, want string, within time.Duration) {
 			return
 		}
 		select {
-		case err := <-in.done:
-			in.done <- err
-			t.Fatalf("coredns exited (%v) before printing %q", err, want)
+		case <-in.exited:
+			t.Fatalf("%s exited (%v) before printing %q", in.name, in.err, want)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	t.Fatalf("coredns did not print %q within %v", want, within)
+	t.Fatalf("%s did not print %q within %v", in.name, want, within)
 }
 
 // waitHTTP polls url until it answers 200 or the time is up.
@@ -441,9 +454,8 @@ func waitHTTP(t *testing.T, in *instance, url string, within time.Duration) {
 	last := ""
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-in.done:
-			in.done <- err
-			t.Fatalf("coredns exited (%v) before %s answered", err, url)
+		case <-in.exited:
+			t.Fatalf("%s exited (%v) before %s answered", in.name, in.err, url)
 		default:
 		}
 		resp, err := http.Get(url)

@@ -119,19 +119,13 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		return err
 	}
-	argv := []string{bin, "-conf", conf}
-	if cpu >= 0 {
-		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
-	}
-	if nice != 0 {
-		argv = append([]string{"nice", "-n", strconv.Itoa(nice)}, argv...)
-	}
+	argv := proc.Pinned(cpu, nice, bin, "-conf", conf)
 	server, err := proc.Start("coredns", filepath.Join(work, "coredns.log"), exec.Command(argv[0], argv[1:]...))
 	if err != nil {
 		return err
 	}
 	defer server.Stop(5 * time.Second)
-	if _, err := proc.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second); err != nil {
+	if _, err := proc.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second, 200*time.Millisecond); err != nil {
 		return err
 	}
 

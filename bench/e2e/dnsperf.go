@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/compactcache/compactcache/bench/proc"
 )
 
 // perf is what one dnsperf run reports.
@@ -46,7 +48,7 @@ const rtPriority = 10
 // per-query lines of -v, which it reduces to percentiles) in logPath.
 func runDNSPerf(ctx context.Context, core int, rt bool, logPath string, args []string) (perf, error) {
 	verbose := slices.Contains(args, "-v")
-	argv := pinned(core, "dnsperf", args...)
+	argv := proc.Pinned(core, niceness, "dnsperf", args...)
 	if rt {
 		argv = append([]string{"chrt", "-r", strconv.Itoa(rtPriority)}, argv...)
 	}

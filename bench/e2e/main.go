@@ -529,7 +529,7 @@ func (r *runner) startUpstream(ctx context.Context) error {
 	}
 	r.upstream = p
 	// The zone loads before the server listens; give a large zone time.
-	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), workload.Question(0), 5*time.Minute)
+	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), workload.Question(0), 5*time.Minute, 200*time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("upstream: %v", err)
 	}
@@ -822,7 +822,7 @@ func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bo
 	}
 	// A name outside the workload: NXDOMAIN from the upstream, one denial
 	// entry in the cache.
-	if _, err := proc.WaitDNS(ctx, p, r.serverAddr(), dns.Question{Name: probeName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute); err != nil {
+	if _, err := proc.WaitDNS(ctx, p, r.serverAddr(), dns.Question{Name: probeName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute, 200*time.Millisecond); err != nil {
 		p.Stop(5 * time.Second)
 		return nil, "", "", err
 	}

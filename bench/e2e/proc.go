@@ -16,21 +16,11 @@ import (
 // (nice(1)); 0 leaves it alone.
 var niceness = 0
 
-// pinned returns the command line that runs name on core, at niceness:
-// nice and taskset exec what they run, so the pid is name's.
-func pinned(core int, name string, args ...string) []string {
-	argv := []string{"taskset", "-c", strconv.Itoa(core), name}
-	if niceness != 0 {
-		argv = append([]string{"nice", "-n", strconv.Itoa(niceness)}, argv...)
-	}
-	return append(argv, args...)
-}
-
 // startPinned starts name with args on core, with env, its output in
 // logPath: pinned by taskset, which execs it, so that the pid is the
 // server's own.
 func startPinned(core int, env []string, logPath, dir, name string, args ...string) (*proc.Proc, error) {
-	argv := pinned(core, name, args...)
+	argv := proc.Pinned(core, niceness, name, args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir

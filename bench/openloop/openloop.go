@@ -124,21 +124,32 @@ func Run(addr string, rate int, d time.Duration, query func(k int, buf []byte) [
 // median of their p99s: what the p99 of a stretch as long as d is, on this
 // machine as loaded as it was, without the phase's own rare spikes.
 func (p *Phase) TypicalP99(d time.Duration) time.Duration {
-	if len(p.Samples) == 0 {
-		return 0
-	}
-	var p99s []time.Duration
-	first, last := p.Samples[0].Sent, p.Samples[len(p.Samples)-1].Sent
-	for at := first; at.Add(d).Before(last); at = at.Add(d) {
-		if w := p.Between(at, at.Add(d)); len(w.Latencies) > 0 {
-			p99s = append(p99s, w.Percentile(0.99))
-		}
-	}
+	p99s := p.StretchP99s(d, nil)
 	if len(p99s) == 0 {
 		return p.All().Percentile(0.99)
 	}
 	slices.Sort(p99s)
 	return p99s[len(p99s)/2]
+}
+
+// StretchP99s cuts the phase into stretches of length d from its first
+// query on and returns the p99 of each that holds an answered query, but
+// for those skip (when given) leaves out.
+func (p *Phase) StretchP99s(d time.Duration, skip func(from, to time.Time) bool) []time.Duration {
+	if len(p.Samples) == 0 {
+		return nil
+	}
+	var p99s []time.Duration
+	first, last := p.Samples[0].Sent, p.Samples[len(p.Samples)-1].Sent
+	for at := first; at.Add(d).Before(last); at = at.Add(d) {
+		if skip != nil && skip(at, at.Add(d)) {
+			continue
+		}
+		if w := p.Between(at, at.Add(d)); len(w.Latencies) > 0 {
+			p99s = append(p99s, w.Percentile(0.99))
+		}
+	}
+	return p99s
 }
 
 // All returns the latencies of the phase's queries.
@@ -151,10 +162,11 @@ type Window struct {
 	Lost      int
 }
 
-// Between returns the queries sent from start to end (zero: no end).
+// Between returns the queries sent from start to end, end excluded (zero:
+// no end), so that stretches end to end share no query.
 func (p *Phase) Between(start, end time.Time) Window {
 	return p.Where(func(sent time.Time) bool {
-		return !sent.Before(start) && (end.IsZero() || !sent.After(end))
+		return !sent.Before(start) && (end.IsZero() || sent.Before(end))
 	})
 }
 
@@ -174,7 +186,7 @@ func (p *Phase) Where(in func(sent time.Time) bool) Window {
 	return w
 }
 
-// Sent returns the number of queries sent from start to end.
+// Sent returns the number of queries sent from start to end, end excluded.
 func (p *Phase) Sent(start, end time.Time) int {
 	w := p.Between(start, end)
 	return len(w.Latencies) + w.Lost

@@ -18,15 +18,15 @@ func TestWindows(t *testing.T) {
 		}
 		p.Samples = append(p.Samples, Sample{Sent: start.Add(time.Duration(i) * time.Millisecond), Latency: l})
 	}
-	w := p.Between(start.Add(100*time.Millisecond), start.Add(199*time.Millisecond))
+	w := p.Between(start.Add(100*time.Millisecond), start.Add(200*time.Millisecond))
 	if len(w.Latencies) != 100 || w.Lost != 0 || w.Percentile(0.99) != 10*time.Millisecond || w.Percentile(0.5) != 100*time.Microsecond {
 		t.Errorf("window %v", w)
 	}
 	if all := p.All(); len(all.Latencies) != 999 || all.Lost != 1 {
 		t.Errorf("all: %d answered, %d lost", len(all.Latencies), all.Lost)
 	}
-	if got := p.Sent(start.Add(450*time.Millisecond), start.Add(549*time.Millisecond)); got != 100 {
-		t.Errorf("sent from 450 to 549 ms: %d, want 100 (the lost one counted)", got)
+	if got := p.Sent(start.Add(450*time.Millisecond), start.Add(550*time.Millisecond)); got != 100 {
+		t.Errorf("sent from 450 to 550 ms: %d, want 100 (the lost one counted)", got)
 	}
 	// Stretches of 50 queries hold none or one slow query: p99 is the
 	// slow one in half of them.

@@ -32,6 +32,20 @@ type Proc struct {
 	err  error
 }
 
+// Pinned returns the command line that runs name with args on cpu (taskset;
+// -1: not pinned) at niceness nice (nice -n; 0: the tool's own). nice and
+// taskset exec what they run, so that the pid is name's own.
+func Pinned(cpu, nice int, name string, args ...string) []string {
+	argv := append([]string{name}, args...)
+	if cpu >= 0 {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
+	}
+	if nice != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(nice)}, argv...)
+	}
+	return argv
+}
+
 // Start starts cmd with its output in logPath. The process is killed when
 // the tool exits, however that happens.
 func Start(name, logPath string, cmd *exec.Cmd) (*Proc, error) {
@@ -99,9 +113,9 @@ func BuildCoreDNS(ctx context.Context, bin string) error {
 	return nil
 }
 
-// WaitDNS asks addr for q, with EDNS, until it answers, p exits or limit
-// passes; p may be nil.
-func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit time.Duration) (*dns.Msg, error) {
+// WaitDNS asks addr for q, with EDNS, every poll until it answers, p exits
+// or limit passes; p may be nil.
+func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit, poll time.Duration) (*dns.Msg, error) {
 	c := &dns.Client{Net: "udp", Timeout: 300 * time.Millisecond}
 	m := new(dns.Msg)
 	m.Question = []dns.Question{q}
@@ -119,7 +133,7 @@ func WaitDNS(ctx context.Context, p *Proc, addr string, q dns.Question, limit ti
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("no answer from %s within %v: %v", addr, limit, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 

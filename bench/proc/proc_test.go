@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,5 +90,21 @@ func TestRunTime(t *testing.T) {
 	}
 	if _, err := RunTime(-1); err == nil {
 		t.Error("no error for pid -1")
+	}
+}
+
+func TestPinned(t *testing.T) {
+	for _, tc := range []struct {
+		cpu, nice int
+		want      string
+	}{
+		{-1, 0, "coredns -conf C"},
+		{1, 0, "taskset -c 1 coredns -conf C"},
+		{-1, -10, "nice -n -10 coredns -conf C"},
+		{0, 5, "nice -n 5 taskset -c 0 coredns -conf C"},
+	} {
+		if got := strings.Join(Pinned(tc.cpu, tc.nice, "coredns", "-conf", "C"), " "); got != tc.want {
+			t.Errorf("Pinned(%d, %d): %q, want %q", tc.cpu, tc.nice, got, tc.want)
+		}
 	}
 }

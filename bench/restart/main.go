@@ -45,6 +45,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -173,8 +174,7 @@ func zipfQueries(z *workload.Zipf, names *workload.Names) func(k int, buf []byte
 // hitRate returns the share of the queries sent from start to end (end
 // excluded) that the upstream was not asked for in the same stretch.
 func hitRate(p *openloop.Phase, up *upstream, start, end time.Time) float64 {
-	sent := p.Where(func(t time.Time) bool { return !t.Before(start) && t.Before(end) })
-	n := len(sent.Latencies) + sent.Lost
+	n := p.Sent(start, end)
 	if n == 0 {
 		return 0
 	}
@@ -393,11 +393,12 @@ func (res roundResult) loadCPU() timed {
 }
 
 // median returns the median of f over xs.
-func median[T any](xs []T, f func(T) float64) float64 {
+func median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
 	if len(xs) == 0 {
-		return 0
+		var zero V
+		return zero
 	}
-	v := make([]float64, len(xs))
+	v := make([]V, len(xs))
 	for i, x := range xs {
 		v[i] = f(x)
 	}

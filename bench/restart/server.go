@@ -91,13 +91,7 @@ func (e *env) startBin(bin, name, corefile string) (*server, error) {
 	if err := os.WriteFile(base+".Corefile", []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
-	argv := []string{bin, "-conf", base + ".Corefile"}
-	if e.cpu >= 0 {
-		argv = append([]string{"taskset", "-c", strconv.Itoa(e.cpu)}, argv...)
-	}
-	if e.nice != 0 {
-		argv = append([]string{"nice", "-n", strconv.Itoa(e.nice)}, argv...)
-	}
+	argv := proc.Pinned(e.cpu, e.nice, bin, "-conf", base+".Corefile")
 	started := time.Now()
 	p, err := proc.Start(name, base+".log", exec.Command(argv[0], argv[1:]...))
 	if err != nil {
@@ -110,24 +104,12 @@ func (e *env) startBin(bin, name, corefile string) (*server, error) {
 var probe = dns.Question{Name: "probe.restart.invalid.", Qtype: dns.TypeA, Qclass: dns.ClassINET}
 
 // firstAnswer asks addr until it answers and returns when the answer came:
-// time zero of a restart.
+// time zero of a restart, to within the 2 ms between asks.
 func firstAnswer(s *server, addr string, limit time.Duration) (time.Time, error) {
-	c := &dns.Client{Net: "udp", Timeout: 50 * time.Millisecond}
-	m := new(dns.Msg)
-	m.Question = []dns.Question{probe}
-	deadline := time.Now().Add(limit)
-	for {
-		if _, _, err := c.Exchange(m, addr); err == nil {
-			return time.Now(), nil
-		}
-		if s.Exited() {
-			return time.Time{}, fmt.Errorf("%s exited: %v (see %s)", s.Name, s.Err(), s.Log)
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("%s: no answer from %s within %v (see %s)", s.Name, addr, limit, s.Log)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if _, err := proc.WaitDNS(context.Background(), s.Proc, addr, probe, limit, 2*time.Millisecond); err != nil {
+		return time.Time{}, err
 	}
+	return time.Now(), nil
 }
 
 // The log lines of internal/snapshot's callers the run reads.

@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -86,35 +85,12 @@ func measureWrites(p *openloop.Phase, writes []timed) writesResult {
 			each = append(each, win.Percentile(0.99))
 		}
 	}
-	res.p99Write = medianDuration(each)
-	took := make([]time.Duration, len(writes))
-	for i, w := range writes {
-		took[i] = w.took
-	}
-	length := max(medianDuration(took), time.Millisecond)
-	var away []time.Duration
-	if len(p.Samples) > 0 {
-		last := p.Samples[len(p.Samples)-1].Sent
-		for at := p.Samples[0].Sent; at.Add(length).Before(last); at = at.Add(length) {
-			if near(at, at.Add(length), margin) {
-				continue
-			}
-			if win := p.Between(at, at.Add(length)); len(win.Latencies) > 0 {
-				away = append(away, win.Percentile(0.99))
-			}
-		}
-	}
-	res.p99Typical = medianDuration(away)
+	itself := func(d time.Duration) time.Duration { return d }
+	res.p99Write = median(each, itself)
+	took := func(w timed) time.Duration { return w.took }
+	length := max(median(writes, took), time.Millisecond)
+	res.p99Typical = median(p.StretchP99s(length, func(from, to time.Time) bool { return near(from, to, margin) }), itself)
 	return res
-}
-
-func medianDuration(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[len(d)/2]
 }
 
 // print gives the phase's figures.

@@ -129,7 +129,7 @@ func main() {
 	}
 	defer upstream.Stop(10 * time.Second)
 	probe := workload.Question(0)
-	if _, err := proc.WaitDNS(ctx, upstream, upAddr, probe, 10*time.Minute); err != nil {
+	if _, err := proc.WaitDNS(ctx, upstream, upAddr, probe, 10*time.Minute, 200*time.Millisecond); err != nil {
 		log.Fatal(err)
 	}
 	server, err := startServer(work, "server", bin, fmt.Sprintf(`.:%d {
@@ -147,7 +147,7 @@ func main() {
 	defer server.Stop(10 * time.Second)
 	// Ask for a name that is not in the workload's stream, so that the
 	// cache starts empty of it.
-	if _, err := proc.WaitDNS(ctx, server, serverAddr, dns.Question{Name: "soak.invalid.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute); err != nil {
+	if _, err := proc.WaitDNS(ctx, server, serverAddr, dns.Question{Name: "soak.invalid.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute, 200*time.Millisecond); err != nil {
 		log.Fatal(err)
 	}
 

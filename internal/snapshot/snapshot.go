@@ -27,6 +27,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
@@ -56,18 +57,23 @@ var (
 )
 
 // Walk walks a store's entries a chunk at a time: visit under the chunk's
-// shard lock, between after each chunk with no lock held, whose error ends
-// the walk. The caller decides how fast it goes.
+// shard lock, between (when given) after each chunk with no lock held, whose
+// error ends the walk.
 type Walk func(visit func(e entry.Entry) (remove bool), between func() error) error
 
-// Unpaced is the Walk of s that goes from one chunk to the next at once.
-func Unpaced(s *store.Store) Walk {
+// Paced is the Walk of s that rests rest times as long as each chunk took
+// before the next; with 0 it goes from one chunk to the next at once.
+func Paced(s *store.Store, rest time.Duration) Walk {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
 		for c, more := (store.Cursor{}), true; more; {
+			start := time.Now()
 			c, more = s.Walk(c, visit)
-			if err := between(); err != nil {
-				return err
+			if between != nil {
+				if err := between(); err != nil {
+					return err
+				}
 			}
+			time.Sleep(rest * time.Since(start))
 		}
 		return nil
 	}
@@ -88,55 +94,83 @@ func Write(w io.Writer, walk Walk, fp Fingerprint, now int64) (int, error) {
 	if _, err := bw.Write(h[:]); err != nil {
 		return 0, err
 	}
-	// The entries of a chunk are copied under its shard's lock, then cut
-	// into blocks of at most maxBlock bytes with the lock released.
-	var chunk []byte
-	block := make([]byte, 0, maxBlock)
+	// The entries of a chunk are copied under its shard's lock, then written
+	// out from the copy with the lock released, in blocks of at most
+	// maxBlock bytes.
+	out := blocks{cur: make([]byte, 0, maxBlock), spare: make([]byte, 0, maxBlock)}
 	n := 0
 	err := walk(func(e entry.Entry) bool {
-		chunk = append(chunk, e...)
+		out.cur = append(out.cur, e...)
 		n++
 		return false
-	}, func() error {
-		for off := 0; off < len(chunk); {
-			size := int(binary.LittleEndian.Uint32(chunk[off:]))
-			if len(block)+size > maxBlock {
-				if err := writeBlock(bw, block); err != nil {
-					return err
-				}
-				block = block[:0]
-			}
-			block = append(block, chunk[off:off+size]...)
-			off += size
-		}
-		chunk = chunk[:0]
-		return nil
-	})
+	}, func() error { return out.cut(bw) })
 	if err != nil {
 		return n, err
 	}
-	if len(block) > 0 {
-		if err := writeBlock(bw, block); err != nil {
+	if len(out.head)+len(out.cur) > 0 {
+		if err := writeBlock(bw, out.head, out.cur); err != nil {
 			return n, err
 		}
 	}
-	if err := writeBlock(bw, nil); err != nil {
+	if err := writeBlock(bw); err != nil {
 		return n, err
 	}
 	return n, bw.Flush()
 }
 
-func writeBlock(w io.Writer, b []byte) error {
-	var h [8]byte
-	binary.LittleEndian.PutUint32(h[:], uint32(len(b)))
-	if len(b) > 0 {
-		binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(b, castagnoli))
+// blocks cuts the copies of chunks into blocks, each of as many entries as
+// maxBlock holds, and writes each from the copies. The chunks of a block
+// follow one another in cur, but for its first entries (head): the rest of
+// the chunk in which the block before it ended, left in the other buffer,
+// spare, while cur starts again empty.
+type blocks struct {
+	cur     []byte // the chunks copied since the last block ended in one
+	scanned int    // the bytes of cur cut already
+	head    []byte // in spare
+	spare   []byte
+}
+
+// cut writes the blocks that the chunk copied last to cur completes.
+func (b *blocks) cut(w io.Writer) error {
+	start, size := 0, len(b.head)+b.scanned // the block: head, then cur[start:off]
+	for off := b.scanned; off < len(b.cur); {
+		n := int(binary.LittleEndian.Uint32(b.cur[off:]))
+		if size+n > maxBlock {
+			if err := writeBlock(w, b.head, b.cur[start:off]); err != nil {
+				return err
+			}
+			b.head, start, size = nil, off, 0
+		}
+		size += n
+		off += n
 	}
+	b.scanned = len(b.cur)
+	if start > 0 {
+		b.head = b.cur[start:]
+		b.cur, b.spare, b.scanned = b.spare[:0], b.cur, 0
+	}
+	return nil
+}
+
+// writeBlock writes a block of the bytes of pieces, one after the other.
+func writeBlock(w io.Writer, pieces ...[]byte) error {
+	var h [8]byte
+	size, sum := 0, uint32(0)
+	for _, p := range pieces {
+		size += len(p)
+		sum = crc32.Update(sum, castagnoli, p)
+	}
+	binary.LittleEndian.PutUint32(h[:], uint32(size))
+	binary.LittleEndian.PutUint32(h[4:], sum)
 	if _, err := w.Write(h[:]); err != nil {
 		return err
 	}
-	_, err := w.Write(b)
-	return err
+	for _, p := range pieces {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Loaded is what Read took from a file.

@@ -376,10 +376,12 @@ func (sh *shard) forget(c int) {
 // evictOldest drops the oldest live entry of kind k, for the per-kind entry
 // caps of the stock cache: the first in probation's chunks, oldest first,
 // then in main's. The cursor makes repeated calls walk the chunks once
-// rather than once per call.
+// rather than once per call. A valid cursor's chunk is in a queue: scanFor
+// sets it to a queued chunk, and the chunk leaves its queue only through
+// dequeue, which forgets it (checkQueues checks this).
 func (sh *shard) evictOldest(k int, d *Dropped) {
 	pos := sh.cursor[k]
-	if pos.valid && sh.in[pos.chunk] != noQueue && sh.scanFor(k, int(sh.in[pos.chunk]), pos.chunk, pos.off, d) {
+	if pos.valid && sh.scanFor(k, int(sh.in[pos.chunk]), pos.chunk, pos.off, d) {
 		return
 	}
 	if !sh.scanFor(k, probationQ, -1, 0, d) {
@@ -508,6 +510,11 @@ func (sh *shard) checkQueues() error {
 	}
 	if n != held {
 		return fmt.Errorf("%d chunks in the queues, %d held", n, held)
+	}
+	for k, pos := range sh.cursor {
+		if pos.valid && sh.in[pos.chunk] == noQueue {
+			return fmt.Errorf("the cursor of kind %d is valid in chunk %d, in no queue", k, pos.chunk)
+		}
 	}
 	if sh.ghost != nil && len(sh.ghost) != ghostLen(sh.budget) {
 		return fmt.Errorf("a ghost of %d places, want %d", len(sh.ghost), ghostLen(sh.budget))

@@ -192,12 +192,9 @@ const minShardChunks = 32
 // cache's own insert at a million entries took 1,367-1,429 ns at 64 shards
 // and 1,160-1,208 at 8 (paired runs; BENCHMARKS.md).
 func shardCount(capacity int64, procs int) int {
-	most := capacity / (minShardChunks * chunkSize)
+	// Two shards of sixteen chunks rather than one lock.
+	most := max(capacity/(minShardChunks*chunkSize), min(capacity/(16*chunkSize), 2))
 	n := max(1, min(int64(shardsPerProc*procs), maxShards, most))
-	if n < 2 {
-		// Two shards of sixteen chunks rather than one lock.
-		n = max(1, min(int64(shardsPerProc*procs), capacity/(16*chunkSize), 2))
-	}
 	n = 1 << (bits.Len64(uint64(n)) - 1)
 	// Past targetShardBudget, more shards. That also keeps every ring within
 	// the chunks an index slot can name: maxShards rings of maxChunks are

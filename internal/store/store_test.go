@@ -139,26 +139,38 @@ func TestStoreDropsExpiredDespiteHits(t *testing.T) {
 	}
 }
 
+// TestStoreKindLimits: a cap on denials keeps them under it and evicts no
+// success for it; on a full store too, whose passes move the chunks the
+// caps' cursors point into, checked as it fills.
 func TestStoreKindLimits(t *testing.T) {
 	const limit = 300
-	s, err := New(8*MinCapacity, PerKind{KindDenial: limit}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := entry.NewBuilder()
-	for i := range 5000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, KindDenial)
-		s.Put(e, 0)
-		e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, KindSuccess)
-		s.Put(e, 0)
-	}
-	checkShards(t, s)
-	perShard := (limit + len(s.shards) - 1) / len(s.shards)
-	if n := s.Usage().Kinds[KindDenial]; n > perShard*len(s.shards) || n < limit/2 {
-		t.Fatalf("%d denial entries with a cap of %d", n, limit)
-	}
-	if n := s.Usage().Kinds[KindSuccess]; n != 5000 {
-		t.Fatalf("%d success entries, want all 5000: the denial cap must not evict them", n)
+	for _, tc := range []struct {
+		capacity int64
+		n        int
+		fits     bool // the successes all fit the budget
+	}{{8 * MinCapacity, 5000, true}, {MinCapacity, 30000, false}} {
+		s, err := New(tc.capacity, PerKind{KindDenial: limit}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := entry.NewBuilder()
+		for i := range tc.n {
+			e, _ := testEntry(t, b, fmt.Sprintf("d%d.example.org.", i), 1, 3600, KindDenial)
+			s.Put(e, 0)
+			e, _ = testEntry(t, b, fmt.Sprintf("s%d.example.org.", i), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+			if i%1000 == 0 {
+				checkShards(t, s)
+			}
+		}
+		checkShards(t, s)
+		perShard := (limit + len(s.shards) - 1) / len(s.shards)
+		if n := s.Usage().Kinds[KindDenial]; n > perShard*len(s.shards) || tc.fits && n < limit/2 {
+			t.Fatalf("capacity %d: %d denial entries with a cap of %d", tc.capacity, n, limit)
+		}
+		if n := s.Usage().Kinds[KindSuccess]; tc.fits && n != tc.n {
+			t.Fatalf("%d success entries, want all %d: the denial cap must not evict them", n, tc.n)
+		}
 	}
 }
 
