@@ -23,8 +23,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/testenv"
 
-	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/forward"
 	"github.com/coredns/coredns/plugin/pkg/proxy"
@@ -529,11 +527,11 @@ func secStartServer(t *testing.T, corefile string) (string, func()) {
 	var lastErr error
 	for range 10 {
 		port := testenv.FreePort(t)
-		serverMu.Lock() // server_test.go: caddy.Start is not safe for concurrent use
-		caddy.Quiet = true
-		dnsserver.Quiet = true
-		inst, err := caddy.Start(corefileInput(fmt.Sprintf(corefile, port)))
-		serverMu.Unlock()
+		inst, err := startCorefile(fmt.Sprintf(corefile, port))
+		if err == nil && sharesPort(inst) {
+			inst.Stop()
+			err = fmt.Errorf("port %d shared with another socket", port)
+		}
 		if err != nil {
 			lastErr = err
 			continue

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,10 +135,7 @@ func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
 }
 `
 	}
-	serverMu.Lock()
-	caddy.Quiet, dnsserver.Quiet = true, true
-	inst, err := caddy.Start(corefileInput(block(chainZone, "compactcache") + block(frontZone, "compactcache {\n\t\tfrontend "+fe4+" "+fe6+"\n\t}")))
-	serverMu.Unlock()
+	inst, err := startCorefile(block(chainZone, "compactcache") + block(frontZone, "compactcache {\n\t\tfrontend "+fe4+" "+fe6+"\n\t}"))
 	if err != nil {
 		t.Fatal(err)
 	}

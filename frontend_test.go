@@ -18,7 +18,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
-	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -359,9 +358,7 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	forward . ` + up + `
 }`
 	}
-	serverMu.Lock()
-	inst, err := caddy.Start(corefileInput(corefile("")))
-	serverMu.Unlock()
+	inst, err := startCorefile(corefile(""))
 	if err != nil {
 		t.Fatal(err)
 	}

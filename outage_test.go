@@ -87,17 +87,13 @@ func TestOutage(t *testing.T) {
 // name, and in verify mode each stale request verified for itself, one
 // upstream query per query. The default recheck keeps both to one a second.
 func TestOutageStaleDefaultRecheck(t *testing.T) {
-	for _, sc := range []struct {
-		name, stale string
-		maxStale    time.Duration
-	}{
-		{"immediate", "serve_stale", 400 * time.Millisecond},
-		{"verify", "serve_stale 1h verify", 400 * time.Millisecond},
+	for _, sc := range []struct{ name, stale string }{
+		{"immediate", "serve_stale"},
+		{"verify", "serve_stale 1h verify"},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			o := newOutage(t, "refused", sc.stale)
-			o.maxStale = sc.maxStale
 			// How soon it recovers depends on the default a fix chooses;
 			// TestOutage checks recovery.
 			o.noRecovery = true
@@ -152,7 +148,7 @@ type outage struct {
 	addr    string // CoreDNS, UDP
 	qname   string
 
-	maxStale   time.Duration // the slowest a stale answer may be
+	maxStale   time.Duration // the slowest a stale answer may be from a silent upstream
 	noRecovery bool          // end staleOutage after the hammer
 }
 
@@ -321,7 +317,10 @@ func (o *outage) staleOutage() {
 	if err := o.up.checkStale(r); err != nil {
 		t.Fatalf("first stale answer: %v", err)
 	}
-	if took > o.maxStale {
+	// Only a silent upstream tells whether the stale answer waited for a
+	// fetch: a refusing one fails every fetch at once, so the time its stale
+	// answer takes is the machine's and not checked.
+	if o.failure == "timeout" && took > o.maxStale {
 		t.Errorf("stale answer took %v, want at most %v", took, o.maxStale)
 	}
 	t.Logf("stale answer in %v", took.Round(time.Millisecond))

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -29,9 +28,7 @@ func TestReloadKeepsTheCache(t *testing.T) {
 	forward . ` + up + `
 }`
 	}
-	serverMu.Lock()
-	inst, err := caddy.Start(corefileInput(block("compactcache")))
-	serverMu.Unlock()
+	inst, err := startCorefile(block("compactcache"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +94,7 @@ func TestReloadKeepsEachBlocksCache(t *testing.T) {
 			ups[i].add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("%s 300 IN A 192.0.2.%d", name, i+1))}, nil, nil)
 			corefile += ".:" + port + " {\n\t" + sd.block + "\n\tcompactcache\n\tforward . " + startUpstream(t, ups[i]) + "\n}\n"
 		}
-		serverMu.Lock()
-		inst, err := caddy.Start(corefileInput(corefile))
-		serverMu.Unlock()
+		inst, err := startCorefile(corefile)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -171,9 +166,7 @@ func TestReloadWhileServing(t *testing.T) {
 	block := func(capacity int) string {
 		return fmt.Sprintf(".:0 {\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tcapacity %dMiB\n\t}\n\tforward . %s\n}", capacity, up)
 	}
-	serverMu.Lock()
-	inst, err := caddy.Start(corefileInput(block(16)))
-	serverMu.Unlock()
+	inst, err := startCorefile(block(16))
 	if err != nil {
 		t.Fatal(err)
 	}

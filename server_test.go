@@ -58,11 +58,7 @@ func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
 // stops when the test ends.
 func startInstance(t *testing.T, corefile string) *caddy.Instance {
 	t.Helper()
-	serverMu.Lock()
-	caddy.Quiet = true
-	dnsserver.Quiet = true
-	inst, err := caddy.Start(corefileInput(corefile))
-	serverMu.Unlock()
+	inst, err := startCorefile(corefile)
 	if err != nil {
 		t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
 	}
@@ -70,14 +66,39 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 	return inst
 }
 
+// startCorefile starts a CoreDNS instance from corefile, one start at a
+// time, and starts it again while one of its servers shares its UDP port
+// with another socket (testenv.UDPSockets): binding port 0 anew gives
+// another port.
+func startCorefile(corefile string) (*caddy.Instance, error) {
+	for try := 1; ; try++ {
+		serverMu.Lock()
+		caddy.Quiet, dnsserver.Quiet = true, true
+		inst, err := caddy.Start(corefileInput(corefile))
+		serverMu.Unlock()
+		if err != nil || try == 10 || !sharesPort(inst) {
+			return inst, err
+		}
+		inst.Stop()
+	}
+}
+
+// sharesPort reports whether a server of inst shares its UDP address with
+// a socket that is not its own.
+func sharesPort(inst *caddy.Instance) bool {
+	for _, s := range inst.Servers() {
+		if a := s.LocalAddr(); a != nil && testenv.UDPSockets(a.String()) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // startError starts a CoreDNS instance from corefile, which should not
 // start, and returns the error it did not start with; nil, the instance
 // stopped, when it started.
 func startError(corefile string) error {
-	serverMu.Lock()
-	caddy.Quiet = true
-	inst, err := caddy.Start(corefileInput(corefile))
-	serverMu.Unlock()
+	inst, err := startCorefile(corefile)
 	if err == nil {
 		inst.Stop()
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -39,10 +38,7 @@ func TestSnapshotWarmRestart(t *testing.T) {
 	}
 	start := func(cf string) (*caddy.Instance, string) {
 		t.Helper()
-		serverMu.Lock()
-		caddy.Quiet, dnsserver.Quiet = true, true
-		inst, err := caddy.Start(corefileInput(cf))
-		serverMu.Unlock()
+		inst, err := startCorefile(cf)
 		if err != nil {
 			t.Fatal(err)
 		}

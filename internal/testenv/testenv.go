@@ -3,13 +3,17 @@
 package testenv
 
 import (
-	"github.com/miekg/dns"
-
 	"bytes"
+	"encoding/binary"
 	"net"
+	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/miekg/dns"
 )
 
 // FreePort returns a port on 127.0.0.1 that is free for both UDP and TCP at
@@ -62,4 +66,58 @@ func MustRR(tb testing.TB, s string) dns.RR {
 		tb.Fatalf("dns.NewRR(%q): %v", s, err)
 	}
 	return rr
+}
+
+// UDPSockets returns how many UDP sockets are bound to addr, a numeric
+// host:port, as /proc/net/udp and /proc/net/udp6 list them; -1 where they
+// cannot be read. CoreDNS binds with SO_REUSEPORT, and Linux gives a socket
+// that binds port 0 (or a port named) with it a port that another such
+// socket of the same user holds: two tests' servers running at once then
+// share a port, and each gets some of the other's queries. A test that
+// starts a server counts its sockets to start it again elsewhere.
+func UDPSockets(addr string) int {
+	want, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, file := range []string{"/proc/net/udp", "/proc/net/udp6"} {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			return -1
+		}
+		for _, line := range strings.Split(string(text), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 1 {
+				if got, ok := procAddrPort(f[1]); ok && got == want {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// procAddrPort reads a local_address of /proc/net/udp or udp6: the address
+// as 32-bit words in hex, each in the host's byte order (little-endian on
+// the machines this runs on), a colon, the port in hex.
+func procAddrPort(s string) (netip.AddrPort, bool) {
+	hexAddr, hexPort, ok := strings.Cut(s, ":")
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if !ok || err != nil || (len(hexAddr) != 8 && len(hexAddr) != 32) {
+		return netip.AddrPort{}, false
+	}
+	var b [16]byte
+	for w := range len(hexAddr) / 8 {
+		v, err := strconv.ParseUint(hexAddr[8*w:8*w+8], 16, 32)
+		if err != nil {
+			return netip.AddrPort{}, false
+		}
+		binary.LittleEndian.PutUint32(b[4*w:], uint32(v))
+	}
+	a := netip.AddrFrom16(b)
+	if len(hexAddr) == 8 {
+		a = netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrPortFrom(a.Unmap(), uint16(port)), true
 }
