@@ -3,7 +3,6 @@ package store
 import (
 	"fmt"
 	"hash/maphash"
-	"math/bits"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -40,29 +39,29 @@ import (
 // it with no hit to spend: it holds its bytes for at most one more turn
 // unless clients still ask for it.
 //
-// The ghost is an array of one byte for every ghostBytes of the shard's
-// budget, each a 6-bit fingerprint of a key's hash and its state, at the
-// place the hash picks: a key dropped from probation overwrites whatever was
-// there, so that the ghost forgets a key after about as many drops as it has
-// places. Its bytes are counted in the budget from the start, and it is made
-// when the shard first drops an entry from probation. Entries over
-// trustedSize bytes are remembered only tentatively but for a chance of
-// trustedSize/size: a tentative key asked again goes through probation once
-// more, remembered in full when dropped again. A large entry asked twice
-// costs main the bytes of several small ones asked as often; one asked
-// three times is as likely to be asked again. A tentative mark never
-// overwrites a key remembered in full: a flood of large names asked once
-// does not make the ghost forget the names asked again.
+// The ghost (ghost.go) remembers the keys probation dropped, a 12-bit mark
+// each, as many as the budget holds entries of the reference workload: its
+// bytes are counted in the budget from the start, and it is made when the
+// shard first drops an entry from probation. It forgets them oldest first,
+// a mark at a time in each of its buckets. Entries over trustedSize bytes
+// are remembered only tentatively but for a chance of trustedSize/size: a
+// tentative key asked again goes through probation once more, remembered
+// in full when dropped again. A large entry asked twice costs main the bytes
+// of several small ones asked as often; one asked three times is as likely
+// to be asked again.
 //
 // Passing a chunk works on that one chunk, as the ring did. Entries move
 // between chunks only to main's newest chunk, which a walk visits after
 // every other (Walk).
 //
 // The probation share, the ghost's size and trustedSize were chosen on the
-// traces of bench/trace (BENCHMARKS.md): a larger ghost, or a larger
-// trustedSize, readmits more of the names of a scan asked again too late to
-// be hit in main, pushing out names asked more often; a smaller one forgets
-// the hottest names of a flood between their asks.
+// traces of bench/trace (BENCHMARKS.md). The names of a flood asked again
+// and those of a scan of the same names come back after about as many
+// drops, so that no length of the ghost keeps the ones and forgets the
+// others: a shorter ghost forgets the hottest names of a flood between
+// their asks, and readmits too few of a scan's names to hold any; a longer
+// one, or a larger trustedSize, readmits more of them than main holds until
+// they are asked again, pushing out names asked more often.
 const (
 	probationQ = iota
 	mainQ
@@ -76,8 +75,10 @@ const (
 	probationShare = 5
 	minProbation   = 1
 
-	// ghostBytes is the budget for each place of the ghost.
-	ghostBytes = 128
+	// ghostBytes is the budget for each byte of the ghost: a mark, a byte
+	// and a half, for every 160 bytes, about what an entry of the
+	// reference workload takes with its index slot.
+	ghostBytes = 100
 
 	// trustedSize is the largest entry the ghost remembers in full at its
 	// first drop.
@@ -419,70 +420,6 @@ func (sh *shard) scanFor(k, q, c, off int, d *Dropped) bool {
 	return false
 }
 
-// The ghost's places: a 6-bit fingerprint of a key's hash, from bits that
-// pick neither the shard (the lowest) nor the place (the tag, as the index
-// table's), and the key's state; 0 is a free place.
-const (
-	ghostTentative = 1
-	ghostKnown     = 2
-	ghostState     = 3
-)
-
-func ghostFingerprint(h uint64) uint8 { return uint8(h>>16) &^ ghostState }
-
-// ghostLen is the places of the ghost of a shard of budget bytes: a power
-// of two, about one for every ghostBytes.
-func ghostLen(budget int64) int {
-	return 1 << (bits.Len64(uint64(budget/ghostBytes)) - 1)
-}
-
-func (sh *shard) ghostPlace(h uint64) *uint8 {
-	return &sh.ghost[int(h>>locBits)&(len(sh.ghost)-1)]
-}
-
-// remember keeps the key of hash h, whose entry of size bytes probation
-// dropped, in the ghost: in full when the entry is small or the coin says
-// so, tentatively otherwise.
-func (sh *shard) remember(h uint64, size int) {
-	if sh.ghost == nil {
-		sh.ghost = make([]uint8, ghostLen(sh.budget))
-	}
-	p, fp := sh.ghostPlace(h), ghostFingerprint(h)
-	switch {
-	case *p == fp|ghostKnown:
-	case size <= trustedSize || sh.toss()*uint64(size) < trustedSize<<16:
-		*p = fp | ghostKnown
-	case *p&ghostState != ghostKnown:
-		*p = fp | ghostTentative
-	}
-}
-
-// toss returns a number in [0, 65536) from the shard's xorshift generator:
-// its draws repeat from run to run, as the rest of the policy does.
-func (sh *shard) toss() uint64 {
-	sh.coin ^= sh.coin << 13
-	sh.coin ^= sh.coin >> 7
-	sh.coin ^= sh.coin << 17
-	return sh.coin >> 48
-}
-
-// recall reports whether the ghost remembers the key of hash h in full, and
-// forgets it; a key remembered tentatively is remembered in full from now.
-func (sh *shard) recall(h uint64) bool {
-	if sh.ghost == nil {
-		return false
-	}
-	p, fp := sh.ghostPlace(h), ghostFingerprint(h)
-	switch *p {
-	case fp | ghostKnown:
-		*p = 0
-		return true
-	case fp | ghostTentative:
-		*p = fp | ghostKnown
-	}
-	return false
-}
-
 // checkQueues verifies that every chunk the shard holds is in one queue, at
 // the place the shard says, and no other chunk is.
 func (sh *shard) checkQueues() error {
@@ -516,8 +453,8 @@ func (sh *shard) checkQueues() error {
 			return fmt.Errorf("the cursor of kind %d is valid in chunk %d, in no queue", k, pos.chunk)
 		}
 	}
-	if sh.ghost != nil && len(sh.ghost) != ghostLen(sh.budget) {
-		return fmt.Errorf("a ghost of %d places, want %d", len(sh.ghost), ghostLen(sh.budget))
+	if sh.ghost != nil && len(sh.ghost) != sh.ghostLen {
+		return fmt.Errorf("a ghost of %d words, want %d", len(sh.ghost), sh.ghostLen)
 	}
 	return nil
 }

@@ -96,8 +96,9 @@ type shard struct {
 	in        []uint8
 	place     []uint16
 	allocated int
-	probation int     // chunks probation keeps once the shard is full
-	ghost     []uint8 // fingerprints of keys dropped from probation; nil until the first
+	probation int      // chunks probation keeps once the shard is full
+	ghost     []uint64 // marks of keys dropped from probation (ghost.go); nil until the first
+	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
 	table     []uint64 // open addressing with linear probing; see locBits
@@ -154,7 +155,8 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 				sh.limits[k] = (l-1)/n + 1 // rounded up, without the overflow of l+n-1 for caps near MaxInt
 			}
 		}
-		sh.held = sh.overhead() + minTableSlots*slotBytes + int64(ghostLen(sh.budget))
+		sh.ghostLen = ghostWords(sh.budget)
+		sh.held = sh.overhead() + minTableSlots*slotBytes + int64(sh.ghostLen)*8
 	}
 	s.releaseWhenUnreachable()
 	return s, nil
@@ -469,7 +471,7 @@ func (sh *shard) check(s *Store) (int64, error) {
 			chunks += int64(len(c))
 		}
 	}
-	held := chunks + int64(len(sh.table))*slotBytes + int64(ghostLen(sh.budget)) + sh.overhead()
+	held := chunks + int64(len(sh.table))*slotBytes + int64(sh.ghostLen)*8 + sh.overhead()
 	if held != sh.held || held > sh.budget {
 		return 0, fmt.Errorf("holds %d bytes, accounted %d, budget %d", held, sh.held, sh.budget)
 	}

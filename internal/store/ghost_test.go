@@ -1,0 +1,147 @@
+package store
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/compactcache/compactcache/internal/entry"
+)
+
+// ghostShard returns a shard of a one-shard store with its ghost made.
+func ghostShard(t *testing.T) *shard {
+	t.Helper()
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	sh.ghost = make([]uint64, sh.ghostLen)
+	return sh
+}
+
+// bucketMates returns n hashes of distinct fingerprints that share the
+// bucket of hash 0.
+func bucketMates(n int) []uint64 {
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = uint64(2*i+2) << 16 // fingerprints 2, 4, 6...: bits 16 on, the state bit clear
+	}
+	return hs
+}
+
+// TestGhostRemembersInOrder: a bucket remembers the last ghostLanes keys
+// dropped into it, oldest forgotten first; a recall forgets its key and
+// frees a lane, so that the keys older than it are kept one drop longer; a
+// key dropped again is the newest.
+func TestGhostRemembersInOrder(t *testing.T) {
+	sh := ghostShard(t)
+	hs := bucketMates(ghostLanes + 3)
+	for _, h := range hs {
+		sh.remember(h, trustedSize)
+	}
+	recalled := func(i int) bool { return sh.recall(hs[i]) }
+	for i := range 3 {
+		if recalled(i) {
+			t.Errorf("key %d of %d dropped into a bucket of %d lanes recalled", i, len(hs), ghostLanes)
+		}
+	}
+	last := len(hs) - 1
+	if !recalled(last - 1) {
+		t.Fatal("the last keys dropped into a bucket are not recalled")
+	}
+	if recalled(last - 1) {
+		t.Fatal("a key recalled once is recalled again")
+	}
+	// ghostLanes-1 keys left, the oldest hs[3]: one more drop keeps it,
+	// two forget it.
+	sh.remember(hs[0], trustedSize)
+	if !recalled(3) {
+		t.Fatal("a recall's free lane did not keep the oldest key one drop longer")
+	}
+	sh.remember(hs[1], trustedSize)
+	sh.remember(hs[4], trustedSize) // again: the newest, not a second mark
+	sh.remember(hs[2], trustedSize)
+	for _, i := range []int{0, 1, 2, 4, last} {
+		if !recalled(i) {
+			t.Errorf("key %d not recalled", i)
+		}
+	}
+}
+
+// TestGhostTentative: a large entry's key is remembered tentatively unless
+// the coin trusts it: asked again it is not recalled, and dropped again it
+// is. Tentative marks take the place of tentative ones only.
+func TestGhostTentative(t *testing.T) {
+	sh := ghostShard(t)
+	hs := bucketMates(2 * ghostLanes)
+	large := entry.MaxLen
+	tentative := 0
+	for _, h := range hs[:ghostLanes] {
+		sh.remember(h, large)
+		if !sh.recall(h) { // asked again: remembered in full from now
+			tentative++
+			sh.remember(h, large) // dropped again
+			if !sh.recall(h) {
+				t.Fatal("a tentative key asked again, then dropped again, is not recalled")
+			}
+		}
+	}
+	if tentative < ghostLanes-1 {
+		t.Errorf("%d of %d keys of %d-byte entries remembered tentatively", tentative, ghostLanes, large)
+	}
+
+	// A bucket of keys remembered in full keeps them through a flood of
+	// large entries' keys, of a size the coin trusts once in 65,536 draws.
+	for _, h := range hs[:ghostLanes] {
+		sh.remember(h, trustedSize)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 300 {
+		sh.remember(hs[ghostLanes+rng.IntN(ghostLanes)], 1<<47)
+	}
+	for i, h := range hs[:ghostLanes] {
+		if !sh.recall(h) {
+			t.Errorf("key %d, remembered in full, forgotten in a flood of tentative ones", i)
+		}
+	}
+}
+
+// TestGhostFalseRecalls fills a ghost with random keys: it recalls the most
+// recent of them, and of others asked, a share near ghostLanes in the 2^11
+// fingerprints of a bucket.
+func TestGhostFalseRecalls(t *testing.T) {
+	sh := ghostShard(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	marks := sh.ghostLen * ghostLanes
+	var kept []uint64
+	for i := range 4 * marks {
+		h := rng.Uint64()
+		sh.remember(h, trustedSize)
+		if i >= 4*marks-marks/4 {
+			kept = append(kept, h)
+		}
+	}
+	recalled := 0
+	for _, h := range kept {
+		if sh.recall(h) {
+			recalled++
+		}
+	}
+	// The last quarter of the marks' worth of drops: a bucket took about
+	// ghostLanes/4 of them, and kept all but the few that took ghostLanes.
+	if recalled < len(kept)*95/100 {
+		t.Errorf("%d of the last %d keys dropped recalled, want 95%%", recalled, len(kept))
+	}
+	const asks = 200_000
+	falses := 0
+	for range asks {
+		if sh.recall(rng.Uint64()) {
+			falses++
+		}
+	}
+	// Every lane full, a key matches one of ghostLanes fingerprints in
+	// 2^11 with a chance of about ghostLanes/2048.
+	if rate, most := float64(falses)/asks, 1.5*ghostLanes/2048.0; rate > most || falses == 0 {
+		t.Errorf("%d false recalls in %d asks (%.5f), want some and at most %.5f", falses, asks, rate, most)
+	}
+}
