@@ -198,6 +198,9 @@ func testChainLoadbalanceRotates(t *testing.T, mode cacheMode) {
 	}
 	req := test.Case{Qname: "lb.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, udp, req) // the miss
+	// forward asks again when the upstream is slow to answer, as on a
+	// loaded machine: what the hits add is what is checked.
+	asked := u.count("lb.example.org.", dns.TypeA)
 	orders := map[string]bool{}
 	for range 20 {
 		r, _ := exchangeUDP(t, udp, req)
@@ -214,8 +217,8 @@ func testChainLoadbalanceRotates(t *testing.T, mode cacheMode) {
 	if len(orders) < 2 {
 		t.Errorf("20 cached replies all in one order %v: loadbalance did not shuffle", orders)
 	}
-	if n := u.count("lb.example.org.", dns.TypeA); n != 1 {
-		t.Errorf("upstream asked %d times, want 1", n)
+	if n := u.count("lb.example.org.", dns.TypeA); asked < 1 || n != asked {
+		t.Errorf("upstream asked %d times for the miss and %d for the 20 hits, want at least 1 and 0", asked, n-asked)
 	}
 }
 
