@@ -50,7 +50,9 @@ type flushRecord struct {
 // stores nothing.
 const maxFlushRecords = 64
 
-// begin records a flush of what covers picks, and bumps the generation.
+// begin records a flush of what covers picks, and bumps the generation:
+// fetches begun before it, by any instance that shares the store, store
+// nothing it covers after it.
 func (fs *flushes) begin(covers func(e entry.Entry) bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -89,13 +91,6 @@ func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped stor
 		return dropped, false
 	}
 	return c.store.Put(e, now), true
-}
-
-// flushBegins starts a flush of what covers picks: fetches begun before it
-// store nothing it covers after it, those of every instance that shares the
-// store.
-func (c *Cache) flushBegins(covers func(e entry.Entry) bool) {
-	c.flushes.begin(covers)
 }
 
 // count counts one entry of kind k.
@@ -172,7 +167,7 @@ func (c *Cache) listed(key []byte, dst []entry.Variant) []entry.Variant {
 // flushName removes every entry of name (lowercased wire form) with one of
 // types, and the name's ECS lists.
 func (c *Cache) flushName(name []byte, types []uint16) admin.Counts {
-	c.flushBegins(func(e entry.Entry) bool {
+	c.flushes.begin(func(e entry.Entry) bool {
 		return bytes.Equal(e.QName(), name) && slices.Contains(types, keyType(e))
 	})
 	var n admin.Counts
@@ -236,7 +231,7 @@ var walkRest = time.Duration(3)
 
 // sweep removes the entries covers picks, walking the store.
 func (c *Cache) sweep(covers func(e entry.Entry) bool) admin.Counts {
-	c.flushBegins(covers)
+	c.flushes.begin(covers)
 	return c.remove(covers)
 }
 
