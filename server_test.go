@@ -2,6 +2,8 @@ package compactcache
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -66,32 +68,40 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 	return inst
 }
 
-// startCorefile starts a CoreDNS instance from corefile, one start at a
-// time, and starts it again while one of its servers shares its UDP port
-// with another socket (testenv.UDPSockets): binding port 0 anew gives
-// another port.
+// startCorefile starts a CoreDNS instance from corefile, whose servers
+// bind port 0, and starts it again while one of them shares its UDP port
+// (startOnce): binding port 0 anew gives another port.
 func startCorefile(corefile string) (*caddy.Instance, error) {
 	for try := 1; ; try++ {
-		serverMu.Lock()
-		caddy.Quiet, dnsserver.Quiet = true, true
-		inst, err := caddy.Start(corefileInput(corefile))
-		serverMu.Unlock()
-		if err != nil || try == 10 || !sharesPort(inst) {
+		inst, err := startOnce(corefile)
+		if !errors.Is(err, errPortShared) || try == 10 {
 			return inst, err
 		}
-		inst.Stop()
 	}
 }
 
-// sharesPort reports whether a server of inst shares its UDP address with
-// a socket that is not its own.
-func sharesPort(inst *caddy.Instance) bool {
+// errPortShared: a server's UDP port is shared with another socket.
+var errPortShared = errors.New("a server's UDP port is shared with another socket")
+
+// startOnce starts a CoreDNS instance from corefile, one start at a time.
+// CoreDNS binds with SO_REUSEPORT, so that a server may share its port with
+// another test's socket (testenv.UDPSockets): then it stops the instance
+// and returns errPortShared.
+func startOnce(corefile string) (*caddy.Instance, error) {
+	serverMu.Lock()
+	caddy.Quiet, dnsserver.Quiet = true, true
+	inst, err := caddy.Start(corefileInput(corefile))
+	serverMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	for _, s := range inst.Servers() {
 		if a := s.LocalAddr(); a != nil && testenv.UDPSockets(a.String()) > 1 {
-			return true
+			inst.Stop()
+			return nil, fmt.Errorf("%s: %w", a, errPortShared)
 		}
 	}
-	return false
+	return inst, nil
 }
 
 // startError starts a CoreDNS instance from corefile, which should not
