@@ -389,10 +389,14 @@ func (r *runner) buildRevs(ctx context.Context, root string, mach map[string]str
 			return err
 		}
 		r.revBins[c.Rev] = bin
-		mach["source of rev="+c.Rev] = source
+		mach[revSource(c.Rev)] = source
 	}
 	return nil
 }
+
+// revSource is the key of the machine description that says what the
+// build of rev was made from.
+func revSource(rev string) string { return "source of rev=" + rev }
 
 // binOf returns the CoreDNS build that serves c.
 func (r *runner) binOf(c config) string {

@@ -235,8 +235,7 @@ func (rep *report) write(w io.Writer) error {
 		}
 	}
 	for _, res := range rep.Results {
-		k := "source of rev=" + res.Config.Rev
-		if v := rep.Machine[k]; res.Config.Rev != "" && v != "" && res.Round == 1 {
+		if v := rep.Machine[revSource(res.Config.Rev)]; res.Config.Rev != "" && v != "" && res.Round == 1 {
 			fmt.Fprintf(w, "- %s: %s\n", res.Config.Spec, v)
 		}
 	}
