@@ -72,6 +72,15 @@ func newMetricsZones(m *metrics.Metrics, plugin, server, view string) *metricsZo
 // zone returns the label the prometheus plugin gives a request for name, a
 // wire name: the longest of its zones that holds name, else ".".
 func (z *metricsZones) zone(name []byte) string {
+	if i := z.zoneIndex(name); i >= 0 {
+		return z.names[i]
+	}
+	return "."
+}
+
+// zoneIndex returns the index of the longest of the zones that holds name,
+// -1 for none.
+func (z *metricsZones) zoneIndex(name []byte) int {
 	best := -1
 	for off := 0; off < len(name); off += int(name[off]) + 1 {
 		for i, w := range z.wire {
@@ -83,10 +92,7 @@ func (z *metricsZones) zone(name []byte) string {
 			break
 		}
 	}
-	if best < 0 {
-		return "."
-	}
-	return z.names[best]
+	return best
 }
 
 // requestLabels are the labels of one request in the prometheus plugin's
@@ -159,19 +165,43 @@ func (z *metricsZones) resolve(l requestLabels) *series {
 
 // requestMetrics counts the hits of one reader of requests (a UDP socket's
 // goroutine, a TCP connection's) in the prometheus plugin's series. The
-// series it has met are kept by their labels in a map of its own, which no
-// other goroutine touches: a hit takes no lock and, once its series is
-// known, allocates nothing.
+// series it has met are kept in a map of its own, which no other goroutine
+// touches, by a key packed from what decides their labels: a hit takes no
+// lock, allocates nothing once its series is known, and makes the labels'
+// strings only for a series it has not met. Hits come in runs of one
+// series, so the last one found is tried first.
 type requestMetrics struct {
 	z      *metricsZones
-	series map[requestLabels]*series
+	series map[seriesKey]*series
+	last   seriesKey
+	lastS  *series
+}
+
+// seriesKey packs what labelsOf reads of a request: the zone's index (plus
+// one, 0 for the root), the type, the rcode and the protocol, family and DO
+// flags. Keys that differ only in a type labelled "other" find the same
+// series, resolved twice.
+type seriesKey uint64
+
+func keyOf(zone int, qtype uint16, rcode int, tcp, v6, do bool) seriesKey {
+	k := seriesKey(zone+1)<<40 | seriesKey(qtype)<<24 | seriesKey(rcode&0xFFFF)<<8
+	if tcp {
+		k |= 1
+	}
+	if v6 {
+		k |= 2
+	}
+	if do {
+		k |= 4
+	}
+	return k
 }
 
 func (z *metricsZones) reader() *requestMetrics {
 	if z == nil {
 		return nil
 	}
-	return &requestMetrics{z: z, series: map[requestLabels]*series{}}
+	return &requestMetrics{z: z, series: map[seriesKey]*series{}}
 }
 
 // count counts the hit that answered the request of reqLen bytes from
@@ -187,11 +217,16 @@ func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp 
 	name := reply[dnsmsg.HeaderLen:end]
 	qtype := binary.BigEndian.Uint16(reply[end:])
 	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
-	l := m.z.labelsOf(name, qtype, client, tcp, hit.DO, rcode)
-	s, ok := m.series[l]
-	if !ok {
-		s = m.z.resolve(l)
-		m.series[l] = s
+	v6 := client.Is6() && !client.Is4In6()
+	k := keyOf(m.z.zoneIndex(name), qtype, rcode, tcp, v6, hit.DO)
+	s := m.lastS
+	if s == nil || k != m.last {
+		var ok bool
+		if s, ok = m.series[k]; !ok {
+			s = m.z.resolve(m.z.labelsOf(name, qtype, client, tcp, hit.DO, rcode))
+			m.series[k] = s
+		}
+		m.last, m.lastS = k, s
 	}
 	if s.do != nil {
 		s.do.Inc()

@@ -97,3 +97,82 @@ func TestRequestMetricsAllocatesNothing(t *testing.T) {
 		t.Errorf("requests_total %v after 1002 hits (AllocsPerRun runs once more than asked)", n)
 	}
 }
+
+// TestRequestMetricsKeys counts hits whose label sets alternate, so that
+// each is found by its key after others came between, and checks every
+// series: a key shared by two label sets, or a last series reused for
+// another, would count a hit in the wrong one. Two types labelled "other"
+// have keys of their own and one series.
+func TestRequestMetricsKeys(t *testing.T) {
+	const server = "dns://keys:53"
+	z := &metricsZones{server: server, names: []string{".", "example.org."}, wire: [][]byte{{0}, []byte("\x07example\x03org\x00")}}
+	m := z.reader()
+	type hit struct {
+		name   string
+		qtype  uint16
+		rcode  int
+		client string
+		tcp    bool
+		do     bool
+	}
+	hits := []hit{
+		{"a.example.org.", dns.TypeA, dns.RcodeSuccess, "192.0.2.1", false, false},
+		{"a.example.net.", dns.TypeA, dns.RcodeSuccess, "192.0.2.1", false, false},
+		{"a.example.org.", dns.TypeAAAA, dns.RcodeSuccess, "2001:db8::1", true, true},
+		{"a.example.org.", dns.TypeA, dns.RcodeNameError, "192.0.2.1", false, false},
+		{"a.example.org.", dns.TypeA, dns.RcodeSuccess, "::ffff:192.0.2.1", false, false},
+		{"a.example.org.", dns.TypeCAA, dns.RcodeSuccess, "192.0.2.1", false, false},
+		{"a.example.org.", 65280, dns.RcodeSuccess, "192.0.2.1", false, false},
+	}
+	for _, h := range hits {
+		req := new(dns.Msg).SetQuestion(h.name, h.qtype)
+		reply := new(dns.Msg).SetRcode(req, h.rcode)
+		b, err := reply.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.count(b, 40, netip.MustParseAddr(h.client), h.tcp, &Hit{DO: h.do}, time.Now())
+	}
+	for _, c := range []struct {
+		labels []string // zone, proto, family, type
+		want   float64
+	}{
+		{[]string{"example.org.", "udp", "1", "A"}, 3},
+		{[]string{".", "udp", "1", "A"}, 1},
+		{[]string{"example.org.", "tcp", "2", "AAAA"}, 1},
+		{[]string{"example.org.", "udp", "1", "other"}, 2},
+	} {
+		l := append([]string{server, c.labels[0], ""}, c.labels[1:]...)
+		if n := testutil.ToFloat64(vars.RequestCount.WithLabelValues(l...)); n != c.want {
+			t.Errorf("requests_total%v = %v, want %v", c.labels, n, c.want)
+		}
+	}
+	for rcode, want := range map[string]float64{"NOERROR": 5, "NXDOMAIN": 1} {
+		if n := testutil.ToFloat64(vars.ResponseRcode.WithLabelValues(server, "example.org.", "", rcode, "")); n != want {
+			t.Errorf("responses_total{rcode=%s} = %v, want %v", rcode, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(vars.RequestDo.WithLabelValues(server, "example.org.", "")); n != 1 {
+		t.Errorf("do_requests_total = %v, want 1", n)
+	}
+}
+
+// BenchmarkRequestMetricsCount is a hit's cost in the prometheus plugin's
+// series, its series known.
+func BenchmarkRequestMetricsCount(b *testing.B) {
+	z := &metricsZones{server: "dns://bench:53", names: []string{".", "cluster.local.", "in-addr.arpa.", "ip6.arpa."},
+		wire: [][]byte{{0}, []byte("\x07cluster\x05local\x00"), []byte("\x07in-addr\x04arpa\x00"), []byte("\x03ip6\x04arpa\x00")}}
+	m := z.reader()
+	req := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA)
+	reply, err := new(dns.Msg).SetReply(req).Pack()
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := netip.MustParseAddr("192.0.2.1")
+	hit := &Hit{UDPSize: 1232}
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.count(reply, 40, client, false, hit, start)
+	}
+}
