@@ -90,7 +90,7 @@ func (c *Cache) putUnflushed(gen uint64, e entry.Entry, now int64) (dropped stor
 	if c.flushes.since(gen, e) {
 		return dropped, false
 	}
-	return c.store.Put(e, now), true
+	return c.put(e, now), true
 }
 
 // count counts one entry of kind k.

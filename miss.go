@@ -357,6 +357,23 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	cw.entry = e
 }
 
+// put stores e, a fetched entry. One without the DNSSEC records does not
+// replace a live one of its key that has them: a fetch for a client without
+// DO that lands after a DO client's fetch of the same name would undo the
+// upgrade, and the next DO client would fetch again. The entry kept serves
+// both kinds of client.
+func (c *Cache) put(e entry.Entry, now int64) store.Dropped {
+	if e.HoldsDNSSEC() {
+		return c.store.Put(e, now)
+	}
+	return c.store.Update(e.Key(), now, func(old entry.Entry) entry.Entry {
+		if old != nil && old.HoldsDNSSEC() && now <= old.Expires() {
+			return nil
+		}
+		return e
+	})
+}
+
 // recordVariant adds the ECS variant e of s.q's name to the name's list,
 // dropping the oldest past max_variants.
 func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now int64) {
