@@ -491,9 +491,12 @@ func TestChainRawHitsInKubeDNSBlock(t *testing.T) {
 }`)
 	nx := test.Case{Qname: "nx." + zone, Qtype: dns.TypeA}.Msg()
 	lb := test.Case{Qname: "lb." + zone, Qtype: dns.TypeA}.Msg()
+	base := scrapeResponses(t, zone, "NXDOMAIN")
 	exchangeUDP(t, udp, nx) // the misses
 	exchangeUDP(t, udp, lb)
-	before := scrapeResponses(t, zone, "NXDOMAIN")
+	// The miss is counted once its reply is written, maybe after the
+	// client has it: counted before the hits are.
+	before := awaitResponses(t, zone, "NXDOMAIN", base+1)
 	orders := map[string]bool{}
 	for range 20 {
 		if r, _ := exchangeUDP(t, udp, nx); r.Rcode != dns.RcodeNameError {
