@@ -178,12 +178,15 @@ type requestMetrics struct {
 }
 
 // seriesKey packs what labelsOf reads of a request: the zone's index (plus
-// one, 0 for the root), the type, the rcode and the protocol, family and DO
-// flags. Keys that differ only in a type labelled "other" find the same
-// series, resolved twice.
+// one, 0 for the root), the type (0 for those labelled "other", so that a
+// client asking every type makes no more keys than labels), the rcode and
+// the protocol, family and DO flags.
 type seriesKey uint64
 
 func keyOf(zone int, qtype uint16, rcode int, tcp, v6, do bool) seriesKey {
+	if _, ok := monitoredTypes[qtype]; !ok {
+		qtype = 0
+	}
 	k := seriesKey(zone+1)<<40 | seriesKey(qtype)<<24 | seriesKey(rcode&0xFFFF)<<8
 	if tcp {
 		k |= 1

@@ -101,9 +101,17 @@ func TestRequestMetricsAllocatesNothing(t *testing.T) {
 // TestRequestMetricsKeys counts hits whose label sets alternate, so that
 // each is found by its key after others came between, and checks every
 // series: a key shared by two label sets, or a last series reused for
-// another, would count a hit in the wrong one. Two types labelled "other"
-// have keys of their own and one series.
+// another, would count a hit in the wrong one. The types labelled "other"
+// share a key: a client asking every type makes no more keys than there are
+// labels.
 func TestRequestMetricsKeys(t *testing.T) {
+	keys := map[seriesKey]bool{}
+	for qtype := range 1 << 16 {
+		keys[keyOf(0, uint16(qtype), dns.RcodeSuccess, false, false, false)] = true
+	}
+	if len(keys) != len(monitoredTypes)+1 {
+		t.Errorf("%d keys for the 65536 types, want %d: one per type label", len(keys), len(monitoredTypes)+1)
+	}
 	const server = "dns://keys:53"
 	z := &metricsZones{server: server, names: []string{".", "example.org."}, wire: [][]byte{{0}, []byte("\x07example\x03org\x00")}}
 	m := z.reader()
