@@ -27,6 +27,14 @@ import (
 // takes the goroutine over when the call returns. Those thread switches
 // cost more than the calls. What the raw call gives up is preemption during
 // one batch's call: the garbage collector's stop waits for it to return.
+//
+// The socket stays in the poller, whose wake-up each lone request pays. A
+// thread of its own blocking in recvmmsg, the socket outside the poller,
+// would spare the poller's work per datagram, but a goroutine blocked in a
+// system call holds its P: when GOMAXPROCS is 1, as on a server pinned to
+// one core, sysmon takes the P back every time it blocks and starts another
+// thread to look for work, which costs more than the poller at the rates
+// where requests come one at a time.
 
 const (
 	batchLen = 64
