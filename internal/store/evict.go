@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"hash/maphash"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -304,7 +303,7 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Dropped) {
 	for off := 0; off < end; {
 		e := entry.Entry(b[off:])
 		n := e.Size()
-		h := maphash.Bytes(sh.seed, e.Key())
+		h := keyHash(sh.seed, e.Key())
 		i := sh.slotOf(location(c, off), h)
 		f := e.Freq()
 		switch {
@@ -407,7 +406,7 @@ func (sh *shard) scanFor(k, q, c, off int, d *Dropped) bool {
 				e := entry.Entry(sh.chunks[c][off:])
 				next := off + e.Size()
 				if KindOf(e) == k {
-					if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
+					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
 						sh.drop(i, e, &d.Evicted)
 						sh.cursor[k] = position{chunk: c, off: next, valid: true}
 						return true
