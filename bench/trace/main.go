@@ -13,6 +13,13 @@
 // RRset, sent to DO queries only, as a signing server sends it), and -do sets
 // the share of queries that set DO.
 //
+// compactcache's hashes, and so its hit rates, differ from run to run with
+// the store's random seed. Built with -tags compactcache_seed, the store
+// hashes keys from COMPACTCACHE_SEED (a uint64) when it is set, the same in
+// every run, so that two builds compare on the same draws:
+//
+//	go build -tags compactcache_seed -o /tmp/trace ./trace && COMPACTCACHE_SEED=1 /tmp/trace -traces flood
+//
 // Hit rates do not depend on timing: every replay is single-threaded, and
 // replays run side by side (-parallel). Progress goes to stderr, the tables
 // to stdout.

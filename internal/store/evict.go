@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"hash/maphash"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -43,12 +42,14 @@ import (
 // each, as many as the budget holds entries of the reference workload: its
 // bytes are counted in the budget from the start, and it is made when the
 // shard first drops an entry from probation. It forgets them oldest first,
-// a mark at a time in each of its buckets. Entries over trustedSize bytes
-// are remembered only tentatively but for a chance of trustedSize/size: a
-// tentative key asked again goes through probation once more, remembered
-// in full when dropped again. A large entry asked twice costs main the bytes
-// of several small ones asked as often; one asked three times is as likely
-// to be asked again.
+// in buckets of ten marks. Entries over trustedSize bytes are remembered
+// only tentatively but for a chance of trustedSize/size: a tentative key
+// asked again goes through probation once more, remembered in full when
+// dropped again. A large entry asked twice costs main the bytes of several
+// small ones asked as often; one asked three times is as likely to be asked
+// again. A tentative mark takes a lane of its bucket without moving the
+// others, so that the keys remembered in full last as many drops of such
+// keys however many large names probation drops between them.
 //
 // Passing a chunk works on that one chunk, as the ring did. Entries move
 // between chunks only to main's newest chunk, which a walk visits after
@@ -61,7 +62,11 @@ import (
 // others: a shorter ghost forgets the hottest names of a flood between
 // their asks, and readmits too few of a scan's names to hold any; a longer
 // one, or a larger trustedSize, readmits more of them than main holds until
-// they are asked again, pushing out names asked more often.
+// they are asked again, pushing out names asked more often. What tells them
+// apart is the flood's large names, asked once: they take no lifetime from
+// the marks of the names asked again, while their own tentative marks,
+// pushed off by the next marks in full, last too short a time for a scan's
+// large names to come back through them.
 const (
 	probationQ = iota
 	mainQ
@@ -82,7 +87,7 @@ const (
 
 	// trustedSize is the largest entry the ghost remembers in full at its
 	// first drop.
-	trustedSize = 128
+	trustedSize = 192
 )
 
 // queue is a FIFO of chunks: ids holds them from head on, oldest first.
@@ -304,7 +309,7 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Dropped) {
 	for off := 0; off < end; {
 		e := entry.Entry(b[off:])
 		n := e.Size()
-		h := maphash.Bytes(sh.seed, e.Key())
+		h := keyHash(sh.seed, e.Key())
 		i := sh.slotOf(location(c, off), h)
 		f := e.Freq()
 		switch {
@@ -407,7 +412,7 @@ func (sh *shard) scanFor(k, q, c, off int, d *Dropped) bool {
 				e := entry.Entry(sh.chunks[c][off:])
 				next := off + e.Size()
 				if KindOf(e) == k {
-					if i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key())); i >= 0 {
+					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
 						sh.drop(i, e, &d.Evicted)
 						sh.cursor[k] = position{chunk: c, off: next, valid: true}
 						return true

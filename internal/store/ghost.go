@@ -1,23 +1,37 @@
 package store
 
 // The ghost remembers the keys probation dropped, in buckets of ghostLanes
-// marks packed in a word, the newest in the lowest lane. A mark is an 11-bit
+// marks packed in ghostBucketWords words, the newest in the lowest lane of
+// the first word: a bucket is one FIFO across its words. A mark is an 11-bit
 // fingerprint of the key's hash and a state bit, ghostKnown when the key is
-// remembered in full, clear when only tentatively; 0 is a free lane. A key
-// dropped is pushed into its bucket's lowest lane and the oldest mark falls
-// off the top: a mark lives until its bucket has taken ghostLanes more keys,
-// so that the ghost forgets in the order it learnt, after about as many
-// drops as it has marks, rather than at random as a mark that any other key
-// may overwrite. A tentative mark takes the place of the oldest tentative or
-// free one and never of a key remembered in full: a flood of large names
-// asked once does not make the ghost forget the names asked again.
+// remembered in full, clear when only tentatively; 0 is a free lane.
+//
+// A key remembered in full is pushed into its bucket's lowest lane, every
+// mark moving up one, and the oldest falls off the top: such a mark lives
+// until its bucket has taken ghostLanes more, so that the ghost forgets in
+// the order it learnt, after about as many drops as it has marks. A bucket
+// of many lanes makes that lifetime the sharper: a scan of the same names,
+// coming back after a fixed number of drops, is forgotten or remembered as
+// a whole rather than in part.
+//
+// A tentative mark takes the place of the oldest tentative or free one,
+// where it is, and never that of a key remembered in full; it moves no
+// other mark. So a flood of large names asked once neither makes the ghost
+// forget the keys remembered in full sooner nor keeps its own marks long:
+// the next keys remembered in full push them off the top.
 const (
-	ghostLaneBits = 12
-	ghostLanes    = 64 / ghostLaneBits
-	ghostLane     = 1<<ghostLaneBits - 1
-	ghostUsed     = 1<<(ghostLanes*ghostLaneBits) - 1 // the lanes of a word
-	ghostKnown    = 1
+	ghostLaneBits    = 12
+	ghostPerWord     = 64 / ghostLaneBits
+	ghostBucketWords = 2
+	ghostLanes       = ghostPerWord * ghostBucketWords
+	ghostLane        = 1<<ghostLaneBits - 1
+	ghostUsed        = 1<<(ghostPerWord*ghostLaneBits) - 1 // the lanes of a word
+	ghostTop         = (ghostPerWord - 1) * ghostLaneBits  // the shift of a word's oldest lane
+	ghostKnown       = 1
 )
+
+// ghostBucket is a bucket of marks.
+type ghostBucket [ghostBucketWords]uint64
 
 // ghostMark returns the tentative mark of hash h: a fingerprint from bits
 // that pick neither the shard (the lowest) nor the bucket (the highest),
@@ -29,45 +43,65 @@ func ghostMark(h uint64) uint64 {
 	return ghostKnown + 1
 }
 
-// ghostWords is the words of the ghost of a shard of budget bytes: a byte
-// for every ghostBytes.
+// ghostWords is the words of the ghost of a shard of budget bytes: whole
+// buckets, a byte for every ghostBytes.
 func ghostWords(budget int64) int {
-	return int(max(1, budget/ghostBytes/8))
+	return int(max(1, budget/ghostBytes/(8*ghostBucketWords))) * ghostBucketWords
 }
 
-func (sh *shard) ghostBucket(h uint64) *uint64 {
-	return &sh.ghost[(h>>32)*uint64(len(sh.ghost))>>32]
+func (sh *shard) ghostBucket(h uint64) *ghostBucket {
+	n := uint64(len(sh.ghost) / ghostBucketWords)
+	return (*ghostBucket)(sh.ghost[(h>>32)*n>>32*ghostBucketWords:])
 }
 
-// ghostFind returns the lane of w holding the tentative or known mark m, -1
-// for none.
-func ghostFind(w, m uint64) int {
+// lane returns lane k of b.
+func (b *ghostBucket) lane(k int) uint64 {
+	return b[k/ghostPerWord] >> (k % ghostPerWord * ghostLaneBits) & ghostLane
+}
+
+// set makes lane k of b hold m, the other lanes as they were.
+func (b *ghostBucket) set(k int, m uint64) {
+	s := k % ghostPerWord * ghostLaneBits
+	b[k/ghostPerWord] = b[k/ghostPerWord]&^(ghostLane<<s) | m<<s
+}
+
+// find returns the lane of b holding the tentative or known mark m, -1 for
+// none.
+func (b *ghostBucket) find(m uint64) int {
 	for k := range ghostLanes {
-		if w>>(k*ghostLaneBits)&ghostLane&^ghostKnown == m {
+		if b.lane(k)&^ghostKnown == m {
 			return k
 		}
 	}
 	return -1
 }
 
-// ghostCut returns w with lane k taken out: the older lanes move down one,
-// the oldest lane is free.
-func ghostCut(w uint64, k int) uint64 {
-	low := w & (1<<(k*ghostLaneBits) - 1)
-	return low | w>>((k+1)*ghostLaneBits)<<(k*ghostLaneBits)
+// cut takes lane k out of b: the older lanes move down one, the oldest lane
+// is free.
+func (b *ghostBucket) cut(k int) {
+	w, s := k/ghostPerWord, k%ghostPerWord*ghostLaneBits
+	b[w] = b[w]&(1<<s-1) | b[w]>>(s+ghostLaneBits)<<s
+	for ; w+1 < ghostBucketWords; w++ {
+		b[w] |= b[w+1] & ghostLane << ghostTop
+		b[w+1] >>= ghostLaneBits
+	}
 }
 
-// ghostPush returns w with lane k taken out and m pushed in as the newest.
-func ghostPush(w uint64, k int, m uint64) uint64 {
-	return (ghostCut(w, k)<<ghostLaneBits | m) & ghostUsed
+// push takes lane k out of b and pushes m in as the newest.
+func (b *ghostBucket) push(k int, m uint64) {
+	b.cut(k)
+	for w := ghostBucketWords - 1; w > 0; w-- {
+		b[w] = (b[w]<<ghostLaneBits | b[w-1]>>ghostTop) & ghostUsed
+	}
+	b[0] = (b[0]<<ghostLaneBits | m) & ghostUsed
 }
 
-// ghostRoom returns the lane a mark m new to w takes: the oldest, or for a
+// room returns the lane a mark m new to b takes: the oldest, or for a
 // tentative one the oldest tentative or free lane, -1 when every lane holds
 // a key remembered in full.
-func ghostRoom(w, m uint64) int {
+func (b *ghostBucket) room(m uint64) int {
 	for k := ghostLanes - 1; k >= 0; k-- {
-		if m&ghostKnown != 0 || w>>(k*ghostLaneBits)&ghostKnown == 0 {
+		if m&ghostKnown != 0 || b.lane(k)&ghostKnown == 0 {
 			return k
 		}
 	}
@@ -86,10 +120,15 @@ func (sh *shard) remember(h uint64, size int) {
 	if size <= trustedSize || sh.toss()*uint64(size) < trustedSize<<16 {
 		m |= ghostKnown
 	}
-	if k := ghostFind(*b, m&^ghostKnown); k >= 0 {
-		*b = ghostPush(*b, k, m|*b>>(k*ghostLaneBits)&ghostKnown)
-	} else if k = ghostRoom(*b, m); k >= 0 {
-		*b = ghostPush(*b, k, m)
+	switch k := b.find(m &^ ghostKnown); {
+	case k >= 0:
+		b.push(k, m|b.lane(k)&ghostKnown)
+	case m&ghostKnown != 0:
+		b.push(ghostLanes-1, m)
+	default:
+		if k = b.room(m); k >= 0 {
+			b.set(k, m)
+		}
 	}
 }
 
@@ -110,14 +149,14 @@ func (sh *shard) recall(h uint64) bool {
 		return false
 	}
 	b, m := sh.ghostBucket(h), ghostMark(h)
-	k := ghostFind(*b, m)
+	k := b.find(m)
 	if k < 0 {
 		return false
 	}
-	if *b>>(k*ghostLaneBits)&ghostKnown != 0 {
-		*b = ghostCut(*b, k)
+	if b.lane(k)&ghostKnown != 0 {
+		b.cut(k)
 		return true
 	}
-	*b = ghostPush(*b, k, m|ghostKnown)
+	b.push(k, m|ghostKnown)
 	return false
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -68,9 +69,49 @@ func TestGhostRemembersInOrder(t *testing.T) {
 	}
 }
 
+// TestGhostBucketLanes: a bucket is one FIFO across its words: a cut
+// moves the older lanes down one, through the word boundary, and a push
+// moves every lane up one and drops the oldest.
+func TestGhostBucketLanes(t *testing.T) {
+	fill := func() *ghostBucket {
+		var b ghostBucket
+		for k := range ghostLanes {
+			b.set(k, uint64(2*k+2))
+		}
+		return &b
+	}
+	lanes := func(b *ghostBucket) []uint64 {
+		var l []uint64
+		for k := range ghostLanes {
+			l = append(l, b.lane(k))
+		}
+		return l
+	}
+	for k := range ghostLanes {
+		b := fill()
+		b.cut(k)
+		want := lanes(fill())
+		want = append(append(want[:k:k], want[k+1:]...), 0)
+		if got := lanes(b); !slices.Equal(got, want) {
+			t.Errorf("cut(%d): lanes %v, want %v", k, got, want)
+		}
+		b = fill()
+		b.push(k, 99)
+		want = lanes(fill())
+		want = append([]uint64{99}, append(want[:k:k], want[k+1:]...)...)
+		if got := lanes(b); !slices.Equal(got, want) {
+			t.Errorf("push(%d): lanes %v, want %v", k, got, want)
+		}
+		if b[0]&^ghostUsed != 0 || b[ghostBucketWords-1]&^ghostUsed != 0 {
+			t.Errorf("push(%d) set bits outside the lanes: %#x", k, b)
+		}
+	}
+}
+
 // TestGhostTentative: a large entry's key is remembered tentatively unless
 // the coin trusts it: asked again it is not recalled, and dropped again it
-// is. Tentative marks take the place of tentative ones only.
+// is. Tentative marks take the place of tentative or free ones only, and
+// move no other mark.
 func TestGhostTentative(t *testing.T) {
 	sh := ghostShard(t)
 	hs := bucketMates(2 * ghostLanes)
@@ -102,6 +143,21 @@ func TestGhostTentative(t *testing.T) {
 	for i, h := range hs[:ghostLanes] {
 		if !sh.recall(h) {
 			t.Errorf("key %d, remembered in full, forgotten in a flood of tentative ones", i)
+		}
+	}
+
+	// Tentative marks move no other: keys remembered in full between
+	// them last as many drops of such keys as without them, and the
+	// tentative marks go first.
+	for i, h := range hs[:ghostLanes] {
+		sh.remember(h, trustedSize)
+		for j := range 3 {
+			sh.remember(hs[ghostLanes+(3*i+j)%ghostLanes], 1<<47)
+		}
+	}
+	for i, h := range hs[:ghostLanes] {
+		if !sh.recall(h) {
+			t.Errorf("key %d, remembered in full between tentative ones, forgotten", i)
 		}
 	}
 }

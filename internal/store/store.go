@@ -207,7 +207,7 @@ func shardCount(capacity int64, procs int) int {
 	return int(n)
 }
 
-func (s *Store) Hash(key []byte) uint64 { return maphash.Bytes(s.seed, key) }
+func (s *Store) Hash(key []byte) uint64 { return keyHash(s.seed, key) }
 
 func (s *Store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)-1)] }
 
@@ -376,7 +376,7 @@ func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
 	for off := 0; off < int(sh.used[c]); {
 		e := entry.Entry(b[off:])
 		e = e[:e.Size():e.Size()]
-		i := sh.slotOf(location(c, off), maphash.Bytes(sh.seed, e.Key()))
+		i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key()))
 		off += len(e)
 		if i < 0 {
 			continue // garbage: replaced or removed
