@@ -81,11 +81,7 @@ func TestRequestMetricsAllocatesNothing(t *testing.T) {
 	}
 	z := &metricsZones{server: "dns://alloc:53", names: []string{"."}, wire: [][]byte{{0}}}
 	m := z.reader()
-	req := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA)
-	reply, err := new(dns.Msg).SetReply(req).Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
+	reply := packedReply(t, "www.example.org.", dns.TypeA, dns.RcodeSuccess)
 	client := netip.MustParseAddr("192.0.2.1")
 	hit := &Hit{DO: true, UDPSize: 1232}
 	start := time.Now()
@@ -133,13 +129,7 @@ func TestRequestMetricsKeys(t *testing.T) {
 		{"a.example.org.", 65280, dns.RcodeSuccess, "192.0.2.1", false, false},
 	}
 	for _, h := range hits {
-		req := new(dns.Msg).SetQuestion(h.name, h.qtype)
-		reply := new(dns.Msg).SetRcode(req, h.rcode)
-		b, err := reply.Pack()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.count(b, 40, netip.MustParseAddr(h.client), h.tcp, &Hit{DO: h.do}, time.Now())
+		m.count(packedReply(t, h.name, h.qtype, h.rcode), 40, netip.MustParseAddr(h.client), h.tcp, &Hit{DO: h.do}, time.Now())
 	}
 	for _, c := range []struct {
 		labels []string // zone, proto, family, type
@@ -171,11 +161,7 @@ func BenchmarkRequestMetricsCount(b *testing.B) {
 	z := &metricsZones{server: "dns://bench:53", names: []string{".", "cluster.local.", "in-addr.arpa.", "ip6.arpa."},
 		wire: [][]byte{{0}, []byte("\x07cluster\x05local\x00"), []byte("\x07in-addr\x04arpa\x00"), []byte("\x03ip6\x04arpa\x00")}}
 	m := z.reader()
-	req := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA)
-	reply, err := new(dns.Msg).SetReply(req).Pack()
-	if err != nil {
-		b.Fatal(err)
-	}
+	reply := packedReply(b, "www.example.org.", dns.TypeA, dns.RcodeSuccess)
 	client := netip.MustParseAddr("192.0.2.1")
 	hit := &Hit{UDPSize: 1232}
 	start := time.Now()
@@ -183,4 +169,15 @@ func BenchmarkRequestMetricsCount(b *testing.B) {
 	for b.Loop() {
 		m.count(reply, 40, client, false, hit, start)
 	}
+}
+
+// packedReply returns the packed reply with rcode to a question for name
+// and qtype.
+func packedReply(tb testing.TB, name string, qtype uint16, rcode int) []byte {
+	tb.Helper()
+	b, err := new(dns.Msg).SetRcode(new(dns.Msg).SetQuestion(name, qtype), rcode).Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
