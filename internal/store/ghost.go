@@ -96,12 +96,12 @@ func (b *ghostBucket) push(k int, m uint64) {
 	b[0] = (b[0]<<ghostLaneBits | m) & ghostUsed
 }
 
-// room returns the lane a mark m new to b takes: the oldest, or for a
-// tentative one the oldest tentative or free lane, -1 when every lane holds
-// a key remembered in full.
-func (b *ghostBucket) room(m uint64) int {
+// tentativeRoom returns the lane a tentative mark new to b takes: the
+// oldest tentative or free one, -1 when every lane holds a key remembered
+// in full.
+func (b *ghostBucket) tentativeRoom() int {
 	for k := ghostLanes - 1; k >= 0; k-- {
-		if m&ghostKnown != 0 || b.lane(k)&ghostKnown == 0 {
+		if b.lane(k)&ghostKnown == 0 {
 			return k
 		}
 	}
@@ -126,7 +126,7 @@ func (sh *shard) remember(h uint64, size int) {
 	case m&ghostKnown != 0:
 		b.push(ghostLanes-1, m)
 	default:
-		if k = b.room(m); k >= 0 {
+		if k = b.tentativeRoom(); k >= 0 {
 			b.set(k, m)
 		}
 	}
