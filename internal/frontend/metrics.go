@@ -113,16 +113,19 @@ func (z *metricsZones) labelsOf(name []byte, qtype uint16, client netip.Addr, tc
 	if tcp {
 		l.proto = "tcp"
 	}
-	// request.Family: an address with an IPv4 form is family 1.
-	if client.Is6() && !client.Is4In6() {
+	if family6(client) {
 		l.family = "2"
 	}
-	if _, ok := monitoredTypes[qtype]; ok {
+	if monitored(qtype) {
 		l.qtype = dns.Type(qtype).String()
 	}
 	l.rcode = rcodeString(rcode)
 	return l
 }
+
+// family6 reports whether vars.Report gives client family 2, as
+// request.Family does: an address with an IPv4 form is family 1.
+func family6(client netip.Addr) bool { return client.Is6() && !client.Is4In6() }
 
 // monitoredTypes are the types vars.Report names in its type label (its
 // monitorType); every other type is "other".
@@ -131,6 +134,12 @@ var monitoredTypes = map[uint16]struct{}{
 	dns.TypeMX: {}, dns.TypeNSEC3: {}, dns.TypeNSEC: {}, dns.TypeNS: {}, dns.TypePTR: {},
 	dns.TypeRRSIG: {}, dns.TypeSOA: {}, dns.TypeSRV: {}, dns.TypeTXT: {}, dns.TypeHTTPS: {},
 	dns.TypeSVCB: {}, dns.TypeIXFR: {}, dns.TypeAXFR: {}, dns.TypeANY: {},
+}
+
+// monitored reports whether vars.Report names qtype in its type label.
+func monitored(qtype uint16) bool {
+	_, ok := monitoredTypes[qtype]
+	return ok
 }
 
 // rcodeString is rcode.ToString, the prometheus plugin's rcode label.
@@ -184,7 +193,7 @@ type requestMetrics struct {
 type seriesKey uint64
 
 func keyOf(zone int, qtype uint16, rcode int, tcp, v6, do bool) seriesKey {
-	if _, ok := monitoredTypes[qtype]; !ok {
+	if !monitored(qtype) {
 		qtype = 0
 	}
 	k := seriesKey(zone+1)<<40 | seriesKey(qtype)<<24 | seriesKey(rcode&0xFFFF)<<8
@@ -220,8 +229,7 @@ func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp 
 	name := reply[dnsmsg.HeaderLen:end]
 	qtype := binary.BigEndian.Uint16(reply[end:])
 	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
-	v6 := client.Is6() && !client.Is4In6()
-	k := keyOf(m.z.zoneIndex(name), qtype, rcode, tcp, v6, hit.DO)
+	k := keyOf(m.z.zoneIndex(name), qtype, rcode, tcp, family6(client), hit.DO)
 	s := m.lastS
 	if s == nil || k != m.last {
 		var ok bool
