@@ -13,11 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The UDP front end reads and writes datagrams in batches, one system call
-// for up to batchLen of them each way (recvmmsg(2), sendmmsg(2)), through
-// the socket's RawConn so that the Go runtime's poller still parks the
-// goroutine while there is nothing to read. Everything a batch needs is
-// allocated once per socket: a hit allocates nothing.
+// The UDP front end reads datagrams in batches of up to batchLen, one
+// system call a batch (recvmmsg(2)), and sends the replies of each in a few
+// runs (sendmmsg(2), see answerAll), through the socket's RawConn so that
+// the Go runtime's poller still parks the goroutine while there is nothing
+// to read. Everything a batch needs is allocated once per socket: a hit
+// allocates nothing.
 //
 // Both calls are made raw (RawSyscall6), outside the runtime's system call
 // state: with MSG_DONTWAIT they never sleep, and a batch of sends is long
@@ -131,17 +132,34 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 		if b.timed {
 			b.start = time.Now()
 		}
-		b.queued = 0
-		for i := range b.received {
-			b.handle(i, now)
-		}
-		if b.queued > 0 {
-			b.sent = 0
-			if err := b.raw.Write(b.sendFn); err != nil {
-				return
-			}
+		if err := b.answerAll(now); err != nil {
+			return
 		}
 	}
+}
+
+// answerAll answers the batch read and sends its replies in runs of 1, 2,
+// 4 and so on. Requests queue up while the server sleeps or works, so the
+// first of a batch has waited longest; one send for the whole batch would
+// hold its reply until the last request is answered. With runs that
+// double, a reply waits for at most as many requests read after it as
+// before it, and a full batch costs log2(batchLen)+1 sends, not one per
+// reply.
+func (b *udpBatch) answerAll(now time.Time) error {
+	b.queued = 0
+	run := 1
+	for i := range b.received {
+		b.handle(i, now)
+		if b.queued == run || b.queued > 0 && i == b.received-1 {
+			b.sent = 0
+			if err := b.raw.Write(b.sendFn); err != nil {
+				return err
+			}
+			b.queued = 0
+			run *= 2
+		}
+	}
+	return nil
 }
 
 // handle answers the request in slot i, or hands it to the chain.

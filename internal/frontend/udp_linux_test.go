@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -193,6 +194,43 @@ func TestWithScope(t *testing.T) {
 		tc.sa.Port = 53 << 8 // network byte order
 		if got := withScope(addrPortOf(tc.sa), tc.sa).String(); got != tc.want {
 			t.Errorf("%s, want %s", got, tc.want)
+		}
+	}
+}
+
+// TestAnswerAllSendsInRuns: a batch's replies leave in runs of 1, 2, 4 and
+// so on, the last run holding what is left, so that the first requests of a
+// batch, which waited longest, do not wait for the whole batch.
+func TestAnswerAllSendsInRuns(t *testing.T) {
+	for _, tc := range []struct {
+		received int
+		runs     []int
+	}{
+		{1, []int{1}},
+		{2, []int{1, 1}},
+		{3, []int{1, 2}},
+		{7, []int{1, 2, 4}},
+		{10, []int{1, 2, 4, 3}},
+		{batchLen, []int{1, 2, 4, 8, 16, 32, 1}},
+	} {
+		b, _ := hitBatch(t)
+		for i := 1; i < tc.received; i++ {
+			b.bufs[i] = b.bufs[0]
+			b.in[i].Len = b.in[0].Len
+			b.names[i] = b.names[0]
+		}
+		b.received = tc.received
+		var runs []int
+		b.sendFn = func(uintptr) bool {
+			runs = append(runs, b.queued-b.sent)
+			b.sent = b.queued
+			return true
+		}
+		if err := b.answerAll(b.fe.now()); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(runs, tc.runs) {
+			t.Errorf("%d requests: sent in runs %v, want %v", tc.received, runs, tc.runs)
 		}
 	}
 }
