@@ -53,13 +53,10 @@ ub=$!
 pids+=($ub)
 sleep 2
 
-perf() { # perf PORT ARGS...: dnsperf on the client core
-	local p=$1
-	shift
-	nice -n -10 taskset -c $client_core dnsperf -s 127.0.0.1 -p "$p" -e -t 3 -c 20 -T 1 "$@"
-}
+# dnsperf on the client core, as run.sh runs it; -p names the server.
+client=(nice -n -10 taskset -c $client_core dnsperf -s 127.0.0.1 -e -t 3 -c 20 -T 1)
 for p in $port $uport; do
-	perf $p -d "$dir/data/fill.txt" -n 1 -q 100 -l 600 >"$out/fill.$p.txt" 2>&1
+	"${client[@]}" -p $p -d "$dir/data/fill.txt" -n 1 -q 100 -l 600 >"$out/fill.$p.txt" 2>&1
 	grep "Response codes" "$out/fill.$p.txt"
 done
 chrt -a -r -p 10 $srv >/dev/null
@@ -67,24 +64,24 @@ chrt -a -r -p 10 $ub >/dev/null
 
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
-: >"$out/latencies"
+: >"$out/frontend.lat"
+: >"$out/unbound.lat"
 for r in $(seq "$rounds"); do
 	for name in frontend unbound; do
 		p=$port pid=$srv
 		[[ $name == unbound ]] && p=$uport pid=$ub
 		c0=$(cputicks $pid)
-		chrt -r 10 nice -n -10 taskset -c $client_core dnsperf -s 127.0.0.1 -p $p -e -t 3 -c 20 -T 1 \
-			-d "$dir/data/hit.txt" -q 5000 -Q "$rate" -l "$secs" -v >"$out/slice.txt" 2>&1
+		chrt -r 10 "${client[@]}" -p $p -d "$dir/data/hit.txt" -q 5000 -Q "$rate" -l "$secs" -v >"$out/slice.txt" 2>&1
 		c1=$(cputicks $pid)
 		# "> NOERROR name type seconds" per answered query; "> T" a timeout.
-		awk -v n=$name '/^> / && $2 != "T" {print n, $NF * 1e6}' "$out/slice.txt" >"$out/slice.lat"
-		cat "$out/slice.lat" >>"$out/latencies"
-		sort -k2 -g "$out/slice.lat" | awk -v r=$r -v n=$name -v cpu=$((c1 - c0)) -v hz=$hz \
-			'{a[NR] = $2} END {printf "round %d %-8s %d answered, p50 %.0f µs, p99 %.0f µs, server %.2f µs/q\n", r, n, NR, a[int(NR * .5)], a[int(NR * .99)], cpu / hz * 1e6 / NR}'
+		awk '/^> / && $2 != "T" {print $NF * 1e6}' "$out/slice.txt" | sort -g >"$out/slice.lat"
+		cat "$out/slice.lat" >>"$out/$name.lat"
+		awk -v r=$r -v n=$name -v cpu=$((c1 - c0)) -v hz=$hz <"$out/slice.lat" \
+			'{a[NR] = $1} END {printf "round %d %-8s %d answered, p50 %.0f µs, p99 %.0f µs, server %.2f µs/q\n", r, n, NR, a[int(NR * .5)], a[int(NR * .99)], cpu / hz * 1e6 / NR}'
 	done
 done
 for name in frontend unbound; do
-	awk -v n=$name '$1 == n {print $2}' "$out/latencies" | sort -g | awk -v n=$name \
+	sort -g "$out/$name.lat" | awk -v n=$name \
 		'{a[NR] = $1} END {printf "pooled   %-8s %d answered, p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, p99.9 %.0f µs\n", n, NR, a[int(NR * .5)], a[int(NR * .9)], a[int(NR * .99)], a[int(NR * .999)]}'
 done
 echo "logs in $out"
