@@ -97,7 +97,7 @@ func newAccessLog(l *corelog.Logger, dropped prometheus.Counter) *accessLog {
 }
 
 // hit queues the line of the hit that answered the request pkt with reply.
-func (a *accessLog) hit(pkt, reply []byte, local, remote netip.AddrPort, tcp bool, hit *Hit, start time.Time) {
+func (a *accessLog) hit(pkt, reply []byte, local, remote netip.AddrPort, tcp bool, hit *Hit, took time.Duration) {
 	if a == nil {
 		return
 	}
@@ -105,7 +105,7 @@ func (a *accessLog) hit(pkt, reply []byte, local, remote netip.AddrPort, tcp boo
 		a.drop()
 		return
 	}
-	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), class: hit.Class, local: local, remote: remote, tcp: tcp, took: time.Since(start)}
+	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), class: hit.Class, local: local, remote: remote, tcp: tcp, took: took}
 	copy(r.req[:], pkt)
 	copy(r.header[:], reply)
 	select {

@@ -297,13 +297,15 @@ func (fe *frontend) close() {
 }
 
 // reader is what one reader of requests (a UDP socket's goroutine, a TCP
-// connection's) holds for each block, by the block's index.
+// connection's) holds for each block, by the block's index, and its count
+// of hits since one was logged (logHit).
 type reader struct {
-	series []*requestMetrics
+	series      []*requestMetrics
+	sinceLogged int
 }
 
-func (fe *frontend) newReader() reader {
-	r := reader{series: make([]*requestMetrics, len(fe.blocks))}
+func (fe *frontend) newReader() *reader {
+	r := &reader{series: make([]*requestMetrics, len(fe.blocks))}
 	for i, b := range fe.blocks {
 		r.series[i] = b.series.reader()
 	}
@@ -348,26 +350,32 @@ func (fe *frontend) blockOf(pkt []byte) int {
 }
 
 // answer answers the request pkt from client from the cache of its block,
-// with the answerers and series of a reader, and counts the hit: the reply,
-// or nil when the request goes to the chain. now is the time at the cache's
-// resolution, start the time the request came in.
-func (fe *frontend) answer(as []Answerer, r reader, pkt []byte, local, client netip.AddrPort, tcp bool, now, start time.Time, hit *Hit) []byte {
+// and counts it in the front end's hits: the reply and the block's index,
+// or nil when the request goes to the chain. now is the time at the
+// caches' resolution. The rest of a hit's bookkeeping is account's, once
+// its reply is sent.
+func (fe *frontend) answer(as []Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) ([]byte, int) {
 	i := fe.blockOf(pkt)
-	if i < 0 {
-		return nil
+	if i < 0 || fe.blocks[i].chainOnly {
+		return nil, i
 	}
-	b := fe.blocks[i]
-	if b.chainOnly {
-		return nil
+	reply := as[i].Answer(pkt, client, tcp, now, hit)
+	if reply != nil {
+		fe.blocks[i].fm.Hit.Inc()
 	}
-	reply := as[i].Answer(pkt, client.Addr(), tcp, now, hit)
-	if reply == nil {
-		return nil
-	}
-	b.fm.Hit.Inc()
-	r.series[i].count(reply, len(pkt), client.Addr(), tcp, hit, start)
-	b.access.hit(pkt, reply, local, client, tcp, hit, start)
-	return reply
+	return reply, i
+}
+
+// account counts a hit of block whose reply has been sent, took after its
+// request came in, as the plugins before the cache would: in the block's
+// series and access log, and in the sampled log. It runs after the send,
+// as theirs do, so that a reply waits neither for its own bookkeeping nor
+// for that of the replies before it in its run.
+func (fe *frontend) account(r *reader, block int, pkt, reply []byte, local, client netip.AddrPort, tcp bool, hit *Hit, took time.Duration) {
+	b := fe.blocks[block]
+	r.series[block].count(reply, len(pkt), client.Addr(), tcp, hit, took)
+	b.access.hit(pkt, reply, local, client, tcp, hit, took)
+	fe.logHit(&r.sinceLogged, hit, len(pkt), reply, client, tcp)
 }
 
 // counters returns the counters of the block of the request pkt, or of the
@@ -383,8 +391,8 @@ func (fe *frontend) counters(pkt []byte) Counters {
 // process's.
 func (fe *frontend) now() time.Time { return fe.blocks[0].cache.Now() }
 
-// timed reports whether a request's arrival must be timed: for the series
-// or the access log of some block.
+// timed reports whether a request's arrival and its reply's sending must
+// be timed: for the series or the access log of some block.
 func (fe *frontend) timed() bool {
 	for _, b := range fe.blocks {
 		if b.series != nil || b.access != nil {
@@ -737,7 +745,7 @@ func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp
 
 // logHit logs one hit in logEvery in the common format of the log plugin,
 // without the duration; *since counts the hits since the last one logged.
-func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, client netip.AddrPort, proto string) {
+func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, client netip.AddrPort, tcp bool) {
 	if fe.cfg.logEvery == 0 {
 		return
 	}
@@ -752,6 +760,10 @@ func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, clien
 	id := binary.BigEndian.Uint16(reply[dnsmsg.OffID:])
 	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
 	qtype, qclass := binary.BigEndian.Uint16(reply[off:]), binary.BigEndian.Uint16(reply[off+2:])
+	proto := "udp"
+	if tcp {
+		proto = "tcp"
+	}
 	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %d (front end hit, 1 in %d logged)",
 		client, id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, hit.UDPSize,
 		dns.RcodeToString[rcode], len(reply), fe.cfg.logEvery)

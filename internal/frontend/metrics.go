@@ -136,10 +136,21 @@ var monitoredTypes = map[uint16]struct{}{
 	dns.TypeSVCB: {}, dns.TypeIXFR: {}, dns.TypeAXFR: {}, dns.TypeANY: {},
 }
 
+// monitoredBits holds monitoredTypes as bits, all below 256: a hit asks
+// for one bit, not a map lookup.
+var monitoredBits = func() (bits [4]uint64) {
+	for t := range monitoredTypes {
+		if t >= 256 {
+			panic("frontend: monitored type " + dns.Type(t).String() + " is past the bitset")
+		}
+		bits[t/64] |= 1 << (t % 64)
+	}
+	return bits
+}()
+
 // monitored reports whether vars.Report names qtype in its type label.
 func monitored(qtype uint16) bool {
-	_, ok := monitoredTypes[qtype]
-	return ok
+	return qtype < 256 && monitoredBits[qtype/64]&(1<<(qtype%64)) != 0
 }
 
 // rcodeString is rcode.ToString, the prometheus plugin's rcode label.
@@ -217,8 +228,8 @@ func (z *metricsZones) reader() *requestMetrics {
 }
 
 // count counts the hit that answered the request of reqLen bytes from
-// client with reply, which came in at start.
-func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp bool, hit *Hit, start time.Time) {
+// client with reply, sent took after the request came in.
+func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp bool, hit *Hit, took time.Duration) {
 	if m == nil {
 		return
 	}
@@ -243,7 +254,7 @@ func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp 
 		s.do.Inc()
 	}
 	s.requests.Inc()
-	s.duration.Observe(time.Since(start).Seconds())
+	s.duration.Observe(took.Seconds())
 	s.responseSize.Observe(float64(len(reply)))
 	s.requestSize.Observe(float64(reqLen))
 	s.responses.Inc()

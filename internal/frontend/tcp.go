@@ -52,7 +52,6 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
 	as, r := fe.answerers(), fe.newReader()
 	var hit Hit
-	var sinceLogged int
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
 	for {
@@ -68,9 +67,10 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			return
 		}
 		start := time.Now()
-		if reply := fe.answer(as, r, pkt[:n], local, client, true, fe.now(), start, &hit); reply != nil {
-			fe.logHit(&sinceLogged, &hit, n, reply, client, "tcp")
-			if _, err := t.write(reply); err != nil {
+		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, fe.now(), &hit); reply != nil {
+			_, err := t.write(reply)
+			fe.account(r, block, pkt[:n], reply, local, client, true, &hit, time.Since(start))
+			if err != nil {
 				return
 			}
 			continue

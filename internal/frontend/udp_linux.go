@@ -56,10 +56,12 @@ type udpBatch struct {
 	names  [batchLen]unix.RawSockaddrInet6 // room for both families
 	bufs   [batchLen][maxRequest]byte
 	answer [batchLen][]Answerer // by block; each slot's reply lives in its Answerers
-	hit    Hit
-	reader reader
+	reader *reader
 
-	timed     bool           // the batch's arrival is timed, for series or access logs
+	// hits are the queued replies' hits, by place in out, for account.
+	hits [batchLen]sentHit
+
+	timed     bool           // the batch is timed, for series or access logs
 	start     time.Time      // when the batch came in
 	localPort netip.AddrPort // the socket's address, for access log lines
 	out       [batchLen]unix.Mmsghdr
@@ -79,11 +81,18 @@ type udpBatch struct {
 
 	received, queued, sent int
 	errno                  syscall.Errno
-	sinceLogged            int
 
 	// The RawConn callbacks, made once: a method value made per call
 	// would allocate.
 	recvFn, sendFn func(fd uintptr) bool
+}
+
+// sentHit is what the bookkeeping of a hit needs once its reply is sent.
+type sentHit struct {
+	block  int
+	slot   int // of its request
+	client netip.AddrPort
+	hit    Hit
 }
 
 func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
@@ -155,11 +164,26 @@ func (b *udpBatch) answerAll(now time.Time) error {
 			if err := b.raw.Write(b.sendFn); err != nil {
 				return err
 			}
+			b.account()
 			b.queued = 0
 			run *= 2
 		}
 	}
 	return nil
+}
+
+// account counts the hits of the run just sent, with one reading of the
+// clock for the run.
+func (b *udpBatch) account() {
+	var took time.Duration
+	if b.timed {
+		took = time.Since(b.start)
+	}
+	for k := range b.queued {
+		h := &b.hits[k]
+		reply := unsafe.Slice(b.outIov[k].Base, b.outIov[k].Len)
+		b.fe.account(b.reader, h.block, b.bufs[h.slot][:b.in[h.slot].Len], reply, b.localPort, h.client, false, &h.hit, took)
+	}
 }
 
 // handle answers the request in slot i, or hands it to the chain.
@@ -172,8 +196,10 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	}
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
-	if reply := fe.answer(b.answer[i], b.reader, pkt, b.localPort, client, false, now, b.start, &b.hit); reply != nil {
-		k := b.queued
+	k := b.queued
+	sent := &b.hits[k]
+	if reply, block := fe.answer(b.answer[i], pkt, client.Addr(), false, now, &sent.hit); reply != nil {
+		sent.block, sent.slot, sent.client = block, i, client
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))
 		b.out[k] = unix.Mmsghdr{Hdr: unix.Msghdr{Name: h.Hdr.Name, Namelen: h.Hdr.Namelen, Iov: &b.outIov[k]}}
@@ -186,7 +212,6 @@ func (b *udpBatch) handle(i int, now time.Time) {
 			}
 		}
 		b.queued++
-		fe.logHit(&b.sinceLogged, &b.hit, len(pkt), reply, client, "udp")
 		return
 	}
 	client = withScope(client, &b.names[i])

@@ -82,6 +82,7 @@ func TestFrontendHitAllocatesNothing(t *testing.T) {
 		allocs := testing.AllocsPerRun(1000, func() {
 			b.queued = 0
 			b.handle(0, now)
+			b.account()
 		})
 		if b.queued != 1 {
 			t.Fatalf("unspecified %v: the hit was not queued for sending", unspecified)
@@ -111,6 +112,7 @@ func BenchmarkFrontendHit(b *testing.B) {
 	for b.Loop() {
 		batch.queued = 0
 		batch.handle(0, now)
+		batch.account()
 	}
 }
 
@@ -200,7 +202,8 @@ func TestWithScope(t *testing.T) {
 
 // TestAnswerAllSendsInRuns: a batch's replies leave in runs of 1, 2, 4 and
 // so on, the last run holding what is left, so that the first requests of a
-// batch, which waited longest, do not wait for the whole batch.
+// batch, which waited longest, do not wait for the whole batch; and the
+// hits of a run are counted after its send, not before.
 func TestAnswerAllSendsInRuns(t *testing.T) {
 	for _, tc := range []struct {
 		received int
@@ -220,9 +223,17 @@ func TestAnswerAllSendsInRuns(t *testing.T) {
 			b.names[i] = b.names[0]
 		}
 		b.received = tc.received
+		// An access log whose lines nobody writes: what it queued is
+		// what was logged.
+		b.fe.blocks[0].access = &accessLog{lines: make(chan accessRecord, batchLen)}
 		var runs []int
+		sent := 0
 		b.sendFn = func(uintptr) bool {
+			if logged := len(b.fe.blocks[0].access.lines); logged != sent {
+				t.Errorf("%d requests: %d hits logged before the send of run %d, want %d, those sent", tc.received, logged, len(runs)+1, sent)
+			}
 			runs = append(runs, b.queued-b.sent)
+			sent += b.queued - b.sent
 			b.sent = b.queued
 			return true
 		}
@@ -231,6 +242,9 @@ func TestAnswerAllSendsInRuns(t *testing.T) {
 		}
 		if !slices.Equal(runs, tc.runs) {
 			t.Errorf("%d requests: sent in runs %v, want %v", tc.received, runs, tc.runs)
+		}
+		if logged := len(b.fe.blocks[0].access.lines); logged != tc.received {
+			t.Errorf("%d requests: %d hits logged, want %d", tc.received, logged, tc.received)
 		}
 	}
 }
