@@ -80,6 +80,7 @@ type udpBatch struct {
 	outOOB  [batchLen][oobLen / 8]uint64
 
 	received, queued, sent int
+	used                   int // slots the kernel may have written since readied
 	errno                  syscall.Errno
 
 	// The RawConn callbacks, made once: a method value made per call
@@ -108,6 +109,7 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 		b.in[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		b.in[i].Hdr.Iov = &b.inIov[i]
 		b.in[i].Hdr.SetIovlen(1)
+		b.readySlot(i)
 		b.answer[i] = fe.answerers()
 	}
 	b.reader, b.timed = fe.newReader(), fe.timed()
@@ -318,24 +320,35 @@ func putCmsgHeader(dst []byte, level, typ int32, n int) int {
 
 // recv reads a batch; false asks the poller to wait for the socket.
 func (b *udpBatch) recv(fd uintptr) bool {
-	for i := range batchLen {
-		b.in[i].Hdr.Namelen = unix.SizeofSockaddrInet6
-		b.in[i].Hdr.Flags = 0
-		b.in[i].Len = 0
-		if b.pktinfo {
-			b.in[i].Hdr.Control = (*byte)(unsafe.Pointer(&b.inOOB[i][0]))
-			b.in[i].Hdr.SetControllen(oobLen)
-		}
+	for i := range b.used {
+		b.readySlot(i)
 	}
+	b.used = 0
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EINTR {
 		return false
 	}
 	b.received, b.errno = int(n), errno
+	b.used = b.received
 	if errno != 0 {
-		b.received = 0
+		b.received, b.used = 0, batchLen // whatever the kernel wrote
 	}
 	return true
+}
+
+// readySlot sets the lengths and flags of slot i's header, which the
+// kernel rewrites when it fills the slot. recv readies only the slots of
+// the last batch again, not all batchLen: each header is a cache line of
+// its own, and a lone request should not pay for a full batch's.
+func (b *udpBatch) readySlot(i int) {
+	h := &b.in[i]
+	h.Hdr.Namelen = unix.SizeofSockaddrInet6
+	h.Hdr.Flags = 0
+	h.Len = 0
+	if b.pktinfo {
+		h.Hdr.Control = (*byte)(unsafe.Pointer(&b.inOOB[i][0]))
+		h.Hdr.SetControllen(oobLen)
+	}
 }
 
 // send writes the queued replies; false asks the poller to wait until the

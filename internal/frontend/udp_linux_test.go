@@ -248,3 +248,44 @@ func TestAnswerAllSendsInRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestRecvReadiesTheSlotsItFilled: the kernel rewrites the address and
+// control lengths of the headers it fills, and recv readies only those of
+// the last batch again. Here the filled headers are scribbled over after a
+// batch, as a kernel writing short lengths would leave them; the next
+// batch, one request longer, must still read every client's address.
+func TestRecvReadiesTheSlotsItFilled(t *testing.T) {
+	b, _ := hitBatch(t)
+	var clients []*net.UDPConn
+	for range 3 {
+		c, err := net.DialUDP("udp", nil, b.conn.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	for _, batch := range [][]int{{0, 1, 2}, {2, 1, 0, 0}, {1}} {
+		for _, c := range batch {
+			// Loopback queues the datagram at the receiver before Write returns.
+			if _, err := clients[c].Write([]byte{byte(c), 1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.raw.Read(b.recvFn); err != nil {
+			t.Fatal(err)
+		}
+		if b.received != len(batch) {
+			t.Fatalf("batch %v: %d received", batch, b.received)
+		}
+		for i, c := range batch {
+			want := clients[c].LocalAddr().(*net.UDPAddr).AddrPort()
+			if got := addrPortOf(&b.names[i]); got != want || b.in[i].Len != 4 || b.in[i].Hdr.Flags != 0 {
+				t.Errorf("batch %v, slot %d: from %v, %d bytes, flags %#x; want from %v, 4 bytes, no flags", batch, i, got, b.in[i].Len, b.in[i].Hdr.Flags, want)
+			}
+		}
+		for i := range b.received {
+			b.in[i].Hdr.Namelen, b.in[i].Hdr.Flags, b.in[i].Len = 1, unix.MSG_TRUNC, 9999
+		}
+	}
+}
