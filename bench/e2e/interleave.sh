@@ -91,6 +91,14 @@ done
 load=(-q 5000 -Q "$rate" -v)
 [[ $rate == max ]] && load=(-q 200)
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# pct(P) of sorted latencies, one a line: the nearest rank, as run.sh's
+# tables take it (percentile in dnsperf.go).
+pct='{a[NR] = $1}
+function pct(p, rank) {
+	rank = p * NR / 100 - 1e-9
+	rank = rank == int(rank) ? rank : int(rank) + 1
+	return a[rank < 1 ? 1 : rank > NR ? NR : rank]
+}'
 hz=$(getconf CLK_TCK)
 for c in "${configs[@]}"; do : >"$out/$c.lat"; done
 : >"$out/cpu.txt"
@@ -110,14 +118,14 @@ for r in $(seq "$rounds"); do
 		# "> NOERROR name type seconds" per answered query; "> T" a timeout.
 		awk '/^> / && $2 != "T" {print $NF * 1e6}' "$out/slice.txt" | sort -g >"$out/slice.lat"
 		cat "$out/slice.lat" >>"$out/$c.lat"
-		awk -v r="$r" -v c="$c" -v cpu="$cpu" <"$out/slice.lat" \
-			'{a[NR] = $1} END {printf "round %d %-20s %d answered, p50 %.0f µs, p99 %.0f µs, server %s µs/q\n", r, c, NR, a[int(NR * .5)], a[int(NR * .99)], cpu}'
+		awk -v r="$r" -v c="$c" -v cpu="$cpu" "$pct"'
+			END {printf "round %d %-20s %d answered, p50 %.0f µs, p99 %.0f µs, server %s µs/q\n", r, c, NR, pct(50), pct(99), cpu}' "$out/slice.lat"
 	done
 done
 if [[ $rate != max ]]; then
 	for c in "${configs[@]}"; do
-		sort -g "$out/$c.lat" | awk -v c="$c" \
-			'{a[NR] = $1} END {printf "pooled   %-20s %d answered, p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, p99.9 %.0f µs\n", c, NR, a[int(NR * .5)], a[int(NR * .9)], a[int(NR * .99)], a[int(NR * .999)]}'
+		sort -g "$out/$c.lat" | awk -v c="$c" "$pct"'
+			END {printf "pooled   %-20s %d answered, p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, p99.9 %.0f µs\n", c, NR, pct(50), pct(90), pct(99), pct(99.9)}'
 	done
 fi
 # Each config's CPU per query less the first config's in the same round,
