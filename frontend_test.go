@@ -324,10 +324,14 @@ func TestFrontendLogsSampledHits(t *testing.T) {
 	for range 5 { // a miss, then 4 hits
 		exchangeUDP(t, fe, req)
 	}
+	// A hit is logged once its reply is sent: wait for the last one's line.
 	var lines []string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "front end hit") {
-			lines = append(lines, l)
+	for deadline := time.Now().Add(2 * time.Second); len(lines) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		lines = lines[:0]
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "front end hit") {
+				lines = append(lines, l)
+			}
 		}
 	}
 	if len(lines) != 2 {

@@ -629,7 +629,7 @@ func TestClusterCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_cache_entries"]); got < 3 {
 		t.Errorf("coredns_cache_entries %v, want at least 3", got)
 	}
-	checkFrontend(t, m, 3)
+	checkFrontend(t, "http://"+r.metricsAddr+"/metrics", 3)
 	// Every metric the dashboard and the alerts name is on the page.
 	for _, name := range monitoredMetrics(t) {
 		if _, ok := m[name]; !ok {
@@ -695,7 +695,7 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 	if got := sum(m["coredns_cache_hits_total"]); got < 3 {
 		t.Errorf("coredns_cache_hits_total %v, want at least 3", got)
 	}
-	checkFrontend(t, m, 3)
+	checkFrontend(t, "http://"+r.metricsAddr+"/metrics", 3)
 	// Each block's hit was the front end's, counted for its own zones.
 	for _, zones := range []string{"cluster.local.", "in-addr.arpa.,ip6.arpa.", "."} {
 		n := 0.0
@@ -719,23 +719,32 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 
 // checkFrontend fails unless the front end answered at least hits hits
 // itself and handed the misses to the chain, and the prometheus plugin
-// counted both in its per-request series.
-func checkFrontend(t *testing.T, m map[string][]sample, hits float64) {
+// counted both in its per-request series. Those count a front-end hit once
+// its reply is sent, after the client may have it: the metrics at url are
+// scraped again until they do, for at most two seconds.
+func checkFrontend(t *testing.T, url string, hits float64) {
 	t.Helper()
-	by := func(result string) (n float64) {
-		for _, s := range m["coredns_compactcache_frontend_requests_total"] {
-			if strings.Contains(s.labels, `result="`+result+`"`) {
-				n += s.value
+	var hit, chain, requests float64
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m := scrape(t, url)
+		by := func(result string) (n float64) {
+			for _, s := range m["coredns_compactcache_frontend_requests_total"] {
+				if strings.Contains(s.labels, `result="`+result+`"`) {
+					n += s.value
+				}
 			}
+			return n
 		}
-		return n
+		hit, chain, requests = by("hit"), by("chain"), sum(m["coredns_dns_requests_total"])
+		if requests >= hit+chain || time.Now().After(deadline) {
+			break
+		}
 	}
-	hit, chain := by("hit"), by("chain")
 	if hit < hits || chain < 1 {
 		t.Errorf("the front end answered %v hits and handed %v requests to the chain; want at least %v and 1", hit, chain, hits)
 	}
-	if got := sum(m["coredns_dns_requests_total"]); got < hit+chain {
-		t.Errorf("coredns_dns_requests_total %v, below the %v requests the front end read", got, hit+chain)
+	if requests < hit+chain {
+		t.Errorf("coredns_dns_requests_total %v, below the %v requests the front end read", requests, hit+chain)
 	}
 }
 
