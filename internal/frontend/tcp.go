@@ -50,7 +50,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
-	as, r := fe.answerers(), fe.newReader()
+	as, r, timed := fe.answerers(), fe.newReader(), fe.timed()
 	var hit Hit
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
@@ -66,10 +66,17 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
 			return
 		}
-		start := time.Now()
+		var start time.Time
+		if timed {
+			start = time.Now()
+		}
 		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, fe.now(), &hit); reply != nil {
 			_, err := t.write(reply)
-			fe.account(r, block, pkt[:n], reply, local, client, true, &hit, time.Since(start))
+			var took time.Duration
+			if timed {
+				took = time.Since(start)
+			}
+			fe.account(r, block, pkt[:n], reply, local, client, true, &hit, took)
 			if err != nil {
 				return
 			}
