@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,15 +110,19 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpSnapshot:
 		b := req.blocks[0]
 		sw.Header().Set("Content-Type", "application/octet-stream")
-		if n, err := snapshot.Write(sw, snapshot.Paced(b.c.store, 0), b.c.fingerprint(), b.c.now().Unix()); err != nil {
+		if n, err := snapshot.Write(sw, b.c.store.Paced(0), b.c.fingerprint(), b.c.now().Unix()); err != nil {
 			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
 		}
-	default:
+	case admin.OpFlush, admin.OpFlushType, admin.OpFlushZone, admin.OpFlushNegative, admin.OpFlushExpired, admin.OpFlushAll:
 		reply := admin.FlushReply{Op: op, Blocks: []admin.Flushed{}}
 		for _, b := range req.blocks {
-			reply.Blocks = append(reply.Blocks, flush(b, req))
+			reply.Blocks = append(reply.Blocks, flushBlock(b, req))
 		}
 		adminJSON(sw, reply)
+	default:
+		// An operation the API lists that this server does not serve: never
+		// taken for a flush.
+		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %q on this server", op))
 	}
 }
 
@@ -151,7 +156,7 @@ func authorize(inst *adminInstance, r *http.Request) (int, string) {
 // parseAdminRequest reads the parameters of an op; on error it returns the
 // status, the field at fault and what is wrong with it.
 func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*adminBlock) (req adminRequest, code int, field string, err error) {
-	req.op, req.types, req.format = op, probeTypes, admin.FormatText
+	req.op, req.format = op, admin.FormatText
 	q, err := parseQuery(r.URL.RawQuery)
 	if err != nil {
 		return req, http.StatusBadRequest, "", err
@@ -257,22 +262,28 @@ func parseType(s string) (uint16, bool) {
 	return 0, false
 }
 
-// flush runs a flush on one block and logs what it removed and for whom.
-func flush(b *adminBlock, req adminRequest) admin.Flushed {
-	start := time.Now()
-	var n admin.Counts
+// flushOf returns the flush req asks for.
+func flushOf(req adminRequest) flush.Flush {
 	switch req.op {
 	case admin.OpFlush, admin.OpFlushType:
-		n = b.c.flushName(req.name, req.types)
+		return flush.Flush{Scope: flush.Names, Names: [][]byte{req.name}, Types: req.types}
 	case admin.OpFlushZone:
-		n = b.c.flushZone(req.name)
+		return flush.Flush{Scope: flush.Zones, Names: [][]byte{req.name}}
 	case admin.OpFlushNegative:
-		n = b.c.flushNegative()
+		return flush.Flush{Scope: flush.Negative}
 	case admin.OpFlushExpired:
-		n = b.c.flushExpired()
+		return flush.Flush{Scope: flush.Expired}
 	case admin.OpFlushAll:
-		n = b.c.flushAll()
+		return flush.Flush{Scope: flush.All}
 	}
+	panic("admin: " + req.op + " is not a flush")
+}
+
+// flushBlock runs a flush on one block and logs what it removed and for
+// whom.
+func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
+	start := time.Now()
+	n := b.c.Flush(flushOf(req))
 	took := time.Since(start)
 	what := req.op
 	if req.text != "" {

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/flush"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestAdminFlushName(t *testing.T) {
 		{"www.example.net.", dns.TypeA, false, true},
 	}
 	fillAdmin(t, c, cases)
-	n := c.flushName(mustAdminName(t, "WWW.Example.ORG"), probeTypes)
+	n := c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "WWW.Example.ORG")}, Types: probeTypes})
 	if n != (admin.Counts{Success: 3, Denial: 1}) {
 		t.Errorf("flush removed %+v, want 3 success and 1 denial", n)
 	}
@@ -122,7 +123,7 @@ func TestAdminFlushType(t *testing.T) {
 		{"www.example.org.", dns.TypeTXT, false, true},
 	}
 	fillAdmin(t, c, cases)
-	if n := c.flushName(mustAdminName(t, "www.example.org."), []uint16{dns.TypeA}); n.Total() != 2 {
+	if n := c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "www.example.org.")}, Types: []uint16{dns.TypeA}}); n.Total() != 2 {
 		t.Errorf("flush_type removed %+v, want 2", n)
 	}
 	checkKept(t, c, "flush_type www.example.org A", cases)
@@ -139,12 +140,12 @@ func TestAdminFlushZone(t *testing.T) {
 		{"www.example.net.", dns.TypeA, false, true},
 	}
 	fillAdmin(t, c, cases)
-	if n := c.flushZone(mustAdminName(t, "Example.Org")); n != (admin.Counts{Success: 3, Denial: 1}) {
+	if n := c.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{mustAdminName(t, "Example.Org")}}); n != (admin.Counts{Success: 3, Denial: 1}) {
 		t.Errorf("flush_zone removed %+v, want 3 success, 1 denial", n)
 	}
 	checkKept(t, c, "flush_zone example.org", cases)
 
-	if n := c.flushZone(mustAdminName(t, ".")); n.Total() != 2 {
+	if n := c.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{mustAdminName(t, ".")}}); n.Total() != 2 {
 		t.Errorf("flush_zone . removed %+v, want the 2 left", n)
 	}
 }
@@ -160,19 +161,19 @@ func TestAdminFlushNegativeExpiredAll(t *testing.T) {
 		{"fail.example.org.", dns.TypeA, false, false},
 	}
 	fillAdmin(t, c, cases)
-	if n := c.flushNegative(); n != (admin.Counts{Denial: 3}) {
+	if n := c.Flush(flush.Flush{Scope: flush.Negative}); n != (admin.Counts{Denial: 3}) {
 		t.Errorf("flush_negative removed %+v, want 3 denials", n)
 	}
 	checkKept(t, c, "flush_negative", cases)
 
 	clk.advance(20 * time.Second) // short's TTL of 10 s is over
-	if n := c.flushExpired(); n != (admin.Counts{Success: 1}) {
+	if n := c.Flush(flush.Flush{Scope: flush.Expired}); n != (admin.Counts{Success: 1}) {
 		t.Errorf("flush_expired removed %+v, want 1 success", n)
 	}
 	cases[1].kept = false
 	checkKept(t, c, "flush_expired", cases)
 
-	if n := c.flushAll(); n != (admin.Counts{Success: 1}) {
+	if n := c.Flush(flush.Flush{Scope: flush.All}); n != (admin.Counts{Success: 1}) {
 		t.Errorf("flush_all removed %+v, want 1", n)
 	}
 	cases[0].kept = false
@@ -201,7 +202,7 @@ func TestAdminFlushNameECS(t *testing.T) {
 	if got := strings.Join(ecs, " "); !strings.Contains(got, "10.1.0.0/16/scope") || !strings.Contains(got, "0.0.0.0/0/source0") || !strings.Contains(got, "2001::/16/scope") || !strings.Contains(got, "/") {
 		t.Errorf("lookup s16.geo. found %s", got)
 	}
-	n := c.flushName(mustAdminName(t, "s16.geo."), []uint16{dns.TypeTXT})
+	n := c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "s16.geo.")}, Types: []uint16{dns.TypeTXT}})
 	if n.ECSList != 2 || n.Success != int64(len(found)) {
 		t.Errorf("flush removed %+v, want the %d entries lookup found and 2 lists", n, len(found))
 	}
@@ -290,7 +291,7 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 			done <- rec.msg
 		}()
 		<-asked
-		c.flushZone(mustAdminName(t, tc.zone))
+		c.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{mustAdminName(t, tc.zone)}})
 		close(release)
 		if r := <-done; r == nil || len(r.Answer) != 1 {
 			t.Fatalf("the client got %v, want the answer", r)
@@ -300,7 +301,7 @@ func TestAdminFetchBeforeFlush(t *testing.T) {
 		}
 		// A fetch that begins after the flush stores.
 		u.add("www.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.1")}, nil, nil)
-		c.flushAll()
+		c.Flush(flush.Flush{Scope: flush.All})
 		adminAsk(t, c, "www.example.org.", dns.TypeA, false)
 		if !isCached(t, c, "www.example.org.", dns.TypeA, false) {
 			t.Error("a fetch begun after the flush did not store")
@@ -344,7 +345,7 @@ func TestAdminFlushDuringReload(t *testing.T) {
 		if !tc.fetchOld {
 			done, flusher = fetch(c), old
 		}
-		flusher.flushZone(mustAdminName(t, "example.org."))
+		flusher.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{mustAdminName(t, "example.org.")}})
 		close(release)
 		<-done
 		if isCached(t, c, "www.example.org.", dns.TypeA, false) {

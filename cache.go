@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
@@ -86,7 +87,7 @@ type Cache struct {
 
 	refreshes refreshes
 	flights   flights
-	flushes   *flushes // begun by the admin endpoint on the store, and handed over with it; see putUnflushed
+	fence     *flush.Fence // the flushes begun on the store, handed over with it; see Flush
 
 	raw     rawPlan // hits go out through w.Write; see raw.go
 	metrics *metricsSet
@@ -122,10 +123,10 @@ func New() *Cache {
 }
 
 // init makes the store for the configured budget and caps, and its record
-// of flushes.
+// fence.
 func (c *Cache) init() (err error) {
 	c.store, err = store.New(c.capacity, store.PerKind{store.KindSuccess: c.pcap, store.KindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
-	c.flushes = &flushes{}
+	c.fence = &flush.Fence{}
 	return err
 }
 

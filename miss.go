@@ -138,7 +138,7 @@ func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serv
 
 // capture readies k's writer to fetch r for the cache, and returns it.
 func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
-	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), dnssec: s.q.do, gen: c.flushes.gen.Load()}
+	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), dnssec: s.q.do, gen: c.fence.Gen()}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
 }
@@ -342,10 +342,8 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	e.SetHits(cw.hits)
 	// Not when a flush that began since the fetch did covers it: its answer
-	// may be what the operator flushed (admin_ops.go).
-	evicted, ok := c.putUnflushed(cw.gen, e, now.Unix())
-	cw.m.evicted(evicted)
-	if !ok {
+	// may be what the flush dropped (flush.go).
+	if !c.fence.Store(cw.gen, e, func() { cw.m.evicted(c.put(e, now.Unix())) }) {
 		return
 	}
 	if c.preferPositive && flags&entry.FlagAnswers != 0 {

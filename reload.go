@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"
 
 	"strings"
@@ -19,7 +20,7 @@ import (
 // settings it was filled under.
 type handoff struct {
 	store    *store.Store
-	flushes  *flushes
+	fence    *flush.Fence
 	contents contents
 }
 
@@ -59,7 +60,7 @@ func blockID(keys, binds []string, view string) string {
 func (c *Cache) offer(block string) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
-	handoffs.m[block] = handoff{c.store, c.flushes, c.contents()}
+	handoffs.m[block] = handoff{c.store, c.fence, c.contents()}
 }
 
 // withdraw takes back what the block offered and nobody took, once the
@@ -83,6 +84,6 @@ func (c *Cache) takeOver(block string) bool {
 		return false
 	}
 	delete(handoffs.m, block)
-	c.store, c.flushes = old.store, old.flushes
+	c.store, c.fence = old.store, old.fence
 	return true
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/snapshot"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 )
 
@@ -85,7 +86,7 @@ func setupSnapshot(c *caddy.Controller, ca *Cache) {
 	c.OnFinalShutdown(func() error {
 		// At full speed: the server is leaving, and the write must end
 		// within the termination grace period.
-		ca.writeSnapshot(sc.path, snapshot.Paced(ca.store, 0))
+		ca.writeSnapshot(sc.path, ca.store.Paced(0))
 		return nil
 	})
 }
@@ -118,9 +119,9 @@ var snapshotRest = time.Duration(7)
 
 // pacedWalk walks the store resting snapshotRest times as long as each chunk
 // took. It ends with errStopping once stop is closed.
-func (c *Cache) pacedWalk(stop <-chan struct{}) snapshot.Walk {
+func (c *Cache) pacedWalk(stop <-chan struct{}) store.Walker {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
-		return snapshot.Paced(c.store, snapshotRest)(visit, func() error {
+		return c.store.Paced(snapshotRest)(visit, func() error {
 			select {
 			case <-stop:
 				return errStopping
@@ -174,7 +175,7 @@ func (c *Cache) loadSnapshot(path string) {
 
 // writeSnapshot writes the store to path atomically, walked by walk: to a
 // file beside it, synced, then renamed over it.
-func (c *Cache) writeSnapshot(path string, walk snapshot.Walk) {
+func (c *Cache) writeSnapshot(path string, walk store.Walker) {
 	start := time.Now()
 	n, err := c.writeSnapshotFile(path, walk)
 	if errors.Is(err, errStopping) {
@@ -189,7 +190,7 @@ func (c *Cache) writeSnapshot(path string, walk snapshot.Walk) {
 	log.Infof("Snapshot %s: %d entries written in %v", path, n, time.Since(start).Round(time.Millisecond))
 }
 
-func (c *Cache) writeSnapshotFile(path string, walk snapshot.Walk) (int, error) {
+func (c *Cache) writeSnapshotFile(path string, walk store.Walker) (int, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err

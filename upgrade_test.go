@@ -11,7 +11,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/frontend"
-	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -429,7 +428,7 @@ func TestSnapshotKeepsDNSSECFlag(t *testing.T) {
 	ask(t, c, doQuery("s.example.", dns.TypeA, false), false)
 	ask(t, c, doQuery("nx.example.", dns.TypeA, true), false)
 	path := filepath.Join(t.TempDir(), "cache.snap")
-	if _, err := c.writeSnapshotFile(path, snapshot.Paced(c.store, 0)); err != nil {
+	if _, err := c.writeSnapshotFile(path, c.store.Paced(0)); err != nil {
 		t.Fatal(err)
 	}
 	loaded := newTestCache(t, u, clk)

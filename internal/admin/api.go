@@ -36,18 +36,19 @@ const (
 // Spec says how an operation is asked for.
 type Spec struct {
 	Method   string
+	Flush    bool     // a flush, answered with a FlushReply
 	Required []string // parameters it needs, in the order the tool takes them as arguments
 	Optional []string // besides block
 }
 
 // Specs are the operations.
 var Specs = map[string]Spec{
-	OpFlush:         {Method: http.MethodPost, Required: []string{"name"}},
-	OpFlushType:     {Method: http.MethodPost, Required: []string{"name", "type"}},
-	OpFlushZone:     {Method: http.MethodPost, Required: []string{"zone"}},
-	OpFlushNegative: {Method: http.MethodPost},
-	OpFlushExpired:  {Method: http.MethodPost},
-	OpFlushAll:      {Method: http.MethodPost},
+	OpFlush:         {Method: http.MethodPost, Flush: true, Required: []string{"name"}},
+	OpFlushType:     {Method: http.MethodPost, Flush: true, Required: []string{"name", "type"}},
+	OpFlushZone:     {Method: http.MethodPost, Flush: true, Required: []string{"zone"}},
+	OpFlushNegative: {Method: http.MethodPost, Flush: true},
+	OpFlushExpired:  {Method: http.MethodPost, Flush: true},
+	OpFlushAll:      {Method: http.MethodPost, Flush: true},
 	OpLookup:        {Method: http.MethodGet, Required: []string{"name"}, Optional: []string{"type"}},
 	OpDump:          {Method: http.MethodGet, Optional: []string{"format"}},
 	OpStats:         {Method: http.MethodGet},

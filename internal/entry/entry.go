@@ -165,11 +165,13 @@ func keyLen(b []byte, nameLen int) int {
 	return n
 }
 
-func (e Entry) qtype() uint16 {
+// QType is the type of the entry's question.
+func (e Entry) QType() uint16 {
 	return binary.BigEndian.Uint16(e[offKey+e.nameLen():])
 }
 
-func (e Entry) qclass() uint16 {
+// QClass is the class of the entry's question.
+func (e Entry) QClass() uint16 {
 	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
 }
 
@@ -181,7 +183,7 @@ func (e Entry) ProofTTL() uint32 {
 		return ttl
 	}
 	var r Record
-	off, qtype := e.RecordsStart(), e.qtype()
+	off, qtype := e.RecordsStart(), e.QType()
 	for s := range 3 {
 		for range e.Count(s) {
 			off = e.Record(off, &r)
@@ -266,7 +268,7 @@ type Record struct {
 // 16 bytes at a time from its narrower stores, a store-forwarding stall on
 // every record of every reply.
 func (e Entry) Record(off int, r *Record) int {
-	r.Flags, r.Owner, r.Type, r.Class = e[off], nil, e.qtype(), e.qclass()
+	r.Flags, r.Owner, r.Type, r.Class = e[off], nil, e.QType(), e.QClass()
 	off++
 	if r.Flags&RecOwnerIsQname == 0 {
 		n := WireNameLen(e[off:])

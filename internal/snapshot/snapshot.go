@@ -27,7 +27,6 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
@@ -56,34 +55,11 @@ var (
 	ErrDamaged     = errors.New("a damaged snapshot")
 )
 
-// Walk walks a store's entries a chunk at a time: visit under the chunk's
-// shard lock, between (when given) after each chunk with no lock held, whose
-// error ends the walk.
-type Walk func(visit func(e entry.Entry) (remove bool), between func() error) error
-
-// Paced is the Walk of s that rests rest times as long as each chunk took
-// before the next; with 0 it goes from one chunk to the next at once.
-func Paced(s *store.Store, rest time.Duration) Walk {
-	return func(visit func(e entry.Entry) bool, between func() error) error {
-		for c, more := (store.Cursor{}), true; more; {
-			start := time.Now()
-			c, more = s.Walk(c, visit)
-			if between != nil {
-				if err := between(); err != nil {
-					return err
-				}
-			}
-			time.Sleep(rest * time.Since(start))
-		}
-		return nil
-	}
-}
-
 // Write writes the entries walk visits to w, with the fingerprint of the
 // store's settings and the wall clock's now, unix seconds. No shard is
 // locked longer than it takes to copy one chunk. It returns the number of
 // entries written.
-func Write(w io.Writer, walk Walk, fp Fingerprint, now int64) (int, error) {
+func Write(w io.Writer, walk store.Walker, fp Fingerprint, now int64) (int, error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	var h [headerLen]byte
 	copy(h[:], magic)

@@ -68,7 +68,7 @@ func contents(s *store.Store) map[string]string {
 func TestRoundTrip(t *testing.T) {
 	s, _ := filled(t, 16<<20, 3000, 3600)
 	var file bytes.Buffer
-	n, err := Write(&file, Paced(s, 0), fp, t0+10)
+	n, err := Write(&file, s.Paced(0), fp, t0+10)
 	if err != nil || n != 3000 {
 		t.Fatalf("wrote %d entries: %v", n, err)
 	}
@@ -103,7 +103,7 @@ func TestRoundTrip(t *testing.T) {
 func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	s, keys := filled(t, 16<<20, 3000, 100) // entry i expires at t0+i+100
 	var file bytes.Buffer
-	if _, err := Write(&file, Paced(s, 0), fp, t0); err != nil {
+	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	into, _ := store.New(16<<20, store.PerKind{}, 50)
@@ -118,7 +118,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	small, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
 	s, keys = filled(t, 16<<20, 20000, 3600)
 	file.Reset()
-	if _, err := Write(&file, Paced(s, 0), fp, t0); err != nil {
+	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), small, fp, t0, 0); err != nil {
@@ -138,7 +138,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 func TestReadRefusesDamage(t *testing.T) {
 	s, _ := filled(t, 16<<20, 500, 3600)
 	var file bytes.Buffer
-	if _, err := Write(&file, Paced(s, 0), fp, t0); err != nil {
+	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
 		t.Fatal(err)
 	}
 	good := file.Bytes()
@@ -194,7 +194,7 @@ func TestReadRefusesDamage(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	s, _ := filled(f, 16<<20, 30, 3600)
 	var file bytes.Buffer
-	if _, err := Write(&file, Paced(s, 0), fp, t0); err != nil {
+	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(file.Bytes())
@@ -225,7 +225,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	for b.Loop() {
 		var file bytes.Buffer
 		start := time.Now()
-		if _, err := Write(&file, Paced(s, 0), fp, t0); err != nil {
+		if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
 			b.Fatal(err)
 		}
 		write := time.Since(start)
@@ -285,7 +285,7 @@ func TestWriteStopsOnError(t *testing.T) {
 	s, _ := filled(t, 16<<20, n, 3600)
 	chunks := 0
 	walk := func(visit func(entry.Entry) bool, between func() error) error {
-		return Paced(s, 0)(visit, func() error {
+		return s.Paced(0)(visit, func() error {
 			chunks++
 			return between()
 		})

@@ -16,6 +16,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -368,6 +369,33 @@ func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor,
 		sh.mu.Unlock()
 	}
 	return c, false
+}
+
+// Walker walks a store's entries a chunk at a time: visit under the chunk's
+// shard lock, between (when given) after each chunk with no lock held,
+// whose error ends the walk.
+type Walker func(visit func(e entry.Entry) (remove bool), between func() error) error
+
+// Paced is the Walker of s that rests rest times as long as each chunk
+// took before the next; with 0 it goes from one chunk to the next at once.
+// A goroutine that walked without resting (or only yielded) would keep the
+// scheduler from polling the network on a server with one core, so that
+// the queries wait for the walk's end; resting, it lets them in after
+// every chunk.
+func (s *Store) Paced(rest time.Duration) Walker {
+	return func(visit func(e entry.Entry) bool, between func() error) error {
+		for c, more := (Cursor{}), true; more; {
+			start := time.Now()
+			c, more = s.Walk(c, visit)
+			if between != nil {
+				if err := between(); err != nil {
+					return err
+				}
+			}
+			time.Sleep(rest * time.Since(start))
+		}
+		return nil
+	}
 }
 
 // walkChunk visits the live entries of chunk c; the caller holds sh.mu.

@@ -1,0 +1,80 @@
+package flush
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/compactcache/compactcache/internal/entry"
+)
+
+// Fence is the flushes begun on a store, for the fetches that began before
+// them: a fetch takes the generation when it begins (Gen), and stores its
+// answer only if no flush that began since covers it (Store). A reload
+// hands the fence over with the store, so that the fetches of the old
+// instance and the new one see the flushes of either.
+type Fence struct {
+	gen atomic.Uint64 // flushes begun
+
+	// mu is held for writing by Begin, and for reading by Store from its
+	// check to its put, so that a flush's removal sees every entry that a
+	// put checked before the flush began.
+	mu     sync.RWMutex
+	recent []record // the last maxRecords, oldest first
+}
+
+// record is one flush: its generation and the entries it drops.
+type record struct {
+	gen    uint64
+	covers func(e entry.Entry) bool
+}
+
+// maxRecords bounds the flushes kept; a fetch older than all of them
+// stores nothing.
+const maxRecords = 64
+
+// Gen returns the generation a fetch beginning now records.
+func (fc *Fence) Gen() uint64 { return fc.gen.Load() }
+
+// Begin records a flush of what covers picks, and bumps the generation:
+// fetches begun before it store nothing it covers after it. The caller
+// removes the entries after Begin returns.
+func (fc *Fence) Begin(covers func(e entry.Entry) bool) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if len(fc.recent) == maxRecords {
+		fc.recent = append(fc.recent[:0], fc.recent[1:]...)
+	}
+	fc.recent = append(fc.recent, record{gen: fc.gen.Add(1), covers: covers})
+}
+
+// since reports whether a flush that began after generation gen covers e;
+// the caller holds fc.mu.
+func (fc *Fence) since(gen uint64, e entry.Entry) bool {
+	if fc.gen.Load() == gen {
+		return false
+	}
+	if len(fc.recent) == 0 || fc.recent[0].gen > gen+1 {
+		return true // older than the flushes kept: covered, for all we know
+	}
+	for _, f := range fc.recent {
+		if f.gen > gen && f.covers(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Store calls put, which stores e, fetched by a fetch that began at
+// generation gen, unless a flush that began since covers it: its answer
+// may be one the flush removes. A flush that begins once e is checked
+// waits for the put, and its removal finds e: e is never held, however
+// briefly, after a flush that covers it began. It reports whether put ran.
+func (fc *Fence) Store(gen uint64, e entry.Entry, put func()) bool {
+	fc.mu.RLock()
+	defer fc.mu.RUnlock()
+	if fc.since(gen, e) {
+		return false
+	}
+	put()
+	return true
+}
