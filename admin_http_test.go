@@ -3,17 +3,14 @@ package compactcache
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
+	"maps"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/admin"
@@ -21,7 +18,6 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // These tests reach the admin endpoint of a CoreDNS started from a Corefile
@@ -66,43 +62,33 @@ func startAdminInstance(t *testing.T, corefile string) *caddy.Instance {
 
 // adminClient asks the admin endpoint at addr.
 type adminClient struct {
-	t     *testing.T
-	addr  string
-	token string
-	http  *http.Client
+	t      *testing.T
+	addr   string
+	token  string
+	header map[string]string // more headers, for the requests a browser sends
+	http   *testenv.Client
 }
 
 func newAdminClient(t *testing.T, addr string) *adminClient {
-	return &adminClient{t: t, addr: addr, token: adminToken, http: &http.Client{}}
+	return &adminClient{t: t, addr: addr, token: adminToken, http: testenv.NewClient(t)}
 }
 
 // do asks op with params and returns the status and body.
 func (a *adminClient) do(method, op string, params url.Values) (int, []byte) {
 	a.t.Helper()
-	req, err := http.NewRequest(method, "http://"+a.addr+admin.Prefix+op+"?"+params.Encode(), nil)
-	if err != nil {
-		a.t.Fatal(err)
-	}
+	header := maps.Clone(a.header)
 	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
+		header = map[string]string{"Authorization": "Bearer " + a.token}
+		maps.Copy(header, a.header)
 	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, op, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return resp.StatusCode, body
+	return a.http.Do(method, "http://"+a.addr+admin.Prefix+op+"?"+params.Encode(), header)
 }
 
 // ok asks op and decodes its JSON reply into v, failing unless it is 200.
 func (a *adminClient) ok(op string, params url.Values, v any) {
 	a.t.Helper()
 	code, body := a.do(admin.Specs[op].Method, op, params)
-	if code != http.StatusOK {
+	if code != 200 {
 		a.t.Fatalf("%s %v: %d %s", op, params, code, body)
 	}
 	if v != nil {
@@ -174,8 +160,8 @@ func TestAdminHTTP(t *testing.T) {
 	}
 
 	// The dump, as text and JSON lines.
-	code, text := a.do(http.MethodGet, admin.OpDump, nil)
-	if code != http.StatusOK || !bytes.HasPrefix(text, []byte("; block "+block+"\n")) ||
+	code, text := a.do("GET", admin.OpDump, nil)
+	if code != 200 || !bytes.HasPrefix(text, []byte("; block "+block+"\n")) ||
 		!bytes.Contains(text, []byte("\nwww.example.net.\t")) || !bytes.Contains(text, []byte("; nx.example.org. IN A flags=- ecs=- match=- rcode=NXDOMAIN kind=denial")) {
 		t.Errorf("dump: %d\n%s", code, text)
 	}
@@ -188,7 +174,7 @@ func TestAdminHTTP(t *testing.T) {
 			t.Errorf("the text dump as a zone file: %d records, %v", n, zp.Err())
 		}
 	}
-	code, lines := a.do(http.MethodGet, admin.OpDump, url.Values{"format": {"json"}})
+	code, lines := a.do("GET", admin.OpDump, url.Values{"format": {"json"}})
 	sc := bufio.NewScanner(bytes.NewReader(lines))
 	n := 0
 	for sc.Scan() {
@@ -198,7 +184,7 @@ func TestAdminHTTP(t *testing.T) {
 		}
 		n++
 	}
-	if code != http.StatusOK || n != 4 {
+	if code != 200 || n != 4 {
 		t.Errorf("dump json: %d, %d lines, want 4:\n%s", code, n, lines)
 	}
 
@@ -241,7 +227,8 @@ func TestAdminHTTP(t *testing.T) {
 func TestAdminHTTPRefuses(t *testing.T) {
 	up := startUpstream(t, adminUpstream())
 	addr := adminAddr(t)
-	startAdminInstance(t, adminCorefile(up, addr, "token_file "+adminTokenFile(t)))
+	inst := startAdminInstance(t, adminCorefile(up, addr, "token_file "+adminTokenFile(t)))
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg())
 	a := newAdminClient(t, addr)
 	for _, tc := range []struct {
 		method, op string
@@ -260,6 +247,8 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		{"POST", admin.OpFlushAll, url.Values{"block": {"nope"}}, 404, "block", `block: no block "nope"; the blocks are "dns://.:0 (bind 127.0.0.1)"`},
 		{"GET", admin.OpFlushAll, nil, 405, "", "flush_all takes POST"},
 		{"POST", "flush_everything", nil, 404, "", `no operation "/v1/flush_everything"`},
+		{"POST", "flush_all/", nil, 404, "", `no operation "/v1/flush_all/"`},
+		{"GET", "Stats", nil, 404, "", `no operation "/v1/Stats"`},
 	} {
 		code, body := a.do(tc.method, tc.op, tc.params)
 		var e admin.Error
@@ -269,18 +258,30 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		}
 	}
 
-	missing, wrong := testutil.ToFloat64(adminUnauthorized.WithLabelValues("missing")), testutil.ToFloat64(adminUnauthorized.WithLabelValues("wrong"))
-	refused := testutil.ToFloat64(adminRequests.WithLabelValues(admin.OpFlushAll, "401"))
+	// None of the refused requests flushed: the entry asked before is held.
+	var found admin.LookupReply
+	a.ok(admin.OpLookup, url.Values{"name": {"www.example.org."}}, &found)
+	if len(found.Blocks) != 1 || len(found.Blocks[0].Entries) != 1 {
+		t.Errorf("after the refused requests, lookup www.example.org.: %+v, want its entry", found)
+	}
+
+	unauthorized := func(reason string) float64 {
+		return seriesValue(t, "coredns_compactcache_admin_unauthorized_total", map[string]string{"reason": reason})
+	}
+	refusals := func() float64 {
+		return seriesValue(t, "coredns_compactcache_admin_requests_total", map[string]string{"op": admin.OpFlushAll, "code": "401"})
+	}
+	missing, wrong, refused := unauthorized("missing"), unauthorized("wrong"), refusals()
 	for _, token := range []string{"", adminToken + "x", adminToken[1:]} {
 		a.token = token
-		if code, body := a.do("POST", admin.OpFlushAll, nil); code != http.StatusUnauthorized {
+		if code, body := a.do("POST", admin.OpFlushAll, nil); code != 401 {
 			t.Errorf("token %q: %d %s, want 401", token, code, body)
 		}
 	}
-	if m, w := testutil.ToFloat64(adminUnauthorized.WithLabelValues("missing"))-missing, testutil.ToFloat64(adminUnauthorized.WithLabelValues("wrong"))-wrong; m != 1 || w != 2 {
+	if m, w := unauthorized("missing")-missing, unauthorized("wrong")-wrong; m != 1 || w != 2 {
 		t.Errorf("counted %v missing and %v wrong tokens, want 1 and 2", m, w)
 	}
-	if n := testutil.ToFloat64(adminRequests.WithLabelValues(admin.OpFlushAll, "401")) - refused; n != 3 {
+	if n := refusals() - refused; n != 3 {
 		t.Errorf("admin_requests_total{op=flush_all,code=401} rose by %v, want 3", n)
 	}
 }
@@ -297,7 +298,7 @@ func TestAdminTokenRotates(t *testing.T) {
 	if err := os.WriteFile(file, []byte(next), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := a.do("GET", admin.OpStats, nil); code != http.StatusUnauthorized {
+	if code, _ := a.do("GET", admin.OpStats, nil); code != 401 {
 		t.Errorf("the old token after the rotation: %d, want 401", code)
 	}
 	a.token = next
@@ -312,25 +313,14 @@ func TestAdminInsecureLoopback(t *testing.T) {
 	a.token = ""
 	a.ok(admin.OpFlushAll, nil, nil)
 	// A browser's request: a web page may post to the loopback.
-	req, _ := http.NewRequest("POST", "http://"+addr+admin.Prefix+admin.OpFlushAll, nil)
-	req.Header.Set("Origin", "http://attacker.example")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a request with Origin: %d, want 403", resp.StatusCode)
+	a.header = map[string]string{"Origin": "http://attacker.example"}
+	if code, _ := a.do("POST", admin.OpFlushAll, nil); code != 403 {
+		t.Errorf("a request with Origin: %d, want 403", code)
 	}
 	// A name rebound to the loopback.
-	req, _ = http.NewRequest("GET", "http://"+addr+admin.Prefix+admin.OpDump, nil)
-	req.Host = "rebound.attacker.example"
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a request for Host rebound.attacker.example: %d, want 403", resp.StatusCode)
+	a.header = map[string]string{"Host": "rebound.attacker.example"}
+	if code, _ := a.do("GET", admin.OpDump, nil); code != 403 {
+		t.Errorf("a request for Host rebound.attacker.example: %d, want 403", code)
 	}
 }
 
@@ -386,12 +376,7 @@ func TestAdminSurvivesReload(t *testing.T) {
 	addr, file := adminAddr(t), adminTokenFile(t)
 	corefile := adminCorefile(up, addr, "token_file "+file)
 	inst := startAdminInstance(t, corefile)
-	var dials atomic.Int32
 	a := newAdminClient(t, addr)
-	a.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, address)
-	}}}
 	a.ok(admin.OpStats, nil, nil)
 
 	restart := func(corefile string) error {
@@ -408,7 +393,7 @@ func TestAdminSurvivesReload(t *testing.T) {
 	if got := a.flush(admin.OpFlush, url.Values{"name": {"www.example.org."}}); got.Success != 1 {
 		t.Errorf("after the reload the flush removed %+v, want the entry the new instance stored", got)
 	}
-	if n := dials.Load(); n != 1 {
+	if n := a.http.Dials(); n != 1 {
 		t.Errorf("%d connections, want the one opened before the reload", n)
 	}
 

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"net/netip"
 	"time"
 
@@ -60,10 +61,10 @@ func frontPolicyOf(handlers []plugin.Handler) frontPolicy {
 
 func (fc frontCache) Now() time.Time { return fc.c.now() }
 
-func (fc frontCache) Counters(server string) frontend.Counters { return fc.c.metrics.frontend(server) }
+func (fc frontCache) Counters(server string) frontend.Counters { return fc.c.metrics.Frontend(server) }
 
 func (fc frontCache) Answerer(server string) frontend.Answerer {
-	return &packetAnswerer{c: fc.c, s: scratchPool.New().(*scratch), m: fc.c.metrics.of(server)}
+	return &packetAnswerer{c: fc.c, s: scratchPool.New().(*scratch), m: fc.c.metrics.Server(server)}
 }
 
 // packetAnswerer answers request packets of one server from the cache, in
@@ -71,7 +72,7 @@ func (fc frontCache) Answerer(server string) frontend.Answerer {
 type packetAnswerer struct {
 	c *Cache
 	s *scratch
-	m *serverMetrics
+	m *cachemetrics.Server
 }
 
 // Answer implements frontend.Answerer: a fresh hit the cache answers alone.
@@ -94,8 +95,8 @@ func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now tim
 	if f.state != fresh || f.prefetch {
 		return nil
 	}
-	a.m.requests.Inc()
-	a.m.hits[f.kind].Inc()
+	a.m.Requests.Inc()
+	a.m.Hits[f.kind].Inc()
 	hit.DO, hit.UDPSize, hit.Class = s.q.do, s.q.udpSize, classOf(f.reply, f.kind)
 	return f.reply
 }

@@ -6,6 +6,8 @@ package compactcache
 import (
 	"bytes"
 	"context"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/persist"
 	"strings"
 	"time"
 
@@ -80,17 +82,18 @@ type Cache struct {
 	bypass  zoneSet  // zones authoritative plugins of the block serve themselves
 
 	ecs      ecsConfig
-	frontend *frontend.Config // nil unless the block asks for one
-	front    frontPolicy      // what the block's plugins ask of the front end's replies
-	snapshot *snapshotConfig  // nil unless the block asks for one
-	warmup   *warmupConfig    // nil unless the block asks for one
+	frontend *frontend.Config  // nil unless the block asks for one
+	front    frontPolicy       // what the block's plugins ask of the front end's replies
+	snapshot *persist.Snapshot // nil unless the block asks for one
+	warmup   *persist.Warmup   // nil unless the block asks for one
 
 	refreshes refreshes
 	flights   flights
 	fence     *flush.Fence // the flushes begun on the store, handed over with it; see Flush
 
 	raw     rawPlan // hits go out through w.Write; see raw.go
-	metrics *metricsSet
+	metrics *cachemetrics.Block
+	listen  []string // the addresses of the block's servers, as the metrics' server label names them
 	now     func() time.Time
 }
 
@@ -112,10 +115,10 @@ func New() *Cache {
 		failRecheck:    defaultFailRecheck,
 		ecs:            defaultECS(),
 		refreshes:      newRefreshes(),
-		metrics:        &metricsSet{},
+		metrics:        &cachemetrics.Block{},
 		now:            coarseNow,
 	}
-	c.metrics.c = c
+	c.metrics.Store = func() *store.Store { return c.store }
 	if err := c.init(); err != nil {
 		panic(err) // the defaults are valid
 	}
@@ -132,6 +135,10 @@ func (c *Cache) init() (err error) {
 
 // Name implements plugin.Handler.
 func (c *Cache) Name() string { return pluginName }
+
+// Ready implements the ready plugin's Readiness: not ready while a block
+// of the process fills its store from a peer.
+func (c *Cache) Ready() bool { return !persist.Warming() }
 
 // Stats is a snapshot of the store's occupancy.
 type Stats struct {
@@ -190,15 +197,15 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	// Written as bytes, a reply goes around loadbalance: rotated here.
 	s.q.rotate = c.raw.rotate
-	m := c.metrics.of(metrics.WithServer(ctx))
-	m.requests.Inc()
+	m := c.metrics.Server(metrics.WithServer(ctx))
+	m.Requests.Inc()
 
 	// No time yet: the lookup reads the clock when it finds an entry to age,
 	// so that a miss reads it once, when it stores the reply.
 	f := c.lookup(s, time.Time{}, !c.verifyStale)
 	switch f.state {
 	case fresh:
-		m.hits[f.kind].Inc()
+		m.Hits[f.kind].Inc()
 		if f.prefetch {
 			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
 		}
@@ -214,11 +221,11 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		} else {
 			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
 		}
-		m.hits[f.kind].Inc()
-		m.stale.Inc()
+		m.Hits[f.kind].Inc()
+		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	}
-	m.misses.Inc()
+	m.Misses.Inc()
 	return c.miss(ctx, w, r, s, &f, m)
 }
 

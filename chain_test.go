@@ -2,7 +2,8 @@ package compactcache
 
 import (
 	"bufio"
-	"net/http"
+	"bytes"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,13 +41,12 @@ func logRcodes(logs, qtype, qname string) []string {
 // from the prometheus plugin's HTTP endpoint, summed over the other labels.
 func scrapeResponses(t *testing.T, zone, rcode string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + metrics.ListenAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
+	code, body := testenv.Get(t, "http://"+metrics.ListenAddr+"/metrics")
+	if code != 200 {
+		t.Fatalf("scraping metrics: status %d", code)
 	}
-	defer resp.Body.Close()
 	var sum float64
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

@@ -5,6 +5,8 @@ package compactcache
 import (
 	"bytes"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"net/netip"
 	"os"
@@ -32,7 +34,8 @@ import (
 // frontendCount returns the front end's request counter for result, in
 // blocks of zone.
 func frontendCount(zone, result string) float64 {
-	return testutil.ToFloat64(frontendRequests.WithLabelValues("dns://127.0.0.1:0", zone, "", result))
+	c := (&cachemetrics.Block{Zones: zone}).Frontend("dns://127.0.0.1:0")
+	return testutil.ToFloat64(map[string]prometheus.Counter{"hit": c.Hit, "chain": c.Chain, "shed": c.Shed, "dropped": c.Dropped}[result])
 }
 
 // exchangeRaw sends pkt over UDP and returns the reply, or nil when none
@@ -73,7 +76,7 @@ func TestFrontendServesHitsItself(t *testing.T) {
 }`)
 	hits, chain := frontendCount(zone, "hit"), frontendCount(zone, "chain")
 	successHits := func() float64 {
-		return testutil.ToFloat64(cacheHits.WithLabelValues("dns://127.0.0.1:0", "success", zone, ""))
+		return seriesValue(t, "coredns_compactcache_hits_total", map[string]string{"server": "dns://127.0.0.1:0", "type": "success", "zones": zone, "view": ""})
 	}
 	before := successHits()
 	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	golog "log"
 	"sort"
 	"strings"
@@ -235,4 +236,33 @@ func captureLog(t *testing.T) *testenv.LogBuffer {
 	golog.SetOutput(buf)
 	t.Cleanup(func() { golog.SetOutput(prev) })
 	return buf
+}
+
+// seriesValue returns the value of the counter or gauge series of family
+// with labels in the default registry, as the prometheus plugin gathers
+// it, and 0 when there is none yet.
+func seriesValue(t *testing.T, family string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue series
+				}
+			}
+			if m.Counter != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -18,8 +18,6 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // Issue 7, item 2: hostile upstream replies. Each row scripts what the next
@@ -122,21 +120,11 @@ func hostileServer(row string) context.Context {
 }
 
 // counters are a row's drops and refused counts, read from the plugin's
-// CounterVecs with the labels its metricsSet has: the row's server, and the
-// empty zones and view of a Cache made by New.
-func counters(ctx context.Context) (drops, refused float64) {
-	server := ctx.Value(dnsserver.Key{}).(*dnsserver.Server).Addr
-	return counterValue(cacheDrops.WithLabelValues(server, "", "")), counterValue(cacheRefused.WithLabelValues(server, "", ""))
-}
-
-// counterValue reads c as prometheus/testutil.ToFloat64 does (testutil
-// itself needs a module go.mod does not list).
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return m.GetCounter().GetValue()
+// families with the labels a Cache made by New has: the row's server, and
+// empty zones and view.
+func counters(t *testing.T, ctx context.Context) (drops, refused float64) {
+	labels := map[string]string{"server": ctx.Value(dnsserver.Key{}).(*dnsserver.Server).Addr, "zones": "", "view": ""}
+	return seriesValue(t, "coredns_compactcache_drops_total", labels), seriesValue(t, "coredns_compactcache_refused_total", labels)
 }
 
 // debugLog turns CoreDNS debug logging on and captures the standard logger
@@ -602,7 +590,7 @@ func hostileRows() []hostileRow {
 				}
 				stored := h.c.Stats().Entries
 				if stored == 0 {
-					if _, refused := counters(h.ctx); refused == 0 {
+					if _, refused := counters(t, h.ctx); refused == 0 {
 						t.Fatal("neither stored nor refused")
 					}
 				}
@@ -789,7 +777,7 @@ func TestHostileUpstream(t *testing.T) {
 				req.SetEdns0(4096, false)
 				req.IsEdns0().Option = []dns.EDNS0{row.ecs}
 			}
-			drops0, refused0 := counters(h.ctx)
+			drops0, refused0 := counters(t, h.ctx)
 			mark := len(logs.String())
 
 			var replies [2]*dns.Msg
@@ -815,7 +803,7 @@ func TestHostileUpstream(t *testing.T) {
 			if n := next.count(qname); row.asks >= 0 && n != row.asks {
 				t.Errorf("upstream asked %d times for two queries, want %d", n, row.asks)
 			}
-			drops, refused := counters(h.ctx)
+			drops, refused := counters(t, h.ctx)
 			if row.drops >= 0 && drops-drops0 != row.drops {
 				t.Errorf("drops counted %v, want %v", drops-drops0, row.drops)
 			}

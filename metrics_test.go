@@ -2,14 +2,11 @@ package compactcache
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"maps"
-	"net/http"
 	"regexp"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,20 +68,6 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 			t.Fatalf("capacity gauge %v, want %d", got, defaultCapacity)
 		}
 	}
-	// A cache that is gone is no longer read: its store is not kept alive
-	// by the collector, and its server leaves the collector's list.
-	c = nil
-	for range 3 {
-		runtime.GC()
-	}
-	gaugeValue(t, "coredns_cache_entries", server, "success")
-	storeGauges.mu.Lock()
-	defer storeGauges.mu.Unlock()
-	for _, m := range storeGauges.servers {
-		if m.server == server {
-			t.Fatal("the collector still reads the store of a cache that is gone")
-		}
-	}
 }
 
 // TestMetricsStockFamilies runs the stock cache in one block and compactcache
@@ -113,7 +96,7 @@ func TestMetricsStockFamilies(t *testing.T) {
 			zone, addr[strings.LastIndexByte(addr, ':')+1:], promAddr, blocks[i].cache, up)
 	}
 	startCoreDNS(t, corefile.String())
-	if _, err := stockMetrics(); err != nil {
+	if _, err := cachemetrics.Register(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -198,17 +181,9 @@ var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"
 // to gather answers with an error status.
 func scrapeFamilies(t *testing.T, url string) scraped {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+	code, body := testenv.Get(t, url)
+	if code != 200 {
+		t.Fatalf("GET %s: %d\n%s", url, code, body)
 	}
 	out := scraped{}
 	family := func(name string) *scrapedFamily {
@@ -255,72 +230,4 @@ func (s scraped) value(name string, labels map[string]string) (float64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// TestMetricsStockRegistration registers the stock families in a registry
-// without them, in one where the stock cache registered them, and in one
-// where a family differs.
-func TestMetricsStockRegistration(t *testing.T) {
-	t.Run("absent", func(t *testing.T) {
-		reg := prometheus.NewRegistry()
-		f := newStockFamilies()
-		requests := f.requests
-		if err := f.register(reg, &storeCollector{}); err != nil {
-			t.Fatal(err)
-		}
-		if f.requests != requests {
-			t.Error("the requests family was replaced in a registry without it")
-		}
-		// The entries family is registered as its own: a second one is refused.
-		err := reg.Register(newStockFamilies().entries)
-		if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); !ok {
-			t.Errorf("registering coredns_cache_entries again: %v, want AlreadyRegisteredError", err)
-		}
-	})
-	t.Run("present", func(t *testing.T) {
-		reg := prometheus.NewRegistry()
-		registered := newStockFamilies() // as the stock cache registers them
-		for _, c := range []prometheus.Collector{registered.requests, registered.hits, registered.misses, registered.prefetch,
-			registered.drops, registered.stale, registered.evictions, registered.entries} {
-			reg.MustRegister(c)
-		}
-		f := newStockFamilies()
-		if err := f.register(reg, &storeCollector{}); err != nil {
-			t.Fatal(err)
-		}
-		if f.requests != registered.requests || f.evictions != registered.evictions {
-			t.Error("the counters registered before were not adopted")
-		}
-		if err := reg.Register(registered.entries); err == nil {
-			t.Error("the stock entries family was left unregistered")
-		}
-		// The stock cache's series and ours in one family, summed where a
-		// block of each has the same labels.
-		registered.entries.WithLabelValues("dns://:53", "success", ".", "").Set(1)
-		f.entries.WithLabelValues("dns://:53", "success", ".", "").Set(2)
-		f.entries.WithLabelValues("dns://:54", "success", ".", "").Set(3)
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []float64
-		for _, mf := range mfs {
-			if mf.GetName() == "coredns_cache_entries" {
-				for _, m := range mf.GetMetric() {
-					got = append(got, m.GetGauge().GetValue())
-				}
-			}
-		}
-		if !slices.Equal(got, []float64{3, 3}) {
-			t.Errorf("coredns_cache_entries: %v, want 1+2 for dns://:53 and 3 for dns://:54", got)
-		}
-	})
-	t.Run("different", func(t *testing.T) {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coredns_cache_drops_total", Help: "Another help."}, blockLabels))
-		err := newStockFamilies().register(reg, &storeCollector{})
-		if err == nil || !strings.Contains(err.Error(), "coredns_cache_drops_total") {
-			t.Errorf("registering beside another coredns_cache_drops_total: %v, want an error naming it", err)
-		}
-	})
 }

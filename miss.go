@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"errors"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"math"
 	"net"
 	"time"
@@ -20,7 +21,7 @@ import (
 // one question that arrive while it is asked wait for that answer instead of
 // asking again. prior is what the lookup found: an entry to upgrade, or
 // none.
-func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, prior *found, m *serverMetrics) (int, error) {
+func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, prior *found, m *cachemetrics.Server) (int, error) {
 	k := fetchPool.Get().(*fetch)
 	f, leader := c.flights.join(c.flightKey(s), s.q.do, &k.flight)
 	if !leader {
@@ -105,7 +106,7 @@ type captureWriter struct {
 	s                  *scratch
 	b                  *entry.Builder // s.builder()
 	req                *dns.Msg       // the request as it goes upstream
-	m                  *serverMetrics
+	m                  *cachemetrics.Server
 
 	udp     bool // a truncated reply will be asked again over TCP
 	refresh bool // only replies that refresh an entry are stored
@@ -132,12 +133,12 @@ type fetch struct {
 
 // newCapture returns the writer that fetches r for the cache, outside the
 // miss path.
-func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+func (c *Cache) newCapture(w dns.ResponseWriter, r *dns.Msg, s *scratch, m *cachemetrics.Server) *captureWriter {
 	return new(fetch).capture(c, w, r, s, m)
 }
 
 // capture readies k's writer to fetch r for the cache, and returns it.
-func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *serverMetrics) *captureWriter {
+func (k *fetch) capture(c *Cache, w dns.ResponseWriter, r *dns.Msg, s *scratch, m *cachemetrics.Server) *captureWriter {
 	k.cw = captureWriter{ResponseWriter: w, c: c, s: s, b: s.builder(), m: m, udp: isUDP(w), dnssec: s.q.do, gen: c.fence.Gen()}
 	k.cw.req = k.up.set(r, &s.q.ecs)
 	return &k.cw
@@ -283,7 +284,7 @@ func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
 func (cw *captureWriter) Write(b []byte) (int, error) {
 	res := new(dns.Msg)
 	if err := res.Unpack(b); err != nil {
-		cw.m.drops.Inc()
+		cw.m.Drops.Inc()
 		log.Debugf("Not caching a reply written as bytes that do not unpack: %s", err)
 		return 0, err
 	}
@@ -300,7 +301,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	switch {
 	case !v.store:
 		if v.bad {
-			cw.m.drops.Inc()
+			cw.m.Drops.Inc()
 		}
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), v.why)
 		return
@@ -311,7 +312,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	key, variant, ok := storeKey(cw.b, cw.s.key, &cw.s.q, res)
 	if !ok {
-		cw.m.drops.Inc()
+		cw.m.Drops.Inc()
 		log.Debugf("Not caching reply for %q/%s: its ECS option does not echo the query's", q.Name, dns.Type(q.Qtype))
 		return
 	}
@@ -333,9 +334,9 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.maxEntry)
 	if err != nil {
 		if errors.Is(err, entry.ErrTooLarge) {
-			cw.m.refused.Inc()
+			cw.m.TooLarge.Inc()
 		} else {
-			cw.m.drops.Inc()
+			cw.m.Drops.Inc()
 		}
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
 		return
@@ -343,7 +344,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e.SetHits(cw.hits)
 	// Not when a flush that began since the fetch did covers it: its answer
 	// may be what the flush dropped (flush.go).
-	if !c.fence.Store(cw.gen, e, func() { cw.m.evicted(c.put(e, now.Unix())) }) {
+	if !c.fence.Store(cw.gen, e, func() { cw.m.Evicted(c.put(e, now.Unix())) }) {
 		return
 	}
 	if c.preferPositive && flags&entry.FlagAnswers != 0 {

@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"net"
 	"sync"
 	"time"
@@ -119,12 +120,12 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // fetch for the entry is in flight: prefetch for popular entries near
 // expiry, and serve_stale's immediate mode for expired ones.
 // dnssec says the entry holds its DNSSEC records, which the refresh keeps.
-func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, m *serverMetrics) {
+func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, m *cachemetrics.Server) {
 	if !c.refreshes.begin(h, c.now()) {
 		return
 	}
 	c.detach(ctx, func(ctx context.Context) {
-		m.prefetch.Inc()
+		m.Prefetch.Inc()
 		ok := c.refresh(ctx, req, dnssec, m)
 		c.refreshes.end(h, c.now(), c.failRecheck, ok)
 	})
@@ -147,7 +148,7 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 // the entry was refreshed. The new entry inherits the old one's popularity,
 // and its DNSSEC records (dnssec): a refresh a client without DO set off
 // must not take from DO clients the entry they use.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *serverMetrics) bool {
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *cachemetrics.Server) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, noClient{}, &c.ecs) {
@@ -176,7 +177,7 @@ func (c *Cache) popularity(s *scratch) int {
 // refreshes the entry (done). Otherwise, or after VERIFY_TIMEOUT, the caller
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
-func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, m *serverMetrics) (done bool, rcode int, err error) {
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, m *cachemetrics.Server) (done bool, rcode int, err error) {
 	// One verify per entry at a time: the requests that find one in flight,
 	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
 	// stock cache lets every request verify for itself unless a recheck or

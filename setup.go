@@ -2,6 +2,11 @@ package compactcache
 
 import (
 	"fmt"
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/persist"
 	"math"
 	"strconv"
 	"strings"
@@ -22,14 +27,16 @@ var log = clog.NewWithPlugin(pluginName)
 func init() { plugin.Register(pluginName, setup) }
 
 func setup(c *caddy.Controller) error {
-	if _, err := stockMetrics(); err != nil {
+	if _, err := cachemetrics.Register(); err != nil {
 		return plugin.Error(pluginName, err)
 	}
 	ca, err := parse(c)
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	setupSnapshot(c, ca)
+	if ca.snapshot != nil {
+		ca.snapshot.Setup(c, operator{ca})
+	}
 	// A warm-up from a peer, at the process's first startup alone: its
 	// OnFirstStartup callbacks run before the OnStartup ones, which know
 	// the block's name.
@@ -63,9 +70,10 @@ func setup(c *caddy.Controller) error {
 			log.Infof("Reloaded %s with the cache of the previous instance: %d entries", block, ca.Stats().Entries)
 		}
 		if first && ca.warmup != nil {
-			ca.startWarmup(block)
+			ca.warmup.Start(operator{ca}, block)
 		}
-		ca.metrics.view = cfg.ViewName
+		ca.metrics.View = cfg.ViewName
+		ca.listen = coredns.ServerAddrs(cfg)
 		ca.raw = rawPlanOf(cfg.Handlers())
 		for _, h := range cfg.Handlers() {
 			if b, ok := h.(ZoneBypasser); ok {
@@ -80,7 +88,10 @@ func setup(c *caddy.Controller) error {
 		}
 		return nil
 	})
-	adminHooks(c, ca, &block)
+	adminserver.Hooks(c, operator{ca}, func() admin.Block {
+		cfg := dnsserver.GetConfig(c)
+		return admin.Block{Name: block, Zones: ca.Zones, Listen: ca.listen, View: cfg.ViewName}
+	})
 	// Background fetches end with the instance, on shutdown and on reload.
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
@@ -135,7 +146,7 @@ func parse(c *caddy.Controller) (*Cache, error) {
 			return nil, fmt.Errorf("serve_stale_policy: requires serve_stale")
 		}
 	}
-	ca.metrics.zones = strings.Join(ca.Zones, ",")
+	ca.metrics.Zones = strings.Join(ca.Zones, ",")
 	if err := ca.init(); err != nil {
 		return nil, fmt.Errorf("capacity: %w", err)
 	}
@@ -195,11 +206,15 @@ func parseOption(c *caddy.Controller, ca *Cache) error {
 		ca.frontend = fc
 		return err
 	case "snapshot":
-		return parseSnapshot(args, ca)
+		sc, err := persist.ParseSnapshot(args)
+		ca.snapshot = sc
+		return err
 	case "admin":
-		return parseAdmin(c, args)
+		return adminserver.Parse(c, args)
 	case "warmup":
-		return parseWarmup(c, args, ca)
+		wc, err := persist.ParseWarmup(c, args)
+		ca.warmup = wc
+		return err
 	default:
 		return fmt.Errorf("unknown option %q", opt)
 	}

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/persist"
 	"math"
 	"strings"
 	"testing"
@@ -88,7 +89,8 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n frontend 127.0.0.1:53 {\n sockets 4\n }\n keepttl\n}", func(c *Cache) bool { return c.frontend != nil && c.keepttl }},
 		{"compactcache", func(c *Cache) bool { return c.frontend == nil && c.snapshot == nil }},
 		{"compactcache {\n snapshot /var/lib/coredns/cache.snap 5m\n}", func(c *Cache) bool {
-			return *c.snapshot == snapshotConfig{path: "/var/lib/coredns/cache.snap", every: 5 * time.Minute}
+			want, err := persist.ParseSnapshot([]string{"/var/lib/coredns/cache.snap", "5m"})
+			return err == nil && *c.snapshot == *want
 		}},
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
 			return strings.Join(c.nexcept, ",") == "example.org.,example.net."

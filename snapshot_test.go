@@ -1,16 +1,15 @@
 package compactcache
 
 import (
-	"errors"
-	"net/http"
-	"net/http/httptest"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/persist"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -81,13 +80,13 @@ func TestSnapshotWarmRestart(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	b[len(b)/2]++
 	os.WriteFile(path, b, 0o644)
-	readErrors := testutil.ToFloat64(snapshotErrors.WithLabelValues(path, "read"))
+	readErrors := testutil.ToFloat64(cachemetrics.SnapshotErrors.WithLabelValues(path, "read"))
 	inst, addr = start(corefile(path))
 	exchangeUDP(t, addr, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
 	if c := u.count("a.example.org.", dns.TypeA); c != 2 {
 		t.Errorf("after a damaged snapshot, a.example.org. asked upstream %d times, want 2: a cold start", c)
 	}
-	if got := testutil.ToFloat64(snapshotErrors.WithLabelValues(path, "read")) - readErrors; got != 1 {
+	if got := testutil.ToFloat64(cachemetrics.SnapshotErrors.WithLabelValues(path, "read")) - readErrors; got != 1 {
 		t.Errorf("%v read errors counted for a damaged file, want 1", got)
 	}
 	if aside, _ := filepath.Glob(path + ".bad-*"); len(aside) != 1 {
@@ -100,7 +99,7 @@ func TestSnapshotWarmRestart(t *testing.T) {
 	missing := filepath.Join(dir, "no", "such", "dir", "cache.snap")
 	inst, _ = start(corefile(missing))
 	stop(inst)
-	if got := testutil.ToFloat64(snapshotErrors.WithLabelValues(missing, "write")); got != 1 {
+	if got := testutil.ToFloat64(cachemetrics.SnapshotErrors.WithLabelValues(missing, "write")); got != 1 {
 		t.Errorf("%v write errors counted for a missing directory, want 1", got)
 	}
 	if !strings.Contains(logs.String(), "not written") {
@@ -144,7 +143,7 @@ func TestWarmupFromPeer(t *testing.T) {
 }`)
 	addr := inst.Servers()[0].LocalAddr().String()
 	deadline := time.Now().Add(5 * time.Second)
-	for warming.Load() != 0 && time.Now().Before(deadline) {
+	for persist.Warming() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !New().Ready() {
@@ -161,19 +160,16 @@ func TestWarmupFromPeer(t *testing.T) {
 	}
 
 	// A peer of another format version.
-	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("CCSNAP\x09\x00" + strings.Repeat("\x00", 44)))
-	}))
-	defer foreign.Close()
+	foreign := testenv.ServeBytes(t, []byte("CCSNAP\x09\x00"+strings.Repeat("\x00", 44)))
 	cold := startInstance(t, `.:0 {
 	bind 127.0.0.1
 	compactcache {
-		warmup `+foreign.URL+`
+		warmup `+foreign+`
 	}
 	forward . `+up+`
 }`)
 	coldAddr := cold.Servers()[0].LocalAddr().String()
-	for deadline := time.Now().Add(5 * time.Second); warming.Load() != 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); persist.Warming() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	exchangeUDP(t, coldAddr, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
@@ -182,41 +178,5 @@ func TestWarmupFromPeer(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "another format version") {
 		t.Errorf("no log line refusing the foreign version:\n%s", logs)
-	}
-}
-
-// TestSnapshotWriteGivenUp: a write every INTERVAL that the instance's
-// shutdown overtakes stops at the next chunk, renames nothing and leaves no
-// temporary file; one that runs to its end writes the whole store.
-func TestSnapshotWriteGivenUp(t *testing.T) {
-	c := New()
-	if err := c.init(); err != nil {
-		t.Fatal(err)
-	}
-	msgs, keys := workloadReplies(t, 20000)
-	b := entry.NewBuilder()
-	for i, m := range msgs {
-		e, err := b.Build(m, keys[i], m.Question[0].Name, uint32(c.now().Unix()), 3600, 0, 0, defaultMaxEntry)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.store.Put(e, c.now().Unix())
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "cache.snap")
-	stop := make(chan struct{})
-	close(stop)
-	if n, err := c.writeSnapshotFile(path, c.pacedWalk(stop)); !errors.Is(err, errStopping) {
-		t.Fatalf("wrote %d entries after the shutdown: %v", n, err)
-	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
-		t.Errorf("files left after a write given up: %v", left)
-	}
-	n, err := c.writeSnapshotFile(path, c.pacedWalk(make(chan struct{})))
-	if err != nil || n != 20000 {
-		t.Fatalf("wrote %d entries of 20000: %v", n, err)
-	}
-	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "cache.snap" {
-		t.Errorf("files after a write: %v, want cache.snap alone", left)
 	}
 }

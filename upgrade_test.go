@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/persist"
 	"net/netip"
 	"path/filepath"
 	"sync"
@@ -428,11 +429,11 @@ func TestSnapshotKeepsDNSSECFlag(t *testing.T) {
 	ask(t, c, doQuery("s.example.", dns.TypeA, false), false)
 	ask(t, c, doQuery("nx.example.", dns.TypeA, true), false)
 	path := filepath.Join(t.TempDir(), "cache.snap")
-	if _, err := c.writeSnapshotFile(path, c.store.Paced(0)); err != nil {
+	if _, err := persist.WriteFile(operator{c}, path, c.store.Paced(0)); err != nil {
 		t.Fatal(err)
 	}
 	loaded := newTestCache(t, u, clk)
-	loaded.loadSnapshot(path)
+	persist.Load(operator{loaded}, path)
 	for _, tc := range []struct {
 		name   string
 		dnssec bool

@@ -2,6 +2,10 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/snapshot"
+	"io"
 	"net/netip"
 	"time"
 
@@ -18,6 +22,27 @@ import (
 // dump and the stats walk the store a chunk of its ring at a time, each
 // chunk under its shard's lock, yielding between chunks, so that queries
 // wait at most for one chunk.
+
+// operator is a block's cache as the admin endpoint (adminserver.Cache)
+// and snapshots and warm-ups (persist.Cache) reach it, which the plugin's
+// own API does not show.
+type operator struct{ c *Cache }
+
+func (o operator) Flush(f flush.Flush) admin.Counts { return o.c.Flush(f) }
+func (o operator) Lookup(name []byte, types []uint16) []admin.Entry {
+	return o.c.lookupName(name, types)
+}
+func (o operator) Dump(each func(batch []admin.Entry) error) error { return o.c.dump(each) }
+func (o operator) Stats() admin.Stats                              { return o.c.stats() }
+
+func (o operator) Store() *store.Store               { return o.c.store }
+func (o operator) Fingerprint() snapshot.Fingerprint { return o.c.fingerprint() }
+func (o operator) Now() int64                        { return o.c.now().Unix() }
+func (o operator) Grace() int64                      { return int64(o.c.staleUpTo / time.Second) }
+
+func (o operator) Snapshot(w io.Writer) (int, error) {
+	return snapshot.Write(w, o.c.store.Paced(0), o.c.fingerprint(), o.c.now().Unix())
+}
 
 // lookupName returns every entry of name (lowercased wire form) with one of
 // types.
@@ -105,7 +130,14 @@ func (c *Cache) stats() admin.Stats {
 		count(&st.Entries, k, int64(n))
 	}
 	st.ECSVariants, st.Held, st.Capacity = int64(u.Variants), u.Held, c.store.Capacity()
-	c.counters(&st)
+	t := c.metrics.Totals(c.listen)
+	st.Requests, st.Hits, st.Misses = t.Requests, t.Hits, t.Misses
+	for k, n := range t.Evictions {
+		count(&st.Evictions, k, n)
+	}
+	if st.Requests > 0 {
+		st.HitRatio = float64(st.Hits) / float64(st.Requests)
+	}
 	return st
 }
 
@@ -123,7 +155,7 @@ func (c *Cache) describe(e entry.Entry, now int64, rb *replyBuffers) admin.Entry
 		NonAnswer: flags&entry.KeyOther != 0,
 		NoDNSSEC:  !e.HoldsDNSSEC(),
 		Rcode:     dns.RcodeToString[e.Rcode()],
-		Kind:      kindLabels[store.KindOf(e)],
+		Kind:      cachemetrics.KindLabels[store.KindOf(e)],
 		Stored:    int64(e.Stored()),
 		TTL:       int64(e.TTL()),
 		Bytes:     e.Size(),

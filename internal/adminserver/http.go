@@ -1,9 +1,10 @@
-package compactcache
+package adminserver
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"maps"
 	"net"
 	"net/http"
@@ -16,19 +17,16 @@ import (
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // The admin endpoint's HTTP side: the operations of internal/admin, each
 // at /v1/OP, behind a bearer token.
 
 var (
-	adminRequests = counterVec("admin_requests_total", []string{"op", "code"},
+	adminRequests = cachemetrics.CounterVec("admin_requests_total", []string{"op", "code"},
 		"The requests to the admin endpoint, by operation and HTTP status.")
-	adminUnauthorized = counterVec("admin_unauthorized_total", []string{"reason"},
+	adminUnauthorized = cachemetrics.CounterVec("admin_unauthorized_total", []string{"reason"},
 		"The admin requests refused for their bearer token: missing or wrong.")
 )
 
@@ -93,7 +91,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpStats:
 		reply := admin.StatsReply{Blocks: []admin.Stats{}}
 		for _, b := range req.blocks {
-			st := b.c.stats()
+			st := b.c.Stats()
 			st.Block = b.info.Name
 			reply.Blocks = append(reply.Blocks, st)
 		}
@@ -101,7 +99,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpLookup:
 		reply := admin.LookupReply{Blocks: []admin.BlockEntries{}}
 		for _, b := range req.blocks {
-			found := b.c.lookupName(req.name, req.types)
+			found := b.c.Lookup(req.name, req.types)
 			reply.Blocks = append(reply.Blocks, admin.BlockEntries{Block: b.info.Name, Entries: append([]admin.Entry{}, found...)})
 		}
 		adminJSON(sw, reply)
@@ -110,7 +108,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpSnapshot:
 		b := req.blocks[0]
 		sw.Header().Set("Content-Type", "application/octet-stream")
-		if n, err := snapshot.Write(sw, b.c.store.Paced(0), b.c.fingerprint(), b.c.now().Unix()); err != nil {
+		if n, err := b.c.Snapshot(sw); err != nil {
 			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
 		}
 	case admin.OpFlush, admin.OpFlushType, admin.OpFlushZone, admin.OpFlushNegative, admin.OpFlushExpired, admin.OpFlushAll:
@@ -309,7 +307,7 @@ func serveDump(w *statusWriter, req adminRequest) {
 		if req.format == admin.FormatText {
 			fmt.Fprintf(bw, "; block %s\n", b.info.Name)
 		}
-		err := b.c.dump(func(batch []admin.Entry) error {
+		err := b.c.Dump(func(batch []admin.Entry) error {
 			for i := range batch {
 				e := &batch[i]
 				if req.format == admin.FormatJSON {
@@ -338,57 +336,6 @@ func serveDump(w *statusWriter, req adminRequest) {
 		}
 	}
 	bw.Flush()
-}
-
-// counters reads the block's counters since the process started, summed
-// over its servers: the series of the block's zones and view whose server
-// is one of the block's listeners.
-func (c *Cache) counters(st *admin.Stats) {
-	servers := map[string]bool{}
-	for _, b := range admins.blocksOf(c) {
-		for _, l := range b.info.Listen {
-			servers[l] = true
-		}
-	}
-	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
-		for m := range collect(vec) {
-			var d dto.Metric
-			if m.Write(&d) != nil {
-				continue
-			}
-			labels := map[string]string{}
-			for _, l := range d.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if servers[labels["server"]] && labels["zones"] == c.metrics.zones && labels["view"] == c.metrics.view {
-				each(labels["type"], int64(d.GetCounter().GetValue()))
-			}
-		}
-	}
-	sum(cacheRequests, func(_ string, v int64) { st.Requests += v })
-	sum(cacheMisses, func(_ string, v int64) { st.Misses += v })
-	sum(cacheHits, func(_ string, v int64) { st.Hits += v })
-	sum(evictions, func(kind string, v int64) {
-		count(&st.Evictions, slices.Index(kindLabels[:], kind), v)
-	})
-	if st.Requests > 0 {
-		st.HitRatio = float64(st.Hits) / float64(st.Requests)
-	}
-}
-
-// blocksOf returns the registered blocks of c.
-func (r *adminRegistry) blocksOf(c *Cache) []*adminBlock {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var bs []*adminBlock
-	for _, s := range r.servers {
-		for _, b := range s.blocks {
-			if b.c == c {
-				bs = append(bs, b)
-			}
-		}
-	}
-	return bs
 }
 
 // statusWriter keeps the status written, for the metric.

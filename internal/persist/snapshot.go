@@ -1,9 +1,17 @@
-package compactcache
+// Package persist keeps a block's cache across restarts: the snapshot file
+// it writes when the process stops and every interval meanwhile, and reads
+// when the process starts; and the warm-up from a peer's admin endpoint
+// for a new replica without a file. The format is internal/snapshot's; the
+// block is reached through Cache, the small interface the plugin
+// implements. Nothing about a file or a peer stops the server from
+// starting: a stream it cannot use is logged, counted and, for a damaged
+// file, moved aside, and the block starts cold.
+package persist
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"io"
 	"io/fs"
 	"os"
@@ -15,67 +23,65 @@ import (
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 )
 
-// With `snapshot PATH [INTERVAL]` a block writes its store to PATH when the
-// process shuts down for good (not on the shutdown every reload runs) and,
-// with INTERVAL, that often meanwhile, so that a process killed at once (an
-// OOM kill, SIGKILL, SIGQUIT) loses at most an interval; and reads it when
-// the process starts, before its servers answer. A file it cannot use
-// (written under other settings, damaged, of another format version,
-// unreadable) is logged, counted and, when damaged, moved aside: the block
-// starts cold. Nothing about the file stops the server from starting.
+var log = clog.NewWithPlugin("compactcache")
 
-// snapshotConfig is the `snapshot` option.
-type snapshotConfig struct {
+// Cache is what snapshots and warm-ups reach of a block's cache.
+type Cache interface {
+	// Store returns the block's live store.
+	Store() *store.Store
+	// Fingerprint names the settings its entries were stored under.
+	Fingerprint() snapshot.Fingerprint
+	// Now returns the cache's clock, unix seconds.
+	Now() int64
+	// Grace is how long, in seconds, expired entries are kept for
+	// serve_stale.
+	Grace() int64
+}
+
+// Snapshot is the `snapshot PATH [INTERVAL]` option: the block writes its
+// store to PATH when the process shuts down for good (not on the shutdown
+// every reload runs) and, with INTERVAL, that often meanwhile, so that a
+// process killed at once (an OOM kill, SIGKILL, SIGQUIT) loses at most an
+// interval; and reads it when the process starts, before its servers
+// answer.
+type Snapshot struct {
 	path  string
 	every time.Duration // 0: only at shutdown
 }
 
-func parseSnapshot(args []string, ca *Cache) error {
+// ParseSnapshot parses the option's arguments.
+func ParseSnapshot(args []string) (*Snapshot, error) {
 	if len(args) < 1 || len(args) > 2 {
-		return fmt.Errorf("snapshot: want PATH [INTERVAL], got %d arguments", len(args))
+		return nil, fmt.Errorf("snapshot: want PATH [INTERVAL], got %d arguments", len(args))
 	}
-	sc := &snapshotConfig{path: args[0]}
+	sc := &Snapshot{path: args[0]}
 	if !filepath.IsAbs(sc.path) {
-		return fmt.Errorf("snapshot: %q is not an absolute path", sc.path)
+		return nil, fmt.Errorf("snapshot: %q is not an absolute path", sc.path)
 	}
 	if len(args) == 2 {
 		d, err := time.ParseDuration(args[1])
 		if err != nil || d < time.Second {
-			return fmt.Errorf("snapshot: INTERVAL %q is not a duration of a second or more", args[1])
+			return nil, fmt.Errorf("snapshot: INTERVAL %q is not a duration of a second or more", args[1])
 		}
 		sc.every = d
 	}
-	ca.snapshot = sc
-	return nil
+	return sc, nil
 }
 
-// fingerprint names the settings that decide what c's entries hold, and
-// the entry format: a file written under others is not read.
-func (c *Cache) fingerprint() snapshot.Fingerprint {
-	return snapshot.Fingerprint(sha256.Sum256([]byte(fmt.Sprintf("compactcache entries %d %+v", snapshotFormat, c.contents()))))
-}
-
-// snapshotFormat changes with the entry format (internal/entry), so that a
-// build does not read the entries of another.
-const snapshotFormat = 2
-
-// setupSnapshot reads the block's file once the process starts and writes
-// it when the process stops, and every interval while it runs.
-func setupSnapshot(c *caddy.Controller, ca *Cache) {
-	sc := ca.snapshot
-	if sc == nil {
-		return
-	}
+// Setup reads the block's file once the process starts and writes it when
+// the process stops, and every interval while it runs.
+func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) {
 	c.OnFirstStartup(func() error {
-		ca.loadSnapshot(sc.path)
+		Load(ca, sc.path)
 		return nil
 	})
 	stop := make(chan struct{})
 	c.OnStartup(func() error {
 		if sc.every > 0 {
-			go ca.snapshotEvery(sc, stop)
+			go sc.writeEvery(ca, stop)
 		}
 		return nil
 	})
@@ -86,12 +92,12 @@ func setupSnapshot(c *caddy.Controller, ca *Cache) {
 	c.OnFinalShutdown(func() error {
 		// At full speed: the server is leaving, and the write must end
 		// within the termination grace period.
-		ca.writeSnapshot(sc.path, ca.store.Paced(0))
+		write(ca, sc.path, ca.Store().Paced(0))
 		return nil
 	})
 }
 
-func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
+func (sc *Snapshot) writeEvery(ca Cache, stop <-chan struct{}) {
 	t := time.NewTicker(sc.every)
 	defer t.Stop()
 	for {
@@ -99,7 +105,7 @@ func (c *Cache) snapshotEvery(sc *snapshotConfig, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			c.writeSnapshot(sc.path, c.pacedWalk(stop))
+			write(ca, sc.path, pacedWalk(ca, stop))
 		}
 	}
 }
@@ -119,9 +125,9 @@ var snapshotRest = time.Duration(7)
 
 // pacedWalk walks the store resting snapshotRest times as long as each chunk
 // took. It ends with errStopping once stop is closed.
-func (c *Cache) pacedWalk(stop <-chan struct{}) store.Walker {
+func pacedWalk(ca Cache, stop <-chan struct{}) store.Walker {
 	return func(visit func(e entry.Entry) bool, between func() error) error {
-		return c.store.Paced(snapshotRest)(visit, func() error {
+		return ca.Store().Paced(snapshotRest)(visit, func() error {
 			select {
 			case <-stop:
 				return errStopping
@@ -132,35 +138,35 @@ func (c *Cache) pacedWalk(stop <-chan struct{}) store.Walker {
 	}
 }
 
-// readSnapshot fills the store from r, a snapshot's file or a peer's
+// read fills the store from r, a snapshot's file or a peer's
 // stream. The stream holds at most the store's entries, and each block
 // bounds its own; twice the budget leaves room for the entries a full store
 // lost.
-func (c *Cache) readSnapshot(r io.Reader) (snapshot.Loaded, error) {
-	return snapshot.Read(r, 2*c.store.Capacity()+1<<20, c.store, c.fingerprint(), c.now().Unix(), int64(c.staleUpTo/time.Second))
+func read(ca Cache, r io.Reader) (snapshot.Loaded, error) {
+	s := ca.Store()
+	return snapshot.Read(r, 2*s.Capacity()+1<<20, s, ca.Fingerprint(), ca.Now(), ca.Grace())
 }
 
-// loadSnapshot fills the store from path, if there is a file there it can
-// use.
-func (c *Cache) loadSnapshot(path string) {
+// Load fills the store from path, if there is a file there it can use.
+func Load(ca Cache, path string) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		log.Infof("Snapshot %s: none yet, starting cold", path)
 		return
 	}
 	if err != nil {
-		snapshotErrors.WithLabelValues(path, "read").Inc()
+		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
 		log.Errorf("Snapshot %s: starting cold: %v", path, err)
 		return
 	}
 	defer f.Close()
 	start := time.Now()
-	l, err := c.readSnapshot(f)
+	l, err := read(ca, f)
 	switch {
 	case errors.Is(err, snapshot.ErrSettings):
 		log.Infof("Snapshot %s: written under other cache settings, starting cold", path)
 	case err != nil:
-		snapshotErrors.WithLabelValues(path, "read").Inc()
+		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
 		aside := path + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
 		if rerr := os.Rename(path, aside); rerr == nil {
 			log.Errorf("Snapshot %s: starting cold, the file moved to %s: %v", path, aside, err)
@@ -169,34 +175,36 @@ func (c *Cache) loadSnapshot(path string) {
 		}
 	default:
 		log.Infof("Snapshot %s: %d entries loaded in %v from a file written %v ago, %d expired",
-			path, l.Entries, time.Since(start).Round(time.Millisecond), time.Duration(c.now().Unix()-l.Written)*time.Second, l.Expired)
+			path, l.Entries, time.Since(start).Round(time.Millisecond), time.Duration(ca.Now()-l.Written)*time.Second, l.Expired)
 	}
 }
 
-// writeSnapshot writes the store to path atomically, walked by walk: to a
-// file beside it, synced, then renamed over it.
-func (c *Cache) writeSnapshot(path string, walk store.Walker) {
+// write writes the store to path atomically, walked by walk: to a file
+// beside it, synced, then renamed over it.
+func write(ca Cache, path string, walk store.Walker) {
 	start := time.Now()
-	n, err := c.writeSnapshotFile(path, walk)
+	n, err := WriteFile(ca, path, walk)
 	if errors.Is(err, errStopping) {
 		log.Infof("Snapshot %s: the write under way given up: %v", path, err)
 		return
 	}
 	if err != nil {
-		snapshotErrors.WithLabelValues(path, "write").Inc()
+		cachemetrics.SnapshotErrors.WithLabelValues(path, "write").Inc()
 		log.Errorf("Snapshot %s: not written: %v", path, err)
 		return
 	}
 	log.Infof("Snapshot %s: %d entries written in %v", path, n, time.Since(start).Round(time.Millisecond))
 }
 
-func (c *Cache) writeSnapshotFile(path string, walk store.Walker) (int, error) {
+// WriteFile writes the store to path as write does, and returns the
+// entries written.
+func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	n, err := snapshot.Write(tmp, walk, c.fingerprint(), c.now().Unix())
+	n, err := snapshot.Write(tmp, walk, ca.Fingerprint(), ca.Now())
 	if err == nil {
 		err = tmp.Sync()
 	}

@@ -1,9 +1,20 @@
-package compactcache
+// Package adminserver is compactcache's admin endpoint: one HTTP listener
+// per process and address, opened by the first block that configures it,
+// through which operators flush, look up, dump, count and snapshot what
+// every compactcache block of the instance holds. It knows the blocks only
+// as a Cache, the small interface the plugin implements, as the prometheus
+// plugin's listener knows nothing of the plugins it serves. The listener
+// outlives reloads: blocks register their live cache with it when they
+// start and leave when they shut down, and on a reload the new instance's
+// blocks register before the old ones leave, so it never closes in
+// between.
+package adminserver
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,19 +25,28 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
-	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 )
 
-// The admin endpoint: one HTTP listener per process and address, opened by
-// the first block that configures it, through which operators flush, look
-// up, dump and count what every compactcache block of the instance holds
-// (admin_http.go serves it, admin_ops.go does the work). It outlives
-// reloads: blocks register their live store with it when they start and
-// leave when they shut down, and on a reload the new instance's blocks
-// register before the old ones leave, so the listener never closes in
-// between.
+var log = clog.NewWithPlugin("compactcache")
+
+// Cache is what the endpoint reaches of one block's cache.
+type Cache interface {
+	// Flush drops what f covers and counts it.
+	Flush(f flush.Flush) admin.Counts
+	// Lookup describes the entries of name (lowercased wire form) with one
+	// of types, every type when types is empty.
+	Lookup(name []byte, types []uint16) []admin.Entry
+	// Dump describes every entry, a batch at a time; each's error ends it.
+	Dump(each func(batch []admin.Entry) error) error
+	// Stats describes the cache and its counters.
+	Stats() admin.Stats
+	// Snapshot writes the cache in the snapshot format (internal/snapshot)
+	// and returns the entries written.
+	Snapshot(w io.Writer) (int, error)
+}
 
 // adminConfig is the `admin` option.
 type adminConfig struct {
@@ -38,10 +58,10 @@ type adminConfig struct {
 // minTokenLen is the shortest token taken: a guessable token is no token.
 const minTokenLen = 16
 
-// parseAdmin parses `admin ADDRESS { token_file PATH | insecure_loopback }`.
-// Every block of an instance that gives it must give the same; a block that
-// does not still has its store reached through it.
-func parseAdmin(c *caddy.Controller, args []string) error {
+// Parse parses `admin ADDRESS { token_file PATH | insecure_loopback }`,
+// the option whose name c is on. Every block of an instance that gives it
+// must give the same; a block that does not is still reached through it.
+func Parse(c *caddy.Controller, args []string) error {
 	// RemainingArgs stops before a block's brace, on the same line.
 	block := c.NextArg()
 	if len(args) != 1 {
@@ -172,24 +192,22 @@ type adminInstanceKey struct{}
 // adminBlock is one block registered with a listener.
 type adminBlock struct {
 	inst *adminInstance
-	c    *Cache
+	c    Cache
 	info admin.Block
 }
 
-// adminHooks registers ca's block with the instance's admin listener when
-// the instance has one, once takeOver has settled which store is live.
-// block is the block's name, set by the startup hook before this one runs.
-func adminHooks(c *caddy.Controller, ca *Cache, block *string) {
+// Hooks registers a block's cache with the instance's admin listener when
+// the instance has one. info is called at startup, once the plugin's own
+// startup hooks, which come first, have settled the block's name and
+// which store is live.
+func Hooks(c *caddy.Controller, ca Cache, info func() admin.Block) {
 	var reg *adminBlock
 	c.OnStartup(func() error {
 		ai, ok := c.Get(adminInstanceKey{}).(*adminInstance)
 		if !ok {
 			return nil
 		}
-		cfg := dnsserver.GetConfig(c)
-		reg = &adminBlock{inst: ai, c: ca, info: admin.Block{
-			Name: *block, Zones: ca.Zones, Listen: coredns.ServerAddrs(cfg), View: cfg.ViewName,
-		}}
+		reg = &adminBlock{inst: ai, c: ca, info: info()}
 		return admins.register(reg)
 	})
 	c.OnShutdown(func() error {
@@ -206,7 +224,7 @@ func adminHooks(c *caddy.Controller, ca *Cache, block *string) {
 	})
 }
 
-func init() { caddy.RegisterEventHook(pluginName+"-admin", adminStartup) }
+func init() { caddy.RegisterEventHook("compactcache-admin", adminStartup) }
 
 // adminStartup marks the blocks of an instance whose servers are up as
 // started, and drops those of instances that never started.

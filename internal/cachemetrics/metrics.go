@@ -1,4 +1,12 @@
-package compactcache
+// Package cachemetrics owns compactcache's Prometheus families: the stock
+// cache's (coredns_cache_*), which a block feeds so that what reads
+// CoreDNS's metrics reads compactcache's, registered or adopted beside the
+// stock cache's own; compactcache's (coredns_compactcache_*) for what the
+// stock ones have no name for; and the gauges that describe stores, read
+// from them when the metrics are gathered. A block resolves its series
+// once per server (Block.Server), so that the request path hashes no
+// label values.
+package cachemetrics
 
 import (
 	"errors"
@@ -17,31 +25,28 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// A block feeds the stock cache's families (coredns_cache_*), so that what
-// reads CoreDNS's metrics reads compactcache's, and families of its own under
-// coredns_compactcache_ for what the stock ones have no name for. The own
-// families that repeat a stock one are deprecated (README, Metrics): their
-// counts go to both through counter and gauge below.
+// The own families that repeat a stock one are deprecated (README,
+// Metrics): their counts go to both through counter and gauge below.
 
 // The families of compactcache, with the stock cache's labels.
 var (
 	cacheSize = storeGauge("entries", kindedLabels,
 		deprecated("The number of elements in the cache.", "entries"))
-	cacheRequests = counterVec("requests_total", blockLabels,
+	cacheRequests = CounterVec("requests_total", blockLabels,
 		deprecated("The count of cache requests.", "requests_total"))
-	cacheHits = counterVec("hits_total", kindedLabels,
+	cacheHits = CounterVec("hits_total", kindedLabels,
 		deprecated("The count of cache hits.", "hits_total"))
-	cacheMisses = counterVec("misses_total", blockLabels,
+	cacheMisses = CounterVec("misses_total", blockLabels,
 		deprecated("The count of cache misses.", "misses_total"))
-	cacheDrops = counterVec("drops_total", blockLabels,
+	cacheDrops = CounterVec("drops_total", blockLabels,
 		deprecated("The number of responses that are not cached because they are malformed, truncated or do not match the request.", "drops_total"))
-	evictions = counterVec("evictions_total", kindedLabels,
+	evictions = CounterVec("evictions_total", kindedLabels,
 		deprecated("The count of cache evictions.", "evictions_total"))
-	cachePrefetches = counterVec("prefetch_total", blockLabels,
+	cachePrefetches = CounterVec("prefetch_total", blockLabels,
 		deprecated("The number of times the cache has prefetched a cached item.", "prefetch_total"))
-	servedStale = counterVec("served_stale_total", blockLabels,
+	servedStale = CounterVec("served_stale_total", blockLabels,
 		deprecated("The number of requests served from stale cache entries.", "served_stale_total"))
-	notAdmitted = counterVec("not_admitted_total", kindedLabels,
+	notAdmitted = CounterVec("not_admitted_total", kindedLabels,
 		"The count of entries dropped from probation without being asked for again there: refused admission to the main queue, not counted in evictions_total.")
 	cacheBytes = storeGauge("bytes", blockLabels,
 		"The bytes the cache holds: arenas, index and bookkeeping.")
@@ -49,13 +54,15 @@ var (
 		"The byte budget of the cache.")
 	ecsVariants = storeGauge("ecs_variants", blockLabels,
 		"The number of entries tailored to a client subnet (EDNS Client Subnet).")
-	cacheRefused = counterVec("refused_total", blockLabels,
+	cacheRefused = CounterVec("refused_total", blockLabels,
 		"The number of responses not cached because they exceed the per-entry limit.")
-	frontendRequests = counterVec("frontend_requests_total", resultLabels,
+	frontendRequests = CounterVec("frontend_requests_total", resultLabels,
 		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
-	snapshotErrors = promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: "snapshot_errors_total",
-		Help: "The snapshot files that could not be read (damaged, unreadable) or written (no space, no directory, read-only file system), by file and op."}, []string{"path", "op"})
-	frontendLogDropped = counterVec("frontend_log_dropped_total", blockLabels,
+	// SnapshotErrors counts the snapshot files and warm-up streams that
+	// could not be used.
+	SnapshotErrors = CounterVec("snapshot_errors_total", []string{"path", "op"},
+		"The snapshot files that could not be read (damaged, unreadable) or written (no space, no directory, read-only file system), by file and op.")
+	frontendLogDropped = CounterVec("frontend_log_dropped_total", blockLabels,
 		"The front end's hits whose access log line (for the block's log plugin) was dropped: the log did not keep up.")
 )
 
@@ -74,15 +81,19 @@ var (
 // storeGauge makes a gauge family that describes stores; storeGauges
 // registers and sets it.
 func storeGauge(name string, labels []string, help string) *prometheus.GaugeVec {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: name, Help: help}, labels)
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: Subsystem, Name: name, Help: help}, labels)
 }
 
-func counterVec(name string, labels []string, help string) *prometheus.CounterVec {
-	return promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: pluginName, Name: name, Help: help}, labels)
+// CounterVec makes and registers a counter family of compactcache's.
+func CounterVec(name string, labels []string, help string) *prometheus.CounterVec {
+	return promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: Subsystem, Name: name, Help: help}, labels)
 }
 
-// Type label values, as the stock cache's.
-var kindLabels = [...]string{store.KindSuccess: "success", store.KindDenial: "denial"}
+// Subsystem is the middle of the names of compactcache's families.
+const Subsystem = "compactcache"
+
+// KindLabels are the type label values, as the stock cache's.
+var KindLabels = [...]string{store.KindSuccess: "success", store.KindDenial: "denial"}
 
 const stockSubsystem = "cache"
 
@@ -114,13 +125,13 @@ func newStockFamilies() *stockFamilies {
 	}
 }
 
-// stockMetrics returns the stock families, registered in the registry the
+// Register returns the stock families, registered in the registry the
 // prometheus plugin serves. They are registered at the first setup, not in
 // init: Go initializes packages that do not import each other in the order of
 // their import paths, so this one before github.com/coredns/coredns/plugin/cache,
 // whose promauto panics on a family registered before it. The families are
 // usable even when registering failed: the error fails the setup.
-var stockMetrics = sync.OnceValues(func() (*stockFamilies, error) {
+var Register = sync.OnceValues(func() (*stockFamilies, error) {
 	f := newStockFamilies()
 	return f, f.register(prometheus.DefaultRegisterer, storeGauges)
 })
@@ -169,48 +180,53 @@ func (f *stockFamilies) register(reg prometheus.Registerer, sc *storeCollector) 
 	return nil
 }
 
-// counter counts in a stock family and in the deprecated one of compactcache
-// that repeats it.
-type counter struct{ stock, own prometheus.Counter }
+// Counter counts in a stock family and in the deprecated one of
+// compactcache that repeats it.
+type Counter struct{ stock, own prometheus.Counter }
 
-func (c counter) Inc()          { c.stock.Inc(); c.own.Inc() }
-func (c counter) Add(v float64) { c.stock.Add(v); c.own.Add(v) }
+func (c Counter) Inc()          { c.stock.Inc(); c.own.Inc() }
+func (c Counter) Add(v float64) { c.stock.Add(v); c.own.Add(v) }
 
-// gauge is counter's gauge.
+// gauge is Counter's gauge.
 type gauge struct{ stock, own prometheus.Gauge }
 
 func (g gauge) Set(v float64) { g.stock.Set(v); g.own.Set(v) }
 
-// serverMetrics holds one server's resolved metrics, so that the hit path
-// does not hash label values on every request.
-type serverMetrics struct {
+// Server holds one server's series of a block, resolved once.
+type Server struct {
 	server    string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
-	requests  counter
-	misses    counter
-	drops     counter
-	prefetch  counter
-	stale     counter
-	hits      [2]counter
-	evictions [2]counter
+	Requests  Counter
+	Misses    Counter
+	Drops     Counter // replies not cached for being malformed or not what was asked
+	Prefetch  Counter
+	Stale     Counter
+	Hits      [2]Counter // by kind
+	evictions [2]Counter
 	entries   [2]gauge
-	refused   prometheus.Counter
+	TooLarge  prometheus.Counter    // replies not cached for the per-entry limit
 	refusals  [2]prometheus.Counter // entries not admitted (notAdmitted)
 	bytes     prometheus.Gauge
 	capacity  prometheus.Gauge
 	variants  prometheus.Gauge
 }
 
-// metricsSet maps servers to their metrics. A block serves few servers, so a
-// copy-on-write slice scanned linearly beats a map and allocates nothing.
-type metricsSet struct {
-	c           *Cache // whose store the gauges describe
-	zones, view string
-	mu          sync.Mutex
-	servers     atomic.Pointer[[]*serverMetrics]
+// Block maps a block's servers to their series. A block serves few
+// servers, so a copy-on-write slice scanned linearly beats a map and
+// allocates nothing.
+type Block struct {
+	// Zones and View are the block's labels, set before its first request.
+	Zones, View string
+	// Store returns the store the gauges describe: the block's live one
+	// once its instance has started.
+	Store func() *store.Store
+
+	mu      sync.Mutex
+	servers atomic.Pointer[[]*Server]
 }
 
-func (s *metricsSet) of(server string) *serverMetrics {
+// Server returns the series of server.
+func (s *Block) Server(server string) *Server {
 	if p := s.servers.Load(); p != nil {
 		for _, m := range *p {
 			if m.server == server {
@@ -220,7 +236,7 @@ func (s *metricsSet) of(server string) *serverMetrics {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var list []*serverMetrics
+	var list []*Server
 	if p := s.servers.Load(); p != nil {
 		list = *p
 	}
@@ -236,37 +252,37 @@ func (s *metricsSet) of(server string) *serverMetrics {
 	return m
 }
 
-func (s *metricsSet) resolve(server string) *serverMetrics {
-	f, _ := stockMetrics() // an error failed the setup; a Cache made by New counts all the same
-	block := func(stock, own *prometheus.CounterVec) counter {
-		return counter{stock.WithLabelValues(server, s.zones, s.view), own.WithLabelValues(server, s.zones, s.view)}
+func (s *Block) resolve(server string) *Server {
+	f, _ := Register() // an error failed the setup; a block made without one counts all the same
+	block := func(stock, own *prometheus.CounterVec) Counter {
+		return Counter{stock.WithLabelValues(server, s.Zones, s.View), own.WithLabelValues(server, s.Zones, s.View)}
 	}
-	m := &serverMetrics{
+	m := &Server{
 		server:   server,
-		store:    weak.Make(s.c.store), // takeOver (OnStartup) is over: requests have come
-		requests: block(f.requests, cacheRequests),
-		misses:   block(f.misses, cacheMisses),
-		drops:    block(f.drops, cacheDrops),
-		prefetch: block(f.prefetch, cachePrefetches),
-		stale:    block(f.stale, servedStale),
-		refused:  cacheRefused.WithLabelValues(server, s.zones, s.view),
-		bytes:    cacheBytes.WithLabelValues(server, s.zones, s.view),
-		capacity: cacheCapacity.WithLabelValues(server, s.zones, s.view),
-		variants: ecsVariants.WithLabelValues(server, s.zones, s.view),
+		store:    weak.Make(s.Store()), // the instance has started: requests have come
+		Requests: block(f.requests, cacheRequests),
+		Misses:   block(f.misses, cacheMisses),
+		Drops:    block(f.drops, cacheDrops),
+		Prefetch: block(f.prefetch, cachePrefetches),
+		Stale:    block(f.stale, servedStale),
+		TooLarge: cacheRefused.WithLabelValues(server, s.Zones, s.View),
+		bytes:    cacheBytes.WithLabelValues(server, s.Zones, s.View),
+		capacity: cacheCapacity.WithLabelValues(server, s.Zones, s.View),
+		variants: ecsVariants.WithLabelValues(server, s.Zones, s.View),
 	}
-	for k, t := range kindLabels {
-		m.hits[k] = counter{f.hits.WithLabelValues(server, t, s.zones, s.view), cacheHits.WithLabelValues(server, t, s.zones, s.view)}
-		m.evictions[k] = counter{f.evictions.WithLabelValues(server, t, s.zones, s.view), evictions.WithLabelValues(server, t, s.zones, s.view)}
-		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.zones, s.view)
-		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.zones, s.view), cacheSize.WithLabelValues(server, t, s.zones, s.view)}
+	for k, t := range KindLabels {
+		m.Hits[k] = Counter{f.hits.WithLabelValues(server, t, s.Zones, s.View), cacheHits.WithLabelValues(server, t, s.Zones, s.View)}
+		m.evictions[k] = Counter{f.evictions.WithLabelValues(server, t, s.Zones, s.View), evictions.WithLabelValues(server, t, s.Zones, s.View)}
+		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.Zones, s.View)
+		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.Zones, s.View), cacheSize.WithLabelValues(server, t, s.Zones, s.View)}
 	}
 	return m
 }
 
-// evicted counts the entries a store dropped for room: evicted, and
+// Evicted counts the entries a store dropped for room: evicted, and
 // refused admission.
-func (m *serverMetrics) evicted(d store.Dropped) {
-	for k := range kindLabels {
+func (m *Server) Evicted(d store.Dropped) {
+	for k := range KindLabels {
 		if n := d.Evicted[k]; n > 0 {
 			m.evictions[k].Add(float64(n))
 		}
@@ -274,6 +290,43 @@ func (m *serverMetrics) evicted(d store.Dropped) {
 			m.refusals[k].Add(float64(n))
 		}
 	}
+}
+
+// Totals are a block's counts since the process started, summed over its
+// servers.
+type Totals struct {
+	Requests, Hits, Misses int64
+	Evictions              [2]int64 // by kind
+}
+
+// Totals reads the block's counters of servers: the series of its zones
+// and view, of every instance the block has had.
+func (s *Block) Totals(servers []string) Totals {
+	var t Totals
+	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
+		for m := range collect(vec) {
+			var d dto.Metric
+			if m.Write(&d) != nil {
+				continue
+			}
+			labels := map[string]string{}
+			for _, l := range d.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if slices.Contains(servers, labels["server"]) && labels["zones"] == s.Zones && labels["view"] == s.View {
+				each(labels["type"], int64(d.GetCounter().GetValue()))
+			}
+		}
+	}
+	sum(cacheRequests, func(_ string, v int64) { t.Requests += v })
+	sum(cacheMisses, func(_ string, v int64) { t.Misses += v })
+	sum(cacheHits, func(_ string, v int64) { t.Hits += v })
+	sum(evictions, func(kind string, v int64) {
+		if k := slices.Index(KindLabels[:], kind); k >= 0 {
+			t.Evictions[k] += v
+		}
+	})
+	return t
 }
 
 // storeGauges sets the gauges of every server's store when the metrics are
@@ -292,10 +345,10 @@ var storeGauges = func() *storeCollector {
 // cache dropped by a reload goes, and its server with it.
 type storeCollector struct {
 	mu      sync.Mutex
-	servers []*serverMetrics // in the order of their first request
+	servers []*Server // in the order of their first request
 }
 
-func (sc *storeCollector) add(m *serverMetrics) {
+func (sc *storeCollector) add(m *Server) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.prune()
@@ -323,7 +376,7 @@ func (sc *storeCollector) set() {
 			continue // gone since prune
 		}
 		u := s.Usage()
-		for k := range kindLabels {
+		for k := range KindLabels {
 			m.entries[k].Set(float64(u.Kinds[k]))
 		}
 		m.bytes.Set(float64(u.Held))
@@ -420,12 +473,12 @@ func collect(c prometheus.Collector) <-chan prometheus.Metric {
 	return ch
 }
 
-// frontend returns the counters of a front end's requests, resolved for its
-// server.
-func (s *metricsSet) frontend(server string) frontend.Counters {
+// Frontend returns the counters of a front end's requests, resolved for
+// its server.
+func (s *Block) Frontend(server string) frontend.Counters {
 	of := func(result string) prometheus.Counter {
-		return frontendRequests.WithLabelValues(server, s.zones, s.view, result)
+		return frontendRequests.WithLabelValues(server, s.Zones, s.View, result)
 	}
 	return frontend.Counters{Hit: of("hit"), Chain: of("chain"), Shed: of("shed"), Dropped: of("dropped"),
-		LogDropped: frontendLogDropped.WithLabelValues(server, s.zones, s.view)}
+		LogDropped: frontendLogDropped.WithLabelValues(server, s.Zones, s.View)}
 }

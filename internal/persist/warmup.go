@@ -1,9 +1,10 @@
-package compactcache
+package persist
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,8 +26,8 @@ import (
 // snapshot): the sender's clock and format version in its header, every
 // entry checked, nothing stored from a stream that fails.
 
-// warmupConfig is the `warmup` option.
-type warmupConfig struct {
+// Warmup is the `warmup` option.
+type Warmup struct {
 	url       string // the peer's admin endpoint, http://HOST:PORT
 	tokenFile string
 	timeout   time.Duration
@@ -34,60 +35,59 @@ type warmupConfig struct {
 
 const defaultWarmupTimeout = 10 * time.Second
 
-func parseWarmup(c *caddy.Controller, args []string, ca *Cache) error {
+// ParseWarmup parses the option whose name c is on.
+func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 	block := c.NextArg() // RemainingArgs stops before a block's brace
 	if len(args) != 1 {
-		return fmt.Errorf("warmup: want one URL, got %d arguments", len(args))
+		return nil, fmt.Errorf("warmup: want one URL, got %d arguments", len(args))
 	}
 	u, err := url.Parse(args[0])
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
+		return nil, fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
 	}
-	wc := &warmupConfig{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
+	wc := &Warmup{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
 	for block && c.Next() && c.Val() != "}" {
 		switch opt, vals := c.Val(), c.RemainingArgs(); opt {
 		case "token_file":
 			if len(vals) != 1 {
-				return fmt.Errorf("warmup: token_file wants one PATH, got %q", vals)
+				return nil, fmt.Errorf("warmup: token_file wants one PATH, got %q", vals)
 			}
 			wc.tokenFile = vals[0]
 		case "timeout":
 			d, err := time.ParseDuration(strings.Join(vals, " "))
 			if len(vals) != 1 || err != nil || d <= 0 {
-				return fmt.Errorf("warmup: timeout %q is not a duration above 0", vals)
+				return nil, fmt.Errorf("warmup: timeout %q is not a duration above 0", vals)
 			}
 			wc.timeout = d
 		default:
-			return fmt.Errorf("warmup: unknown option %q", opt)
+			return nil, fmt.Errorf("warmup: unknown option %q", opt)
 		}
 	}
-	ca.warmup = wc
-	return nil
+	return wc, nil
 }
 
 // warming counts the fills in progress in the process. The ready plugin
 // keeps one Readiness per plugin name, whichever block's it met last, so
-// every compactcache block reports them all (Ready).
+// every compactcache block reports them all (Warming).
 var warming atomic.Int64
 
-// Ready implements the ready plugin's Readiness: not ready while a block of
-// the process fills its store from a peer.
-func (c *Cache) Ready() bool { return warming.Load() == 0 }
+// Warming reports whether a block of the process fills its store from a
+// peer.
+func Warming() bool { return warming.Load() != 0 }
 
-// startWarmup fills the store of the block named block from the peer in the
-// background, once, at the process's first startup.
-func (c *Cache) startWarmup(block string) {
-	wc := c.warmup
+// Start fills the store of the block named block from the peer in the
+// background; the plugin calls it once, at the process's first startup.
+func (wc *Warmup) Start(ca Cache, block string) {
 	warming.Add(1)
 	go func() {
 		defer warming.Add(-1)
 		start := time.Now()
-		l, err := c.fillFrom(wc, block)
+		l, err := wc.fill(ca, block)
 		switch {
 		case errors.Is(err, snapshot.ErrSettings):
 			log.Infof("Warm-up of %s from %s: the peer's cache settings differ, starting cold", block, wc.url)
 		case err != nil:
-			snapshotErrors.WithLabelValues(wc.url, "warmup").Inc()
+			cachemetrics.SnapshotErrors.WithLabelValues(wc.url, "warmup").Inc()
 			log.Warningf("Warm-up of %s from %s: starting cold: %v", block, wc.url, err)
 		default:
 			log.Infof("Warm-up of %s from %s: %d entries in %v, %d expired", block, wc.url, l.Entries, time.Since(start).Round(time.Millisecond), l.Expired)
@@ -95,7 +95,7 @@ func (c *Cache) startWarmup(block string) {
 	}()
 }
 
-func (c *Cache) fillFrom(wc *warmupConfig, block string) (snapshot.Loaded, error) {
+func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wc.timeout)
 	defer cancel()
 	u := wc.url + admin.Prefix + admin.OpSnapshot + "?" + url.Values{admin.ParamBlock: {block}}.Encode()
@@ -118,5 +118,5 @@ func (c *Cache) fillFrom(wc *warmupConfig, block string) (snapshot.Loaded, error
 	if resp.StatusCode != http.StatusOK {
 		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
 	}
-	return c.readSnapshot(resp.Body)
+	return read(ca, resp.Body)
 }

@@ -1,0 +1,88 @@
+package adminserver
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/flush"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+func TestAdminName(t *testing.T) {
+	for _, bad := range []string{"", " www.example.org", "a..b", strings.Repeat("a", 64) + ".org", strings.Repeat("abcdefghi.", 26)} {
+		if _, err := adminName(bad); err == nil {
+			t.Errorf("adminName(%q) took it", bad)
+		}
+	}
+	for _, s := range []string{"a", "3.typ0.\\046x.", "."} {
+		if _, err := adminName(s); err != nil {
+			t.Errorf("adminName(%q): %v", s, err)
+		}
+	}
+	for s, want := range map[string]uint16{"a": dns.TypeA, "aaaa": dns.TypeAAAA, "TYPE65280": 65280, "https": dns.TypeHTTPS} {
+		if got, ok := parseType(s); !ok || got != want {
+			t.Errorf("parseType(%q) = %d, %t", s, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "AA", "TYPE70000", "TYPE-1", "1"} {
+		if _, ok := parseType(bad); ok {
+			t.Errorf("parseType(%q) took it", bad)
+		}
+	}
+}
+
+// recordingCache is a Cache that records the flushes it is asked for.
+type recordingCache struct{ flushes []flush.Flush }
+
+func (c *recordingCache) Flush(f flush.Flush) admin.Counts {
+	c.flushes = append(c.flushes, f)
+	return admin.Counts{}
+}
+func (c *recordingCache) Lookup([]byte, []uint16) []admin.Entry { return nil }
+func (c *recordingCache) Dump(func([]admin.Entry) error) error  { return nil }
+func (c *recordingCache) Stats() admin.Stats                    { return admin.Stats{} }
+func (c *recordingCache) Snapshot(io.Writer) (int, error)       { return 0, nil }
+
+// TestOperationsNotFlushes: an operation the API lists that the server
+// does not serve answers 404 and flushes nothing, as an operation that
+// the API does not list; the flushes reach the cache as the flush they name.
+func TestOperationsNotFlushes(t *testing.T) {
+	const readOnly = "peek"
+	admin.Specs[readOnly] = admin.Spec{Method: http.MethodGet}
+	defer delete(admin.Specs, readOnly)
+	c := &recordingCache{}
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: c, info: admin.Block{Name: "b"}}}}
+	do := func(method, target string) int {
+		r := httptest.NewRequest(method, target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, target := range []string{"/v1/" + readOnly, "/v1/flush_everything", "/v1/", "/flush_all"} {
+		if code := do(http.MethodGet, target); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", target, code)
+		}
+		if code := do(http.MethodPost, target); code == http.StatusOK {
+			t.Errorf("POST %s: 200", target)
+		}
+	}
+	if len(c.flushes) != 0 {
+		t.Fatalf("requests for operations that are not flushes flushed: %v", c.flushes)
+	}
+	for op, want := range map[string]flush.Scope{
+		admin.OpFlush + "?name=a.example": flush.Names, admin.OpFlushType + "?name=a.example&type=MX": flush.Names,
+		admin.OpFlushZone + "?zone=example": flush.Zones, admin.OpFlushNegative: flush.Negative,
+		admin.OpFlushExpired: flush.Expired, admin.OpFlushAll: flush.All,
+	} {
+		c.flushes = nil
+		if code := do(http.MethodPost, "/v1/"+op); code != http.StatusOK || len(c.flushes) != 1 || c.flushes[0].Scope != want {
+			t.Errorf("POST %s: %d, flushes %v, want one of scope %s", op, code, c.flushes, want)
+		}
+	}
+}

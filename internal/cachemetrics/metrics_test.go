@@ -1,0 +1,108 @@
+package cachemetrics
+
+import (
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compactcache/compactcache/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestStoreGone: a store that is gone is no longer read: the collector does
+// not keep it alive, and its server leaves the collector's list.
+func TestStoreGone(t *testing.T) {
+	const server = "gauges://gone"
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Block{Zones: ".", Store: func() *store.Store { return s }}
+	b.Server(server)
+	listed := func() bool {
+		storeGauges.mu.Lock()
+		defer storeGauges.mu.Unlock()
+		storeGauges.prune()
+		return slices.ContainsFunc(storeGauges.servers, func(m *Server) bool { return m.server == server })
+	}
+	if !listed() {
+		t.Fatal("the collector does not read the store of a live block")
+	}
+	s, b = nil, nil
+	for range 3 {
+		runtime.GC()
+	}
+	if listed() {
+		t.Fatal("the collector still reads the store of a block that is gone")
+	}
+}
+
+// TestMetricsStockRegistration registers the stock families in a registry
+// without them, in one where the stock cache registered them, and in one
+// where a family differs.
+func TestMetricsStockRegistration(t *testing.T) {
+	t.Run("absent", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		f := newStockFamilies()
+		requests := f.requests
+		if err := f.register(reg, &storeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if f.requests != requests {
+			t.Error("the requests family was replaced in a registry without it")
+		}
+		// The entries family is registered as its own: a second one is refused.
+		err := reg.Register(newStockFamilies().entries)
+		if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); !ok {
+			t.Errorf("registering coredns_cache_entries again: %v, want AlreadyRegisteredError", err)
+		}
+	})
+	t.Run("present", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		registered := newStockFamilies() // as the stock cache registers them
+		for _, c := range []prometheus.Collector{registered.requests, registered.hits, registered.misses, registered.prefetch,
+			registered.drops, registered.stale, registered.evictions, registered.entries} {
+			reg.MustRegister(c)
+		}
+		f := newStockFamilies()
+		if err := f.register(reg, &storeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if f.requests != registered.requests || f.evictions != registered.evictions {
+			t.Error("the counters registered before were not adopted")
+		}
+		if err := reg.Register(registered.entries); err == nil {
+			t.Error("the stock entries family was left unregistered")
+		}
+		// The stock cache's series and ours in one family, summed where a
+		// block of each has the same labels.
+		registered.entries.WithLabelValues("dns://:53", "success", ".", "").Set(1)
+		f.entries.WithLabelValues("dns://:53", "success", ".", "").Set(2)
+		f.entries.WithLabelValues("dns://:54", "success", ".", "").Set(3)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		for _, mf := range mfs {
+			if mf.GetName() == "coredns_cache_entries" {
+				for _, m := range mf.GetMetric() {
+					got = append(got, m.GetGauge().GetValue())
+				}
+			}
+		}
+		if !slices.Equal(got, []float64{3, 3}) {
+			t.Errorf("coredns_cache_entries: %v, want 1+2 for dns://:53 and 3 for dns://:54", got)
+		}
+	})
+	t.Run("different", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coredns_cache_drops_total", Help: "Another help."}, blockLabels))
+		err := newStockFamilies().register(reg, &storeCollector{})
+		if err == nil || !strings.Contains(err.Error(), "coredns_cache_drops_total") {
+			t.Errorf("registering beside another coredns_cache_drops_total: %v, want an error naming it", err)
+		}
+	})
+}
