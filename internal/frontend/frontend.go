@@ -93,8 +93,9 @@ const (
 // bypassRefused are the plugins that, placed before the cache, decide who
 // gets an answer or what it is, or see every request, in ways the front
 // end cannot reproduce: hits from the front end would skip them. The view
-// plugin, a filter of the server's, is refused apart. README's table says
-// what a hit does for every plugin that can stand before the cache.
+// plugin, a filter of the server's, is refused apart. The table of
+// docs/frontend.md says what a hit does for every plugin that can stand
+// before the cache.
 var bypassRefused = map[string]string{
 	"acl":        "access control",
 	"tsig":       "TSIG verification",
