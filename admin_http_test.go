@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"github.com/compactcache/compactcache/internal/config"
 	"maps"
 	"net"
 	"net/url"
@@ -155,7 +156,7 @@ func TestAdminHTTP(t *testing.T) {
 
 	var stats admin.StatsReply
 	a.ok(admin.OpStats, nil, &stats)
-	if s, b := stats.Blocks[0], before.Blocks[0]; s.Entries.Success != 3 || s.Entries.Denial != 1 || s.NXDomain != 1 || s.Requests-b.Requests != 5 || s.Hits-b.Hits != 1 || s.HitRatio != float64(s.Hits)/float64(s.Requests) || s.Capacity != defaultCapacity {
+	if s, b := stats.Blocks[0], before.Blocks[0]; s.Entries.Success != 3 || s.Entries.Denial != 1 || s.NXDomain != 1 || s.Requests-b.Requests != 5 || s.Hits-b.Hits != 1 || s.HitRatio != float64(s.Hits)/float64(s.Requests) || s.Capacity != config.DefaultCapacity {
 		t.Errorf("stats %+v, before the queries %+v", s, b)
 	}
 

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/adminserver"
 	"github.com/compactcache/compactcache/internal/flush"
 	"math"
 	"math/rand/v2"
@@ -148,7 +149,7 @@ func (f upstreamFunc) Name() string { return "upstreamFunc" }
 func epochHeld(t *testing.T, c *Cache, name string) uint32 {
 	t.Helper()
 	lowest := uint32(math.MaxUint32)
-	for _, found := range c.lookupName(mustAdminName(t, name), []uint16{dns.TypeA}) {
+	for _, found := range adminserver.Lookup(operator{c}, mustAdminName(t, name), []uint16{dns.TypeA}) {
 		if len(found.Answer) != 1 {
 			t.Fatalf("%s: %+v", name, found)
 		}

@@ -2,6 +2,9 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/flush"
 	"slices"
 	"strings"
@@ -58,12 +61,12 @@ func isCached(t *testing.T, c *Cache, name string, qtype uint16, cd bool) bool {
 
 func mustAdminName(t *testing.T, s string) []byte {
 	t.Helper()
-	var buf [entry.MaxNameLen]byte
-	n, err := entry.PackName(dns.Fqdn(s), buf[:])
+	var buf [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry.LowerInPlace(buf[:n])
+	dnsmsg.LowerInPlace(buf[:n])
 	return slices.Clone(buf[:n])
 }
 
@@ -110,7 +113,7 @@ func TestAdminFlushName(t *testing.T) {
 		{"www.example.net.", dns.TypeA, false, true},
 	}
 	fillAdmin(t, c, cases)
-	n := c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "WWW.Example.ORG")}, Types: probeTypes})
+	n := c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "WWW.Example.ORG")}, Types: nil})
 	if n != (admin.Counts{Success: 3, Denial: 1}) {
 		t.Errorf("flush removed %+v, want 3 success and 1 denial", n)
 	}
@@ -196,8 +199,8 @@ func TestAdminFlushNameECS(t *testing.T) {
 	if c.store.Usage().Variants == 0 {
 		t.Fatal("no ECS variant stored")
 	}
-	other := c.lookupName(mustAdminName(t, "s24.geo."), probeTypes)
-	found := c.lookupName(mustAdminName(t, "s16.geo."), probeTypes)
+	other := adminserver.Lookup(operator{c}, mustAdminName(t, "s24.geo."), nil)
+	found := adminserver.Lookup(operator{c}, mustAdminName(t, "s16.geo."), nil)
 	var ecs []string
 	for _, e := range found {
 		ecs = append(ecs, e.ECS+"/"+e.ECSMatch)
@@ -209,10 +212,10 @@ func TestAdminFlushNameECS(t *testing.T) {
 	if n.ECSList != 2 || n.Success != int64(len(found)) {
 		t.Errorf("flush removed %+v, want the %d entries lookup found and 2 lists", n, len(found))
 	}
-	if got := c.lookupName(mustAdminName(t, "s16.geo."), probeTypes); len(got) != 0 {
+	if got := adminserver.Lookup(operator{c}, mustAdminName(t, "s16.geo."), nil); len(got) != 0 {
 		t.Errorf("lookup after the flush found %d entries", len(got))
 	}
-	if got := c.lookupName(mustAdminName(t, "s24.geo."), probeTypes); len(got) != len(other) {
+	if got := adminserver.Lookup(operator{c}, mustAdminName(t, "s24.geo."), nil); len(got) != len(other) {
 		t.Errorf("s24.geo.: %d entries left of %d", len(got), len(other))
 	}
 	if u := c.store.Usage(); u.Kinds[store.KindMeta] != 2 {
@@ -232,7 +235,7 @@ func TestAdminLookupDescribes(t *testing.T) {
 	adminAsk(t, c, "short.example.org.", dns.TypeMX, true)
 	adminAsk(t, c, "short.example.org.", dns.TypeA, false) // a hit
 	clk.advance(4 * time.Second)
-	found := c.lookupName(mustAdminName(t, "short.example.org"), probeTypes)
+	found := adminserver.Lookup(operator{c}, mustAdminName(t, "short.example.org"), nil)
 	if len(found) != 2 {
 		t.Fatalf("found %d entries, want 2: %+v", len(found), found)
 	}
@@ -253,7 +256,7 @@ func TestAdminLookupDescribes(t *testing.T) {
 		t.Errorf("text:\n%s", text)
 	}
 	clk.advance(10 * time.Second)
-	found = c.lookupName(mustAdminName(t, "short.example.org"), []uint16{dns.TypeA})
+	found = adminserver.Lookup(operator{c}, mustAdminName(t, "short.example.org"), []uint16{dns.TypeA})
 	if len(found) != 1 || !found[0].Stale || !found[0].Expired || found[0].TTLLeft != -4 {
 		t.Errorf("A entry after its TTL: %+v", found)
 	}
@@ -370,7 +373,7 @@ func TestAdminStats(t *testing.T) {
 	clk.advance(20 * time.Second)
 	st := c.stats()
 	if st.Entries != (admin.Counts{Success: 2, Denial: 3}) || st.NXDomain != 1 || st.NoData != 1 || st.ServFail != 1 ||
-		st.Expired != 2 || st.Stale != 0 || st.Bytes.Success == 0 || st.Bytes.Denial == 0 || st.Held == 0 || st.Capacity != defaultCapacity {
+		st.Expired != 2 || st.Stale != 0 || st.Bytes.Success == 0 || st.Bytes.Denial == 0 || st.Held == 0 || st.Capacity != config.DefaultCapacity {
 		t.Errorf("stats %+v", st)
 	}
 }

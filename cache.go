@@ -4,88 +4,36 @@
 package compactcache
 
 import (
-	"bytes"
 	"context"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/persist"
-	"strings"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
-	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/miekg/dns"
 )
 
-const (
-	defaultCapacity = 64 << 20
-	// defaultMaxEntry is the per-entry limit on the bytes of records.
-	defaultMaxEntry = 64 << 10
-
-	maxTTL        = dnsutil.MaximumDefaultTTL
-	minDefaultTTL = dnsutil.MinimalDefaultTTL
-	maxNTTL       = dnsutil.MaximumDefaultTTL / 2
-	failTTL       = 5 * time.Second
-
-	// defaultStaleTTL is the TTL of stale answers RFC 8767 section 4
-	// recommends; the stock cache's default is 0.
-	defaultStaleTTL = 30 * time.Second
-	// defaultFailRecheck holds back the refreshes of an entry after one
-	// failed, as RFC 8767 section 5 recommends; the stock cache's default is
-	// 0, a retry storm when the upstream is down.
-	defaultFailRecheck = time.Second
-
-	// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
-	// large enough for signed answers (the DNS flag day 2020 value).
-	upstreamUDPSize = 1232
-)
+// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
+// large enough for signed answers (the DNS flag day 2020 value).
+const upstreamUDPSize = 1232
 
 // Cache is the compactcache plugin.
 type Cache struct {
-	Next  plugin.Handler
-	Zones []string
+	Next plugin.Handler
+	config.Settings
 
-	store    *store.Store
-	capacity int64
-	pcap     int // success entries allowed, 0 for the byte budget alone
-	ncap     int // denial entries allowed, 0 for the byte budget alone
-	maxEntry int
-
-	pttl, minpttl time.Duration
-	nttl, minnttl time.Duration
-	failttl       time.Duration
-	keepttl       bool
-
-	// prefetch: entries hit prefetch times with no gap of prefetchWindow are
-	// fetched again when their TTL drops below percentage of it.
-	prefetch       int
-	prefetchWindow time.Duration
-	percentage     int
-
-	// serve_stale (RFC 8767): expired entries are served for staleUpTo with
-	// staleTTL, refreshed in the background, or first in verify mode.
-	staleUpTo      time.Duration
-	verifyStale    bool
-	verifyTimeout  time.Duration // 0: wait as long as the next plugin does
-	staleTTL       time.Duration
-	failRecheck    time.Duration // no refresh of an entry this long after one failed
-	preferPositive bool
-
-	zones   zoneSet  // Zones, matched against keys
-	pexcept []string // zones whose successes are not cached
-	nexcept []string // zones whose denials are not cached
-	bypass  zoneSet  // zones authoritative plugins of the block serve themselves
-
-	ecs      ecsConfig
-	frontend *frontend.Config  // nil unless the block asks for one
-	front    frontPolicy       // what the block's plugins ask of the front end's replies
-	snapshot *persist.Snapshot // nil unless the block asks for one
-	warmup   *persist.Warmup   // nil unless the block asks for one
+	store  *store.Store
+	zones  dnsmsg.ZoneSet // Zones, matched against keys
+	bypass dnsmsg.ZoneSet // zones authoritative plugins of the block serve themselves
+	ecs    ecsConfig
+	front  frontPolicy // what the block's plugins ask of the front end's replies
 
 	refreshes refreshes
 	flights   flights
@@ -99,36 +47,31 @@ type Cache struct {
 
 // New returns a Cache with the stock cache's defaults and a 64 MiB budget.
 func New() *Cache {
-	c := &Cache{
-		Zones:          []string{"."},
-		zones:          newZoneSet([]string{"."}),
-		capacity:       defaultCapacity,
-		maxEntry:       defaultMaxEntry,
-		pttl:           maxTTL,
-		minpttl:        minDefaultTTL,
-		nttl:           maxNTTL,
-		minnttl:        minDefaultTTL,
-		failttl:        failTTL,
-		prefetchWindow: time.Minute,
-		percentage:     10,
-		staleTTL:       defaultStaleTTL,
-		failRecheck:    defaultFailRecheck,
-		ecs:            defaultECS(),
-		refreshes:      newRefreshes(),
-		metrics:        &cachemetrics.Block{},
-		now:            coarseNow,
-	}
-	c.metrics.Store = func() *store.Store { return c.store }
-	if err := c.init(); err != nil {
+	c, err := newCache(config.Defaults())
+	if err != nil {
 		panic(err) // the defaults are valid
 	}
 	return c
 }
 
+// newCache returns a Cache of settings s.
+func newCache(s config.Settings) (*Cache, error) {
+	c := &Cache{
+		Settings:  s,
+		zones:     dnsmsg.NewZoneSet(s.Zones),
+		ecs:       ecsConfig{s.ECS},
+		refreshes: newRefreshes(),
+		metrics:   &cachemetrics.Block{},
+		now:       coarseNow,
+	}
+	c.metrics.Store = func() *store.Store { return c.store }
+	return c, c.init()
+}
+
 // init makes the store for the configured budget and caps, and its record
 // fence.
 func (c *Cache) init() (err error) {
-	c.store, err = store.New(c.capacity, store.PerKind{store.KindSuccess: c.pcap, store.KindDenial: c.ncap}, int64(c.staleUpTo/time.Second))
+	c.store, err = store.New(c.Capacity, store.PerKind{store.KindSuccess: c.SuccessCap, store.KindDenial: c.DenialCap}, int64(c.StaleUpTo/time.Second))
 	c.fence = &flush.Fence{}
 	return err
 }
@@ -166,7 +109,7 @@ func (c *Cache) SetRawWrites(on bool) { c.raw = rawPlan{raw: on} }
 // allocates nothing.
 type scratch struct {
 	q       query
-	name    [entry.MaxNameLen]byte
+	name    [dnsmsg.MaxNameLen]byte
 	key     []byte // lowercased wire qname and keyTail bytes
 	probe   []byte // a key derived from key for a lookup
 	opts    []byte // the request's EDNS options echoed in the reply
@@ -202,7 +145,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 
 	// No time yet: the lookup reads the clock when it finds an entry to age,
 	// so that a miss reads it once, when it stores the reply.
-	f := c.lookup(s, time.Time{}, !c.verifyStale)
+	f := c.lookup(s, time.Time{}, !c.VerifyStale)
 	switch f.state {
 	case fresh:
 		m.Hits[f.kind].Inc()
@@ -211,7 +154,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
-		if c.verifyStale {
+		if c.VerifyStale {
 			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, m); done {
 				return rcode, err
 			}
@@ -233,46 +176,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 // zones and not in a zone that an authoritative plugin of the block asked to
 // bypass.
 func (c *Cache) serves(key []byte) bool {
-	return c.zones.matches(key) && (len(c.bypass) == 0 || !c.bypass.matches(key))
-}
-
-// zoneSet holds zones as lowercased wire names, so that the names of keys
-// are matched against them without building strings.
-type zoneSet [][]byte
-
-func newZoneSet(zones []string) zoneSet {
-	set := make(zoneSet, 0, len(zones))
-	for _, z := range zones {
-		b := make([]byte, entry.MaxNameLen)
-		n, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(z)), b, 0, nil, false)
-		if err != nil {
-			continue // setup normalized the zones: they pack
-		}
-		set = append(set, b[:n])
-	}
-	return set
-}
-
-// matches reports whether the lowercased wire name that key starts with is
-// in one of the zones. A zone matches at a label boundary of the name, and
-// its root label then lines up with the name's.
-func (zs zoneSet) matches(key []byte) bool {
-	for _, z := range zs {
-		if len(z) == 1 {
-			return true // the root, which holds every name: no need to walk to its label
-		}
-	}
-	for off := 0; off < len(key); off += int(key[off]) + 1 {
-		for _, z := range zs {
-			if bytes.HasPrefix(key[off:], z) {
-				return true
-			}
-		}
-		if key[off] == 0 {
-			break
-		}
-	}
-	return false
+	return c.zones.Matches(key) && (len(c.bypass) == 0 || !c.bypass.Matches(key))
 }
 
 // Lookup states.
@@ -362,7 +266,7 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.ScopesLen]byte, ok bool) {
 	s.probe = entry.ScopesKey(s.probe[:0], s.key, s.q.ecs.family)
 	ok = c.store.Get(s.probe, c.store.Hash(s.probe), func(e entry.Entry) bool {
-		if c.at(now).Unix() > e.Expires()+int64(c.staleUpTo/time.Second) {
+		if c.at(now).Unix() > e.Expires()+int64(c.StaleUpTo/time.Second) {
 			return false
 		}
 		e.SetFreq(e.Freq() + 1) // a hit of the list, as Hit counts one for eviction
@@ -378,7 +282,7 @@ func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.Scope
 // kept beside it.
 // It reports whether f found an entry.
 func (c *Cache) lookupKey(s *scratch, key []byte, now *time.Time, withStale bool, f *found) bool {
-	if !c.preferPositive {
+	if !c.PreferPositive {
 		return c.probe(s, key, now, withStale, false, f)
 	}
 	if c.probe(s, key, now, withStale, true, f) {
@@ -425,14 +329,14 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	state := fresh
 	switch {
 	case left > 0:
-	case c.staleUpTo > 0 && -left < int64(c.staleUpTo/time.Second):
+	case c.StaleUpTo > 0 && -left < int64(c.StaleUpTo/time.Second):
 		state = stale
 	default:
 		return false
 	}
-	e.Hit(now.Unix(), int64(c.prefetchWindow/time.Second))
+	e.Hit(now.Unix(), int64(c.PrefetchWindow/time.Second))
 	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
-	f.prefetch = state == fresh && c.prefetch > 0 && e.Hits() >= c.prefetch && left <= c.prefetchThreshold(e)
+	f.prefetch = state == fresh && c.Prefetch > 0 && e.Hits() >= c.Prefetch && left <= c.prefetchThreshold(e)
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))
 	}
@@ -442,7 +346,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 // prefetchThreshold is the TTL left below which a popular entry is fetched
 // again: PERCENTAGE of its TTL, rounded up as the stock cache does.
 func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
-	return (int64(e.TTL())*int64(c.percentage) + 99) / 100
+	return (int64(e.TTL())*int64(c.PrefetchPercentage) + 99) / 100
 }
 
 // view says how e is served from the cache at age seconds: TTLs aged (or
@@ -450,11 +354,11 @@ func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
 // Error (RFC 8914) of cached failures and stale answers.
 func (c *Cache) view(age int64, e entry.Entry, isStale bool) replyView {
 	v := replyView{age: uint32(age)}
-	if c.keepttl {
+	if c.KeepTTL {
 		v.age = 0
 	}
-	if isStale && (c.staleTTL > 0 || !c.keepttl) {
-		v.fixed, v.value = true, uint32(c.staleTTL/time.Second)
+	if isStale && (c.StaleTTL > 0 || !c.KeepTTL) {
+		v.fixed, v.value = true, uint32(c.StaleTTL/time.Second)
 	}
 	switch {
 	case e.Rcode() == dns.RcodeServerFailure:

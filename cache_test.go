@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/config"
 	"net"
 	"strings"
 	"sync"
@@ -132,7 +133,7 @@ func TestKeepTTL(t *testing.T) {
 	u := exampleUpstream()
 	clk := newClock()
 	c := newTestCache(t, u, clk)
-	c.keepttl = true
+	c.KeepTTL = true
 	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
 	ask(t, c, req, false)
 	clk.advance(100 * time.Second)
@@ -278,7 +279,7 @@ func TestServfailCachedWhenNextFails(t *testing.T) {
 	if n := u.count("down.example.org.", dns.TypeA); n != 1 {
 		t.Fatalf("upstream asked %d times within the servfail time, want 1", n)
 	}
-	clk.advance(failTTL)
+	clk.advance(config.ServfailTTL)
 	c.ServeDNS(t.Context(), &recorder{}, req)
 	if n := u.count("down.example.org.", dns.TypeA); n != 2 {
 		t.Fatalf("upstream asked %d times after the servfail time, want 2", n)
@@ -481,7 +482,7 @@ func TestWaitersGetAnUncachedReply(t *testing.T) {
 	}, nil, nil)
 	release := make(chan struct{})
 	c := newTestCache(t, u, newClock())
-	c.pexcept = []string{"example.org."}
+	c.DisableSuccess = []string{"example.org."}
 	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 		<-release
 		return u.ServeDNS(ctx, w, r)

@@ -1,12 +1,10 @@
 package compactcache
 
 import (
-	"math"
-	"slices"
-	"strings"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/reply"
 	"time"
 
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"
@@ -33,23 +31,23 @@ func unusable(why string) verdict { return verdict{why: why, bad: true} }
 // successes; NXDOMAIN and NODATA with an SOA, and SERVFAIL, are denials;
 // truncated replies, other errors, zone transfers, updates and replies that
 // do not answer the question asked are never stored.
-func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
+func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 	switch {
-	case reply.Truncated:
+	case res.Truncated:
 		return unusable("truncated")
-	case !sameQuestion(reply, req):
+	case !reply.SameQuestion(res, req):
 		return unusable("question does not match the request")
-	case reply.Opcode != dns.OpcodeQuery:
+	case res.Opcode != dns.OpcodeQuery:
 		return unusable("opcode is not QUERY")
 	}
-	sc := scanReply(reply, now)
-	t := sc.typify(reply)
-	answers := t == response.NoError && len(reply.Answer) > 0 && answersQuestion(reply)
-	if t == response.NoError && len(reply.Answer) > 0 && !answers {
+	sc := reply.Read(res, now)
+	t := sc.Type(res)
+	answers := t == response.NoError && len(res.Answer) > 0 && reply.Answers(res)
+	if t == response.NoError && len(res.Answer) > 0 && !answers {
 		// A CNAME chain that does not reach the queried type: NODATA when an
 		// SOA bounds it (RFC 2308 2.2), an incomplete recursion otherwise
 		// (RFC 2308 5: not cached).
-		if !sc.soa {
+		if !sc.SOA {
 			return unusable("answer does not resolve the question")
 		}
 		t = response.NoData
@@ -57,24 +55,24 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	var v verdict
 	switch t {
 	case response.NoError:
-		v = verdict{kind: store.KindSuccess, answers: answers, ttl: clampTTL(sc.minTTL(c.pttl, false), c.minpttl, c.pttl), floor: c.minpttl}
+		v = verdict{kind: store.KindSuccess, answers: answers, ttl: clampTTL(sc.MinTTL(c.SuccessTTL, config.MinDefaultTTL, false), c.SuccessMinTTL, c.SuccessTTL), floor: c.SuccessMinTTL}
 	case response.Delegation:
 		// The stock cache keeps referrals for the minimum default TTL.
-		v = verdict{kind: store.KindSuccess, ttl: clampTTL(minDefaultTTL, c.minpttl, c.pttl), floor: c.minpttl}
+		v = verdict{kind: store.KindSuccess, ttl: clampTTL(config.MinDefaultTTL, c.SuccessMinTTL, c.SuccessTTL), floor: c.SuccessMinTTL}
 	case response.NameError, response.NoData:
-		if !sc.soa {
+		if !sc.SOA {
 			return unusable("denial without SOA")
 		}
-		v = verdict{kind: store.KindDenial, nxname: t == response.NoData && compactNXDomain(reply), ttl: clampTTL(sc.minTTL(c.nttl, true), c.minnttl, c.nttl), floor: c.minnttl}
+		v = verdict{kind: store.KindDenial, nxname: t == response.NoData && reply.CompactNXDomain(res), ttl: clampTTL(sc.MinTTL(c.DenialTTL, config.MinDefaultTTL, true), c.DenialMinTTL, c.DenialTTL), floor: c.DenialMinTTL}
 	case response.ServerError:
-		if reply.Rcode != dns.RcodeServerFailure {
-			return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
+		if res.Rcode != dns.RcodeServerFailure {
+			return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
 		}
-		v = verdict{kind: store.KindDenial, ttl: c.failttl}
+		v = verdict{kind: store.KindDenial, ttl: c.ServfailTTL}
 	case response.Meta, response.Update:
 		return verdict{why: "zone transfers and updates are not cached"}
 	default:
-		return verdict{why: "rcode " + dns.RcodeToString[reply.Rcode] + " is not cached"}
+		return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
 	}
 	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored.
 	if v.store = v.ttl >= time.Second; !v.store {
@@ -83,196 +81,4 @@ func (c *Cache) classify(reply, req *dns.Msg, now time.Time) verdict {
 	return v
 }
 
-func sameQuestion(reply, req *dns.Msg) bool {
-	if len(reply.Question) != 1 || len(req.Question) != 1 || !reply.Response {
-		return false
-	}
-	a, b := reply.Question[0], req.Question[0]
-	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && sameName(a.Name, b.Name)
-}
-
-// replyScan is what classify reads off a reply's records, in one pass over
-// them rather than one for each question it asks.
-type replyScan struct {
-	soa     bool // an SOA in the authority section
-	ns      int  // NS records in the authority section
-	expired bool // a signature outside its validity period, in a DO reply
-	records bool // any record but the additional section's OPT and TSIG
-	// The smallest TTLs of the records clients without DO get, of those
-	// only DO clients get (dnssecOnly), and the smallest SOA MINIMUM.
-	dataTTL, proofTTL, soaMinimum uint32
-}
-
-func scanReply(m *dns.Msg, now time.Time) replyScan {
-	sc := replyScan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
-	opt := m.IsEdns0()
-	do := opt != nil && opt.Do()
-	qtype := m.Question[0].Qtype
-	for section, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
-		for _, r := range rrs {
-			h := r.Header()
-			switch h.Rrtype {
-			case dns.TypeSOA:
-				sc.soa = sc.soa || section == 1
-			case dns.TypeNS:
-				if section == 1 {
-					sc.ns++
-				}
-			case dns.TypeRRSIG:
-				if sig, ok := r.(*dns.RRSIG); ok && do && !sig.ValidityPeriod(now) {
-					sc.expired = true
-				}
-			}
-			if entry.HopByHop(h.Rrtype) {
-				continue
-			}
-			sc.records = true
-			if entry.DNSSECOnly(h.Rrtype, section) && !entry.AskedFor(h.Rrtype, section, qtype) {
-				sc.proofTTL = min(sc.proofTTL, entry.WireTTL(h.Ttl))
-			} else {
-				sc.dataTTL = min(sc.dataTTL, entry.WireTTL(h.Ttl))
-			}
-			if soa, ok := r.(*dns.SOA); ok {
-				sc.soaMinimum = min(sc.soaMinimum, entry.WireTTL(soa.Minttl))
-			}
-		}
-	}
-	return sc
-}
-
-// compactNXDomain reports whether m is a compact denial of its question's
-// name (RFC 9824): NOERROR without data, an SOA, and the name's NSEC or
-// NSEC3 with NXNAME in its type bitmap, the sign that the name does not
-// exist. A client without DO, which gets none of the proof, gets NXDOMAIN,
-// as section 5 has resolvers restore it: the upstream was asked with DO.
-func compactNXDomain(m *dns.Msg) bool {
-	if m.Rcode != dns.RcodeSuccess || len(m.Answer) > 0 || len(m.Question) != 1 {
-		return false
-	}
-	soa, proof := false, false
-	for _, rr := range m.Ns {
-		switch rr := rr.(type) {
-		case *dns.SOA:
-			soa = true
-		case *dns.NSEC:
-			proof = proof || slices.Contains(rr.TypeBitMap, dns.TypeNXNAME) && sameName(rr.Hdr.Name, m.Question[0].Name)
-		case *dns.NSEC3:
-			// The bitmap first, and few iterations (RFC 9276 section 3.2):
-			// hashing the name costs an iteration a round.
-			proof = proof || slices.Contains(rr.TypeBitMap, dns.TypeNXNAME) && rr.Iterations <= maxNSEC3Iterations && rr.Match(m.Question[0].Name)
-		}
-	}
-	return soa && proof
-}
-
-// maxNSEC3Iterations is the most NSEC3 iterations a proof is hashed for; RFC
-// 9276 has validators treat more as insecure, and compact denials use 0.
-const maxNSEC3Iterations = 150
-
-// typify is response.Typify, the stock cache's classification, for a QUERY
-// reply with one question (classify has checked both), from the scan: the
-// same decisions in the same order, without its passes over the records.
-func (sc *replyScan) typify(m *dns.Msg) response.Type {
-	switch qtype := m.Question[0].Qtype; {
-	case qtype == dns.TypeAXFR || qtype == dns.TypeIXFR:
-		return response.Meta
-	case sc.expired:
-		return response.OtherError
-	case len(m.Answer) > 0 && m.Rcode == dns.RcodeSuccess:
-		return response.NoError
-	case len(m.Answer) > 0 && m.Rcode == dns.RcodeNameError:
-		return response.OtherError
-	case sc.soa && m.Rcode == dns.RcodeSuccess:
-		return response.NoData
-	case m.Rcode == dns.RcodeNameError:
-		return response.NameError
-	case m.Rcode == dns.RcodeServerFailure || m.Rcode == dns.RcodeNotImplemented:
-		return response.ServerError
-	case sc.ns > 0 && m.Rcode == dns.RcodeSuccess:
-		return response.Delegation
-	case m.Rcode == dns.RcodeSuccess:
-		return response.NoError
-	}
-	return response.OtherError
-}
-
-// minTTL returns the entry's TTL, at most ceiling: the smallest TTL of the
-// records every client gets. The DNSSEC records only DO clients get keep
-// their own, shorter TTLs, which the lookup reads for DO clients (see
-// entry.proofTTL): records a client does not receive must not shorten what it
-// receives. For a denial, an SOA's MINIMUM bounds it too (RFC 2308 5; the
-// stock cache ignores MINIMUM); it does not bound positive answers. A reply
-// without records gets the stock cache's fail-safe minimum.
-func (sc *replyScan) minTTL(ceiling time.Duration, denial bool) time.Duration {
-	if !sc.records {
-		return minDefaultTTL
-	}
-	ttl := sc.dataTTL
-	if ttl == math.MaxUint32 {
-		ttl = sc.proofTTL // nothing but DNSSEC records
-	}
-	if denial {
-		ttl = min(ttl, sc.soaMinimum)
-	}
-	return time.Duration(min(uint32(ceiling/time.Second), ttl)) * time.Second
-}
-
 func clampTTL(ttl, lo, hi time.Duration) time.Duration { return min(max(ttl, lo), hi) }
-
-// answersQuestion reports whether the answer section holds the queried type
-// at the end of the CNAME chain that starts at the question's name (RFC 1034
-// 3.6.2). A chain with a loop or an owner of two targets answers nothing.
-func answersQuestion(m *dns.Msg) bool {
-	q := m.Question[0]
-	name := q.Name
-	if q.Qtype == dns.TypeANY || q.Qtype == dns.TypeCNAME {
-		return ownerHas(m.Answer, name, q.Qtype, q.Qclass)
-	}
-	for hops := 0; hops <= len(m.Answer); hops++ {
-		if ownerHas(m.Answer, name, q.Qtype, q.Qclass) {
-			return true
-		}
-		target, ok := cnameTarget(m.Answer, name, q.Qclass)
-		if !ok || target == "" {
-			return false
-		}
-		name = target
-	}
-	return false // longer than the answer: a loop
-}
-
-// ownerHas reports whether rrs has a record of type t (any type for ANY) at
-// name in class.
-func ownerHas(rrs []dns.RR, name string, t, class uint16) bool {
-	for _, r := range rrs {
-		h := r.Header()
-		if (t == dns.TypeANY || h.Rrtype == t) && classMatches(h.Class, class) && sameName(h.Name, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// cnameTarget returns the target of owner's CNAME, "" when it has none, and
-// false when it has two different ones (RFC 2181 10.1).
-func cnameTarget(rrs []dns.RR, owner string, class uint16) (string, bool) {
-	target := ""
-	for _, r := range rrs {
-		c, ok := r.(*dns.CNAME)
-		if !ok || !classMatches(c.Hdr.Class, class) || !sameName(c.Hdr.Name, owner) {
-			continue
-		}
-		if target != "" && !sameName(target, c.Target) {
-			return "", false
-		}
-		target = c.Target
-	}
-	return target, true
-}
-
-// sameName reports whether two names in presentation form are equal, case
-// aside. Names that are the same string, most of a reply's, compare at
-// memory speed; strings.EqualFold walks them rune by rune.
-func sameName(a, b string) bool { return a == b || strings.EqualFold(a, b) }
-
-func classMatches(rrClass, qclass uint16) bool { return qclass == dns.ClassANY || rrClass == qclass }

@@ -50,7 +50,7 @@ func TestCompactDenial(t *testing.T) {
 		u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, tc.answer, []dns.RR{soa, tc.proof}, nil)
 		c := newTestCache(t, u, newClock())
 		if tc.disable {
-			c.nexcept = []string{zone}
+			c.DisableDenial = []string{zone}
 		}
 		for i := range 2 { // from the upstream, then from the cache where stored
 			plain := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/config"
 	"os"
 	"reflect"
 	"runtime"
@@ -1393,7 +1394,7 @@ func pairRecords(st, cc *diffView, f func(s, c *dns.RR_Header)) {
 // eraseStaleTTL: compactcache's stale TTL of 30s where the stock's is other.
 func eraseStaleTTL(st, cc *diffView) {
 	pairRecords(st, cc, func(s, c *dns.RR_Header) {
-		if c.Ttl == uint32(defaultStaleTTL/time.Second) {
+		if c.Ttl == uint32(config.DefaultStaleTTL/time.Second) {
 			c.Ttl = s.Ttl
 		}
 	})

@@ -2,10 +2,11 @@ package compactcache
 
 import (
 	"encoding/binary"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"net"
 	"net/netip"
 
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/miekg/dns"
 )
 
@@ -20,27 +21,8 @@ import (
 // bookkeeping entry (keyScopes): a bitmap of the lengths, and the variants in
 // the order they came, so that the oldest goes first past max_variants.
 
-const (
-	familyIPv4 = 1
-	familyIPv6 = 2
-
-	defaultSource4     = 24
-	defaultSource6     = 56
-	defaultMaxVariants = 100
-)
-
-// ecsConfig is the `ecs` option: the longest source prefixes sent upstream,
-// whether to add ECS for clients that sent none, and the variants kept per
-// name and family.
-type ecsConfig struct {
-	source4, source6 int
-	add              bool
-	maxVariants      int
-}
-
-func defaultECS() ecsConfig {
-	return ecsConfig{source4: defaultSource4, source6: defaultSource6, maxVariants: defaultMaxVariants}
-}
+// ecsConfig is the `ecs` option, which the request readers apply.
+type ecsConfig struct{ config.ECS }
 
 // subnet is the ECS of one request (RFC 7871 6).
 type subnet struct {
@@ -53,7 +35,7 @@ type subnet struct {
 }
 
 func familyBits(family uint16) int {
-	if family == familyIPv4 {
+	if family == dnsmsg.FamilyIPv4 {
 		return 32
 	}
 	return 128
@@ -72,7 +54,7 @@ func (cfg *ecsConfig) loadSubnet(q *query, o *dns.OPT, w dns.ResponseWriter) boo
 			}
 		}
 	}
-	if cfg.add {
+	if cfg.Add {
 		cfg.addClient(q, remoteIP(w))
 	}
 	return true
@@ -100,28 +82,28 @@ func (cfg *ecsConfig) addClient(q *query, ip netip.Addr) {
 	ip = ip.Unmap()
 	s := &q.ecs
 	if ip.Is4() {
-		s.family = familyIPv4
+		s.family = dnsmsg.FamilyIPv4
 		a := ip.As4()
 		copy(s.addr[:], a[:])
 	} else {
-		s.family = familyIPv6
+		s.family = dnsmsg.FamilyIPv6
 		s.addr = ip.As16()
 	}
 	s.sent = uint8(cfg.maxSource(s.family))
 	s.source = s.sent
-	s.addr = entry.Mask(s.addr, int(s.sent))
+	s.addr = dnsmsg.Mask(s.addr, int(s.sent))
 }
 
 func (cfg *ecsConfig) maxSource(family uint16) int {
-	if family == familyIPv4 {
-		return cfg.source4
+	if family == dnsmsg.FamilyIPv4 {
+		return cfg.Source4
 	}
-	return cfg.source6
+	return cfg.Source6
 }
 
 func (cfg *ecsConfig) fromOption(q *query, e *dns.EDNS0_SUBNET) bool {
 	var addr [16]byte
-	if e.Family == familyIPv4 {
+	if e.Family == dnsmsg.FamilyIPv4 {
 		ip4 := e.Address.To4()
 		if ip4 == nil && e.Address != nil {
 			return false
@@ -136,15 +118,15 @@ func (cfg *ecsConfig) fromOption(q *query, e *dns.EDNS0_SUBNET) bool {
 // fromSubnet fills q.ecs from the client's ECS option: family, source
 // prefix and the address, in the first bytes of addr.
 func (cfg *ecsConfig) fromSubnet(q *query, family uint16, source uint8, addr [16]byte) bool {
-	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) {
+	if family != dnsmsg.FamilyIPv4 && family != dnsmsg.FamilyIPv6 || int(source) > familyBits(family) {
 		return false
 	}
-	if entry.Mask(addr, int(source)) != addr {
+	if dnsmsg.Mask(addr, int(source)) != addr {
 		return false
 	}
 	s := subnet{family: family, source: source, addr: addr, echo: addr, own: true}
 	s.sent = uint8(min(int(s.source), cfg.maxSource(s.family)))
-	s.addr = entry.Mask(s.addr, int(s.sent))
+	s.addr = dnsmsg.Mask(s.addr, int(s.sent))
 	q.ecs = s
 	return true
 }
@@ -152,10 +134,10 @@ func (cfg *ecsConfig) fromSubnet(q *query, family uint16, source uint8, addr [16
 // option returns the ECS option for a request carrying s with prefix bits.
 func (s *subnet) option(prefix uint8) *dns.EDNS0_SUBNET {
 	n := 4
-	if s.family == familyIPv6 {
+	if s.family == dnsmsg.FamilyIPv6 {
 		n = 16
 	}
-	addr := entry.Mask(s.addr, int(prefix))
+	addr := dnsmsg.Mask(s.addr, int(prefix))
 	return &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: s.family, SourceNetmask: prefix, Address: net.IP(addr[:n])}
 }
 
@@ -189,7 +171,7 @@ func replySubnet(m *dns.Msg) *dns.EDNS0_SUBNET {
 // family, source prefix and address, and the scope the answer was stored
 // for (RFC 7871 7.2.2).
 func appendSubnet(b []byte, s *subnet, scope uint8) []byte {
-	n := entry.PrefixBytes(int(s.source))
+	n := dnsmsg.PrefixBytes(int(s.source))
 	b = binary.BigEndian.AppendUint16(b, dns.EDNS0SUBNET)
 	b = binary.BigEndian.AppendUint16(b, uint16(4+n))
 	b = binary.BigEndian.AppendUint16(b, s.family)

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -47,7 +48,7 @@ func (g *geoUpstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.M
 	if e := replySubnet(r); e != nil {
 		scope := geoScope(q.Name)
 		p, _ := netip.AddrFromSlice(e.Address)
-		if e.Family == familyIPv4 {
+		if e.Family == dnsmsg.FamilyIPv4 {
 			p = p.Unmap()
 		}
 		pfx, _ := p.Prefix(int(min(e.SourceNetmask, scope)))
@@ -89,9 +90,9 @@ func geoQuery(name, subnet string) *dns.Msg {
 	m.SetEdns0(1232, false)
 	if subnet != "" {
 		p := netip.MustParsePrefix(subnet)
-		e := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: uint8(p.Bits()), Address: net.IP(p.Masked().Addr().AsSlice())}
+		e := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: uint8(p.Bits()), Address: net.IP(p.Masked().Addr().AsSlice())}
 		if p.Addr().Is6() {
-			e.Family = familyIPv6
+			e.Family = dnsmsg.FamilyIPv6
 		}
 		m.IsEdns0().Option = []dns.EDNS0{e}
 	}
@@ -187,14 +188,14 @@ func TestECSForgedNotCached(t *testing.T) {
 	for _, forge := range []func(e *dns.EDNS0_SUBNET){
 		func(e *dns.EDNS0_SUBNET) { e.SourceNetmask = 16 },
 		func(e *dns.EDNS0_SUBNET) { e.Address = net.IPv4(10, 9, 9, 0) },
-		func(e *dns.EDNS0_SUBNET) { e.Family = familyIPv6; e.Address = net.ParseIP("2001:db8::") },
+		func(e *dns.EDNS0_SUBNET) { e.Family = dnsmsg.FamilyIPv6; e.Address = net.ParseIP("2001:db8::") },
 	} {
 		g := newGeoUpstream()
 		g.forge = forge
 		c := newGeoCache(t, "compactcache", g, newClock())
 		for range 2 {
 			_, echo := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false))
-			if echo == nil || echo.Family != familyIPv4 || echo.SourceNetmask != 24 || !echo.Address.Equal(net.IPv4(10, 1, 1, 0)) {
+			if echo == nil || echo.Family != dnsmsg.FamilyIPv4 || echo.SourceNetmask != 24 || !echo.Address.Equal(net.IPv4(10, 1, 1, 0)) {
 				t.Errorf("forged reply: the client got ECS %v, want its own 10.1.1.0/24", echo)
 			}
 		}
@@ -296,13 +297,13 @@ func TestECSListGrowsByDoubling(t *testing.T) {
 	}
 	b := entry.NewBuilder()
 	base := keyOf(&query{name: []byte("\x03geo\x00"), qtype: dns.TypeA, qclass: dns.ClassINET})
-	key := entry.ScopesKey(nil, base, familyIPv4)
+	key := entry.ScopesKey(nil, base, dnsmsg.FamilyIPv4)
 	const max = 300
 	writes, drops := 0, 0
 	for i := range 2 * max {
 		v := entry.Variant{Prefix: 24, Addr: [16]byte{10, byte(i >> 8), byte(i)}}
 		s.Update(key, 0, func(old entry.Entry) entry.Entry {
-			fresh, dropped := entry.ListVariant(b, old, base, familyIPv4, v, max, 0, 300)
+			fresh, dropped := entry.ListVariant(b, old, base, dnsmsg.FamilyIPv4, v, max, 0, 300)
 			if fresh != nil {
 				writes++
 			}

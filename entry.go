@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/store"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -53,12 +54,12 @@ func storeKey(b *entry.Builder, base []byte, q *query, reply *dns.Msg) (key []by
 		return nil, false, false
 	}
 	var addr [16]byte
-	if s.family == familyIPv4 {
+	if s.family == dnsmsg.FamilyIPv4 {
 		copy(addr[:], e.Address.To4())
 	} else {
 		copy(addr[:], e.Address.To16())
 	}
-	if entry.Mask(addr, int(s.sent)) != s.addr {
+	if dnsmsg.Mask(addr, int(s.sent)) != s.addr {
 		return nil, false, false
 	}
 	if s.sent == 0 {

@@ -1,15 +1,12 @@
 package compactcache
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"
-	"github.com/miekg/dns"
 )
 
 // The invalidation seam: every flush, an operator's, a peer replica's or
@@ -40,11 +37,8 @@ func (c *Cache) Flush(f flush.Flush) admin.Counts {
 }
 
 // flushNames removes every entry of names with one of types (every type
-// probeTypes has when types is empty), and the names' ECS lists.
+// entry.ProbeTypes has when types is empty), and the names' ECS lists.
 func (c *Cache) flushNames(names [][]byte, types []uint16) admin.Counts {
-	if len(types) == 0 {
-		types = probeTypes
-	}
 	var n admin.Counts
 	for _, name := range names {
 		c.nameKeys(name, types, func(key []byte) {
@@ -84,53 +78,6 @@ func count(n *admin.Counts, k int, by int64) {
 	}
 }
 
-// probeTypes are the types a flush or lookup of a name probes: every type
-// miekg/dns has a name for. A type outside them is found by flush_zone.
-var probeTypes = slices.Sorted(maps.Keys(dns.TypeToString))
-
-// probeClasses are the classes probed with them.
-var probeClasses = []uint16{dns.ClassINET, dns.ClassCHAOS}
-
-// nameKeys calls f with each key an entry for name (lowercased wire form)
-// and one of types may be stored under: the question's, with and without
-// CD; answers to ECS source /0 queries and the variants the name's ECS
-// lists hold, each list after its variants; and under prefer_positive the
-// non-answers kept beside each (keyOther). f must not keep key.
-func (c *Cache) nameKeys(name []byte, types []uint16, f func(key []byte)) {
-	var base, key, other [entry.MaxKeyLen]byte
-	both := func(k []byte) {
-		f(k)
-		o := append(other[:0], k...)
-		o[entry.FlagsAt(o)] |= entry.KeyOther
-		f(o)
-	}
-	var variants []entry.Variant
-	for _, t := range types {
-		for _, class := range probeClasses {
-			for _, cd := range []bool{false, true} {
-				b := entry.AppendKey(base[:0], name, t, class, cd)
-				both(b)
-				for _, family := range []uint16{familyIPv4, familyIPv6} {
-					both(entry.SourceZeroKey(key[:0], b, family))
-					list := entry.ScopesKey(key[:0], b, family)
-					variants = c.listed(list, variants[:0])
-					var vk [entry.MaxKeyLen]byte
-					for _, v := range variants {
-						var flags byte
-						if v.Exact {
-							flags = entry.KeyExact
-						}
-						both(entry.VariantKey(vk[:0], b, flags, family, v.Prefix, v.Addr))
-					}
-					if len(variants) > 0 {
-						f(list)
-					}
-				}
-			}
-		}
-	}
-}
-
 // listed appends to dst the variants the list under key holds.
 func (c *Cache) listed(key []byte, dst []entry.Variant) []entry.Variant {
 	c.store.Get(key, c.store.Hash(key), func(e entry.Entry) bool {
@@ -141,4 +88,10 @@ func (c *Cache) listed(key []byte, dst []entry.Variant) []entry.Variant {
 		return true
 	})
 	return dst
+}
+
+// nameKeys calls f with each key an entry of name (lowercased wire form)
+// and one of types (entry.ProbeTypes when empty) may be stored under in c.
+func (c *Cache) nameKeys(name []byte, types []uint16, f func(key []byte)) {
+	entry.NameKeys(name, entry.Probe{Types: types, Other: c.PreferPositive, Variants: c.listed}, f)
 }

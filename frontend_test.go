@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"net/netip"
@@ -129,9 +130,9 @@ func TestFrontendRepliesAsServer(t *testing.T) {
 		return func(m *dns.Msg) {
 			m.SetEdns0(1232, false)
 			ip := net.ParseIP(addr)
-			family := uint16(familyIPv6)
+			family := uint16(dnsmsg.FamilyIPv6)
 			if ip.To4() != nil {
-				family, ip = familyIPv4, ip.To4()
+				family, ip = dnsmsg.FamilyIPv4, ip.To4()
 			}
 			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: source, Address: ip})
 		}
@@ -465,8 +466,8 @@ func FuzzFrontendRequest(f *testing.F) {
 	client := netip.MustParseAddr(clientAddr.IP.String())
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		for _, add := range []bool{false, true} {
-			cfg := defaultECS()
-			cfg.add = add
+			cfg := ecsConfig{config.Defaults().ECS}
+			cfg.Add = add
 			fe := scratchPool.New().(*scratch)
 			if !fe.readPacket(pkt, client, false, &cfg) {
 				return

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"net"
 	"os"
@@ -73,7 +75,7 @@ func fzServe(c *Cache, req *dns.Msg, tcp bool) (*fzWriter, error) {
 // use), the fixed clock and next as the next plugin.
 func fzCache(t *testing.T, next func(w dns.ResponseWriter, r *dns.Msg) (int, error), raw bool) *Cache {
 	c := New()
-	c.capacity = store.MinCapacity
+	c.Capacity = store.MinCapacity
 	if err := c.init(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func fzHeld(m *dns.Msg) bool {
 	if !m.Response {
 		return false
 	}
-	var name [entry.MaxNameLen]byte
+	var name [dnsmsg.MaxNameLen]byte
 	n, err := dns.PackDomainName(strings.ToLower(m.Question[0].Name), name[:], 0, nil, false)
 	if err != nil {
 		return false
@@ -173,7 +175,7 @@ type fzVariant struct {
 	req  func(q dns.Question) *dns.Msg
 }
 
-var fzECS = &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0).To4()}
+var fzECS = &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0).To4()}
 
 var fzVariants = []fzVariant{
 	{"DO=0 udp", false, func(q dns.Question) *dns.Msg { return fzRequest(q, 0x1234, false, 0, nil) }},
@@ -411,7 +413,7 @@ func fzCacheAnswers(req *dns.Msg) bool {
 		return false
 	}
 	var q query
-	var cfg ecsConfig = defaultECS()
+	var cfg ecsConfig = ecsConfig{config.Defaults().ECS}
 	return cfg.loadSubnet(&q, req.IsEdns0(), &test.ResponseWriter{})
 }
 
@@ -527,7 +529,7 @@ func fzPopulateQueries() []*dns.Msg {
 	add("signed.example.org.", dns.TypeA, true, nil)
 	add("signed.example.org.", dns.TypeAAAA, true, nil)
 	add("s.geo.example.org.", dns.TypeTXT, false, fzECS)
-	add("s.geo.example.org.", dns.TypeTXT, false, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv6, SourceNetmask: 48, Address: net.ParseIP("2001:db8:1::")})
+	add("s.geo.example.org.", dns.TypeTXT, false, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv6, SourceNetmask: 48, Address: net.ParseIP("2001:db8:1::")})
 	add("raw.example.org.", dns.TypeA, false, nil)
 	add("fail.example.org.", dns.TypeA, false, nil)
 	return reqs
@@ -623,8 +625,8 @@ func fzStoreSeeds() map[string]*dns.Msg {
 			test.NSEC("signed.example.org. 300 IN NSEC z.example.org. A RRSIG NSEC"), fzRRSIG("signed.example.org.", dns.TypeNSEC)}, nil), nil),
 		"rrsig-asked": withOPT(reply("signed.example.org.", dns.TypeRRSIG, 0, []dns.RR{fzRRSIG("signed.example.org.", dns.TypeA)}, nil, nil), nil),
 		"ds-asked":    reply("sub.example.org.", dns.TypeDS, 0, []dns.RR{test.DS("sub.example.org. 300 IN DS 12345 13 2 0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF")}, nil, nil),
-		"ecs":         withOPT(reply("s.geo.example.org.", dns.TypeTXT, 0, []dns.RR{test.TXT(`s.geo.example.org. 300 IN TXT "geo"`)}, nil, nil), &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 24, SourceScope: 16, Address: net.IPv4(192, 0, 2, 0).To4()}),
-		"ecs-forged":  withOPT(reply("s.geo.example.org.", dns.TypeTXT, 0, []dns.RR{test.TXT(`s.geo.example.org. 300 IN TXT "geo"`)}, nil, nil), &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 24, SourceScope: 24, Address: net.IPv4(198, 51, 100, 0).To4()}),
+		"ecs":         withOPT(reply("s.geo.example.org.", dns.TypeTXT, 0, []dns.RR{test.TXT(`s.geo.example.org. 300 IN TXT "geo"`)}, nil, nil), &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 24, SourceScope: 16, Address: net.IPv4(192, 0, 2, 0).To4()}),
+		"ecs-forged":  withOPT(reply("s.geo.example.org.", dns.TypeTXT, 0, []dns.RR{test.TXT(`s.geo.example.org. 300 IN TXT "geo"`)}, nil, nil), &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 24, SourceScope: 24, Address: net.IPv4(198, 51, 100, 0).To4()}),
 		"servfail":    reply("down.example.org.", dns.TypeA, dns.RcodeServerFailure, nil, nil, nil),
 		"refused":     reply("a.example.org.", dns.TypeA, dns.RcodeRefused, nil, nil, nil),
 		"big":         reply("big.example.org.", dns.TypeTXT, 0, bigTXT("big.example.org.", 20), nil, []dns.RR{test.A("big.example.org. 300 IN A 192.0.2.4")}),
@@ -679,11 +681,11 @@ func fzRequestSeeds() map[string][]byte {
 	add("cd", m)
 	m = q("s.geo.example.org.", dns.TypeTXT)
 	m.SetEdns0(4096, true)
-	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 32, Address: net.IPv4(192, 0, 2, 77).To4()}}
+	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 32, Address: net.IPv4(192, 0, 2, 77).To4()}}
 	add("ecs-32", m)
 	m = q("s.geo.example.org.", dns.TypeTXT)
 	m.SetEdns0(4096, false)
-	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 0, Address: net.IPv4(0, 0, 0, 0).To4()}}
+	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 0, Address: net.IPv4(0, 0, 0, 0).To4()}}
 	add("ecs-0", m)
 	m = q("a.example.org.", dns.TypeA)
 	m.Opcode = dns.OpcodeNotify

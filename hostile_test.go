@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/config"
 	"net"
 	"strings"
 	"sync"
@@ -189,7 +190,7 @@ func exactSizeReply(t *testing.T, r *dns.Msg, size int) *dns.Msg {
 // per-entry limit bounds.
 func entryRecordsLen(t *testing.T, m *dns.Msg, qname string, qtype, qclass uint16) int {
 	t.Helper()
-	var name [entry.MaxNameLen]byte
+	var name [dnsmsg.MaxNameLen]byte
 	n, err := dns.PackDomainName(qname, name[:], 0, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func entryRecordsLen(t *testing.T, m *dns.Msg, qname string, qtype, qclass uint1
 				continue
 			}
 			size += 1 + 4 + 2 + len(r.Rdata)
-			if !entry.EqualFoldWire(r.Owner, name[:n]) {
+			if !dnsmsg.EqualFoldWire(r.Owner, name[:n]) {
 				size += len(r.Owner)
 			}
 			if r.Type != qtype {
@@ -384,11 +385,11 @@ func hostileRows() []hostileRow {
 			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
 				for _, m := range []*dns.Msg{first, second} {
 					answers(t, m, 1)
-					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(minDefaultTTL/time.Second) {
+					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(config.MinDefaultTTL/time.Second) {
 						t.Fatalf("served with TTL %d, want MINTTL", ttl)
 					}
 				}
-				h.clk.advance(minDefaultTTL)
+				h.clk.advance(config.MinDefaultTTL)
 				h.ask(t, test.Case{Qname: "q.example.org.", Qtype: dns.TypeA}.Msg(), false)
 				if n := h.next.count("q.example.org."); n != 2 {
 					t.Fatalf("upstream asked %d times after MINTTL, want 2", n)
@@ -397,7 +398,7 @@ func hostileRows() []hostileRow {
 		},
 		{
 			name:  "TTL 0 with MINTTL 0",
-			setup: func(c *Cache) { c.minpttl = 0 },
+			setup: func(c *Cache) { c.SuccessMinTTL = 0 },
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				return hostileReply(r, dns.RcodeSuccess, []dns.RR{test.A("q.example.org. 0 IN A 192.0.2.1")}, nil, nil)
 			},
@@ -415,14 +416,14 @@ func hostileRows() []hostileRow {
 			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
 				for _, m := range []*dns.Msg{first, second} {
 					answers(t, m, 1)
-					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(minDefaultTTL/time.Second) {
+					if ttl := m.Answer[0].Header().Ttl; ttl != uint32(config.MinDefaultTTL/time.Second) {
 						t.Fatalf("served with TTL %d, want MINTTL", ttl)
 					}
 				}
-				h.clk.advance(minDefaultTTL)
+				h.clk.advance(config.MinDefaultTTL)
 				h.ask(t, test.Case{Qname: "q.example.org.", Qtype: dns.TypeA}.Msg(), false)
 				if n := h.next.count("q.example.org."); n != 2 {
-					t.Fatalf("upstream asked %d times %v after the answer, want 2: the entry outlived a TTL of 0", n, minDefaultTTL)
+					t.Fatalf("upstream asked %d times %v after the answer, want 2: the entry outlived a TTL of 0", n, config.MinDefaultTTL)
 				}
 			},
 		},
@@ -441,10 +442,10 @@ func hostileRows() []hostileRow {
 						t.Fatalf("%s served with TTL %d, want %d", rr, rr.Header().Ttl, want)
 					}
 				}
-				h.clk.advance(minDefaultTTL)
+				h.clk.advance(config.MinDefaultTTL)
 				h.ask(t, test.Case{Qname: "q.example.org.", Qtype: dns.TypeA}.Msg(), false)
 				if n := h.next.count("q.example.org."); n != 2 {
-					t.Fatalf("upstream asked %d times %v after the answer, want 2: the entry outlived a TTL of 0", n, minDefaultTTL)
+					t.Fatalf("upstream asked %d times %v after the answer, want 2: the entry outlived a TTL of 0", n, config.MinDefaultTTL)
 				}
 			},
 		},
@@ -508,7 +509,7 @@ func hostileRows() []hostileRow {
 			qname: "big.example.org.", qtype: dns.TypeTXT, tcp: true,
 			answer: func(t *testing.T, r *dns.Msg) *dns.Msg {
 				m := exactSizeReply(t, r, dns.MaxMsgSize)
-				if n := entryRecordsLen(t, m, r.Question[0].Name, dns.TypeTXT, dns.ClassINET); n > defaultMaxEntry {
+				if n := entryRecordsLen(t, m, r.Question[0].Name, dns.TypeTXT, dns.ClassINET); n > config.DefaultMaxEntry {
 					t.Fatalf("records take %d bytes in an entry, over the limit", n)
 				}
 				return m
@@ -533,7 +534,7 @@ func hostileRows() []hostileRow {
 		{
 			name:  "reply larger than the per-entry limit (limit 4 KiB)",
 			qname: "big.example.org.", qtype: dns.TypeTXT, tcp: true,
-			setup: func(c *Cache) { c.maxEntry = 4 << 10 },
+			setup: func(c *Cache) { c.MaxEntry = 4 << 10 },
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				return hostileReply(r, dns.RcodeSuccess, txtRecords(r.Question[0].Name, 32, 255), nil, nil)
 			},
@@ -558,7 +559,7 @@ func hostileRows() []hostileRow {
 				if b, err := m.Pack(); err != nil || len(b) > dns.MaxMsgSize {
 					t.Fatalf("reply of %d bytes on the wire: %v", len(b), err)
 				}
-				if n := entryRecordsLen(t, m, r.Question[0].Name, dns.TypeTXT, dns.ClassINET); n <= defaultMaxEntry {
+				if n := entryRecordsLen(t, m, r.Question[0].Name, dns.TypeTXT, dns.ClassINET); n <= config.DefaultMaxEntry {
 					t.Fatalf("records take %d bytes in an entry, within the limit", n)
 				}
 				return m
@@ -568,10 +569,10 @@ func hostileRows() []hostileRow {
 		{
 			name:  "records at the per-entry limit under an ECS key of a 255-byte name",
 			qname: longName, qtype: dns.TypeTXT, tcp: true,
-			ecs: &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: familyIPv4, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0).To4()},
+			ecs: &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0).To4()},
 			// One shard, so that every other name shares the entry's.
 			setup: func(c *Cache) {
-				c.capacity = store.MinCapacity
+				c.Capacity = store.MinCapacity
 				if err := c.init(); err != nil {
 					panic(err)
 				}
@@ -734,8 +735,8 @@ func atLimitECS(t *testing.T, r *dns.Msg) *dns.Msg {
 	}
 	m.Answer = txtRecords(q.Name, 171, 255)
 	m.Answer = append(m.Answer, txtRecords(q.Name, 1, 155)...)
-	if n := entryRecordsLen(t, m, q.Name, q.Qtype, q.Qclass); n != defaultMaxEntry {
-		t.Fatalf("records take %d bytes in an entry, want %d", n, defaultMaxEntry)
+	if n := entryRecordsLen(t, m, q.Name, q.Qtype, q.Qclass); n != config.DefaultMaxEntry {
+		t.Fatalf("records take %d bytes in an entry, want %d", n, config.DefaultMaxEntry)
 	}
 	m.Compress = true
 	if b, err := m.Pack(); err != nil || len(b) > dns.MaxMsgSize {

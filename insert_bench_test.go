@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/config"
 	"net"
 	"syscall"
 	"testing"
@@ -44,7 +45,7 @@ func BenchmarkBuild(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		k := i % len(msgs)
-		if _, err := bld.Build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, 0, defaultMaxEntry); err != nil {
+		if _, err := bld.Build(msgs[k], keys[k], msgs[k].Question[0].Name, 0, 3600, 0, 0, config.DefaultMaxEntry); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -190,7 +191,7 @@ func BenchmarkPassOn(b *testing.B) {
 	byWrites(b, func(b *testing.B, raw bool) {
 		up := &cannedUpstream{replies: msgs}
 		c := New()
-		c.Next, c.pexcept = up, []string{"."}
+		c.Next, c.DisableSuccess = up, []string{"."}
 		c.SetRawWrites(raw)
 		req := workload.NewRequest(0, workload.Plain)
 		w := &packingWriter{}

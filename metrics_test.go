@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"maps"
 	"regexp"
@@ -64,8 +65,8 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 		if got := gaugeValue(t, "coredns_compactcache_bytes", server, ""); got != float64(st.Bytes) {
 			t.Fatalf("bytes gauge %v, store %d", got, st.Bytes)
 		}
-		if got := gaugeValue(t, "coredns_compactcache_capacity_bytes", server, ""); got != defaultCapacity {
-			t.Fatalf("capacity gauge %v, want %d", got, defaultCapacity)
+		if got := gaugeValue(t, "coredns_compactcache_capacity_bytes", server, ""); got != config.DefaultCapacity {
+			t.Fatalf("capacity gauge %v, want %d", got, config.DefaultCapacity)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/reply"
 	"math"
 	"net"
 	"time"
@@ -170,7 +171,7 @@ func (cw *captureWriter) fetch(ctx context.Context) (int, error) {
 	// upstream times out. Cache the failure for the servfail time so client
 	// retries don't all reach the upstream; a canceled request is not an
 	// upstream failure, and a failed refresh keeps the entry it refreshes.
-	if cw.reply == nil && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.failttl > 0 && !cw.refresh {
+	if cw.reply == nil && err != nil && rcode == dns.RcodeServerFailure && ctx.Err() == nil && c.ServfailTTL > 0 && !cw.refresh {
 		fail := new(dns.Msg)
 		fail.SetRcode(cw.req, dns.RcodeServerFailure)
 		cw.store(fail)
@@ -204,7 +205,7 @@ func (cw *captureWriter) refreshed() bool {
 	if cw.reply == nil || cw.entry == nil {
 		return false
 	}
-	if cw.c.preferPositive {
+	if cw.c.PreferPositive {
 		return cw.entry.Flags()&entry.FlagAnswers != 0
 	}
 	return cw.entry.Rcode() == dns.RcodeSuccess || cw.entry.Rcode() == dns.RcodeNameError
@@ -307,7 +308,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	case c.disabled(v.kind, q.Name):
 		return
-	case cw.refresh && !c.preferPositive && res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError:
+	case cw.refresh && !c.PreferPositive && res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError:
 		return // a failed refresh leaves the entry it would replace (RFC 8767 4)
 	}
 	key, variant, ok := storeKey(cw.b, cw.s.key, &cw.s.q, res)
@@ -328,10 +329,10 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	// Under prefer_positive, what does not answer is kept beside the answer
 	// it would otherwise replace; an answer replaces both.
-	if c.preferPositive && flags&entry.FlagAnswers == 0 {
+	if c.PreferPositive && flags&entry.FlagAnswers == 0 {
 		key = cw.b.OtherKey(key)
 	}
-	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.maxEntry)
+	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.MaxEntry)
 	if err != nil {
 		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.TooLarge.Inc()
@@ -347,7 +348,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if !c.fence.Store(cw.gen, e, func() { cw.m.Evicted(c.put(e, now.Unix())) }) {
 		return
 	}
-	if c.preferPositive && flags&entry.FlagAnswers != 0 {
+	if c.PreferPositive && flags&entry.FlagAnswers != 0 {
 		c.store.Remove(cw.b.OtherKey(key))
 	}
 	if variant {
@@ -380,7 +381,7 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 	var dropped []byte
 	key := entry.ScopesKey(b.Key[:0], s.key, family)
 	c.store.Update(key, now, func(old entry.Entry) entry.Entry {
-		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.maxVariants, uint32(now), e.TTL())
+		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, uint32(now), e.TTL())
 		dropped = d
 		return list
 	})
@@ -391,9 +392,9 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 
 // disabled reports whether `disable` keeps kind for name out of the cache.
 func (c *Cache) disabled(kind int, name string) bool {
-	except := c.pexcept
+	except := c.DisableSuccess
 	if kind == store.KindDenial {
-		except = c.nexcept
+		except = c.DisableDenial
 	}
 	return len(except) > 0 && plugin.Zones(except).Matches(name) != ""
 }
@@ -421,7 +422,7 @@ func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error 
 // with its DNSSEC records, which the writer gives DO clients only, and an
 // entry TTL no record reaches, so that at age 0 each record keeps its own.
 func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
-	if !sameQuestion(res, r) {
+	if !reply.SameQuestion(res, r) {
 		return nil, errForeign
 	}
 	b := s.builder()
@@ -430,7 +431,7 @@ func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
 	if !ok {
 		key = s.key
 	}
-	flags := entryFlags(res, verdict{nxname: compactNXDomain(res)}) | entry.FlagDNSSEC
+	flags := entryFlags(res, verdict{nxname: reply.CompactNXDomain(res)}) | entry.FlagDNSSEC
 	return b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
 }
 

@@ -18,5 +18,5 @@ func (w *replyWriter) appendOwner(msg, owner []byte) []byte {
 	if owner == nil {
 		return append(msg, qnamePointer[:]...)
 	}
-	return w.appendName(msg, owner)
+	return w.AppendName(msg, owner)
 }

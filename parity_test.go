@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,7 +201,7 @@ func TestZonesAndBypass(t *testing.T) {
 		t.Fatalf("outside the zones: upstream asked %d times, want 2", n)
 	}
 	c = parseCache(t, "compactcache", u, newClock())
-	c.bypass = newZoneSet([]string{"example.org."})
+	c.bypass = dnsmsg.NewZoneSet([]string{"example.org."})
 	ask(t, c, a, false)
 	if n := u.count("a.example.org.", dns.TypeA); n != 3 || c.Stats().Entries != 0 {
 		t.Fatalf("bypassed zone: upstream asked %d times, %d entries; want 3 and 0", n, c.Stats().Entries)

@@ -127,7 +127,7 @@ func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec
 	c.detach(ctx, func(ctx context.Context) {
 		m.Prefetch.Inc()
 		ok := c.refresh(ctx, req, dnssec, m)
-		c.refreshes.end(h, c.now(), c.failRecheck, ok)
+		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 	})
 }
 
@@ -185,13 +185,13 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	if !c.refreshes.begin(h, c.now()) {
 		return false, 0, nil
 	}
-	if c.verifyTimeout == 0 {
+	if c.VerifyTimeout == 0 {
 		cw := c.newCapture(w, r, s, m)
 		cw.refresh = true
 		cw.dnssec = cw.dnssec || dnssec
 		rcode, err = cw.fetch(ctx)
 		ok := cw.refreshed()
-		c.refreshes.end(h, c.now(), c.failRecheck, ok)
+		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 		if !ok {
 			return false, 0, nil
 		}
@@ -202,10 +202,10 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	result := make(chan bool, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		ok := c.refresh(ctx, req, dnssec, m)
-		c.refreshes.end(h, c.now(), c.failRecheck, ok)
+		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 		result <- ok
 	})
-	timer := time.NewTimer(c.verifyTimeout)
+	timer := time.NewTimer(c.VerifyTimeout)
 	defer timer.Stop()
 	select {
 	case ok := <-result:

@@ -38,9 +38,9 @@ type contents struct {
 
 func (c *Cache) contents() contents {
 	return contents{
-		pttl: c.pttl, minpttl: c.minpttl, nttl: c.nttl, minnttl: c.minnttl, failttl: c.failttl,
-		pexcept: strings.Join(c.pexcept, " "), nexcept: strings.Join(c.nexcept, " "),
-		ecs: c.ecs, preferPositive: c.preferPositive,
+		pttl: c.SuccessTTL, minpttl: c.SuccessMinTTL, nttl: c.DenialTTL, minnttl: c.DenialMinTTL, failttl: c.ServfailTTL,
+		pexcept: strings.Join(c.DisableSuccess, " "), nexcept: strings.Join(c.DisableDenial, " "),
+		ecs: c.ecs, preferPositive: c.PreferPositive,
 	}
 }
 

@@ -92,7 +92,7 @@ func (s *scratch) readPacket(pkt []byte, client netip.Addr, tcp bool, cfg *ecsCo
 	}
 	// A question's name has nothing to point back to: RFC 1035 4.1.4
 	// pointers there are left to the chain.
-	off := entry.NameEnd(pkt, dnsmsg.HeaderLen)
+	off := dnsmsg.NameEnd(pkt, dnsmsg.HeaderLen)
 	if off < 0 {
 		return false
 	}
@@ -114,7 +114,7 @@ func (s *scratch) readPacket(pkt []byte, client netip.Addr, tcp bool, cfg *ecsCo
 	if arcount == 1 && !s.readOPT(pkt[off:], cfg) {
 		return false
 	}
-	if q.ecs.family == 0 && cfg.add && client.IsValid() {
+	if q.ecs.family == 0 && cfg.Add && client.IsValid() {
 		cfg.addClient(q, client)
 	}
 	s.finish(!tcp)
@@ -178,8 +178,8 @@ func (s *scratch) readSubnet(data []byte, cfg *ecsConfig) bool {
 		return false
 	}
 	family, source, scope := binary.BigEndian.Uint16(data), data[2], data[3]
-	if family != familyIPv4 && family != familyIPv6 || int(source) > familyBits(family) || scope != 0 ||
-		len(data) != ecsHeader+entry.PrefixBytes(int(source)) {
+	if family != dnsmsg.FamilyIPv4 && family != dnsmsg.FamilyIPv6 || int(source) > familyBits(family) || scope != 0 ||
+		len(data) != ecsHeader+dnsmsg.PrefixBytes(int(source)) {
 		return false
 	}
 	var addr [16]byte
@@ -192,7 +192,7 @@ func (s *scratch) readSubnet(data []byte, cfg *ecsConfig) bool {
 func (s *scratch) readMsg(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	q := &s.q
 	question := r.Question[0]
-	n, err := entry.PackName(question.Name, s.name[:])
+	n, err := dnsmsg.PackName(question.Name, s.name[:])
 	if err != nil {
 		return false
 	}

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/persist"
 	"math"
 	"strings"
@@ -35,65 +36,65 @@ func TestParse(t *testing.T) {
 		check func(*Cache) bool
 	}{
 		{`compactcache`, func(c *Cache) bool {
-			return c.capacity == defaultCapacity && c.pcap == 0 && c.ncap == 0 && c.pttl == maxTTL && c.nttl == maxNTTL &&
-				c.minpttl == minDefaultTTL && c.failttl == failTTL && !c.keepttl
+			return c.Capacity == config.DefaultCapacity && c.SuccessCap == 0 && c.DenialCap == 0 && c.SuccessTTL == config.MaxTTL && c.DenialTTL == config.MaxDenialTTL &&
+				c.SuccessMinTTL == config.MinDefaultTTL && c.ServfailTTL == config.ServfailTTL && !c.KeepTTL
 		}},
-		{`compactcache 300`, func(c *Cache) bool { return c.pttl == 300*time.Second && c.nttl == 300*time.Second }},
+		{`compactcache 300`, func(c *Cache) bool { return c.SuccessTTL == 300*time.Second && c.DenialTTL == 300*time.Second }},
 		{`compactcache 300 example.org example.net`, func(c *Cache) bool {
 			return strings.Join(c.Zones, ",") == "example.org.,example.net."
 		}},
-		{`compactcache example.org`, func(c *Cache) bool { return c.Zones[0] == "example.org." && c.pttl == maxTTL }},
+		{`compactcache example.org`, func(c *Cache) bool { return c.Zones[0] == "example.org." && c.SuccessTTL == config.MaxTTL }},
 		{"compactcache {\n capacity 256MiB\n}", func(c *Cache) bool { return c.store.Capacity() == 256<<20 }},
 		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<30 }},
 		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.Capacity() == 2<<20 }},
 		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<20 }},
 		{"compactcache {\n success 9984 600 10\n denial 100 60\n}", func(c *Cache) bool {
-			return c.pcap == 9984 && c.pttl == 600*time.Second && c.minpttl == 10*time.Second &&
-				c.ncap == 100 && c.nttl == 60*time.Second && c.minnttl == minDefaultTTL
+			return c.SuccessCap == 9984 && c.SuccessTTL == 600*time.Second && c.SuccessMinTTL == 10*time.Second &&
+				c.DenialCap == 100 && c.DenialTTL == 60*time.Second && c.DenialMinTTL == config.MinDefaultTTL
 		}},
-		{"compactcache {\n success 0 600 0\n}", func(c *Cache) bool { return c.pcap == 0 && c.minpttl == 0 }},
-		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.failttl == 0 }},
-		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.failttl == 30*time.Second }},
-		{"compactcache {\n keepttl\n}", func(c *Cache) bool { return c.keepttl }},
+		{"compactcache {\n success 0 600 0\n}", func(c *Cache) bool { return c.SuccessCap == 0 && c.SuccessMinTTL == 0 }},
+		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.ServfailTTL == 0 }},
+		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.ServfailTTL == 30*time.Second }},
+		{"compactcache {\n keepttl\n}", func(c *Cache) bool { return c.KeepTTL }},
 		{"compactcache {\n prefetch 10\n}", func(c *Cache) bool {
-			return c.prefetch == 10 && c.prefetchWindow == time.Minute && c.percentage == 10
+			return c.Prefetch == 10 && c.PrefetchWindow == time.Minute && c.PrefetchPercentage == 10
 		}},
-		{"compactcache {\n prefetch 2 30s\n}", func(c *Cache) bool { return c.prefetch == 2 && c.prefetchWindow == 30*time.Second }},
-		{"compactcache {\n prefetch 2 30s 50%\n}", func(c *Cache) bool { return c.percentage == 50 }},
-		{"compactcache {\n prefetch 2 20%\n}", func(c *Cache) bool { return c.percentage == 20 && c.prefetchWindow == time.Minute }},
+		{"compactcache {\n prefetch 2 30s\n}", func(c *Cache) bool { return c.Prefetch == 2 && c.PrefetchWindow == 30*time.Second }},
+		{"compactcache {\n prefetch 2 30s 50%\n}", func(c *Cache) bool { return c.PrefetchPercentage == 50 }},
+		{"compactcache {\n prefetch 2 20%\n}", func(c *Cache) bool { return c.PrefetchPercentage == 20 && c.PrefetchWindow == time.Minute }},
 		// Hits are kept in seconds: a shorter window is one second.
-		{"compactcache {\n prefetch 2 500ms\n}", func(c *Cache) bool { return c.prefetchWindow == time.Second }},
-		{"compactcache 2147483647", func(c *Cache) bool { return c.pttl == math.MaxInt32*time.Second }},
+		{"compactcache {\n prefetch 2 500ms\n}", func(c *Cache) bool { return c.PrefetchWindow == time.Second }},
+		{"compactcache 2147483647", func(c *Cache) bool { return c.SuccessTTL == math.MaxInt32*time.Second }},
 		{"compactcache {\n serve_stale\n}", func(c *Cache) bool {
-			return c.staleUpTo == time.Hour && !c.verifyStale && c.staleTTL == defaultStaleTTL && c.failRecheck == defaultFailRecheck &&
+			return c.StaleUpTo == time.Hour && !c.VerifyStale && c.StaleTTL == config.DefaultStaleTTL && c.FailRecheck == config.DefaultFailRecheck &&
 				sameShape(c.store, 3600)
 		}},
-		{"compactcache {\n serve_stale 10m\n}", func(c *Cache) bool { return c.staleUpTo == 10*time.Minute }},
+		{"compactcache {\n serve_stale 10m\n}", func(c *Cache) bool { return c.StaleUpTo == 10*time.Minute }},
 		{"compactcache {\n serve_stale 1h immediate 0s 0s\n}", func(c *Cache) bool {
-			return c.staleTTL == 0 && c.failRecheck == 0 && !c.verifyStale
+			return c.StaleTTL == 0 && c.FailRecheck == 0 && !c.VerifyStale
 		}},
-		{"compactcache {\n serve_stale 1h verify\n}", func(c *Cache) bool { return c.verifyStale && c.verifyTimeout == 0 }},
+		{"compactcache {\n serve_stale 1h verify\n}", func(c *Cache) bool { return c.VerifyStale && c.VerifyTimeout == 0 }},
 		{"compactcache {\n serve_stale 1h VERIFY 100ms 10s 1m\n}", func(c *Cache) bool {
-			return c.verifyStale && c.verifyTimeout == 100*time.Millisecond && c.staleTTL == 10*time.Second && c.failRecheck == time.Minute
+			return c.VerifyStale && c.VerifyTimeout == 100*time.Millisecond && c.StaleTTL == 10*time.Second && c.FailRecheck == time.Minute
 		}},
-		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", func(c *Cache) bool { return c.preferPositive }},
-		{"compactcache {\n disable success\n}", func(c *Cache) bool { return strings.Join(c.pexcept, ",") == "." }},
-		{"compactcache", func(c *Cache) bool { return c.ecs == defaultECS() }},
+		{"compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n}", func(c *Cache) bool { return c.PreferPositive }},
+		{"compactcache {\n disable success\n}", func(c *Cache) bool { return strings.Join(c.DisableSuccess, ",") == "." }},
+		{"compactcache", func(c *Cache) bool { return c.ecs == ecsConfig{config.Defaults().ECS} }},
 		{"compactcache {\n ecs 16 48\n}", func(c *Cache) bool {
-			return c.ecs == ecsConfig{source4: 16, source6: 48, maxVariants: defaultMaxVariants}
+			return c.ecs == ecsConfig{config.ECS{Source4: 16, Source6: 48, MaxVariants: config.DefaultMaxVariants}}
 		}},
 		{"compactcache {\n ecs {\n add\n max_variants 10\n }\n keepttl\n}", func(c *Cache) bool {
-			return c.ecs == ecsConfig{source4: 24, source6: 56, add: true, maxVariants: 10} && c.keepttl
+			return c.ecs == ecsConfig{config.ECS{Source4: 24, Source6: 56, Add: true, MaxVariants: 10}} && c.KeepTTL
 		}},
 		// The option's own syntax is internal/frontend's TestParse.
-		{"compactcache {\n frontend 127.0.0.1:53 {\n sockets 4\n }\n keepttl\n}", func(c *Cache) bool { return c.frontend != nil && c.keepttl }},
-		{"compactcache", func(c *Cache) bool { return c.frontend == nil && c.snapshot == nil }},
+		{"compactcache {\n frontend 127.0.0.1:53 {\n sockets 4\n }\n keepttl\n}", func(c *Cache) bool { return c.Frontend != nil && c.KeepTTL }},
+		{"compactcache", func(c *Cache) bool { return c.Frontend == nil && c.Snapshot == nil }},
 		{"compactcache {\n snapshot /var/lib/coredns/cache.snap 5m\n}", func(c *Cache) bool {
 			want, err := persist.ParseSnapshot([]string{"/var/lib/coredns/cache.snap", "5m"})
-			return err == nil && *c.snapshot == *want
+			return err == nil && *c.Snapshot == *want
 		}},
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
-			return strings.Join(c.nexcept, ",") == "example.org.,example.net."
+			return strings.Join(c.DisableDenial, ",") == "example.org.,example.net."
 		}},
 	}
 	for _, tc := range tests {

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -312,7 +313,7 @@ func (u *stressUpstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 		network := "none"
 		if e := replySubnet(r); e != nil {
 			p, _ := netip.AddrFromSlice(e.Address)
-			if e.Family == familyIPv4 {
+			if e.Family == dnsmsg.FamilyIPv4 {
 				p = p.Unmap()
 			}
 			pfx, _ := p.Prefix(int(min(e.SourceNetmask, scope)))
@@ -450,9 +451,9 @@ func (q stressQuery) msg(rng *rand.Rand, id uint16) *dns.Msg {
 	if q.edns || q.do {
 		m.SetEdns0([]uint16{512, 1232, 4096}[rng.IntN(3)], q.do)
 		if q.ecs != nil {
-			family := uint16(familyIPv4)
+			family := uint16(dnsmsg.FamilyIPv4)
 			if q.ecs.Addr().Is6() {
-				family = familyIPv6
+				family = dnsmsg.FamilyIPv6
 			}
 			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{
 				Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: uint8(q.ecs.Bits()), Address: net.IP(q.ecs.Addr().AsSlice()),

@@ -3,6 +3,8 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/persist"
 	"net/netip"
 	"path/filepath"
@@ -71,8 +73,8 @@ func doQuery(name string, qtype uint16, do bool) *dns.Msg {
 // or nil.
 func storedEntry(t *testing.T, c *Cache, name string, qtype uint16) entry.Entry {
 	t.Helper()
-	var wire [entry.MaxNameLen]byte
-	n, err := entry.PackName(name, wire[:])
+	var wire [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(name, wire[:])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func TestNonDOMissStoresNoDNSSEC(t *testing.T) {
 			if stripped.HoldsDNSSEC() != !tc.signed || !whole.HoldsDNSSEC() {
 				t.Errorf("HoldsDNSSEC: %v stored without DO, %v with DO; want %v and true", stripped.HoldsDNSSEC(), whole.HoldsDNSSEC(), !tc.signed)
 			}
-			if d := plain.describe(stripped, clk.now().Unix(), new(replyBuffers)); d.NoDNSSEC != tc.signed {
+			if d := adminserver.Describe(stripped, clk.now().Unix(), 0); d.NoDNSSEC != tc.signed {
 				t.Errorf("the admin lookup says no-dnssec %v, want %v", d.NoDNSSEC, tc.signed)
 			}
 			if tc.signed && stripped.Size() >= whole.Size() || !tc.signed && stripped.Size() != whole.Size() {
@@ -354,8 +356,8 @@ func TestRefreshKeepsDNSSEC(t *testing.T) {
 		config func(c *Cache)
 		wait   time.Duration
 	}{
-		{"serve_stale", func(c *Cache) { c.staleUpTo = time.Hour }, 301 * time.Second},
-		{"prefetch", func(c *Cache) { c.prefetch = 1 }, 280 * time.Second},
+		{"serve_stale", func(c *Cache) { c.StaleUpTo = time.Hour }, 301 * time.Second},
+		{"prefetch", func(c *Cache) { c.Prefetch = 1 }, 280 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := signedUpstream(t)

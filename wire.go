@@ -14,12 +14,6 @@ import (
 const (
 	optLen = 11 // an OPT record without options
 	edeLen = 6  // an EDE option without EXTRA-TEXT
-
-	// Compression pointers reach the first 16 KiB of a message.
-	maxPointer = 0x3FFF
-	// maxNames bounds the names the writer remembers for compression; a
-	// name past it is written whole, which is correct, only longer.
-	maxNames = 64
 )
 
 // replyView says how an entry becomes a reply besides what the entry holds:
@@ -51,11 +45,7 @@ func (v replyView) of(recTTL, entryTTL uint32) uint32 {
 	if v.fixed {
 		return v.value
 	}
-	t := min(recTTL, entryTTL)
-	if v.age >= t {
-		return 0
-	}
-	return t - v.age
+	return entry.ReplyTTL(recTTL, entryTTL, v.age)
 }
 
 // replyBuffers are the buffers replies are written in, kept from one reply
@@ -70,16 +60,8 @@ type replyBuffers struct {
 }
 
 // replyWriter writes the records of one reply, compressing their names
-// against what it wrote before. The message goes in and out of its methods
-// by value: appends stored through a pointer pay a write barrier while the
-// garbage collector marks, and a reply makes dozens of them. The writer
-// itself holds no pointer, so it lives in the pooled buffers rather than
-// on the stack, which a hit must keep small (see Cache.lookup).
-type replyWriter struct {
-	names     [maxNames]uint16 // offsets of names and their suffixes, for compression
-	nnames    int
-	qnameSeen bool // the question's labels are in names
-}
+// against what it wrote before (dnsmsg.Compressor).
+type replyWriter struct{ dnsmsg.Compressor }
 
 // mark records where a record starts, for cutting replies at RRset bounds.
 type mark struct {
@@ -101,7 +83,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 	// Written in local variables, stored back once: see replyWriter.
 	msg, marks := b.msg[:0], b.marks[:0]
 	w := &b.w
-	w.nnames, w.qnameSeen = 0, false
+	w.Reset()
 
 	ef := e.Flags()
 	rcode := e.Rcode()
@@ -109,7 +91,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 		rcode = int(tv.rcode)
 	}
 	if ef&entry.FlagNXName != 0 && !q.do {
-		rcode = dns.RcodeNameError // RFC 9824 section 5: see compactNXDomain
+		rcode = dns.RcodeNameError // RFC 9824 section 5: see reply.CompactNXDomain
 	}
 	if rcode > 0xF && !q.edns {
 		// An extended RCODE needs OPT, which this client cannot read: say
@@ -164,7 +146,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 			if r.Flags&entry.RecDNSSEC != 0 && !q.do && !entry.AskedFor(r.Type, s, q.qtype) {
 				continue
 			}
-			head := counts[s] == 0 || r.Type != prevType || !entry.EqualFoldWire(r.Owner, prevOwner)
+			head := counts[s] == 0 || r.Type != prevType || !dnsmsg.EqualFoldWire(r.Owner, prevOwner)
 			marks = append(marks, mark{off: len(msg), section: s, setHead: head})
 			msg = w.appendRecord(msg, &r, tv.of(r.TTL, e.TTL()))
 			counts[s]++
@@ -179,7 +161,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte
 			limit -= edeLen
 		}
 		if q.ecs.own {
-			limit -= 8 + entry.PrefixBytes(int(q.ecs.source))
+			limit -= 8 + dnsmsg.PrefixBytes(int(q.ecs.source))
 		}
 	}
 	if len(msg) > limit {
@@ -252,24 +234,19 @@ func (w *replyWriter) appendRecord(msg []byte, r *entry.Record, ttl uint32) []by
 }
 
 // appendRdata writes rd, the rdata of a record of type t, compressing the
-// names of the types RFC 3597 section 4 lets us compress: those of RFC 1035
-// still in use. The names in SRV (RFC 2782), DNAME (RFC 6672) and DNSSEC
-// rdata must stay whole.
+// names of the types that allow it (dnsmsg.Compressible). The entry's rdata
+// holds them whole: checked when it was built.
 func (w *replyWriter) appendRdata(msg []byte, t uint16, rd []byte) []byte {
-	switch t {
-	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
-		return w.appendName(msg, rd)
-	case dns.TypeMX:
-		msg = append(msg, rd[:2]...)
-		return w.appendName(msg, rd[2:])
-	case dns.TypeSOA:
-		mname := entry.WireNameLen(rd)
-		rname := mname + entry.WireNameLen(rd[mname:])
-		msg = w.appendName(msg, rd[:mname])
-		msg = w.appendName(msg, rd[mname:rname])
-		return append(msg, rd[rname:]...)
+	if !dnsmsg.Compressible(t) {
+		return append(msg, rd...)
 	}
-	return append(msg, rd...)
+	start, ends, n, _ := dnsmsg.RdataNames(t, rd)
+	msg = append(msg, rd[:start]...)
+	for _, end := range ends[:n] {
+		msg = w.AppendName(msg, rd[start:end])
+		start = end
+	}
+	return append(msg, rd[start:]...)
 }
 
 // appendOPT writes the OPT record the stock cache's replies get from
@@ -365,72 +342,4 @@ func end(msg []byte, marks []mark, n int) int {
 		return len(msg)
 	}
 	return marks[n].off
-}
-
-// appendName writes the uncompressed wire name n, replacing its longest
-// suffix already in the message by a pointer (RFC 1035 4.1.4).
-func (w *replyWriter) appendName(msg, n []byte) []byte {
-	if !w.qnameSeen {
-		w.qnameSeen = true
-		w.remember(dnsmsg.HeaderLen, msg[dnsmsg.HeaderLen:])
-	}
-	start := len(msg)
-	for i := 0; n[i] != 0; i += int(n[i]) + 1 {
-		if p, ok := w.pointerTo(msg, n[i:]); ok {
-			msg = append(msg, n[:i]...)
-			msg = append(msg, 0xC0|byte(p>>8), byte(p))
-			w.remember(start, n[:i+1])
-			return msg
-		}
-	}
-	msg = append(msg, n...)
-	w.remember(start, n)
-	return msg
-}
-
-// remember adds the offsets of each label of the name written at start.
-// labels is the name as written; only its length bytes are read, up to the
-// root label or the end of labels.
-func (w *replyWriter) remember(start int, labels []byte) {
-	for i := 0; i < len(labels) && labels[i] != 0 && labels[i]&0xC0 == 0; i += int(labels[i]) + 1 {
-		if start+i > maxPointer || w.nnames == maxNames {
-			return
-		}
-		w.names[w.nnames] = uint16(start + i)
-		w.nnames++
-	}
-}
-
-// pointerTo returns the offset of a name in msg equal to suffix.
-func (w *replyWriter) pointerTo(msg, suffix []byte) (int, bool) {
-	for _, o := range w.names[:w.nnames] {
-		if nameAtEqual(msg, int(o), suffix) {
-			return int(o), true
-		}
-	}
-	return 0, false
-}
-
-// nameAtEqual reports whether the name at off in msg, which may end in a
-// pointer, equals the uncompressed name n, ignoring ASCII case. The writer
-// only writes pointers backwards, so following them terminates.
-func nameAtEqual(msg []byte, off int, n []byte) bool {
-	i := 0
-	for {
-		for msg[off]&0xC0 == 0xC0 {
-			off = int(binary.BigEndian.Uint16(msg[off:]) & maxPointer)
-		}
-		l := int(msg[off])
-		if l != int(n[i]) {
-			return false
-		}
-		if l == 0 {
-			return true
-		}
-		if !entry.EqualFoldWire(msg[off+1:off+1+l], n[i+1:i+1+l]) {
-			return false
-		}
-		off += l + 1
-		i += l + 1
-	}
 }

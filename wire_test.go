@@ -1,6 +1,8 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"net"
 	"strings"
@@ -25,7 +27,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 		})
 	}
 	const entryTTL = 300 // the lowest TTL, raised to a minimum of 300
-	e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte("\x01a\x07example\x03org\x00"), dns.TypeA, dns.ClassINET, false), "a.example.org.", 1, entryTTL, 0, 0, defaultMaxEntry)
+	e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte("\x01a\x07example\x03org\x00"), dns.TypeA, dns.ClassINET, false), "a.example.org.", 1, entryTTL, 0, 0, config.DefaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	for i, ttl := range ttls {
 		var r entry.Record
 		next := e.Record(off, &r)
-		own := entry.WireTTL(ttl) < entryTTL
+		own := dnsmsg.WireTTL(ttl) < entryTTL
 		if got := r.Flags&entry.RecTTLIsEntry == 0; got != own {
 			t.Errorf("record of TTL %d in an entry of %d: keeps its own %v, want %v", ttl, entryTTL, got, own)
 		}
@@ -59,7 +61,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	}
 	for i, ttl := range ttls {
 		want := uint32(0)
-		if left := min(entry.WireTTL(ttl), entryTTL); left > age {
+		if left := min(dnsmsg.WireTTL(ttl), entryTTL); left > age {
 			want = left - age
 		}
 		if got := reply.Answer[i].Header().Ttl; got != want {
@@ -86,7 +88,7 @@ func TestRotationAsLoadbalance(t *testing.T) {
 		mustRR(t, "a.example.org. 300 IN MX 20 mx2.example.org."),
 	}
 	m.Extra = []dns.RR{mustRR(t, "mx1.example.org. 300 IN A 192.0.2.25"), mustRR(t, "mx2.example.org. 300 IN A 192.0.2.26")}
-	e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte("\x01a\x07example\x03org\x00"), dns.TypeA, dns.ClassINET, false), "a.example.org.", 1, 300, 0, 0, defaultMaxEntry)
+	e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte("\x01a\x07example\x03org\x00"), dns.TypeA, dns.ClassINET, false), "a.example.org.", 1, 300, 0, 0, config.DefaultMaxEntry)
 	if err != nil {
 		t.Fatal(err)
 	}

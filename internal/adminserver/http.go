@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/store"
 	"maps"
 	"net"
 	"net/http"
@@ -15,7 +18,6 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/miekg/dns"
 )
@@ -99,8 +101,8 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case admin.OpLookup:
 		reply := admin.LookupReply{Blocks: []admin.BlockEntries{}}
 		for _, b := range req.blocks {
-			found := b.c.Lookup(req.name, req.types)
-			reply.Blocks = append(reply.Blocks, admin.BlockEntries{Block: b.info.Name, Entries: append([]admin.Entry{}, found...)})
+			found := Lookup(b.c, req.name, req.types)
+			reply.Blocks = append(reply.Blocks, admin.BlockEntries{Block: b.info.Name, Entries: found})
 		}
 		adminJSON(sw, reply)
 	case admin.OpDump:
@@ -237,13 +239,13 @@ func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
 		return nil, fmt.Errorf("%q is not a domain name", s)
 	}
-	var buf [entry.MaxNameLen]byte
-	n, err := entry.PackName(dns.Fqdn(s), buf[:])
+	var buf [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
 	}
 	name := buf[:n]
-	entry.LowerInPlace(name)
+	dnsmsg.LowerInPlace(name)
 	return slices.Clone(name), nil
 }
 
@@ -307,7 +309,7 @@ func serveDump(w *statusWriter, req adminRequest) {
 		if req.format == admin.FormatText {
 			fmt.Fprintf(bw, "; block %s\n", b.info.Name)
 		}
-		err := b.c.Dump(func(batch []admin.Entry) error {
+		err := dump(b.c, func(batch []admin.Entry) error {
 			for i := range batch {
 				e := &batch[i]
 				if req.format == admin.FormatJSON {
@@ -367,4 +369,36 @@ func adminError(w http.ResponseWriter, code int, field, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(admin.Error{Error: msg, Field: field})
+}
+
+// Lookup describes every entry of name with one of types, but the ECS
+// lists, as the lookup operation answers.
+func Lookup(c Cache, name []byte, types []uint16) []admin.Entry {
+	var held []byte // the entries found, copied out under their shard's lock
+	c.Entries(name, types, func(e entry.Entry) {
+		if store.KindOf(e) != store.KindMeta {
+			held = append(held, e...)
+		}
+	})
+	return describeAll(held, c.Now(), c.Grace(), []admin.Entry{})
+}
+
+// dump describes every entry but the ECS lists, a chunk at a time: each
+// chunk's entries are copied out under its lock and described and handed
+// to each, whose error ends the dump, with no lock held.
+func dump(c Cache, each func(batch []admin.Entry) error) error {
+	var held []byte
+	var batch []admin.Entry
+	return c.Walk(func(e entry.Entry) {
+		if store.KindOf(e) != store.KindMeta {
+			held = append(held, e...)
+		}
+	}, func() error {
+		if len(held) == 0 {
+			return nil
+		}
+		batch = describeAll(held, c.Now(), c.Grace(), batch[:0])
+		held = held[:0]
+		return each(batch)
+	})
 }

@@ -1,6 +1,7 @@
 package adminserver
 
 import (
+	"github.com/compactcache/compactcache/internal/entry"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,10 +44,12 @@ func (c *recordingCache) Flush(f flush.Flush) admin.Counts {
 	c.flushes = append(c.flushes, f)
 	return admin.Counts{}
 }
-func (c *recordingCache) Lookup([]byte, []uint16) []admin.Entry { return nil }
-func (c *recordingCache) Dump(func([]admin.Entry) error) error  { return nil }
-func (c *recordingCache) Stats() admin.Stats                    { return admin.Stats{} }
-func (c *recordingCache) Snapshot(io.Writer) (int, error)       { return 0, nil }
+func (c *recordingCache) Entries([]byte, []uint16, func(entry.Entry)) {}
+func (c *recordingCache) Walk(func(entry.Entry), func() error) error  { return nil }
+func (c *recordingCache) Now() int64                                  { return 0 }
+func (c *recordingCache) Grace() int64                                { return 0 }
+func (c *recordingCache) Stats() admin.Stats                          { return admin.Stats{} }
+func (c *recordingCache) Snapshot(io.Writer) (int, error)             { return 0, nil }
 
 // TestOperationsNotFlushes: an operation the API lists that the server
 // does not serve answers 404 and flushes nothing, as an operation that

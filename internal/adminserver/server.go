@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"io"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/coredns/caddy"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
@@ -36,16 +38,22 @@ var log = clog.NewWithPlugin("compactcache")
 type Cache interface {
 	// Flush drops what f covers and counts it.
 	Flush(f flush.Flush) admin.Counts
-	// Lookup describes the entries of name (lowercased wire form) with one
-	// of types, every type when types is empty.
-	Lookup(name []byte, types []uint16) []admin.Entry
-	// Dump describes every entry, a batch at a time; each's error ends it.
-	Dump(each func(batch []admin.Entry) error) error
+	// Entries calls each with every entry of name (lowercased wire form)
+	// of one of types (every type when empty), under its shard's lock.
+	Entries(name []byte, types []uint16, each func(e entry.Entry))
+	// Walk calls visit with every entry, a chunk at a time under the
+	// chunk's shard lock, and between, when given, after each chunk with
+	// no lock held; between's error ends the walk.
+	Walk(visit func(e entry.Entry), between func() error) error
 	// Stats describes the cache and its counters.
 	Stats() admin.Stats
 	// Snapshot writes the cache in the snapshot format (internal/snapshot)
 	// and returns the entries written.
 	Snapshot(w io.Writer) (int, error)
+	// Now is the cache's clock, unix seconds; Grace is how long, in
+	// seconds, it serves entries past their TTL (serve_stale).
+	Now() int64
+	Grace() int64
 }
 
 // adminConfig is the `admin` option.
@@ -62,8 +70,6 @@ const minTokenLen = 16
 // the option whose name c is on. Every block of an instance that gives it
 // must give the same; a block that does not is still reached through it.
 func Parse(c *caddy.Controller, args []string) error {
-	// RemainingArgs stops before a block's brace, on the same line.
-	block := c.NextArg()
 	if len(args) != 1 {
 		return fmt.Errorf("admin: want one ADDRESS, got %d arguments", len(args))
 	}
@@ -75,8 +81,8 @@ func Parse(c *caddy.Controller, args []string) error {
 	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		return fmt.Errorf("admin: ADDRESS %q: port %q is not a number between 0 and 65535", cfg.addr, port)
 	}
-	for block && c.Next() && c.Val() != "}" {
-		switch opt, vals := c.Val(), c.RemainingArgs(); opt {
+	err = corefile.Block(c, func(opt string, vals []string) error {
+		switch opt {
 		case "token_file":
 			if len(vals) != 1 {
 				return fmt.Errorf("admin: token_file wants one PATH, got %q", vals)
@@ -90,6 +96,10 @@ func Parse(c *caddy.Controller, args []string) error {
 		default:
 			return fmt.Errorf("admin: unknown option %q", opt)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	switch {
 	case cfg.tokenFile != "" && cfg.insecure:

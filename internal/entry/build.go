@@ -3,6 +3,7 @@ package entry
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 
 	"github.com/miekg/dns"
 )
@@ -57,7 +58,7 @@ func (b *Builder) OtherKey(key []byte) []byte {
 // bytes that clients without DO never receive, and the entry gets
 // FlagDNSSEC all the same when m had none: it then holds all there is.
 func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor uint32, flags uint16, limit int) (Entry, error) {
-	nameLen := WireNameLen(key)
+	nameLen := dnsmsg.WireNameLen(key)
 	qname := key[:nameLen]
 	alias, err := b.checkPackable(m, qname, asked)
 	if err != nil {
@@ -97,7 +98,7 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 				left = true
 				continue
 			}
-			r.TTL = max(WireTTL(r.TTL), floor)
+			r.TTL = max(dnsmsg.WireTTL(r.TTL), floor)
 			if proof && r.TTL < ttl {
 				flags |= FlagShortProof
 			}
@@ -141,7 +142,7 @@ func (b *Builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias s
 		if b.wire, err = appendTextName(b.wire[:0], q.Name); err != nil {
 			return "", err
 		}
-		if i == 0 && EqualFoldWire(b.wire, qname) {
+		if i == 0 && dnsmsg.EqualFoldWire(b.wire, qname) {
 			alias = q.Name
 		}
 	}
@@ -151,7 +152,7 @@ func (b *Builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias s
 // wireRecord parses the uncompressed resource record at off in a message
 // miekg/dns packed, and returns it with the offset of the next.
 func WireRecord(wire []byte, off int) (Record, int) {
-	nl := WireNameLen(wire[off:])
+	nl := dnsmsg.WireNameLen(wire[off:])
 	r := Record{Owner: wire[off : off+nl]}
 	off += nl
 	r.Type = binary.BigEndian.Uint16(wire[off:])
@@ -181,26 +182,18 @@ func AskedFor(t uint16, section int, qtype uint16) bool { return section == 0 &&
 var errBadRdata = errors.New("rdata without the domain names its type has")
 
 // rdataNamesWhole reports whether the rdata of the types whose names the
-// reply writer compresses holds whole names where they belong: miekg/dns
-// accepts such records with RDLENGTH 0 from the wire.
+// reply writer compresses holds whole names where they belong
+// (dnsmsg.RdataNames).
 func rdataNamesWhole(t uint16, rd []byte) bool {
-	switch t {
-	case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
-		return NameEnd(rd, 0) == len(rd)
-	case dns.TypeMX:
-		return len(rd) > 2 && NameEnd(rd, 2) == len(rd)
-	case dns.TypeSOA:
-		mname := NameEnd(rd, 0)
-		return mname > 0 && NameEnd(rd, mname)+20 == len(rd)
-	}
-	return true
+	_, _, _, ok := dnsmsg.RdataNames(t, rd)
+	return ok
 }
 
 // layRecord lays r out in the record format of entry.go, for an entry of
 // TTL ttl. An owner of nil is the qname, as in entry.record.
 func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
 	var flags byte
-	if r.Owner == nil || EqualFoldWire(r.Owner, qname) {
+	if r.Owner == nil || dnsmsg.EqualFoldWire(r.Owner, qname) {
 		flags |= RecOwnerIsQname
 	}
 	if r.Type == qtype {
@@ -212,7 +205,7 @@ func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass u
 	if DNSSECOnly(r.Type, section) {
 		flags |= RecDNSSEC
 	}
-	if WireTTL(r.TTL) >= ttl {
+	if dnsmsg.WireTTL(r.TTL) >= ttl {
 		flags |= RecTTLIsEntry
 	}
 	buf = append(buf, flags)
@@ -226,7 +219,7 @@ func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass u
 		buf = binary.BigEndian.AppendUint16(buf, r.Class)
 	}
 	if flags&RecTTLIsEntry == 0 {
-		buf = binary.BigEndian.AppendUint32(buf, WireTTL(r.TTL))
+		buf = binary.BigEndian.AppendUint32(buf, dnsmsg.WireTTL(r.TTL))
 	}
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(r.Rdata)))
 	return append(buf, r.Rdata...)

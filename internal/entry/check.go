@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 )
 
 // Check reports whether b is an entry the readers of entries can walk: the
@@ -23,7 +24,7 @@ func Check(b []byte) error {
 		return fmt.Errorf("size field %d, %d bytes", size, len(b))
 	}
 	nameLen := int(b[offNameLen])
-	if NameEnd(b, offKey) != offKey+nameLen {
+	if dnsmsg.NameEnd(b, offKey) != offKey+nameLen {
 		return errors.New("the key does not start with a name of its length")
 	}
 	kl, err := checkKey(b[offKey:], nameLen)
@@ -62,10 +63,10 @@ func checkKey(k []byte, nameLen int) (int, error) {
 			return 0, errors.New("ECS key cut short")
 		}
 		family, prefix := k[n], int(k[n+1])
-		if family != 1 && family != 2 || family == 1 && prefix > 32 || prefix > 128 {
+		if family != dnsmsg.FamilyIPv4 && family != dnsmsg.FamilyIPv6 || family == dnsmsg.FamilyIPv4 && prefix > 32 || prefix > 128 {
 			return 0, fmt.Errorf("ECS key of family %d, prefix %d", family, prefix)
 		}
-		n += 2 + PrefixBytes(prefix)
+		n += 2 + dnsmsg.PrefixBytes(prefix)
 	case flags&(KeyScopes|KeySourceZero) != 0:
 		if len(k) < n+1 || k[n] != 1 && k[n] != 2 {
 			return 0, errors.New("key without its family")
@@ -110,7 +111,7 @@ func checkRecord(b []byte, off int) (int, error) {
 	off++
 	rtype := uint16(0)
 	if flags&RecOwnerIsQname == 0 {
-		end := NameEnd(b, off)
+		end := dnsmsg.NameEnd(b, off)
 		if end < 0 {
 			return 0, errors.New("record owner is not a name")
 		}

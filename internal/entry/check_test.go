@@ -2,6 +2,7 @@ package entry
 
 import (
 	"encoding/binary"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/workload"
@@ -41,12 +42,12 @@ func walk(e Entry) {
 			off = e.Record(off, &r)
 			switch r.Type {
 			case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
-				WireNameLen(r.Rdata)
+				dnsmsg.WireNameLen(r.Rdata)
 			case dns.TypeMX:
-				WireNameLen(r.Rdata[2:])
+				dnsmsg.WireNameLen(r.Rdata[2:])
 			case dns.TypeSOA:
-				n := WireNameLen(r.Rdata)
-				WireNameLen(r.Rdata[n:])
+				n := dnsmsg.WireNameLen(r.Rdata)
+				dnsmsg.WireNameLen(r.Rdata[n:])
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package entry
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 )
 
@@ -158,7 +159,7 @@ func keyLen(b []byte, nameLen int) int {
 	n := nameLen + keyTail
 	switch flags := b[n-1]; {
 	case flags&KeyECS != 0:
-		n += 2 + PrefixBytes(int(b[n+1])) // family, prefix length, address
+		n += 2 + dnsmsg.PrefixBytes(int(b[n+1])) // family, prefix length, address
 	case flags&(KeyScopes|KeySourceZero) != 0:
 		n++ // family
 	}
@@ -271,7 +272,7 @@ func (e Entry) Record(off int, r *Record) int {
 	r.Flags, r.Owner, r.Type, r.Class = e[off], nil, e.QType(), e.QClass()
 	off++
 	if r.Flags&RecOwnerIsQname == 0 {
-		n := WireNameLen(e[off:])
+		n := dnsmsg.WireNameLen(e[off:])
 		r.Owner = e[off : off+n]
 		off += n
 	}
@@ -294,21 +295,13 @@ func (e Entry) Record(off int, r *Record) int {
 	return off + rdlen
 }
 
-// wireNameLen returns the length of the uncompressed wire name at the start
-// of b, the root label included.
-func WireNameLen(b []byte) int {
-	off := 0
-	for b[off] != 0 {
-		off += int(b[off]) + 1
-	}
-	return off + 1
-}
-
-// WireTTL reads a TTL as RFC 2181 section 8 asks: with the top bit set it
-// means zero.
-func WireTTL(ttl uint32) uint32 {
-	if ttl > math.MaxInt32 {
+// ReplyTTL is the TTL a record of TTL rec takes in a reply from an entry of
+// TTL ttl at age seconds: its own while shorter than the entry's, which is
+// the clamped one, less the age, and 0 once that is spent.
+func ReplyTTL(rec, ttl, age uint32) uint32 {
+	t := min(rec, ttl)
+	if age >= t {
 		return 0
 	}
-	return ttl
+	return t - age
 }

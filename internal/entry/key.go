@@ -2,6 +2,9 @@ package entry
 
 import (
 	"encoding/binary"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"maps"
+	"slices"
 
 	"github.com/miekg/dns"
 )
@@ -10,9 +13,8 @@ import (
 const ScopesLen = (128 + 8) / 8
 
 const (
-	MaxNameLen = 255
 	// maxKeyLen is the longest key: a name, the key tail and an ECS suffix.
-	MaxKeyLen = MaxNameLen + keyTail + 2 + 16
+	MaxKeyLen = dnsmsg.MaxNameLen + keyTail + 2 + 16
 )
 
 // appendKey appends the cache key of a question: the lowercased wire qname,
@@ -22,7 +24,7 @@ const (
 func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
 	off := len(b)
 	b = append(b, qname...)
-	LowerInPlace(b[off:])
+	dnsmsg.LowerInPlace(b[off:])
 	b = append(b, byte(qtype>>8), byte(qtype), byte(qclass>>8), byte(qclass))
 	var flags byte
 	if cd {
@@ -31,24 +33,11 @@ func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
 	return append(b, flags)
 }
 
-func PrefixBytes(prefix int) int { return (prefix + 7) / 8 }
-
-// mask zeroes the bits of addr past prefix.
-func Mask(addr [16]byte, prefix int) [16]byte {
-	var m [16]byte
-	n := prefix / 8
-	copy(m[:n], addr[:n])
-	if rest := prefix % 8; rest != 0 {
-		m[n] = addr[n] & ^byte(0xFF>>rest)
-	}
-	return m
-}
-
 // KeyFor returns the cache key of a question whose name is in presentation
 // form, for callers that start from text: an operator's lookup, tests.
 func KeyFor(name string, qtype, qclass uint16, cd bool) ([]byte, error) {
-	var buf [MaxNameLen]byte
-	n, err := PackName(dns.Fqdn(name), buf[:])
+	var buf [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(dns.Fqdn(name), buf[:])
 	if err != nil {
 		return nil, err
 	}
@@ -63,15 +52,15 @@ func withFlagsTo(dst, base []byte, flags byte) []byte {
 }
 
 // flagsAt returns the offset of the key flags in a key.
-func FlagsAt(key []byte) int { return WireNameLen(key) + keyTail - 1 }
+func FlagsAt(key []byte) int { return dnsmsg.WireNameLen(key) + keyTail - 1 }
 
 // variantKey appends to dst the key of the variant of base for the subnet
 // addr/prefix, with flags besides keyECS.
 func VariantKey(dst, base []byte, flags byte, family uint16, prefix uint8, addr [16]byte) []byte {
 	dst = withFlagsTo(dst, base, KeyECS|flags)
 	dst = append(dst, byte(family), prefix)
-	m := Mask(addr, int(prefix))
-	return append(dst, m[:PrefixBytes(int(prefix))]...)
+	m := dnsmsg.Mask(addr, int(prefix))
+	return append(dst, m[:dnsmsg.PrefixBytes(int(prefix))]...)
 }
 
 func SourceZeroKey(dst, base []byte, family uint16) []byte {
@@ -236,7 +225,7 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
 	binary.LittleEndian.PutUint16(buf[offFlags:], FlagMeta)
 	binary.LittleEndian.PutUint64(buf[offCounts:], 0) // no sections; last hit, hits
-	buf[offNameLen] = byte(WireNameLen(base))
+	buf[offNameLen] = byte(dnsmsg.WireNameLen(base))
 	buf = ScopesKey(buf, base, family)
 	at := len(buf)
 	buf = append(buf, make([]byte, listItems+itemLen*capacity)...)
@@ -257,4 +246,70 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 	binary.LittleEndian.PutUint32(buf[OffSize:], uint32(len(buf)))
 	b.meta = buf
 	return Entry(buf)
+}
+
+// ProbeTypes are the types a probe of a name's keys tries when given none:
+// every type miekg/dns has a name for. An entry of a type outside them is
+// found by walking the store.
+var ProbeTypes = slices.Sorted(maps.Keys(dns.TypeToString))
+
+// probeClasses are the classes a probe tries.
+var probeClasses = []uint16{dns.ClassINET, dns.ClassCHAOS}
+
+// Probe says which keys NameKeys gives.
+type Probe struct {
+	Types []uint16 // ProbeTypes when empty
+	// Other: the non-answers kept beside answers (KeyOther), which only a
+	// cache under serve_stale_policy prefer_positive stores.
+	Other bool
+	// Variants appends to dst the ECS variants the list under key holds.
+	Variants func(key []byte, dst []Variant) []Variant
+}
+
+// NameKeys calls f with each key an entry of name (lowercased wire form)
+// may be stored under: the question's for every type and class probed,
+// with and without CD; answers to ECS source /0 queries and the variants
+// the name's ECS lists hold, each list after its variants; and the
+// non-answers beside each when p.Other. f must not keep key. A flush or
+// lookup of a name probes these rather than walk the store, as Unbound's
+// flush does.
+func NameKeys(name []byte, p Probe, f func(key []byte)) {
+	types := p.Types
+	if len(types) == 0 {
+		types = ProbeTypes
+	}
+	var base, key, other [MaxKeyLen]byte
+	each := func(k []byte) {
+		f(k)
+		if p.Other {
+			o := append(other[:0], k...)
+			o[FlagsAt(o)] |= KeyOther
+			f(o)
+		}
+	}
+	var variants []Variant
+	for _, t := range types {
+		for _, class := range probeClasses {
+			for _, cd := range []bool{false, true} {
+				b := AppendKey(base[:0], name, t, class, cd)
+				each(b)
+				for _, family := range []uint16{dnsmsg.FamilyIPv4, dnsmsg.FamilyIPv6} {
+					each(SourceZeroKey(key[:0], b, family))
+					list := ScopesKey(key[:0], b, family)
+					variants = p.Variants(list, variants[:0])
+					var vk [MaxKeyLen]byte
+					for _, v := range variants {
+						var flags byte
+						if v.Exact {
+							flags = KeyExact
+						}
+						each(VariantKey(vk[:0], b, flags, family, v.Prefix, v.Addr))
+					}
+					if len(variants) > 0 {
+						f(list)
+					}
+				}
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"slices"
 	"strings"
@@ -25,9 +26,6 @@ import (
 
 // msgHeaderLen is the length of a DNS message's header (RFC 1035 4.1.1).
 const msgHeaderLen = 12
-
-// maxLabelLen is the longest label of a domain name (RFC 1035 2.3.4).
-const maxLabelLen = 63
 
 // maxTXTLen is the longest character-string of TXT rdata (RFC 1035 3.3).
 const maxTXTLen = 255
@@ -111,24 +109,11 @@ func appendTextName(b []byte, s string) ([]byte, error) {
 	// a length byte for each label's dot, the first label's and the root's.
 	// One byte more lets packName take its plain path.
 	b = slices.Grow(b, len(s)+2)[:off+len(s)+2]
-	n, err := PackName(s, b[off:])
+	n, err := dnsmsg.PackName(s, b[off:])
 	if err != nil {
 		return b[:off], err
 	}
 	return b[:off+n], nil
-}
-
-// packName writes s in wire form at the start of buf and returns its length,
-// as dns.PackDomainName(s, buf, 0, nil, false) does, errors included (ErrBuf
-// when buf is too short). Names with escapes (\. and \DDD) and names it
-// refuses are dns.PackDomainName's own.
-func PackName(s string, buf []byte) (int, error) {
-	if len(s) < len(buf) {
-		if n, ok := putPlainName(buf, s); ok {
-			return n, nil
-		}
-	}
-	return dns.PackDomainName(s, buf, 0, nil, false)
 }
 
 // appendTextRdataName appends a name of rdata. A name putPlainName does not
@@ -136,45 +121,10 @@ func PackName(s string, buf []byte) (int, error) {
 func appendTextRdataName(b []byte, s string) ([]byte, error) {
 	off := len(b)
 	b = slices.Grow(b, len(s)+1)[:off+len(s)+1]
-	if n, ok := putPlainName(b[off:], s); ok {
+	if n, ok := dnsmsg.PutPlainName(b[off:], s); ok {
 		return b[:off+n], nil
 	}
 	return b[:off], errLeftToMiekg
-}
-
-// putPlainName writes s in wire form at the start of buf, which has room for
-// len(s)+1 bytes, when s is a fully qualified name without escapes whose
-// labels are 1 to 63 bytes long, and returns its length; it reports false
-// for any other name. miekg/dns does not bound the whole name, so neither
-// does this.
-func putPlainName(buf []byte, s string) (int, bool) {
-	switch {
-	case s == ".":
-		buf[0] = 0
-		return 1, true
-	case s == "" || s[len(s)-1] != '.':
-		return 0, false
-	}
-	if strings.IndexByte(s, '\\') >= 0 {
-		return 0, false // an escape: miekg/dns's to decode
-	}
-	// The wire form is s shifted by one byte, each dot turned into the
-	// length of the label after it, the last one into the root label; the
-	// first label's length goes in front. Labels are found and copied a
-	// label at a time, not a byte at a time.
-	buf = buf[:len(s)+1]
-	at := 0 // where the current label starts in s, and its length goes in buf
-	for at < len(s) {
-		l := strings.IndexByte(s[at:], '.') // found: s ends in a dot
-		if l == 0 || l > maxLabelLen {
-			return 0, false // an empty label, or one too long: miekg/dns's error
-		}
-		buf[at] = byte(l)
-		copy(buf[at+1:], s[at:at+l])
-		at += l + 1
-	}
-	buf[at] = 0
-	return len(buf), true
 }
 
 // packRdata appends the rdata of rr in uncompressed wire form, as

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -292,7 +293,7 @@ func randomString(r *rand.Rand, n int, alphabet string) string {
 // miekg/dns packs, and no question name known. The entries must be equal.
 func TestBuildMatchesPackBuffer(t *testing.T) {
 	b, ref := NewBuilder(), NewBuilder()
-	var name [MaxNameLen]byte
+	var name [dnsmsg.MaxNameLen]byte
 	for _, v := range []workload.Variant{workload.Plain, workload.CNAME | workload.DNSSEC, workload.ECS} {
 		for i := range 300 {
 			m := workload.Reply(i, v)
@@ -392,9 +393,9 @@ func TestPackNameMatchesMiekg(t *testing.T) {
 		names = append(names, randomName(r))
 	}
 	for _, s := range names {
-		for _, size := range []int{MaxNameLen, len(s) + 1, len(s), 3} {
+		for _, size := range []int{dnsmsg.MaxNameLen, len(s) + 1, len(s), 3} {
 			got, want := make([]byte, size), make([]byte, size)
-			n, err := PackName(s, got)
+			n, err := dnsmsg.PackName(s, got)
 			wn, werr := dns.PackDomainName(s, want, 0, nil, false)
 			if (err == nil) != (werr == nil) || err == nil && (n != wn || !bytes.Equal(got[:n], want[:wn])) {
 				t.Fatalf("packName(%q) into %d bytes: %d %x %v, dns.PackDomainName: %d %x %v", s, size, n, got[:min(n, size)], err, wn, want[:min(wn, size)], werr)
@@ -422,7 +423,7 @@ func TestBuildAllocatesNothing(t *testing.T) {
 		mustRR(t, `a.example. 300 IN TXT "v=spf1 -all" "second"`),
 		mustRR(t, "a.example. 300 IN AAAA 2001:db8::1"),
 	)
-	var name [MaxNameLen]byte
+	var name [dnsmsg.MaxNameLen]byte
 	l, err := dns.PackDomainName(m.Question[0].Name, name[:], 0, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -479,11 +480,11 @@ func FuzzPackRR(f *testing.F) {
 // workload, as readMsg does for every request.
 func BenchmarkPackName(b *testing.B) {
 	names := workload.NewNames(1 << 10)
-	var buf [MaxNameLen]byte
+	var buf [dnsmsg.MaxNameLen]byte
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := PackName(names.Name(i%(1<<10)), buf[:]); err != nil {
+		if _, err := dnsmsg.PackName(names.Name(i%(1<<10)), buf[:]); err != nil {
 			b.Fatal(err)
 		}
 		i++

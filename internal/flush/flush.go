@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"slices"
 	"strings"
 
@@ -62,7 +63,7 @@ func (f *Flush) Covers(e entry.Entry, now int64) bool {
 			(len(f.Types) == 0 || slices.Contains(f.Types, e.QType()))
 	case Zones:
 		q := e.QName()
-		return slices.ContainsFunc(f.Names, func(z []byte) bool { return InZone(q, z) })
+		return slices.ContainsFunc(f.Names, func(z []byte) bool { return dnsmsg.InZone(q, z) })
 	case Negative:
 		return Negativity(e)
 	case Expired:
@@ -81,17 +82,6 @@ func (f *Flush) Fenced() bool { return f.Scope != Expired }
 // NODATA (the denials) and SERVFAIL; never the bookkeeping of ECS lists.
 func Negativity(e entry.Entry) bool {
 	return e.Flags()&entry.FlagMeta == 0 && (e.Flags()&entry.FlagDenial != 0 || e.Rcode() == dns.RcodeServerFailure)
-}
-
-// InZone reports whether name is zone or below it; both are lowercased
-// wire names, and zone matches at a label boundary.
-func InZone(name, zone []byte) bool {
-	for off := 0; len(name)-off >= len(zone); off += int(name[off]) + 1 {
-		if len(name)-off == len(zone) {
-			return string(name[off:]) == string(zone)
-		}
-	}
-	return false
 }
 
 // String is f as the log says it: the scope, names in presentation form
@@ -166,12 +156,12 @@ func Unmarshal(b []byte) (Flush, error) {
 	}
 	off += 2 * nt
 	for range nn {
-		end := entry.NameEnd(b, off)
+		end := dnsmsg.NameEnd(b, off)
 		if end < 0 {
 			return f, fmt.Errorf("%w: a name that is not a wire name", ErrMalformed)
 		}
 		n := slices.Clone(b[off:end])
-		entry.LowerInPlace(n)
+		dnsmsg.LowerInPlace(n)
 		f.Names = append(f.Names, n)
 		off = end
 	}

@@ -3,6 +3,7 @@ package flush
 import (
 	"bytes"
 	"errors"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"slices"
 	"testing"
 
@@ -12,8 +13,8 @@ import (
 
 func wire(t *testing.T, name string) []byte {
 	t.Helper()
-	var buf [entry.MaxNameLen]byte
-	n, err := entry.PackName(dns.Fqdn(name), buf[:])
+	var buf [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(dns.Fqdn(name), buf[:])
 	if err != nil {
 		t.Fatal(err)
 	}

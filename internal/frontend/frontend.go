@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"net"
 	"net/netip"
 	"runtime"
@@ -25,7 +26,6 @@ import (
 
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -112,8 +112,6 @@ var bypassRefused = map[string]string{
 // being the addresses. An address is host:port for UDP and TCP, or
 // udp://host:port or tcp://host:port for one of them.
 func Parse(c *caddy.Controller, args []string) (*Config, error) {
-	// RemainingArgs stops before a block's brace, on the same line.
-	block := c.NextArg()
 	if len(args) == 0 {
 		return nil, fmt.Errorf("frontend: want at least one ADDRESS")
 	}
@@ -137,8 +135,7 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 			return nil, fmt.Errorf("frontend: %q: want dns://, udp:// or tcp://, or no scheme", a)
 		}
 	}
-	for block && c.Next() && c.Val() != "}" {
-		opt, vals := c.Val(), c.RemainingArgs()
+	err := corefile.Block(c, func(opt string, vals []string) error {
 		var n *int
 		lowest := 1
 		switch opt {
@@ -150,16 +147,20 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 			n = &fc.logEvery
 			lowest = 0
 		default:
-			return nil, fmt.Errorf("frontend: unknown option %q", opt)
+			return fmt.Errorf("frontend: unknown option %q", opt)
 		}
 		if len(vals) != 1 {
-			return nil, fmt.Errorf("frontend %s: want one number, got %q", opt, vals)
+			return fmt.Errorf("frontend %s: want one number, got %q", opt, vals)
 		}
 		v, err := strconv.Atoi(vals[0])
 		if err != nil || v < lowest {
-			return nil, fmt.Errorf("frontend %s: %q is not a number of at least %d", opt, vals[0], lowest)
+			return fmt.Errorf("frontend %s: %q is not a number of at least %d", opt, vals[0], lowest)
 		}
 		*n = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return fc, nil
 }
@@ -329,7 +330,7 @@ func (fe *frontend) blockOf(pkt []byte) int {
 	if len(fe.blocks) == 1 {
 		return 0 // the server hands what is not its zones' to the chain's refusal
 	}
-	end := entry.NameEnd(pkt, dnsmsg.HeaderLen)
+	end := dnsmsg.NameEnd(pkt, dnsmsg.HeaderLen)
 	if end < 0 {
 		return -1
 	}
@@ -338,7 +339,7 @@ func (fe *frontend) blockOf(pkt []byte) int {
 	for off := 0; off < len(name); off += int(name[off]) + 1 {
 		for i, b := range fe.blocks {
 			for _, z := range b.zones {
-				if len(z) == len(name)-off && len(z) > bestLen && entry.EqualFoldWire(z, name[off:]) {
+				if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
 					best, bestLen = i, len(z)
 				}
 			}
@@ -434,7 +435,7 @@ func shedReply(pkt []byte) []byte {
 	if len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]) != 1 {
 		return nil
 	}
-	end := entry.NameEnd(pkt, dnsmsg.HeaderLen)
+	end := dnsmsg.NameEnd(pkt, dnsmsg.HeaderLen)
 	if end < 0 || len(pkt) < end+4 {
 		return nil
 	}
@@ -677,7 +678,7 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 	b.chainOnly = !logs
 	for _, k := range c.ServerBlockKeys {
 		for _, z := range plugin.Host(k).NormalizeExact() {
-			w := make([]byte, entry.MaxNameLen)
+			w := make([]byte, dnsmsg.MaxNameLen)
 			n, err := dns.PackDomainName(strings.ToLower(z), w, 0, nil, false)
 			if err != nil {
 				return fmt.Errorf("frontend: zone %q: %v", z, err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/metrics/vars"
@@ -58,7 +57,7 @@ func blockMetrics(cfg *dnsserver.Config, cache string) (*metrics.Metrics, string
 func newMetricsZones(m *metrics.Metrics, plugin, server, view string) *metricsZones {
 	z := &metricsZones{server: server, view: view, names: m.ZoneNames(), plugin: plugin}
 	for _, n := range z.names {
-		b := make([]byte, entry.MaxNameLen)
+		b := make([]byte, dnsmsg.MaxNameLen)
 		l, err := dns.PackDomainName(dns.Fqdn(strings.ToLower(n)), b, 0, nil, false)
 		if err != nil {
 			l = 1 // the root, which the plugin would match too
@@ -84,7 +83,7 @@ func (z *metricsZones) zoneIndex(name []byte) int {
 	best := -1
 	for off := 0; off < len(name); off += int(name[off]) + 1 {
 		for i, w := range z.wire {
-			if len(w) == len(name)-off && (best < 0 || len(w) > len(z.wire[best])) && entry.EqualFoldWire(w, name[off:]) {
+			if len(w) == len(name)-off && (best < 0 || len(w) > len(z.wire[best])) && dnsmsg.EqualFoldWire(w, name[off:]) {
 				best = i
 			}
 		}
@@ -233,7 +232,7 @@ func (m *requestMetrics) count(reply []byte, reqLen int, client netip.Addr, tcp 
 	if m == nil {
 		return
 	}
-	end := entry.NameEnd(reply, dnsmsg.HeaderLen)
+	end := dnsmsg.NameEnd(reply, dnsmsg.HeaderLen)
 	if end < 0 || len(reply) < end+2 {
 		return // the reply writer wrote it: it has its question
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,7 +38,6 @@ const defaultWarmupTimeout = 10 * time.Second
 
 // ParseWarmup parses the option whose name c is on.
 func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
-	block := c.NextArg() // RemainingArgs stops before a block's brace
 	if len(args) != 1 {
 		return nil, fmt.Errorf("warmup: want one URL, got %d arguments", len(args))
 	}
@@ -46,22 +46,26 @@ func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 		return nil, fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
 	}
 	wc := &Warmup{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
-	for block && c.Next() && c.Val() != "}" {
-		switch opt, vals := c.Val(), c.RemainingArgs(); opt {
+	err = corefile.Block(c, func(opt string, vals []string) error {
+		switch opt {
 		case "token_file":
 			if len(vals) != 1 {
-				return nil, fmt.Errorf("warmup: token_file wants one PATH, got %q", vals)
+				return fmt.Errorf("warmup: token_file wants one PATH, got %q", vals)
 			}
 			wc.tokenFile = vals[0]
 		case "timeout":
 			d, err := time.ParseDuration(strings.Join(vals, " "))
 			if len(vals) != 1 || err != nil || d <= 0 {
-				return nil, fmt.Errorf("warmup: timeout %q is not a duration above 0", vals)
+				return fmt.Errorf("warmup: timeout %q is not a duration above 0", vals)
 			}
 			wc.timeout = d
 		default:
-			return nil, fmt.Errorf("warmup: unknown option %q", opt)
+			return fmt.Errorf("warmup: unknown option %q", opt)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return wc, nil
 }

@@ -1,6 +1,7 @@
-package compactcache
+package reply
 
 import (
+	"github.com/compactcache/compactcache/internal/testenv"
 	"testing"
 	"time"
 
@@ -8,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestTypifyMatchesCoreDNS compares classify's typify with CoreDNS's
+// TestTypifyMatchesCoreDNS compares Scan.Type with CoreDNS's
 // response.Typify, which it replaces, over every combination of RCODE,
 // qtype, answer, authority, signature validity and DO.
 func TestTypifyMatchesCoreDNS(t *testing.T) {
@@ -23,13 +24,13 @@ func TestTypifyMatchesCoreDNS(t *testing.T) {
 	}
 	answers := [][]dns.RR{
 		nil,
-		{mustRR(t, "a.example. 60 IN A 192.0.2.1")},
-		{mustRR(t, "a.example. 60 IN CNAME b.example.")},
-		{mustRR(t, "a.example. 60 IN A 192.0.2.1"), sig(true)},
-		{mustRR(t, "a.example. 60 IN A 192.0.2.1"), sig(false)},
+		{testenv.MustRR(t, "a.example. 60 IN A 192.0.2.1")},
+		{testenv.MustRR(t, "a.example. 60 IN CNAME b.example.")},
+		{testenv.MustRR(t, "a.example. 60 IN A 192.0.2.1"), sig(true)},
+		{testenv.MustRR(t, "a.example. 60 IN A 192.0.2.1"), sig(false)},
 	}
-	soa := mustRR(t, "example. 60 IN SOA ns.example. h.example. 1 2 3 4 5")
-	ns := mustRR(t, "example. 60 IN NS ns.example.")
+	soa := testenv.MustRR(t, "example. 60 IN SOA ns.example. h.example. 1 2 3 4 5")
+	ns := testenv.MustRR(t, "example. 60 IN NS ns.example.")
 	authorities := [][]dns.RR{nil, {soa}, {ns}, {ns, soa}, {sig(false)}}
 	types := map[response.Type]int{}
 	for _, rcode := range []int{dns.RcodeSuccess, dns.RcodeFormatError, dns.RcodeServerFailure, dns.RcodeNameError, dns.RcodeNotImplemented, dns.RcodeRefused} {
@@ -44,8 +45,8 @@ func TestTypifyMatchesCoreDNS(t *testing.T) {
 							m.SetEdns0(1232, do == 1)
 						}
 						want, _ := response.Typify(m, now)
-						sc := scanReply(m, now)
-						if got := sc.typify(m); got != want {
+						sc := Read(m, now)
+						if got := sc.Type(m); got != want {
 							t.Errorf("%s: typify %s, response.Typify %s", m, got, want)
 						}
 						types[want]++
