@@ -6,12 +6,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"
-	"github.com/coredns/coredns/plugin"
-	"github.com/coredns/coredns/plugin/bufsize"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"
 )
@@ -23,41 +20,6 @@ import (
 // frontCache is c behind the front end's interface, which the plugin's own
 // API does not show.
 type frontCache struct{ c *Cache }
-
-// frontPolicy is what the plugins before the cache ask of the replies the
-// front end writes for it.
-type frontPolicy struct {
-	// rotate: loadbalance's round_robin order, which the reply writer
-	// applies itself (replyBuffers.rotation).
-	rotate bool
-	// chain: a plugin reorders replies in a way only it can (loadbalance's
-	// weighted policy, prefer): every request goes to the chain.
-	chain bool
-	// bufsize: the EDNS buffer size bufsize clamps requests to, 0 for none.
-	bufsize uint16
-}
-
-// frontPolicyOf returns the policy of a block whose chain is handlers.
-func frontPolicyOf(handlers []plugin.Handler) frontPolicy {
-	var p frontPolicy
-	for _, h := range handlers {
-		switch h.Name() {
-		case pluginName:
-			return p // plugins after the cache never see hits
-		case "bufsize":
-			if b, ok := h.(bufsize.Bufsize); ok {
-				p.bufsize = uint16(min(b.Size, 0xFFFF))
-			}
-		case "loadbalance":
-			if coredns.RoundRobin(h) {
-				p.rotate = true
-			} else {
-				p.chain = true
-			}
-		}
-	}
-	return p
-}
 
 func (fc frontCache) Now() time.Time { return fc.c.now() }
 
@@ -80,11 +42,11 @@ type packetAnswerer struct {
 // refreshes: the chain serves them.
 func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *frontend.Hit) []byte {
 	c, s := a.c, a.s
-	if c.front.chain || !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
+	if c.plan.chain || !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
 		return nil
 	}
-	s.q.rotate = c.front.rotate
-	if b := c.front.bufsize; b != 0 && s.q.edns && s.q.udpSize > b {
+	s.q.rotate = c.plan.rotate
+	if b := c.plan.bufsize; b != 0 && s.q.edns && s.q.udpSize > b {
 		// bufsize clamps the request before the cache in plugin mode.
 		s.q.udpSize = b
 		if !tcp {

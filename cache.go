@@ -29,17 +29,15 @@ type Cache struct {
 	Next plugin.Handler
 	config.Settings
 
-	store  *store.Store
-	zones  dnsmsg.ZoneSet // Zones, matched against keys
-	bypass dnsmsg.ZoneSet // zones authoritative plugins of the block serve themselves
-	ecs    ecsConfig
-	front  frontPolicy // what the block's plugins ask of the front end's replies
+	store *store.Store
+	zones dnsmsg.ZoneSet // Zones, matched against keys
+	ecs   ecsConfig
 
 	refreshes refreshes
 	flights   flights
 	fence     *flush.Fence // the flushes begun on the store, handed over with it; see Flush
 
-	raw     rawPlan // hits go out through w.Write; see raw.go
+	plan    plan // what the block's other plugins ask of the cache
 	metrics *cachemetrics.Block
 	listen  []string // the addresses of the block's servers, as the metrics' server label names them
 	now     func() time.Time
@@ -103,7 +101,7 @@ func (c *Cache) Stats() Stats {
 // SetRawWrites makes hits reach the client through w.Write with the reply
 // bytes instead of WriteMsg with a *dns.Msg built from them. Setup turns it on
 // when no plugin in the server block needs WriteMsg.
-func (c *Cache) SetRawWrites(on bool) { c.raw = rawPlan{raw: on} }
+func (c *Cache) SetRawWrites(on bool) { c.plan.raw, c.plan.rotate = on, false }
 
 // scratch holds one request's buffers; scratches are pooled so that a hit
 // allocates nothing.
@@ -139,7 +137,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	// Written as bytes, a reply goes around loadbalance: rotated here.
-	s.q.rotate = c.raw.rotate
+	s.q.rotate = c.plan.raw && c.plan.rotate
 	m := c.metrics.Server(metrics.WithServer(ctx))
 	m.Requests.Inc()
 
@@ -176,7 +174,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 // zones and not in a zone that an authoritative plugin of the block asked to
 // bypass.
 func (c *Cache) serves(key []byte) bool {
-	return c.zones.Matches(key) && (len(c.bypass) == 0 || !c.bypass.Matches(key))
+	return c.zones.Matches(key) && (len(c.plan.bypass) == 0 || !c.plan.bypass.Matches(key))
 }
 
 // Lookup states.
@@ -199,9 +197,9 @@ type found struct {
 
 	// upgrade: a DO client found an entry stored without its DNSSEC
 	// records, which it cannot take; its miss fetches the entry again
-	// with them, as a refresh of it that inherits its hits.
-	upgrade bool
-	hits    int
+	// with them, as a refresh of it that inherits its popularity.
+	upgrade    bool
+	popularity int
 }
 
 // lookup finds the entry for s.q and writes the reply from it; a stale
@@ -213,7 +211,7 @@ type found struct {
 // The chain below lookup fills one found through a pointer rather than
 // returning it: a hit runs on the stack of a request's new goroutine, and a
 // copy of found in every frame took it past 4 KiB, so that every hit copied
-// its stack to a larger one (2.5 µs a query under dnsperf).
+// its stack to a larger one, a cost of microseconds.
 func (c *Cache) lookup(s *scratch, now time.Time, withStale bool) found {
 	var f found
 	c.lookupAt(s, &now, withStale, &f)
@@ -315,7 +313,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	}
 	if ok, upgrade := s.q.takes(e); !ok {
 		if upgrade {
-			f.upgrade, f.hits = true, e.Hits()
+			f.upgrade, f.popularity = true, e.Popularity()
 		}
 		return false
 	}
@@ -336,9 +334,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	}
 	e.Hit(now.Unix(), int64(c.PrefetchWindow/time.Second))
 	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
-	f.prefetch = state == fresh && c.Prefetch > 0 && e.Hits() >= c.Prefetch && left <= c.prefetchThreshold(e)
+	f.prefetch = state == fresh && c.Prefetch > 0 && e.Popularity() >= c.Prefetch && left <= c.prefetchThreshold(e)
 	if state == fresh || withStale {
-		f.reply = s.replies.appendReply(&s.q, e, c.view(age, e, state == stale))
+		f.reply = s.replies.appendReply(&s.q, e, c.form(age, e, state == stale))
 	}
 	return true
 }
@@ -349,11 +347,11 @@ func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
 	return (int64(e.TTL())*int64(c.PrefetchPercentage) + 99) / 100
 }
 
-// view says how e is served from the cache at age seconds: TTLs aged (or
+// form says how e is served from the cache at age seconds: TTLs aged (or
 // kept with keepttl, or the serve-stale response TTL), and the Extended DNS
 // Error (RFC 8914) of cached failures and stale answers.
-func (c *Cache) view(age int64, e entry.Entry, isStale bool) replyView {
-	v := replyView{age: uint32(age)}
+func (c *Cache) form(age int64, e entry.Entry, isStale bool) replyForm {
+	v := replyForm{age: uint32(age)}
 	if c.KeepTTL {
 		v.age = 0
 	}
@@ -376,7 +374,7 @@ func (c *Cache) view(age int64, e entry.Entry, isStale bool) replyView {
 // that none can be in the way. Nested lookups (autopath, dns64, kubernetes
 // ExternalName) always get a *dns.Msg: their writers have no Write.
 func (c *Cache) write(w dns.ResponseWriter, reply []byte) error {
-	if c.raw.raw && !coredns.Nested(w) {
+	if c.plan.raw && !coredns.Nested(w) {
 		return rawWrite(w, reply)
 	}
 	m := new(dns.Msg)

@@ -6,9 +6,8 @@ import (
 )
 
 // The cache's clock. Entries age in whole seconds, but time.Now reads two
-// clocks (wall and monotonic), 40-80 ns on this kind of virtual machine:
-// about a twentieth of a hit at a million entries, and of a miss's own
-// work. A coarseClock instead hands out the time that one goroutine stores
+// clocks (wall and monotonic), which on a virtual machine costs a share of
+// a hit that shows in its figures. A coarseClock instead hands out the time that one goroutine stores
 // every tick while the clock is read; the goroutine stops after idle
 // without a read, so that an idle server does not wake for it, and the
 // next read, which reads the time itself, starts it again. Its times carry

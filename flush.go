@@ -12,8 +12,8 @@ import (
 // The invalidation seam: every flush, an operator's, a peer replica's or
 // one the Kubernetes API calls for, is a flush.Flush applied here. Flushes
 // of names probe the keys their entries may be stored under, as Unbound's
-// flush does, rather than scan; the others walk the store a chunk of its
-// ring at a time, resting between chunks (walkRest).
+// flush does, rather than scan; the others walk the store a chunk at a
+// time, resting between chunks (walkRest).
 
 // Flush drops the entries f covers from the store and counts them. Fetches
 // in flight that began before it store nothing it covers (flush.Fence).

@@ -266,3 +266,15 @@ func seriesValue(t *testing.T, family string, labels map[string]string) float64 
 	}
 	return 0
 }
+
+// running reports whether a fetch is in flight.
+func (r *refreshes) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, until := range r.inflight {
+		if until.IsZero() {
+			return true
+		}
+	}
+	return false
+}

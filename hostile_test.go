@@ -21,12 +21,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Issue 7, item 2: hostile upstream replies. Each row scripts what the next
-// plugin answers and says what the cache makes of it: what it stores
-// (entries after the first query, upstream queries after two client
-// queries), which counter counts it, the debug line it logs, and what the
-// client gets. What the plugin does is the spec, unless it is unsafe: then
-// the row names the bug and skips the part that fails.
+// Hostile upstream replies. Each row scripts what the next plugin answers
+// and says what the cache makes of it: what it stores (entries after the
+// first query, upstream queries after two client queries), which counter
+// counts it, the debug line it logs, and what the client gets.
 
 // hostileNext is the scripted next plugin of a row: answer makes the reply,
 // written with WriteMsg, or raw makes bytes written with Write.
@@ -80,16 +78,6 @@ type hostileRun struct {
 	clk  *clock
 	next *hostileNext
 	ctx  context.Context
-	bug  string
-}
-
-// bugHere skips the rest of the row when it names a bug: what follows fails
-// until the bug is fixed.
-func (h *hostileRun) bugHere(t *testing.T) {
-	t.Helper()
-	if h.bug != "" {
-		t.Skip(h.bug)
-	}
 }
 
 // ask sends req as a client over UDP or TCP. It returns what the client got
@@ -243,12 +231,6 @@ type hostileRow struct {
 	log            string  // in the debug log; "" when there is no debug line
 	noReply        bool    // the client gets nothing and ServeDNS an error
 	check          func(t *testing.T, h *hostileRun, first, second *dns.Msg)
-
-	// bug names a bug of the plugin the row shows. The row skips with it
-	// before the first query when bugAtStart is set, else where check calls
-	// h.bugHere: before the step that fails.
-	bug        string
-	bugAtStart bool
 }
 
 func hostileRows() []hostileRow {
@@ -749,9 +731,6 @@ func TestHostileUpstream(t *testing.T) {
 	logs := debugLog(t)
 	for _, row := range hostileRows() {
 		t.Run(row.name, func(t *testing.T) {
-			if row.bug != "" && row.bugAtStart {
-				t.Skip(row.bug)
-			}
 			qname, qtype := row.qname, row.qtype
 			if qname == "" {
 				qname = "q.example.org."
@@ -772,7 +751,7 @@ func TestHostileUpstream(t *testing.T) {
 			if row.setup != nil {
 				row.setup(c)
 			}
-			h := &hostileRun{c: c, clk: clk, next: next, ctx: hostileServer(row.name), bug: row.bug}
+			h := &hostileRun{c: c, clk: clk, next: next, ctx: hostileServer(row.name)}
 			req := test.Case{Qname: qname, Qtype: qtype}.Msg()
 			if row.ecs != nil {
 				req.SetEdns0(4096, false)

@@ -47,7 +47,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	if prior.upgrade {
 		// The entry the client could not take still serves clients without
 		// DO: only what may refresh it replaces it, a failure does not.
-		cw.refresh, cw.hits = true, prior.hits
+		cw.refresh, cw.popularity = true, prior.popularity
 	}
 	rcode, err = cw.fetch(ctx)
 	if cw.reply == nil {
@@ -93,7 +93,7 @@ func (c *Cache) flightKey(s *scratch) uint64 {
 func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyView{}))
+		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{}))
 	}
 	return c.passOn(w, r, cw.reply, cw.s)
 }
@@ -109,10 +109,10 @@ type captureWriter struct {
 	req                *dns.Msg       // the request as it goes upstream
 	m                  *cachemetrics.Server
 
-	udp     bool // a truncated reply will be asked again over TCP
-	refresh bool // only replies that refresh an entry are stored
-	hits    int  // popularity the stored entry inherits
-	dnssec  bool // the entry keeps the DNSSEC records: for a DO client, or refreshing an entry that holds them
+	udp        bool // a truncated reply will be asked again over TCP
+	refresh    bool // only replies that refresh an entry are stored
+	popularity int  // what the stored entry inherits
+	dnssec     bool // the entry keeps the DNSSEC records: for a DO client, or refreshing an entry that holds them
 
 	gen uint64 // the cache's flush generation when the fetch began (admin)
 
@@ -342,7 +342,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
 		return
 	}
-	e.SetHits(cw.hits)
+	e.SetPopularity(cw.popularity)
 	// Not when a flush that began since the fetch did covers it: its answer
 	// may be what the flush dropped (flush.go).
 	if !c.fence.Store(cw.gen, e, func() { cw.m.Evicted(c.put(e, now.Unix())) }) {
@@ -362,7 +362,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 // DO that lands after a DO client's fetch of the same name would undo the
 // upgrade, and the next DO client would fetch again. The entry kept serves
 // both kinds of client.
-func (c *Cache) put(e entry.Entry, now int64) store.Dropped {
+func (c *Cache) put(e entry.Entry, now int64) store.Displaced {
 	if e.HoldsDNSSEC() {
 		return c.store.Put(e, now)
 	}
@@ -413,9 +413,9 @@ func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error 
 	e, err := passedEntry(s, r, res)
 	if err != nil {
 		log.Debugf("Answering SERVFAIL in place of a reply for %q/%s: %s", r.Question[0].Name, dns.Type(r.Question[0].Qtype), err)
-		return c.write(w, s.replies.appendReply(&s.q, servfailEntry(s), replyView{}))
+		return c.write(w, s.replies.appendReply(&s.q, servfailEntry(s), replyForm{}))
 	}
-	return c.write(w, s.replies.appendReply(&s.q, e, replyView{passed: true, rcode: uint16(res.Rcode), tc: res.Truncated}))
+	return c.write(w, s.replies.appendReply(&s.q, e, replyForm{passed: true, rcode: uint16(res.Rcode), tc: res.Truncated}))
 }
 
 // passedEntry builds, in s's builder, the entry passOn writes res from:

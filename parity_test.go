@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"sync/atomic"
 	"testing"
@@ -201,7 +202,7 @@ func TestZonesAndBypass(t *testing.T) {
 		t.Fatalf("outside the zones: upstream asked %d times, want 2", n)
 	}
 	c = parseCache(t, "compactcache", u, newClock())
-	c.bypass = dnsmsg.NewZoneSet([]string{"example.org."})
+	c.plan.bypass = dnsmsg.NewZoneSet([]string{"example.org."})
 	ask(t, c, a, false)
 	if n := u.count("a.example.org.", dns.TypeA); n != 3 || c.Stats().Entries != 0 {
 		t.Fatalf("bypassed zone: upstream asked %d times, %d entries; want 3 and 0", n, c.Stats().Entries)
@@ -214,7 +215,7 @@ func TestShutdownEndsBackgroundFetches(t *testing.T) {
 	var blocked atomic.Int32
 	answering := c.Next
 	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-		if w.RemoteAddr() == noClientAddr {
+		if w.RemoteAddr() == coredns.NoClient.RemoteAddr() {
 			blocked.Add(1)
 			<-ctx.Done()
 			return dns.RcodeServerFailure, ctx.Err()

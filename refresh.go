@@ -3,7 +3,7 @@ package compactcache
 import (
 	"context"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"net"
+	"github.com/compactcache/compactcache/internal/coredns"
 	"sync"
 	"time"
 
@@ -66,18 +66,6 @@ func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool)
 		return
 	}
 	delete(r.inflight, h)
-}
-
-// running reports whether a fetch is in flight.
-func (r *refreshes) running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, until := range r.inflight {
-		if until.IsZero() {
-			return true
-		}
-	}
-	return false
 }
 
 // shutdown cancels the background fetches and waits for them, at most wait.
@@ -151,12 +139,12 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *cachemetrics.Server) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.readMsg(req, noClient{}, &c.ecs) {
+	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
 		return false
 	}
-	cw := c.newCapture(noClient{}, req, s, m)
+	cw := c.newCapture(coredns.NoClient, req, s, m)
 	cw.refresh = true
-	cw.hits = c.popularity(s)
+	cw.popularity = c.popularity(s)
 	cw.dnssec = cw.dnssec || dnssec
 	cw.fetch(ctx)
 	return cw.refreshed()
@@ -166,7 +154,7 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *cache
 func (c *Cache) popularity(s *scratch) int {
 	hits := 0
 	c.store.Get(s.key, c.store.Hash(s.key), func(e entry.Entry) bool {
-		hits = e.Hits()
+		hits = e.Popularity()
 		return true
 	})
 	return hits
@@ -221,19 +209,3 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 }
-
-// noClient is the client of fetches no client waits for. It presents
-// itself as TCP so that upstream replies are not truncated.
-type noClient struct{}
-
-var noClientAddr = &net.TCPAddr{IP: net.IPv6loopback}
-
-func (noClient) LocalAddr() net.Addr         { return noClientAddr }
-func (noClient) RemoteAddr() net.Addr        { return noClientAddr }
-func (noClient) Network() string             { return "tcp" }
-func (noClient) WriteMsg(*dns.Msg) error     { return nil }
-func (noClient) Write(b []byte) (int, error) { return len(b), nil }
-func (noClient) Close() error                { return nil }
-func (noClient) TsigStatus() error           { return nil }
-func (noClient) TsigTimersOnly(bool)         {}
-func (noClient) Hijack()                     {}

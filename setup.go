@@ -7,7 +7,6 @@ import (
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/coredns"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"strings"
 	"time"
 
@@ -57,11 +56,10 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnStartup(func() error {
 		cfg := dnsserver.GetConfig(c)
-		for _, h := range cfg.Handlers() {
-			if h.Name() == "cache" {
-				// Two caches in a row: the mistake of a switch half made.
-				return plugin.Error(pluginName, fmt.Errorf("the block has cache too; compactcache replaces it: remove cache"))
-			}
+		ca.plan = planOf(cfg.Handlers())
+		if ca.plan.stock {
+			// Two caches in a row: the mistake of a switch half made.
+			return plugin.Error(pluginName, fmt.Errorf("the block has cache too; compactcache replaces it: remove cache"))
 		}
 		block = blockID(c.ServerBlockKeys, cfg.ListenHosts, cfg.ViewName)
 		if ca.takeOver(block) {
@@ -72,14 +70,7 @@ func setup(c *caddy.Controller) error {
 		}
 		ca.metrics.View = cfg.ViewName
 		ca.listen = coredns.ServerAddrs(cfg)
-		ca.raw = rawPlanOf(cfg.Handlers())
-		for _, h := range cfg.Handlers() {
-			if b, ok := h.(ZoneBypasser); ok {
-				ca.bypass = append(ca.bypass, dnsmsg.NewZoneSet(b.CacheBypassZones())...)
-			}
-		}
 		if ca.Frontend != nil {
-			ca.front = frontPolicyOf(cfg.Handlers())
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {
 				return plugin.Error(pluginName, err)
 			}
@@ -101,12 +92,6 @@ func setup(c *caddy.Controller) error {
 		return ca
 	})
 	return nil
-}
-
-// ZoneBypasser is the stock cache's interface for plugins whose zones must
-// always be answered by them, never from the cache.
-type ZoneBypasser interface {
-	CacheBypassZones() []string
 }
 
 // parse makes the Cache of the block c is on.

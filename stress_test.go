@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math/rand/v2"
 	"net"
@@ -285,7 +286,7 @@ func (u *stressUpstream) Name() string { return "stress" }
 
 func (u *stressUpstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	u.queries.Add(1)
-	if w.RemoteAddr() == noClientAddr {
+	if w.RemoteAddr() == coredns.NoClient.RemoteAddr() {
 		u.refreshes.Add(1)
 	}
 	if rand.IntN(100) == 0 {

@@ -16,11 +16,11 @@ const (
 	edeLen = 6  // an EDE option without EXTRA-TEXT
 )
 
-// replyView says how an entry becomes a reply besides what the entry holds:
+// replyForm says how an entry becomes a reply besides what the entry holds:
 // how stored TTLs become reply TTLs, which Extended DNS Error the reply
 // carries, and for a reply the cache passes on without storing it
 // (Cache.passOn), what the entry format does not keep of it.
-type replyView struct {
+type replyForm struct {
 	age   uint32 // seconds since the entry was stored; 0 with keepttl
 	fixed bool   // every TTL is value, for serve-stale replies
 	value uint32
@@ -41,7 +41,7 @@ const (
 	edeStaleNXDomain = 19
 )
 
-func (v replyView) of(recTTL, entryTTL uint32) uint32 {
+func (v replyForm) of(recTTL, entryTTL uint32) uint32 {
 	if v.fixed {
 		return v.value
 	}
@@ -79,7 +79,7 @@ func newReplyBuffers() replyBuffers {
 // only for DO clients or when asked for, OPT when the request had one, all
 // cut to the client's limit. The returned bytes are valid until the next
 // reply written in b.
-func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyView) []byte {
+func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte {
 	// Written in local variables, stored back once: see replyWriter.
 	msg, marks := b.msg[:0], b.marks[:0]
 	w := &b.w

@@ -53,7 +53,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	q := query{id: 1, name: []byte("\x01a\x07example\x03org\x00"), qtype: dns.TypeA, qclass: dns.ClassINET, limit: dns.MaxMsgSize}
 	b := newReplyBuffers()
 	reply := new(dns.Msg)
-	if err := reply.Unpack(b.appendReply(&q, e, replyView{age: age})); err != nil {
+	if err := reply.Unpack(b.appendReply(&q, e, replyForm{age: age})); err != nil {
 		t.Fatal(err)
 	}
 	if len(reply.Answer) != len(ttls) {
@@ -98,7 +98,7 @@ func TestRotationAsLoadbalance(t *testing.T) {
 	addrOrders, mxOrders, extraOrders := map[string]int{}, map[string]int{}, map[string]int{}
 	for range n {
 		r := new(dns.Msg)
-		if err := r.Unpack(b.appendReply(&q, e, replyView{})); err != nil {
+		if err := r.Unpack(b.appendReply(&q, e, replyForm{})); err != nil {
 			t.Fatalf("a rotated reply does not unpack: %v", err)
 		}
 		var types, addrs, mxs []string
@@ -143,14 +143,14 @@ func TestRotationAsLoadbalance(t *testing.T) {
 		}
 	}
 	if !raceEnabled {
-		if allocs := testing.AllocsPerRun(100, func() { b.appendReply(&q, e, replyView{}) }); allocs != 0 {
+		if allocs := testing.AllocsPerRun(100, func() { b.appendReply(&q, e, replyForm{}) }); allocs != 0 {
 			t.Errorf("%v allocations per rotated reply, want 0", allocs)
 		}
 	}
 	// Without rotation the order is the upstream's.
 	q.rotate = false
 	r := new(dns.Msg)
-	if err := r.Unpack(b.appendReply(&q, e, replyView{})); err != nil || r.Answer[0].Header().Rrtype != dns.TypeA || r.Answer[4].Header().Rrtype != dns.TypeCNAME {
+	if err := r.Unpack(b.appendReply(&q, e, replyForm{})); err != nil || r.Answer[0].Header().Rrtype != dns.TypeA || r.Answer[4].Header().Rrtype != dns.TypeCNAME {
 		t.Errorf("a reply not rotated is in another order than the upstream's: %v, %v", r.Answer, err)
 	}
 }

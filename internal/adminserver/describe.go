@@ -47,7 +47,7 @@ func Describe(e entry.Entry, now, grace int64) admin.Entry {
 		Stored:    int64(e.Stored()),
 		TTL:       int64(e.TTL()),
 		Bytes:     e.Size(),
-		Hits:      e.Hits(),
+		Hits:      e.Popularity(),
 	}
 	d.Name, _, _ = dns.UnpackDomainName(qname, 0)
 	switch {

@@ -281,7 +281,7 @@ func (s *Block) resolve(server string) *Server {
 
 // Evicted counts the entries a store dropped for room: evicted, and
 // refused admission.
-func (m *Server) Evicted(d store.Dropped) {
+func (m *Server) Evicted(d store.Displaced) {
 	for k := range KindLabels {
 		if n := d.Evicted[k]; n > 0 {
 			m.evictions[k].Add(float64(n))

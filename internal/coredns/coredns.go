@@ -110,36 +110,40 @@ func RoundRobin(h plugin.Handler) bool {
 // Nested reports whether w belongs to a nested lookup (autopath, dns64,
 // kubernetes ExternalName, file's out-of-zone CNAME targets): such lookups
 // run the chain with a nonwriter.Writer, whose Write would go straight to the
-// original client. The writer may be wrapped by the server's ScrubWriter,
-// by plugin.NextOrFailure's unexported writer, one per plugin before the
-// cache, and by the writers of prometheus and loadbalance when they come
-// before it, as in a cluster's Corefile; Nested sees through them all.
+// original client. Nested sees through the writers Inner knows.
 func Nested(w dns.ResponseWriter) bool {
-	for {
-		switch t := w.(type) {
-		case *nonwriter.Writer:
+	for ; w != nil; w = Inner(w) {
+		if _, ok := w.(*nonwriter.Writer); ok {
 			return true
-		case *request.ScrubWriter:
-			w = t.ResponseWriter
-		case *metrics.Recorder:
-			w = t.ResponseWriter
-		case *loadbalance.LoadBalanceResponseWriter:
-			w = t.ResponseWriter
-		default:
-			inner, ok := Unwrap(w)
-			if !ok {
-				return false
-			}
-			w = inner
 		}
 	}
+	return false
 }
 
-// Unwrap returns the writer that w, the writer plugin.NextOrFailure wraps
+// Inner returns the writer w wraps, for the writers that stand between the
+// server and the cache in a cluster's Corefile: the server's ScrubWriter,
+// plugin.NextOrFailure's unexported writer (one per plugin before the
+// cache), and the writers of prometheus and loadbalance; nil for any other.
+func Inner(w dns.ResponseWriter) dns.ResponseWriter {
+	switch t := w.(type) {
+	case *request.ScrubWriter:
+		return t.ResponseWriter
+	case *metrics.Recorder:
+		return t.ResponseWriter
+	case *loadbalance.LoadBalanceResponseWriter:
+		return t.ResponseWriter
+	}
+	if inner, ok := unwrap(w); ok {
+		return inner
+	}
+	return nil
+}
+
+// unwrap returns the writer that w, the writer plugin.NextOrFailure wraps
 // around the next plugin's, holds, and true; or w and false for any other
 // writer. Writing to the writer it returns skips only w, which tells a
 // plugin.PluginTracker directly inside it the next plugin's name.
-func Unwrap(w dns.ResponseWriter) (dns.ResponseWriter, bool) {
+func unwrap(w dns.ResponseWriter) (dns.ResponseWriter, bool) {
 	if reflect.TypeOf(w) != pluginWriterType {
 		return w, false
 	}
@@ -153,19 +157,25 @@ var pluginWriterType = func() reflect.Type {
 	plugin.NextOrFailure("", plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, _ *dns.Msg) (int, error) {
 		t = reflect.TypeOf(w)
 		return 0, nil
-	}), context.Background(), noWriter{}, nil)
+	}), context.Background(), NoClient, nil)
 	return t
 }()
 
-// noWriter is a ResponseWriter with nowhere to write, to learn
-// pluginWriterType with.
-type noWriter struct{}
+// NoClient is the ResponseWriter of requests no client waits for: the
+// cache's background fetches, and the call that learns pluginWriterType.
+// Its writes go nowhere. It presents itself as a TCP client, so that
+// upstream replies to it are not truncated.
+var NoClient dns.ResponseWriter = noClient{}
 
-func (noWriter) LocalAddr() net.Addr         { return &net.TCPAddr{} }
-func (noWriter) RemoteAddr() net.Addr        { return &net.TCPAddr{} }
-func (noWriter) WriteMsg(*dns.Msg) error     { return nil }
-func (noWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (noWriter) Close() error                { return nil }
-func (noWriter) TsigStatus() error           { return nil }
-func (noWriter) TsigTimersOnly(bool)         {}
-func (noWriter) Hijack()                     {}
+type noClient struct{}
+
+var noClientAddr = &net.TCPAddr{IP: net.IPv6loopback}
+
+func (noClient) LocalAddr() net.Addr         { return noClientAddr }
+func (noClient) RemoteAddr() net.Addr        { return noClientAddr }
+func (noClient) WriteMsg(*dns.Msg) error     { return nil }
+func (noClient) Write(b []byte) (int, error) { return len(b), nil }
+func (noClient) Close() error                { return nil }
+func (noClient) TsigStatus() error           { return nil }
+func (noClient) TsigTimersOnly(bool)         {}
+func (noClient) Hijack()                     {}

@@ -8,7 +8,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// builder packs a response into an entry in reused scratch buffers, so that
+// Builder packs a response into an entry in reused scratch buffers, so that
 // storing it costs one copy into the arena and no allocation.
 type Builder struct {
 	buf  []byte    // the entry being built
@@ -35,13 +35,13 @@ func NewBuilder() *Builder {
 	}
 }
 
-// otherKey returns key with keyOther set, in b's key buffer.
+// OtherKey returns key with keyOther set, in b's key buffer.
 func (b *Builder) OtherKey(key []byte) []byte {
 	b.Key = withFlagsTo(b.Key[:0], key, KeyOther)
 	return b.Key
 }
 
-// build packs the records of m behind the header and key, for an entry of
+// Build packs the records of m behind the header and key, for an entry of
 // TTL ttl whose records are kept with TTLs of at least floor (MINTTL, as the
 // stock cache serves them: a record served with TTL 0 while the entry lives
 // would defeat every cache behind this one); limit bounds the bytes of the
@@ -149,7 +149,7 @@ func (b *Builder) checkPackable(m *dns.Msg, qname []byte, asked string) (alias s
 	return alias, nil
 }
 
-// wireRecord parses the uncompressed resource record at off in a message
+// WireRecord parses the uncompressed resource record at off in a message
 // miekg/dns packed, and returns it with the offset of the next.
 func WireRecord(wire []byte, off int) (Record, int) {
 	nl := dnsmsg.WireNameLen(wire[off:])
@@ -164,17 +164,17 @@ func WireRecord(wire []byte, off int) (Record, int) {
 	return r, off + rdlen
 }
 
-// hopByHop reports the types that belong to one transaction and are never
+// HopByHop reports the types that belong to one transaction and are never
 // cached: OPT (RFC 6891) and TSIG (RFC 8945).
 func HopByHop(t uint16) bool { return t == dns.TypeOPT || t == dns.TypeTSIG }
 
-// dnssecOnly reports the records of section that only DO clients get:
+// DNSSECOnly reports the records of section that only DO clients get:
 // RRSIG, NSEC and NSEC3 (RFC 4035 3.2.1), and DS in referrals (3.1.4).
 func DNSSECOnly(t uint16, section int) bool {
 	return t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
 }
 
-// askedFor reports the exception to dnssecOnly: a client that asks for the
+// AskedFor reports the exception to dnssecOnly: a client that asks for the
 // type explicitly gets it in the answer section, DO or not.
 func AskedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
 

@@ -1,3 +1,9 @@
+// Package entry is the one place that knows the entry format: a cached
+// response packed into bytes (Builder builds one from a reply, Check checks
+// one read from outside the process, Entry and Record read one), the keys
+// entries are stored under (the question, CD, the ECS variant), and the
+// ECS lists that say which variants a name has. The store keeps entries
+// without reading their records; the reply writer reads them.
 package entry
 
 import (
@@ -176,7 +182,7 @@ func (e Entry) QClass() uint16 {
 	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
 }
 
-// proofTTL returns the entry's lifetime for DO clients: its TTL, or less when
+// ProofTTL returns the entry's lifetime for DO clients: its TTL, or less when
 // it holds DNSSEC records (those that only DO clients get) that expire first.
 func (e Entry) ProofTTL() uint32 {
 	ttl := e.TTL()
@@ -202,27 +208,21 @@ func (e Entry) LastUsed() int64 {
 	return int64(e.Stored()) + int64(binary.LittleEndian.Uint16(e[offLastHit:]))
 }
 
-// expires returns the unix second at which the entry's TTL runs out.
+// Expires returns the unix second at which the entry's TTL runs out.
 func (e Entry) Expires() int64 { return int64(e.Stored()) + int64(e.TTL()) }
 
-func (e Entry) SetFlag(f uint16, on bool) {
-	v := e.Flags() &^ f
-	if on {
-		v |= f
-	}
-	binary.LittleEndian.PutUint16(e[offFlags:], v)
-}
+// Popularity returns the hits as the stock cache's prefetch counts them:
+// those in a row with no gap of the prefetch window between them (Hit).
+func (e Entry) Popularity() int { return int(binary.LittleEndian.Uint16(e[offHits:])) }
 
-func (e Entry) Hits() int { return int(binary.LittleEndian.Uint16(e[offHits:])) }
-
-// hit records a hit at now, unix seconds, for eviction (Freq) and for
+// Hit records a hit at now, unix seconds, for eviction (Freq) and for
 // popularity as the stock cache's prefetch counts it: hits with no gap of
 // window seconds or more between them.
 func (e Entry) Hit(now int64, window int64) {
 	e.SetFreq(e.Freq() + 1)
 	since := max(0, now-int64(e.Stored()))
 	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
-	hits := e.Hits()
+	hits := e.Popularity()
 	switch {
 	case since-last > window && last < math.MaxUint16:
 		hits = 1
@@ -233,8 +233,8 @@ func (e Entry) Hit(now int64, window int64) {
 	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
 }
 
-// setHits carries popularity over to an entry that replaced one.
-func (e Entry) SetHits(n int) {
+// SetPopularity carries popularity over to an entry that replaced one.
+func (e Entry) SetPopularity(n int) {
 	binary.LittleEndian.PutUint16(e[offHits:], uint16(min(n, math.MaxUint16)))
 }
 
@@ -253,7 +253,7 @@ func (e Entry) SetFreq(n int) {
 	binary.LittleEndian.PutUint16(e[offFlags:], f)
 }
 
-// record is one resource record of an entry, sliced out of the entry's bytes.
+// Record is one resource record of an entry, sliced out of the entry's bytes.
 type Record struct {
 	Flags byte
 	Owner []byte // nil when the owner is the qname
@@ -263,7 +263,7 @@ type Record struct {
 	Rdata []byte
 }
 
-// record parses the record at off into r and returns the offset of the
+// Record parses the record at off into r and returns the offset of the
 // next. The entry was built by builder, so the lengths are trusted. It sets
 // r's fields one by one: a record built whole and copied out is read back
 // 16 bytes at a time from its narrower stores, a store-forwarding stall on

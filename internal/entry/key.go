@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// scopesLen is the bitmap of prefix lengths 0 to 128.
+// ScopesLen is the bitmap of prefix lengths 0 to 128.
 const ScopesLen = (128 + 8) / 8
 
 const (
@@ -17,7 +17,7 @@ const (
 	MaxKeyLen = dnsmsg.MaxNameLen + keyTail + 2 + 16
 )
 
-// appendKey appends the cache key of a question: the lowercased wire qname,
+// AppendKey appends the cache key of a question: the lowercased wire qname,
 // qtype, qclass and the key flags, CD among them. The DO bit is not part of
 // it: entries keep DNSSEC records and the reply writer drops them for DO=0
 // clients.
@@ -51,10 +51,10 @@ func withFlagsTo(dst, base []byte, flags byte) []byte {
 	return dst
 }
 
-// flagsAt returns the offset of the key flags in a key.
+// FlagsAt returns the offset of the key flags in a key.
 func FlagsAt(key []byte) int { return dnsmsg.WireNameLen(key) + keyTail - 1 }
 
-// variantKey appends to dst the key of the variant of base for the subnet
+// VariantKey appends to dst the key of the variant of base for the subnet
 // addr/prefix, with flags besides keyECS.
 func VariantKey(dst, base []byte, flags byte, family uint16, prefix uint8, addr [16]byte) []byte {
 	dst = withFlagsTo(dst, base, KeyECS|flags)
@@ -71,7 +71,7 @@ func ScopesKey(dst, base []byte, family uint16) []byte {
 	return append(withFlagsTo(dst, base, KeyScopes), byte(family))
 }
 
-// scope returns the prefix length an entry was stored for: the scope its
+// Scope returns the prefix length an entry was stored for: the scope its
 // reply is echoed with.
 func (e Entry) Scope() uint8 {
 	k := e.Key()
@@ -106,7 +106,7 @@ const (
 	firstListCap = 4
 )
 
-// list is the records of a keyScopes entry.
+// List is the records of a keyScopes entry.
 type List []byte
 
 func (e Entry) List() List { return List(e[e.RecordsStart():]) }
@@ -154,14 +154,14 @@ func setBit(bits *[ScopesLen]byte, n uint8) { bits[n/8] |= 1 << (n % 8) }
 
 func HasBit(bits *[ScopesLen]byte, n uint8) bool { return bits[n/8]&(1<<(n%8)) != 0 }
 
-// variant names one ECS variant of a name and family.
+// Variant names one ECS variant of a name and family.
 type Variant struct {
 	Exact  bool
 	Prefix uint8
 	Addr   [16]byte // masked to prefix
 }
 
-// variantOf returns the variant e stores; e must be one.
+// VariantOf returns the variant e stores; e must be one.
 func VariantOf(e Entry) Variant {
 	k := e.Key()
 	f := FlagsAt(k)
@@ -178,7 +178,7 @@ func (v Variant) key(dst, base []byte, family uint16) []byte {
 	return VariantKey(dst, base, flags, family, v.Prefix, v.Addr)
 }
 
-// listVariant adds v to old, the list of base's variants of family (nil for
+// ListVariant adds v to old, the list of base's variants of family (nil for
 // none), in place when the ring has room. It returns a new list, built in
 // b.meta, when the list must be written (anew or larger), and the key of
 // the variant dropped past max in b.dropped, or nil.

@@ -4,7 +4,7 @@
 // The file is untrusted input when read: a process may have died while
 // writing it (the writer renames a complete file into place, but a disk
 // may still lose its tail), another version may have written it, anyone
-// with the file system may have. So every length is bounded, every block
+// with the file system may have. So every length is bounded, every frame
 // checksummed, every entry checked as internal/entry.Check checks it, and
 // the whole file is read and checked before the first entry goes into the
 // store: a damaged file loads nothing.
@@ -13,9 +13,9 @@
 //
 //	header  magic "CCSNAP" (6), version (2), written: unix seconds (8),
 //	        fingerprint (32), CRC-32C of the preceding 48 bytes (4)
-//	blocks  length (4), CRC-32C of the block (4), the block: entries, each
+//	frames  length (4), CRC-32C of the frame (4), the frame: entries, each
 //	        as the store holds it (its size first), one after the other
-//	end     a block of length 0 and CRC 0
+//	end     a frame of length 0 and CRC 0
 package snapshot
 
 import (
@@ -37,8 +37,8 @@ const (
 	version = 1
 
 	headerLen = 6 + 2 + 8 + 32 + 4
-	// maxBlock bounds a block, and holds the largest entry.
-	maxBlock = 1 << 20
+	// maxFrame bounds a frame, and holds the largest entry.
+	maxFrame = 1 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -71,9 +71,9 @@ func Write(w io.Writer, walk store.Walker, fp Fingerprint, now int64) (int, erro
 		return 0, err
 	}
 	// The entries of a chunk are copied under its shard's lock, then written
-	// out from the copy with the lock released, in blocks of at most
-	// maxBlock bytes.
-	out := blocks{cur: make([]byte, 0, maxBlock), spare: make([]byte, 0, maxBlock)}
+	// out from the copy with the lock released, in frames of at most
+	// maxFrame bytes.
+	out := frames{cur: make([]byte, 0, maxFrame), spare: make([]byte, 0, maxFrame)}
 	n := 0
 	err := walk(func(e entry.Entry) bool {
 		out.cur = append(out.cur, e...)
@@ -84,35 +84,35 @@ func Write(w io.Writer, walk store.Walker, fp Fingerprint, now int64) (int, erro
 		return n, err
 	}
 	if len(out.head)+len(out.cur) > 0 {
-		if err := writeBlock(bw, out.head, out.cur); err != nil {
+		if err := writeFrame(bw, out.head, out.cur); err != nil {
 			return n, err
 		}
 	}
-	if err := writeBlock(bw); err != nil {
+	if err := writeFrame(bw); err != nil {
 		return n, err
 	}
 	return n, bw.Flush()
 }
 
-// blocks cuts the copies of chunks into blocks, each of as many entries as
-// maxBlock holds, and writes each from the copies. The chunks of a block
+// frames cuts the copies of chunks into frames, each of as many entries as
+// maxFrame holds, and writes each from the copies. The chunks of a frame
 // follow one another in cur, but for its first entries (head): the rest of
-// the chunk in which the block before it ended, left in the other buffer,
+// the chunk in which the frame before it ended, left in the other buffer,
 // spare, while cur starts again empty.
-type blocks struct {
-	cur     []byte // the chunks copied since the last block ended in one
+type frames struct {
+	cur     []byte // the chunks copied since the last frame ended in one
 	scanned int    // the bytes of cur cut already
 	head    []byte // in spare
 	spare   []byte
 }
 
-// cut writes the blocks that the chunk copied last to cur completes.
-func (b *blocks) cut(w io.Writer) error {
-	start, size := 0, len(b.head)+b.scanned // the block: head, then cur[start:off]
+// cut writes the frames that the chunk copied last to cur completes.
+func (b *frames) cut(w io.Writer) error {
+	start, size := 0, len(b.head)+b.scanned // the frame: head, then cur[start:off]
 	for off := b.scanned; off < len(b.cur); {
 		n := int(binary.LittleEndian.Uint32(b.cur[off:]))
-		if size+n > maxBlock {
-			if err := writeBlock(w, b.head, b.cur[start:off]); err != nil {
+		if size+n > maxFrame {
+			if err := writeFrame(w, b.head, b.cur[start:off]); err != nil {
 				return err
 			}
 			b.head, start, size = nil, off, 0
@@ -128,8 +128,8 @@ func (b *blocks) cut(w io.Writer) error {
 	return nil
 }
 
-// writeBlock writes a block of the bytes of pieces, one after the other.
-func writeBlock(w io.Writer, pieces ...[]byte) error {
+// writeFrame writes a frame of the bytes of pieces, one after the other.
+func writeFrame(w io.Writer, pieces ...[]byte) error {
 	var h [8]byte
 	size, sum := 0, uint32(0)
 	for _, p := range pieces {
@@ -181,8 +181,8 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 		return l, ErrSettings
 	}
 	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
-	var blocks [][]byte
-	count := 0 // entries in the blocks
+	var frames [][]byte
+	count := 0 // entries in the frames
 	for {
 		var bh [8]byte
 		if _, err := io.ReadFull(br, bh[:]); err != nil {
@@ -191,25 +191,25 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 		n, sum := binary.LittleEndian.Uint32(bh[:]), binary.LittleEndian.Uint32(bh[4:])
 		if n == 0 {
 			if sum != 0 {
-				return l, fmt.Errorf("%w: the end block", ErrDamaged)
+				return l, fmt.Errorf("%w: the end frame", ErrDamaged)
 			}
 			break
 		}
-		if n > maxBlock {
-			return l, fmt.Errorf("%w: a block of %d bytes", ErrDamaged, n)
+		if n > maxFrame {
+			return l, fmt.Errorf("%w: a frame of %d bytes", ErrDamaged, n)
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(br, b); err != nil {
-			return l, fmt.Errorf("%w: cut in a block: %v", ErrDamaged, err)
+			return l, fmt.Errorf("%w: cut in a frame: %v", ErrDamaged, err)
 		}
 		if crc32.Checksum(b, castagnoli) != sum {
-			return l, fmt.Errorf("%w: a block's checksum", ErrDamaged)
+			return l, fmt.Errorf("%w: a frame's checksum", ErrDamaged)
 		}
-		held, err := checkBlock(b)
+		held, err := checkFrame(b)
 		if err != nil {
 			return l, fmt.Errorf("%w: %v", ErrDamaged, err)
 		}
-		blocks = append(blocks, b)
+		frames = append(frames, b)
 		count += held
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
@@ -217,7 +217,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	}
 	entries := make([]entry.Entry, 0, count)
 	var size int64
-	for _, b := range blocks {
+	for _, b := range frames {
 		for off := 0; off < len(b); {
 			n := int(binary.LittleEndian.Uint32(b[off:]))
 			e := entry.Entry(b[off : off+n])
@@ -265,9 +265,9 @@ func sortByUse(entries []entry.Entry) {
 	copy(entries, sorted)
 }
 
-// checkBlock checks the entries of a block one by one and returns how many
+// checkFrame checks the entries of a frame one by one and returns how many
 // it holds.
-func checkBlock(b []byte) (int, error) {
+func checkFrame(b []byte) (int, error) {
 	count := 0
 	for off := 0; off < len(b); count++ {
 		if len(b)-off < 4 {

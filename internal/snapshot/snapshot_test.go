@@ -142,7 +142,7 @@ func TestReadRefusesDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := file.Bytes()
-	firstBlock := headerLen + 8
+	firstFrame := headerLen + 8
 	for _, tc := range []struct {
 		name   string
 		damage func(b []byte) []byte
@@ -157,16 +157,16 @@ func TestReadRefusesDamage(t *testing.T) {
 			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
 			return b
 		}, ErrSettings},
-		{"cut in a block", func(b []byte) []byte { return b[:len(b)/2] }, ErrDamaged},
-		{"cut before the end block", func(b []byte) []byte { return b[:len(b)-8] }, ErrDamaged},
-		{"a block's checksum", func(b []byte) []byte { b[firstBlock+100]++; return b }, ErrDamaged},
-		{"a block too large", func(b []byte) []byte {
-			binary.LittleEndian.PutUint32(b[headerLen:], maxBlock+1)
+		{"cut in a frame", func(b []byte) []byte { return b[:len(b)/2] }, ErrDamaged},
+		{"cut before the end frame", func(b []byte) []byte { return b[:len(b)-8] }, ErrDamaged},
+		{"a frame's checksum", func(b []byte) []byte { b[firstFrame+100]++; return b }, ErrDamaged},
+		{"a frame too large", func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[headerLen:], maxFrame+1)
 			return b
 		}, ErrDamaged},
 		{"an entry's structure, checksum right", func(b []byte) []byte {
 			n := binary.LittleEndian.Uint32(b[headerLen:])
-			blk := b[firstBlock : firstBlock+int(n)]
+			blk := b[firstFrame : firstFrame+int(n)]
 			blk[24] = 250 // the first entry's name length
 			binary.LittleEndian.PutUint32(b[headerLen+4:], crc32.Checksum(blk, castagnoli))
 			return b
@@ -281,7 +281,7 @@ func (w *failAfter) Write(b []byte) (int, error) {
 // TestWriteStopsOnError: a write that fails ends the walk there, rather than
 // copying the rest of the store for nothing.
 func TestWriteStopsOnError(t *testing.T) {
-	const n = 20000 // about 4 MB: the first 1 MiB block is written early
+	const n = 20000 // about 4 MB: the first 1 MiB frame is written early
 	s, _ := filled(t, 16<<20, n, 3600)
 	chunks := 0
 	walk := func(visit func(entry.Entry) bool, between func() error) error {

@@ -25,22 +25,20 @@ const (
 	madviseCollapse = 25      // MADV_COLLAPSE, Linux 6.1; missing from package syscall
 )
 
-// Collapsing copies the 2 MiB, 0.6 to 6 ms on a virtual machine (memory the
-// host has not backed yet costs the most): too long for a miss to wait under
-// its shard's lock, so one goroutine does it for every store. A collapse
+// Collapsing copies the 2 MiB, milliseconds on a virtual machine (memory
+// the host has not backed yet costs the most): too long for a miss to wait
+// under its shard's lock, so one goroutine does it for every store. A collapse
 // that finds the queue full is left to khugepaged.
 //
 // The kernel copies with the process's mmap lock held for writing, and the
 // page faults of every thread that wait for it include those of the stores'
-// rings, one every 22 or so entries a shard stores at this workload's entry
-// sizes. So the goroutine holds a collapse back while any store grows: until
+// rings, one every few dozen entries a shard stores. So the goroutine holds a collapse back while any store grows: until
 // none has handed out a chunk for collapseQuiet, or until collapseEvery has
 // passed since its last collapse (or since it took the page, after an idle
-// spell). A growing store's faults are then stalled under 1% of the time,
-// and its huge pages are made at 2 MiB a second until it slows. Run as soon
-// as their huge page was handed out, the collapses of a fill of a million
-// entries stalled it often enough to make the mean insert 450 ns slower
-// (BENCHMARKS.md).
+// spell). A growing store's faults are then seldom stalled, and its huge
+// pages are made at 2 MiB a second until it slows; collapses run as soon as
+// their huge page was handed out stall a fill often enough to slow every
+// insert.
 var (
 	collapses      chan pendingCollapse // made with the collapser, for the first huge page queued
 	startCollapser sync.Once

@@ -51,7 +51,7 @@ import (
 // others, so that the keys remembered in full last as many drops of such
 // keys however many large names probation drops between them.
 //
-// Passing a chunk works on that one chunk, as the ring did. Entries move
+// Passing a chunk works on that one chunk. Entries move
 // between chunks only to main's newest chunk, which a walk visits after
 // every other (Walk).
 //
@@ -151,7 +151,7 @@ func (sh *shard) dequeue(q int) int {
 	return c
 }
 
-func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Dropped) {
+func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 	if len(e) > entry.MaxLen {
 		panic("compactcache: entry over maxEntryLen reached the store")
 	}
@@ -190,7 +190,7 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Dropped) {
 // reserve returns a place for n bytes at the end of queue q: in its newest
 // chunk, in a chunk allocated while the budget allows, or in room that
 // passing a chunk makes.
-func (sh *shard) reserve(q, n int, now int64, d *Dropped) (chunk, off int) {
+func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 	for {
 		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= len(sh.chunks[t]) {
 			off = int(sh.used[t])
@@ -227,7 +227,7 @@ func (sh *shard) nextChunkSize() int {
 }
 
 // makeRoom passes a chunk to make room in queue q.
-func (sh *shard) makeRoom(q int, now int64, d *Dropped) {
+func (sh *shard) makeRoom(q int, now int64, d *Displaced) {
 	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
 	switch {
 	case q == mainQ && (p.n > sh.probation || m.n == 0):
@@ -255,7 +255,7 @@ func (sh *shard) makeRoom(q int, now int64, d *Dropped) {
 
 // shed drops entries when the index table is full and may not grow: from
 // probation, or from main when probation holds nothing to pass.
-func (sh *shard) shed(now int64, d *Dropped) {
+func (sh *shard) shed(now int64, d *Displaced) {
 	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
 		sh.makeRoom(probationQ, now, d)
 		return
@@ -270,7 +270,7 @@ func (sh *shard) shed(now int64, d *Dropped) {
 // Probation's oldest chunk passes (main's when probation has none), what it
 // keeps copied to main, and its memory is given back. It reports whether it
 // released one.
-func (sh *shard) giveUpChunk(now int64, d *Dropped) bool {
+func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 	q := probationQ
 	if sh.queues[q].n == 0 {
 		q = mainQ
@@ -303,7 +303,7 @@ func (sh *shard) giveUpChunk(now int64, d *Dropped) bool {
 // pass empties chunk c, the oldest of queue q, taken out of it: the entries
 // kept stay, compacted to its front, with inPlace, and move to the end of
 // main otherwise; the others are dropped.
-func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Dropped) {
+func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 	b := sh.chunks[c]
 	end, w := int(sh.used[c]), 0
 	for off := 0; off < end; {
@@ -385,7 +385,7 @@ func (sh *shard) forget(c int) {
 // rather than once per call. A valid cursor's chunk is in a queue: scanFor
 // sets it to a queued chunk, and the chunk leaves its queue only through
 // dequeue, which forgets it (checkQueues checks this).
-func (sh *shard) evictOldest(k int, d *Dropped) {
+func (sh *shard) evictOldest(k int, d *Displaced) {
 	pos := sh.cursor[k]
 	if pos.valid && sh.scanFor(k, int(sh.in[pos.chunk]), pos.chunk, pos.off, d) {
 		return
@@ -398,7 +398,7 @@ func (sh *shard) evictOldest(k int, d *Dropped) {
 // scanFor drops the first live entry of kind k from chunk c at offset off
 // on, c in queue q (or from q's oldest chunk, c = -1), through the later
 // chunks of q and of the queues after it, and reports whether it found one.
-func (sh *shard) scanFor(k, q, c, off int, d *Dropped) bool {
+func (sh *shard) scanFor(k, q, c, off int, d *Displaced) bool {
 	from := 0
 	if c >= 0 {
 		qu := &sh.queues[q]

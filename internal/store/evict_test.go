@@ -60,8 +60,8 @@ func TestProbationRefusesOneOffs(t *testing.T) {
 		s.Put(e, 0)
 		hot = append(hot, key)
 	}
-	var d Dropped
-	add := func(x Dropped) {
+	var d Displaced
+	add := func(x Displaced) {
 		for k := range d.Evicted {
 			d.Evicted[k] += x.Evicted[k]
 			d.Refused[k] += x.Refused[k]
@@ -105,7 +105,7 @@ func (s *Store) passProbation() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		var d Dropped
+		var d Displaced
 		for range sh.queues[probationQ].n {
 			c := sh.dequeue(probationQ)
 			sh.pass(c, probationQ, false, 0, &d)
@@ -202,7 +202,7 @@ func TestStaleGetsOneTurn(t *testing.T) {
 	pass := func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		var d Dropped
+		var d Displaced
 		c := sh.dequeue(mainQ)
 		sh.pass(c, mainQ, true, 100, &d)
 		sh.enqueue(mainQ, c)

@@ -2,7 +2,7 @@
 // arenas, found through per-shard index tables of integers, under a byte
 // budget. It owns its locks: callers reach entry bytes only inside a
 // callback that runs with the entry's shard locked, and may not keep them
-// after it returns, since the ring moves and overwrites entries as it
+// after it returns, since a shard moves and overwrites entries as it
 // reclaims chunks (a build with the compactcache_poison tag lends callbacks
 // copies and poisons them afterwards, so that a use after the lock shows).
 package store
@@ -62,7 +62,7 @@ const (
 	NumKinds
 )
 
-// perKind counts something for each kind of entry.
+// PerKind counts something for each kind of entry.
 type PerKind [NumKinds]int
 
 func KindOf(e entry.Entry) int {
@@ -119,7 +119,8 @@ type shard struct {
 	lent entry.Entry // what a poison build lends callbacks (lend)
 }
 
-// position is a place in the ring; valid is false once its chunk is reclaimed.
+// position is a place in a shard's chunks; valid is false once its chunk is
+// reclaimed.
 type position struct {
 	chunk int
 	off   int
@@ -170,37 +171,35 @@ const shardsPerProc = 4
 
 // targetShardBudget is the most of the budget a shard takes where maxShards
 // allow. It bounds the shard's index table, which is rebuilt at twice its
-// size under the shard's lock: 64 MiB hold about 350,000 entries of the
-// reference workload, whose table's last doubling, to 4 MiB, takes about
-// 3 ms here; a table of 1.5 million entries took 90 ms to double to 32 MiB.
+// size under the shard's lock, so that a larger shard holds its lock for
+// longer each time its table doubles (BENCHMARKS.md).
 const targetShardBudget = 64 << 20
 
 // minShardChunks is the fewest chunks a shard is made with where the budget
 // allows. Each of a shard's two queues has a newest chunk partly filled and
 // passes a whole chunk at a time, and a shard has an index table, a ghost
-// and a budget that is seldom a whole number of chunks: at sixteen chunks
-// (2 MiB) a shard held its entries in 85% of its budget, at 32 in 89%, and
-// the hit rates of bench/trace at 16 MiB rose by up to 0.6 points with four
-// shards of 4 MiB in place of eight of 2 MiB.
+// and a budget that is seldom a whole number of chunks: the fewer its
+// chunks, the less of its budget holds entries, and the lower the hit
+// rate of a store of few large shards against one of many small ones
+// (bench/trace).
 const minShardChunks = 32
 
 // shardCount returns the number of shards, a power of two, of a store of
 // capacity bytes (at most MaxCapacity) whose queries run on procs cores:
 // shardsPerProc for each, rounded down to a power of two, fewer where a shard
 // would hold under minShardChunks chunks (but two of sixteen where the
-// budget has them), more where a shard would take over targetShardBudget. More shards cost every insert time: each shard appends
-// to a tail chunk of its own, into pages that a fault has just zeroed into
-// the caches, and the more tails the inserts take turns on, the more of
-// those lines have left the caches when they are written. On two cores the
-// cache's own insert at a million entries took 1,367-1,429 ns at 64 shards
-// and 1,160-1,208 at 8 (paired runs; BENCHMARKS.md).
+// budget has them), more where a shard would take over targetShardBudget.
+// More shards cost every insert time: each shard appends to a tail chunk of
+// its own, into pages that a fault has just zeroed into the caches, and the
+// more tails the inserts take turns on, the more of those lines have left
+// the caches when they are written.
 func shardCount(capacity int64, procs int) int {
 	// Two shards of sixteen chunks rather than one lock.
 	most := max(capacity/(minShardChunks*chunkSize), min(capacity/(16*chunkSize), 2))
 	n := max(1, min(int64(shardsPerProc*procs), maxShards, most))
 	n = 1 << (bits.Len64(uint64(n)) - 1)
-	// Past targetShardBudget, more shards. That also keeps every ring within
-	// the chunks an index slot can name: maxShards rings of maxChunks are
+	// Past targetShardBudget, more shards. That also keeps every shard within
+	// the chunks an index slot can name: maxShards shards of maxChunks are
 	// MaxCapacity.
 	for n < maxShards && n*targetShardBudget < capacity {
 		n *= 2
@@ -235,26 +234,26 @@ func (s *Store) Get(key []byte, h uint64, f func(e entry.Entry) bool) bool {
 	return found
 }
 
-// Dropped counts the entries of each kind that a store dropped to make
+// Displaced counts the entries of each kind that a store dropped to make
 // room: evicted, and refused admission (dropped from probation without
 // being asked for again there), counted apart.
-type Dropped struct {
+type Displaced struct {
 	Evicted, Refused PerKind
 }
 
 // Put stores e, a complete entry, replacing any entry with the same key, and
 // returns the entries dropped to make room. now is in unix seconds.
-func (s *Store) Put(e entry.Entry, now int64) (dropped Dropped) {
+func (s *Store) Put(e entry.Entry, now int64) (dropped Displaced) {
 	h := s.Hash(e.Key())
 	s.locked(h, func(sh *shard) { sh.put(e, h, now, &dropped) })
 	return dropped
 }
 
-// update replaces the entry under key by what next makes of it (old is nil
+// Update replaces the entry under key by what next makes of it (old is nil
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
 // is only valid inside next.
-func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (dropped Dropped) {
+func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (dropped Displaced) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
 		old := sh.get(key, h)
@@ -288,14 +287,14 @@ func (s *Store) locked(h uint64, f func(sh *shard)) {
 	f(sh)
 }
 
-// usage is what a store holds.
+// Usage is what a store holds.
 type Usage struct {
 	Kinds    PerKind // entries per kind
 	Variants int     // entries tailored to a client subnet (ECS)
 	Held     int64   // bytes: chunks, tables, eviction bookkeeping
 }
 
-// usage sums what the shards hold, each read under its lock. It is read for
+// Usage sums what the shards hold, each read under its lock. It is read for
 // metrics and Stats, seldom; the store keeps no running totals, which every
 // insert would update with atomic adds, on a cache line that the inserts of
 // every core would pull to their own.
@@ -314,7 +313,7 @@ func (s *Store) Usage() Usage {
 	return u
 }
 
-// sameShape reports whether o was made with the budget, caps and stale
+// SameShape reports whether o was made with the budget, caps and stale
 // window of s, so that it can serve in its place. The number of shards may
 // differ: it follows GOMAXPROCS when a store is made, which Go changes with
 // the container's CPU limit, and either number serves.
@@ -322,7 +321,7 @@ func (s *Store) SameShape(o *Store) bool {
 	return s.capacity == o.capacity && s.limits == o.limits && s.shards[0].grace == o.shards[0].grace
 }
 
-// remove drops the entry stored under key, if any.
+// Remove drops the entry stored under key, if any.
 func (s *Store) Remove(key []byte) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
@@ -599,7 +598,7 @@ func (sh *shard) deleteSlot(i int) {
 // budget allows it to double, and at most seven eighths full otherwise,
 // when it gives up a chunk for it where the chunks have room to spare
 // (giveUpChunk), and drops entries where they do not (shed).
-func (sh *shard) makeTableRoom(now int64, d *Dropped) {
+func (sh *shard) makeTableRoom(now int64, d *Displaced) {
 	for 4*(sh.count+1) > 3*len(sh.table) {
 		if sh.held+sh.growthRoom() <= sh.budget {
 			sh.resize(2 * len(sh.table))

@@ -21,7 +21,7 @@ func TestGetLendsUnderTheLock(t *testing.T) {
 		t.Fatal("Get did not find the entry Put stored")
 	}
 	var hits int
-	s.Get(key, h, func(e entry.Entry) bool { hits = e.Hits(); return true })
+	s.Get(key, h, func(e entry.Entry) bool { hits = e.Popularity(); return true })
 	if hits != 1 {
 		t.Errorf("hits %d after one Hit in a callback, want 1: the change did not stay", hits)
 	}
