@@ -16,10 +16,13 @@ import (
 //     blocks so that an idle block holds none.
 //   - coarse: one clock goroutine ticks for every cache, and stops when no
 //     query has read it for a second.
-//   - the metric families (metrics.go, stockMetrics, storeGauges): the
-//     Prometheus registry the prometheus plugin serves is the process's, and
-//     a family may be registered once in it; storeGauges reads every live
-//     store at a scrape.
+//   - the metric families (internal/cachemetrics): the Prometheus registry
+//     the prometheus plugin serves is the process's, and a family may be
+//     registered once in it; the store gauges read every live store at a
+//     scrape.
+//   - the admin listeners (internal/adminserver) and the warm-ups in
+//     progress (internal/persist): one listener per address outlives
+//     reloads, and the ready plugin asks any block about every fill.
 //   - the front ends not yet started (internal/frontend, unstarted): their
 //     sockets are open while caddy swaps instances, and the instance that
 //     opened them may never start.
