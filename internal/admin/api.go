@@ -173,9 +173,30 @@ type Stats struct {
 	Misses    int64   `json:"misses"`
 	HitRatio  float64 `json:"hit_ratio"`
 	Evictions Counts  `json:"evictions"`
+	Shared    *Shared `json:"shared,omitempty"`
 }
 
 // StatsReply is the reply to stats.
 type StatsReply struct {
 	Blocks []Stats `json:"blocks"`
+}
+
+// Shared describes a block's shared tier (the shared option), since the
+// process started.
+type Shared struct {
+	URL      string `json:"url"`
+	Breaker  string `json:"breaker"` // closed, open or half-open
+	Requests int64  `json:"requests"`
+	Hits     int64  `json:"hits"`
+	Misses   int64  `json:"misses"`
+	Errors   int64  `json:"errors"`
+	Timeouts int64  `json:"timeouts"`
+	Skipped  int64  `json:"skipped"`  // not asked: the breaker was open
+	Rejected int64  `json:"rejected"` // values that failed their checks
+	Writes   int64  `json:"writes"`
+	// Writes not made: the queue was full, the breaker open, or the tier
+	// erred.
+	WritesDropped   int64 `json:"writes_dropped"`
+	FlushesSent     int64 `json:"flushes_sent"`
+	FlushesReceived int64 `json:"flushes_received"`
 }

@@ -1,0 +1,135 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Redis is a redis-server a test started on 127.0.0.1, without
+// persistence, stopped when the test ends.
+type Redis struct {
+	tb   testing.TB
+	Addr string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts redis-server (the Debian package, which .ci/run
+// installs) on a free port with args added to its command line, and waits
+// until it answers.
+func StartRedis(tb testing.TB, args ...string) *Redis {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatal("redis-server is not installed: apt-get install redis-server (.ci/run installs it)")
+	}
+	r := &Redis{tb: tb, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(tb)), args: args}
+	r.Start()
+	tb.Cleanup(r.Kill)
+	return r
+}
+
+// Start starts the server on its address again, empty.
+func (r *Redis) Start() {
+	r.tb.Helper()
+	_, port, _ := net.SplitHostPort(r.Addr)
+	dir := r.tb.TempDir()
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log")}, r.args...)
+	r.cmd = exec.Command("redis-server", args...)
+	if err := r.cmd.Start(); err != nil {
+		r.tb.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// An error reply (NOAUTH, where the default user is off) says the
+		// server answers too.
+		if _, err := r.Do("PING"); err == nil || errors.As(err, new(ReplyError)) {
+			return
+		} else if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			r.tb.Fatalf("redis-server on %s did not answer: %v\n%s", r.Addr, err, log)
+		}
+	}
+}
+
+// Kill kills the server and waits for it to exit.
+func (r *Redis) Kill() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		r.cmd.Process.Signal(syscall.SIGCONT) // a stopped server dies only once it runs
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// Pause stops the server (SIGSTOP): its connections stay open, unanswered.
+func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again.
+func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Do sends a command on a connection of its own and
+// returns the reply: a bulk string's bytes, else its first line, or an
+// error for an error reply.
+// The tests use it to set the server up and to look at what it holds.
+func (r *Redis) Do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		return "", err
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", ReplyError(line[1:])
+	case strings.HasPrefix(line, "$") && line != "$-1":
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return "", err
+		}
+		return string(body[:n]), nil
+	}
+	return line, nil
+}
+
+// ReplyError is an error the server replied with.
+type ReplyError string
+
+func (e ReplyError) Error() string { return string(e) }
+
+// MustDo is Do that fails the test on an error.
+func (r *Redis) MustDo(args ...string) string {
+	r.tb.Helper()
+	v, err := r.Do(args...)
+	if err != nil {
+		r.tb.Fatalf("redis %v: %v", args, err)
+	}
+	return v
+}

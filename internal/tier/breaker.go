@@ -1,0 +1,104 @@
+package tier
+
+import (
+	"sync"
+	"time"
+)
+
+// breaker stops a block from asking a tier that fails: after
+// breakerFailures errors or timeouts in a row it opens, and requests skip
+// the tier for a back-off that doubles with every failed probe, up to
+// breakerMaxBackoff; then one request probes it (half-open), and its
+// success closes the breaker. A tier that is down, stopped or overloaded
+// then costs a query nothing but a branch, and the block retries by itself.
+type breaker struct {
+	mu       sync.Mutex
+	state    breakerState
+	failures int           // in a row, while closed
+	backoff  time.Duration // of the current or last opening
+	until    time.Time     // open until
+	changed  func(from, to breakerState, err error)
+}
+
+type breakerState int
+
+const (
+	closed breakerState = iota
+	open
+	halfOpen
+)
+
+func (s breakerState) String() string {
+	return [...]string{closed: "closed", open: "open", halfOpen: "half-open"}[s]
+}
+
+const (
+	breakerFailures   = 5
+	breakerMinBackoff = time.Second
+	breakerMaxBackoff = 30 * time.Second
+)
+
+// allow reports whether a request may ask the tier now. In the half-open
+// state only the one probe may, until it reports.
+func (b *breaker) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case closed:
+		return true
+	case open:
+		if now.Before(b.until) {
+			return false
+		}
+		b.set(halfOpen, nil)
+		return true
+	}
+	return false // half-open: the probe is out
+}
+
+// success reports a request that the tier answered.
+func (b *breaker) success() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures = 0
+	if b.state != closed {
+		b.backoff = 0
+		b.set(closed, nil)
+	}
+}
+
+// failure reports a request that erred or timed out.
+func (b *breaker) failure(now time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case closed:
+		if b.failures++; b.failures < breakerFailures {
+			return
+		}
+		b.backoff = breakerMinBackoff
+	case halfOpen:
+		b.backoff = min(2*b.backoff, breakerMaxBackoff)
+	case open:
+		return // a request begun before it opened
+	}
+	b.failures = 0
+	b.until = now.Add(b.backoff)
+	b.set(open, err)
+}
+
+// set changes the state and says so; the caller holds b.mu.
+func (b *breaker) set(to breakerState, err error) {
+	from := b.state
+	b.state = to
+	if b.changed != nil && from != to {
+		b.changed(from, to, err)
+	}
+}
+
+// current returns the state.
+func (b *breaker) current() breakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}

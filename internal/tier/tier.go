@@ -1,0 +1,516 @@
+// Package tier is a block's shared second tier on Redis or Valkey: what
+// one replica of a cluster's DNS fetched, every replica serves. On a local
+// miss the block asks the tier before the next plugin (Get), within a
+// latency budget; what it stores locally it hands to the tier (Put), which
+// writes it in the background, pipelined, never on a query's path; and
+// every flush applied to one replica reaches the tier and every other
+// replica's local store (Flush, and the stream of flushes each replica
+// reads).
+//
+// The tier is untrusted input. A value is the packed entry the store and
+// snapshots hold, checked as a snapshot's before anything of it is used,
+// and, with a secret, authenticated by an HMAC over its key and bytes, so
+// that a client that can write to Redis cannot make the cache answer
+// forged records (value.go). An entry's expiry is absolute: one that
+// expired while in the tier is never served as fresh.
+//
+// Flushes do not scan Redis. A flush of a name or zone records its time
+// under the name's or zone's epoch key, a flush of every negative entry or
+// of all under a global one, and a lookup reads, in the same round trip as
+// the value, the epochs of the name, of each zone above it, and the
+// globals: a value stored before a flush that covers it is a miss. Epoch
+// keys live as long as the longest-lived entry could. The flush itself
+// goes to the other replicas through a Redis stream, which a replica reads
+// from where it left off after a disconnection, so that no flush is lost
+// while the stream keeps it (maxStream); one that was trimmed away before
+// the replica read it makes the replica flush everything.
+//
+// A tier that errs or is slow is skipped by a circuit breaker
+// (breaker.go); writes are dropped, not queued without bound. The server
+// never waits longer than the timeout for the tier, never answers
+// SERVFAIL because of it, and never holds more for it than its write queue.
+//
+// The client library is valkey-go: it pipelines the commands of concurrent
+// requests on a few connections by itself (misses of many clients share
+// round trips without a pool to size), allocates little per command,
+// speaks to standalone servers, Sentinel and Cluster (which it detects)
+// over TLS with ACL users, works with Redis 6 and later as well as Valkey,
+// and is maintained by the Valkey project.
+package tier
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/valkey-io/valkey-go"
+)
+
+var log = clog.NewWithPlugin("compactcache")
+
+const (
+	// maxBatch bounds the writes sent in one pipeline.
+	maxBatch = 64
+	// maxStream is about how many flushes the stream keeps.
+	maxStream = 10000
+	// writeTimeout bounds a batch of writes or a flush, which no query
+	// waits for.
+	writeTimeout = time.Second
+	// streamBlock is how long a read of the stream waits for a flush.
+	streamBlock = time.Second
+	// reconnectMin and reconnectMax bound the wait between attempts to
+	// connect, or to read the stream again after an error.
+	reconnectMin, reconnectMax = 100 * time.Millisecond, 10 * time.Second
+)
+
+// Options are what a block tells its tier of itself.
+type Options struct {
+	Fingerprint [32]byte // the settings its entries were stored under
+	Grace       int64    // seconds entries are served past their TTL
+	MaxTTL      int64    // the longest TTL the block stores
+	Zones, View string   // the block's labels
+	// Apply flushes the block's local store for a flush another replica
+	// sent.
+	Apply func(flush.Flush)
+}
+
+// Tier is a block's shared tier.
+type Tier struct {
+	cfg    *Config
+	keys   keyer
+	opt    Options
+	id     string // this replica's, in the flushes it sends
+	m      *series
+	br     breaker
+	client atomic.Pointer[valkey.Client] // nil until connected
+	queue  chan []byte                   // entries to write
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	logMu   sync.Mutex
+	logNext map[string]time.Time // rate limit of the log lines of refused values
+}
+
+// New returns the tier of cfg for a block, and starts connecting to it in
+// the background: a tier that is down when the block starts only makes the
+// block start without it.
+func New(cfg *Config, opt Options) *Tier {
+	var id [8]byte
+	rand.Read(id[:])
+	t := &Tier{
+		cfg: cfg, keys: newKeyer(cfg.secret, opt.Fingerprint), opt: opt, id: hex.EncodeToString(id[:]),
+		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
+	}
+	t.br.changed = func(from, to breakerState, err error) {
+		t.m.breaker.Set(float64(to))
+		switch to {
+		case open:
+			log.Warningf("Shared tier %s: skipped for %v after errors: %v", cfg, t.br.backoff, err)
+		case closed:
+			log.Infof("Shared tier %s: answering again", cfg)
+		}
+	}
+	if cfg.secret == nil {
+		log.Warningf("Shared tier %s: no secret_file: its values are not authenticated, and whoever can write to it can make this server answer what they wrote", cfg)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.wg.Add(2)
+	go t.connect()
+	go t.writer()
+	return t
+}
+
+// Close stops the tier's goroutines and closes its connections.
+func (t *Tier) Close() {
+	t.cancel()
+	t.wg.Wait()
+	if c := t.client.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
+// connect connects until it succeeds or the tier closes, then reads the
+// stream of flushes.
+func (t *Tier) connect() {
+	defer t.wg.Done()
+	tc, _ := t.cfg.tlsConfig() // checked by Parse
+	opt := valkey.ClientOption{
+		InitAddress:  t.cfg.addrs,
+		Username:     t.cfg.username,
+		Password:     t.cfg.password,
+		SelectDB:     t.cfg.db,
+		TLSConfig:    tc,
+		DisableCache: true,
+		ClientName:   "compactcache",
+		Dialer:       net.Dialer{Timeout: time.Second, KeepAlive: time.Second},
+		// A server that stops answering (SIGSTOP, a full network buffer)
+		// is noticed by the lookups' timeouts; the connection is closed
+		// and made again after this.
+		ConnWriteTimeout: 3 * time.Second,
+	}
+	if t.cfg.sentinel != "" {
+		opt.Sentinel = valkey.SentinelOption{MasterSet: t.cfg.sentinel, Username: t.cfg.username, Password: t.cfg.password, TLSConfig: tc, TopologyRefreshInterval: 5 * time.Second}
+	}
+	wait := reconnectMin
+	for {
+		c, err := valkey.NewClient(opt)
+		if err == nil {
+			t.client.Store(&c)
+			log.Infof("Shared tier %s: connected", t.cfg)
+			break
+		}
+		if wait == reconnectMin {
+			log.Warningf("Shared tier %s: cannot connect, the block answers without it and keeps trying: %v", t.cfg, err)
+		}
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, reconnectMax)
+	}
+	t.readFlushes()
+}
+
+// Get returns the first of keys (cache keys, in the order the block
+// prefers them) whose value the tier holds, checks, and accept takes, or
+// nil. name is the question's name (lowercased wire form), whose epochs
+// say whether a flush covers a value; now is the block's clock, unix
+// seconds. It waits at most the configured timeout. The entry is the
+// caller's.
+func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, accept func(entry.Entry) bool) entry.Entry {
+	cp := t.client.Load()
+	if cp == nil || !t.br.allow(time.Now()) {
+		t.m.skipped.inc()
+		return nil
+	}
+	c := *cp
+	tierKeys := make([]string, len(keys))
+	cmds := make(valkey.Commands, 0, len(keys)+2+2*countLabels(name))
+	for i, k := range keys {
+		tierKeys[i] = t.keys.key(k)
+		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
+	}
+	epochs := len(cmds)
+	cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("all", nil)).Build(), c.B().Get().Key(t.keys.epochKey("negative", nil)).Build(),
+		c.B().Get().Key(t.keys.epochKey("name", name)).Build())
+	for off := 0; ; off += int(name[off]) + 1 {
+		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("zone", name[off:])).Build())
+		if name[off] == 0 {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.timeout)
+	defer cancel()
+	start := time.Now()
+	res := c.DoMulti(ctx, cmds...)
+	t.m.lookup.Observe(time.Since(start).Seconds())
+	for _, r := range res {
+		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.m.timeouts.inc()
+			} else {
+				t.m.errors.inc()
+			}
+			t.br.failure(time.Now(), err)
+			return nil
+		}
+	}
+	t.br.success()
+	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
+	for i, r := range res[epochs:] {
+		v, err := r.AsInt64()
+		if err != nil {
+			continue // none, or not a number: no flush
+		}
+		if i == 1 {
+			negative = v
+		} else {
+			flushed = max(flushed, v)
+		}
+	}
+	for i, r := range res[:epochs] {
+		v, err := r.AsBytes()
+		if err != nil {
+			continue // nil: not there
+		}
+		e, err := t.keys.open(tierKeys[i], keys[i], v)
+		if err != nil {
+			t.m.rejected[err].inc()
+			t.logRefused(err)
+			continue
+		}
+		stored := int64(e.Stored())
+		switch {
+		case now > e.Expires()+t.opt.Grace:
+		case stored <= flushed, stored <= negative && flush.Negativity(e):
+		case accept(e):
+			t.m.hits.inc()
+			return e
+		}
+	}
+	t.m.misses.inc()
+	return nil
+}
+
+// countLabels returns the labels of a wire name, the root's included.
+func countLabels(name []byte) int {
+	n := 1
+	for off := 0; name[off] != 0; off += int(name[off]) + 1 {
+		n++
+	}
+	return n
+}
+
+// logRefused says that a value was refused, once a minute per reason.
+func (t *Tier) logRefused(why error) {
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	now := time.Now()
+	if now.Before(t.logNext[why.Error()]) {
+		return
+	}
+	t.logNext[why.Error()] = now.Add(time.Minute)
+	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
+}
+
+// Put hands e, an entry the block stored, to the tier, which writes it in
+// the background; when the queue is full it is dropped.
+func (t *Tier) Put(e entry.Entry) {
+	select {
+	case t.queue <- append([]byte(nil), e...):
+	default:
+		t.m.dropped.inc()
+	}
+}
+
+// writer writes the queued entries, a pipeline of up to maxBatch at a
+// time, each to expire with its entry's serve_stale window.
+func (t *Tier) writer() {
+	defer t.wg.Done()
+	batch := make([]entry.Entry, 0, maxBatch)
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case e := <-t.queue:
+			batch = append(batch[:0], e)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case e := <-t.queue:
+				batch = append(batch, e)
+			default:
+				break more
+			}
+		}
+		t.write(batch)
+	}
+}
+
+func (t *Tier) write(batch []entry.Entry) {
+	cp := t.client.Load()
+	if cp == nil || !t.br.allow(time.Now()) {
+		for range batch {
+			t.m.dropped.inc()
+		}
+		return
+	}
+	c := *cp
+	now := time.Now().Unix()
+	cmds := make(valkey.Commands, 0, len(batch))
+	for _, e := range batch {
+		left := e.Expires() + t.opt.Grace - now
+		if left <= 0 {
+			continue
+		}
+		key := t.keys.key(e.Key())
+		cmds = append(cmds, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
+	defer cancel()
+	var failed error
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			failed = err
+			t.m.dropped.inc()
+			continue
+		}
+		t.m.written.inc()
+	}
+	if failed != nil {
+		t.br.failure(time.Now(), failed)
+	} else {
+		t.br.success()
+	}
+}
+
+// Flush applies f to the tier: a value stored before it that it covers is
+// a miss from now on, on every replica; and sends it to the other
+// replicas, which apply it to their local stores.
+func (t *Tier) Flush(f flush.Flush) error {
+	cp := t.client.Load()
+	if cp == nil {
+		return fmt.Errorf("shared tier %s: not connected", t.cfg)
+	}
+	c := *cp
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	life := time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
+	epoch := func(what string, name []byte) valkey.Completed {
+		return c.B().Set().Key(t.keys.epochKey(what, name)).Value(now).Px(life).Build()
+	}
+	var cmds valkey.Commands
+	switch f.Scope {
+	case flush.Names:
+		for _, n := range f.Names {
+			cmds = append(cmds, epoch("name", n))
+		}
+	case flush.Zones:
+		for _, z := range f.Names {
+			cmds = append(cmds, epoch("zone", z))
+		}
+	case flush.Negative:
+		cmds = append(cmds, epoch("negative", nil))
+	case flush.All:
+		cmds = append(cmds, epoch("all", nil))
+	}
+	msg := f.Marshal(nil)
+	tag := t.keys.mac("f", []byte(t.id), msg)
+	cmds = append(cmds, c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
+		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build())
+	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
+	defer cancel()
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("shared tier %s: %w", t.cfg, err)
+		}
+	}
+	t.m.sent.inc()
+	return nil
+}
+
+// readFlushes applies the flushes the other replicas send, from the
+// stream's end when it starts, and after an error from where it left off.
+func (t *Tier) readFlushes() {
+	c := *t.client.Load()
+	stream := t.keys.streamKey()
+	last := ""
+	wait := reconnectMin
+	for t.ctx.Err() == nil {
+		if last == "" {
+			id, err := t.streamEnd(c, stream)
+			if err != nil {
+				wait = t.pause(wait)
+				continue
+			}
+			last = id
+		}
+		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build())
+		read, err := res.AsXRead()
+		if err != nil && !valkey.IsValkeyNil(err) {
+			if t.ctx.Err() != nil {
+				return
+			}
+			wait = t.pause(wait)
+			t.checkTrimmed(c, stream, last)
+			continue
+		}
+		wait = reconnectMin
+		for _, m := range read[stream] {
+			last = m.ID
+			t.received(m.FieldValues)
+		}
+	}
+}
+
+// streamEnd returns the ID of the stream's last flush, "0-0" when it has
+// none.
+func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
+	r, err := c.Do(t.ctx, c.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
+	if err != nil && !valkey.IsValkeyNil(err) {
+		return "", err
+	}
+	if len(r) == 0 {
+		return "0-0", nil
+	}
+	return r[0].ID, nil
+}
+
+// checkTrimmed flushes the local store whole when the stream no longer
+// holds the flush after last: one this replica did not read is gone.
+func (t *Tier) checkTrimmed(c valkey.Client, stream, last string) {
+	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build()).AsXRange()
+	if err != nil || len(r) == 0 || last == "0-0" || !idAfter(r[0].ID, last) {
+		return
+	}
+	log.Warningf("Shared tier %s: flushes were lost while it was out of reach: the local store is flushed whole", t.cfg)
+	t.opt.Apply(flush.Flush{Scope: flush.All})
+}
+
+// idAfter reports whether stream ID a comes after b, past the ID after b.
+func idAfter(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	ams, _ := strconv.ParseUint(am, 10, 64)
+	bms, _ := strconv.ParseUint(bm, 10, 64)
+	asq, _ := strconv.ParseUint(as, 10, 64)
+	bsq, _ := strconv.ParseUint(bs, 10, 64)
+	return ams > bms || ams == bms && asq > bsq+1
+}
+
+// pause waits wait, or until the tier closes, and returns the next wait.
+func (t *Tier) pause(wait time.Duration) time.Duration {
+	select {
+	case <-t.ctx.Done():
+	case <-time.After(wait):
+	}
+	return min(2*wait, reconnectMax)
+}
+
+// received applies one flush of the stream, unless this replica sent it or
+// it fails its checks.
+func (t *Tier) received(fields map[string]string) {
+	from, msg, tag := fields["from"], fields["flush"], fields["tag"]
+	if from == t.id {
+		return
+	}
+	want := t.keys.mac("f", []byte(from), []byte(msg))
+	if len(tag) != tagLen || string(want[:tagLen]) != tag {
+		t.m.rejected[errTag].inc()
+		t.logRefused(errTag)
+		return
+	}
+	f, err := flush.Unmarshal([]byte(msg))
+	if err != nil {
+		t.m.rejected[errFormat].inc()
+		t.logRefused(errFormat)
+		return
+	}
+	t.m.received.inc()
+	t.opt.Apply(f)
+}
+
+// Stats describes the tier for the admin stats.
+func (t *Tier) Stats() *admin.Shared {
+	st := &admin.Shared{URL: t.cfg.String(), Breaker: t.br.current().String()}
+	t.m.stats(st)
+	return st
+}

@@ -1,0 +1,605 @@
+package tier
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/testenv"
+	"github.com/coredns/caddy"
+	"github.com/miekg/dns"
+)
+
+const testSecret = "0123456789abcdef-shared-secret"
+
+// secretFile writes s to a file and returns its path.
+func secretFile(t testing.TB, s string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(s+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// parse parses the block of a `shared` option.
+func parse(t testing.TB, option string) (*Config, error) {
+	t.Helper()
+	c := caddy.NewTestController("dns", option)
+	c.Next() // the option's name
+	return Parse(c, c.RemainingArgs())
+}
+
+// mustTier returns a tier of the Corefile option, closed when the test
+// ends, that calls apply with the flushes of other replicas.
+func mustTier(t testing.TB, option string, fp byte, apply func(flush.Flush)) *Tier {
+	t.Helper()
+	cfg, err := parse(t, option)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apply == nil {
+		apply = func(flush.Flush) {}
+	}
+	tr := New(cfg, Options{Fingerprint: [32]byte{fp}, Grace: 0, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
+	t.Cleanup(tr.Close)
+	for deadline := time.Now().Add(10 * time.Second); tr.client.Load() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tier did not connect")
+		}
+	}
+	return tr
+}
+
+// built returns an entry of name/qtype stored at stored for ttl.
+func built(t testing.TB, name string, qtype uint16, rcode int, stored, ttl uint32) entry.Entry {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	m.Response, m.Rcode = true, rcode
+	var flags uint16
+	if rcode == dns.RcodeSuccess {
+		m.Answer = []dns.RR{testenv.MustRR(t, dns.Fqdn(name)+" 300 IN A 192.0.2.1")}
+	} else {
+		flags = entry.FlagDenial
+		m.Ns = []dns.RR{testenv.MustRR(t, "example.org. 300 IN SOA ns.example.org. h.example.org. 1 2 3 4 5")}
+	}
+	key, err := entry.KeyFor(name, qtype, dns.ClassINET, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := entry.NewBuilder().Build(m, key, m.Question[0].Name, stored, ttl, 0, flags|uint16(rcode), entry.MaxLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Clone(e)
+}
+
+func wire(t testing.TB, name string) []byte {
+	t.Helper()
+	var buf [dnsmsg.MaxNameLen]byte
+	n, err := dnsmsg.PackName(dns.Fqdn(name), buf[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Clone(buf[:n])
+}
+
+func take(entry.Entry) bool { return true }
+
+// get asks tr for e's key.
+func get(tr *Tier, e entry.Entry) entry.Entry {
+	return tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take)
+}
+
+// putAndWait puts e and waits until tr reads it back.
+func putAndWait(t testing.TB, tr *Tier, e entry.Entry) {
+	t.Helper()
+	tr.Put(e)
+	for deadline := time.Now().Add(5 * time.Second); get(tr, e) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never written: %+v", e.QName(), tr.Stats())
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	secret, short, pw := secretFile(t, testSecret), secretFile(t, "short"), secretFile(t, "pw")
+	for _, tc := range []struct {
+		option string
+		ok     func(*Config) bool
+		says   string
+	}{
+		{option: "shared redis://127.0.0.1:6379", ok: func(c *Config) bool {
+			return c.addrs[0] == "127.0.0.1:6379" && !c.tls && c.timeout == DefaultTimeout && c.secret == nil
+		}},
+		{option: "shared rediss://cache@redis.example:6380/2 {\n secret_file " + secret + "\n password_file " + pw + "\n timeout 5ms\n write_queue 10\n}", ok: func(c *Config) bool {
+			return c.tls && c.username == "cache" && c.db == 2 && string(c.secret) == testSecret && c.password == "pw" && c.timeout == 5*time.Millisecond && c.queue == 10
+		}},
+		{option: "shared redis://10.0.0.1:26379 redis://10.0.0.2:26379 {\n sentinel mymaster\n}", ok: func(c *Config) bool {
+			return len(c.addrs) == 2 && c.sentinel == "mymaster"
+		}},
+		{option: "shared", says: "want a redis:// or rediss:// URL"},
+		{option: "shared http://127.0.0.1:6379", says: "is not a URL such as"},
+		{option: "shared redis://127.0.0.1", says: "want HOST:PORT"},
+		{option: "shared redis://127.0.0.1:0", says: "not a number between 1 and 65535"},
+		{option: "shared redis://u:pw@127.0.0.1:6379", says: "holds a password: give it in password_file"},
+		{option: "shared redis://127.0.0.1:6379/x", says: `database "x" is not a number`},
+		{option: "shared redis://127.0.0.1:1 rediss://127.0.0.1:2", says: "every URL must have the scheme"},
+		{option: "shared redis://127.0.0.1:1 {\n secret_file " + short + "\n}", says: "holds 5 bytes, want at least 16"},
+		{option: "shared redis://127.0.0.1:1 {\n secret_file /nonexistent\n}", says: "secret_file: open /nonexistent"},
+		{option: "shared redis://127.0.0.1:1 {\n timeout 0s\n}", says: "timeout \"0s\" is not a duration"},
+		{option: "shared redis://127.0.0.1:1 {\n write_queue 0\n}", says: "write_queue \"0\" is not a number"},
+		{option: "shared redis://127.0.0.1:1 {\n tls_ca " + secret + "\n}", says: "tls_ca without a rediss:// URL"},
+		{option: "shared rediss://127.0.0.1:1 {\n tls_ca " + secret + "\n}", says: "holds no PEM certificate"},
+		{option: "shared redis://127.0.0.1:1 {\n sentinel\n}", says: "sentinel wants one value"},
+		{option: "shared redis://127.0.0.1:1 {\n cluster yes\n}", says: `unknown option "cluster"`},
+	} {
+		cfg, err := parse(t, tc.option)
+		switch {
+		case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says)):
+			t.Errorf("%q: %v, want an error saying %q", tc.option, err, tc.says)
+		case tc.says == "" && err != nil:
+			t.Errorf("%q: %v", tc.option, err)
+		case tc.says == "" && !tc.ok(cfg):
+			t.Errorf("%q: %+v", tc.option, cfg)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	a, b := mustTier(t, option, 1, nil), mustTier(t, option, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, a, e)
+	got := get(b, e)
+	if got == nil || string(got) != string(e) {
+		t.Fatalf("the other replica read %x, want %x", got, e)
+	}
+	// A block of other settings shares nothing.
+	if other := mustTier(t, option, 2, nil); get(other, e) != nil {
+		t.Error("a block of another fingerprint read the entry")
+	}
+	// accept decides: a value the block cannot take is a miss.
+	if tr := b.Get(context.Background(), [][]byte{e.Key()}, e.QName(), time.Now().Unix(), func(entry.Entry) bool { return false }); tr != nil {
+		t.Error("an entry accept refused was returned")
+	}
+	// The first key that holds a value wins, in the order given.
+	absent := built(t, "absent.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	if got := b.Get(context.Background(), [][]byte{absent.Key(), e.Key()}, e.QName(), time.Now().Unix(), take); got == nil {
+		t.Error("the second key's entry was not found")
+	}
+	// The key expires with the entry: Redis holds it no longer than its TTL.
+	pttl, err := r.Do("PTTL", a.keys.key(e.Key()))
+	if err != nil || pttl == ":-1" || pttl == ":-2" {
+		t.Errorf("PTTL of the entry's key: %q %v, want its TTL", pttl, err)
+	}
+}
+
+// TestExpiredNotFresh: an entry whose TTL ran out while in the tier is not
+// served, but within the serve_stale window it is, for the block to serve
+// as stale.
+func TestExpiredNotFresh(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr
+	tr := mustTier(t, option, 1, nil)
+	now := time.Now().Unix()
+	e := built(t, "old.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-100), 300)
+	putAndWait(t, tr, e)
+	if tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), now+201, take) != nil {
+		t.Error("an entry past its TTL was returned without a serve_stale window")
+	}
+	tr.opt.Grace = 60
+	if tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), now+201, take) == nil {
+		t.Error("an entry within the serve_stale window was not returned")
+	}
+}
+
+// TestRefusesForgedValues: values the tier holds that a block of these
+// settings and secret did not write are refused, counted, and ignored.
+func TestRefusesForgedValues(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	tr := mustTier(t, option, 1, nil)
+	other := mustTier(t, "shared redis://"+r.Addr+" {\n secret_file "+secretFile(t, testSecret+"-other")+"\n}", 1, nil)
+	now := uint32(time.Now().Unix())
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
+	f := built(t, "forged.example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
+	key := tr.keys.key(e.Key())
+	sealed := tr.keys.seal(key, e)
+	for _, tc := range []struct {
+		name  string
+		value []byte
+		why   error
+	}{
+		{"garbage", []byte("garbage"), errShort},
+		{"garbage after a tag", append(make([]byte, tagLen), "not an entry at all"...), errTag},
+		{"a bad tag", append([]byte{sealed[0] ^ 1}, sealed[1:]...), errTag},
+		{"a changed record", func() []byte { v := slices.Clone(sealed); v[len(v)-1] ^= 1; return v }(), errTag},
+		{"another entry moved here", tr.keys.seal(tr.keys.key(f.Key()), f), errTag},
+		{"sealed by another secret", other.keys.seal(key, e), errTag},
+		{"sealed for this key, of another name", tr.keys.seal(key, f), errKey},
+		{"a malformed entry sealed", tr.keys.seal(key, e[:len(e)-3]), errFormat},
+	} {
+		r.MustDo("SET", key, string(tc.value))
+		before := tr.m.rejected[tc.why].n.Load()
+		if got := get(tr, e); got != nil {
+			t.Errorf("%s: returned %x", tc.name, got)
+		}
+		if n := tr.m.rejected[tc.why].n.Load() - before; n != 1 {
+			t.Errorf("%s: counted %d refusals for %v, want 1", tc.name, n, tc.why)
+		}
+	}
+	r.MustDo("SET", key, string(sealed))
+	if get(tr, e) == nil {
+		t.Error("the value sealed for its key was refused")
+	}
+}
+
+// TestFlushes: a flush makes the values it covers misses on every replica,
+// and reaches the other replicas' stores within a second; a replica does
+// not apply its own.
+func TestFlushes(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	var mu sync.Mutex
+	var applied []string
+	a := mustTier(t, option, 1, func(f flush.Flush) { t.Errorf("a replica applied its own flush %s", f.String()) })
+	b := mustTier(t, option, 1, func(f flush.Flush) { mu.Lock(); applied = append(applied, f.String()); mu.Unlock() })
+	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
+	stored := uint32(time.Now().Unix()) - 1
+	www := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, stored, 300)
+	mail := built(t, "mail.example.org", dns.TypeA, dns.RcodeSuccess, stored, 300)
+	nx := built(t, "nx.example.net", dns.TypeA, dns.RcodeNameError, stored, 300)
+	for _, e := range []entry.Entry{www, mail, nx} {
+		putAndWait(t, a, e)
+	}
+	steps := []struct {
+		f    flush.Flush
+		gone []entry.Entry
+		kept []entry.Entry
+	}{
+		{flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "www.example.org")}}, []entry.Entry{www}, []entry.Entry{mail, nx}},
+		{flush.Flush{Scope: flush.Negative}, []entry.Entry{www, nx}, []entry.Entry{mail}},
+		{flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "org")}}, []entry.Entry{www, mail, nx}, nil},
+	}
+	for i, s := range steps {
+		start := time.Now()
+		if err := a.Flush(s.f); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range s.gone {
+			if get(a, e) != nil || get(b, e) != nil {
+				t.Errorf("after %s: %s still read", s.f.String(), e.QName())
+			}
+		}
+		for _, e := range s.kept {
+			if get(b, e) == nil {
+				t.Errorf("after %s: %s not read", s.f.String(), e.QName())
+			}
+		}
+		for {
+			mu.Lock()
+			n := len(applied)
+			mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			if time.Since(start) > time.Second {
+				t.Fatalf("the other replica applied %d flushes a second after the %dth: %v", n, i+1, applied)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// An entry stored after the flush is read again.
+	fresh := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())+1, 300)
+	putAndWait(t, a, fresh)
+	if st := b.Stats(); st.FlushesReceived != 3 || a.Stats().FlushesSent != 3 {
+		t.Errorf("stats: received %d, sent %d", st.FlushesReceived, a.Stats().FlushesSent)
+	}
+}
+
+// under runs load, Gets of one absent key from 4 goroutines, until stop is
+// closed, and returns each Get's duration.
+func under(tr *Tier, e entry.Entry, stop chan struct{}) func() []time.Duration {
+	var mu sync.Mutex
+	var took []time.Duration
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				get(tr, e)
+				d := time.Since(start)
+				mu.Lock()
+				took = append(took, d)
+				mu.Unlock()
+			}
+		})
+	}
+	return func() []time.Duration { close(stop); wg.Wait(); return took }
+}
+
+func p99(d []time.Duration) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)*99/100]
+}
+
+// TestTierFaults: the tier killed, stopped and restarted empty under load:
+// lookups never wait past the timeout (p99 at most the timeout and a
+// millisecond), the breaker opens and closes again by itself, and writes
+// resume.
+func TestTierFaults(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr+" {\n timeout 20ms\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	goroutines := runtime.NumGoroutine()
+
+	for _, fault := range []struct {
+		name        string
+		inject, end func()
+	}{
+		{"SIGSTOP", r.Pause, r.Resume},
+		{"killed, restarted empty", r.Kill, r.Start},
+	} {
+		done := under(tr, e, make(chan struct{}))
+		time.Sleep(100 * time.Millisecond)
+		fault.inject()
+		for range 100 {
+			tr.Put(e) // writes while it is down: dropped, not queued without bound
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if st := tr.br.current(); st == closed {
+			t.Errorf("%s: the breaker is closed 1.5s in", fault.name)
+		}
+		took := done()
+		if p := p99(took); p > tr.cfg.timeout+time.Millisecond {
+			t.Errorf("%s: p99 of %d lookups %v, over the timeout %v and a millisecond", fault.name, len(took), p, tr.cfg.timeout)
+		}
+		fault.end()
+		for deadline := time.Now().Add(2*breakerMaxBackoff + 10*time.Second); tr.br.current() != closed; {
+			get(tr, e)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the breaker did not close after the tier came back: %+v", fault.name, tr.Stats())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		putAndWait(t, tr, e) // writes resume, and after a restart fill the empty tier
+	}
+	st := tr.Stats()
+	if st.Timeouts == 0 || st.Skipped == 0 || st.WritesDropped == 0 {
+		t.Errorf("stats after the faults: %+v, want timeouts, skipped lookups and dropped writes", st)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines+20 {
+		t.Errorf("%d goroutines after the faults, %d before", n, goroutines)
+	}
+}
+
+// TestTierFull: a tier at its maxmemory, evicting, takes writes and
+// answers lookups; what it evicted is a miss.
+func TestTierFull(t *testing.T) {
+	r := testenv.StartRedis(t, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := uint32(time.Now().Unix())
+	var es []entry.Entry
+	for i := range 20000 {
+		e := built(t, "n"+strings.Repeat("x", i%40)+time.Duration(i).String()+".example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
+		es = append(es, e)
+		tr.Put(e)
+		if i%1000 == 999 {
+			time.Sleep(20 * time.Millisecond) // the writer drains the queue
+		}
+	}
+	last := built(t, "last.example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
+	putAndWait(t, tr, last)
+	found := 0
+	for _, e := range es {
+		if get(tr, e) != nil {
+			found++
+		}
+	}
+	if st := tr.Stats(); found == 0 || found == len(es) || st.Errors != 0 {
+		t.Errorf("%d of %d entries read back from a full tier, stats %+v: want some evicted, none erring", found, len(es), st)
+	}
+}
+
+// TestACLUser: an ACL user with its password from password_file; a wrong
+// password leaves the block without the tier, asking nothing.
+func TestACLUser(t *testing.T) {
+	r := testenv.StartRedis(t, "--user", "default", "off", "--user", "cache", "on", ">s3cret-pw", "~*", "&*", "+@all")
+	tr := mustTier(t, "shared redis://cache@"+r.Addr+" {\n password_file "+secretFile(t, "s3cret-pw")+"\n}", 1, nil)
+	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+
+	cfg, err := parse(t, "shared redis://cache@"+r.Addr+" {\n password_file "+secretFile(t, "wrong")+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := New(cfg, Options{MaxTTL: 3600, Zones: ".", View: "wrong", Apply: func(flush.Flush) {}})
+	defer wrong.Close()
+	time.Sleep(300 * time.Millisecond)
+	if wrong.client.Load() != nil {
+		t.Fatal("connected with a wrong password")
+	}
+	if get(wrong, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)) != nil || wrong.Stats().Skipped != 1 {
+		t.Errorf("a tier that could not connect: %+v, want the lookup skipped", wrong.Stats())
+	}
+}
+
+// writeCerts makes a CA and a certificate it signs for 127.0.0.1 and the
+// name server.test, and returns the files: CA, certificate, key.
+func writeCerts(t *testing.T) (ca, cert, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "server.test"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"server.test"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	caCert, _ := x509.ParseCertificate(caDER)
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for path, block := range map[string]*pem.Block{ca: {Type: "CERTIFICATE", Bytes: caDER}, cert: {Type: "CERTIFICATE", Bytes: srvDER}, key: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// TestTLS: rediss:// with the server's CA from tls_ca; a tier that does
+// not trust the server's certificate does not connect.
+func TestTLS(t *testing.T) {
+	ca, cert, key := writeCerts(t)
+	port := strconv.Itoa(testenv.FreePort(t))
+	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no")
+	tr := mustTier(t, "shared rediss://127.0.0.1:"+port+" {\n tls_ca "+ca+"\n tls_server_name server.test\n}", 1, nil)
+	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+
+	cfg, err := parse(t, "shared rediss://127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted := New(cfg, Options{MaxTTL: 3600, Zones: ".", View: "untrusted", Apply: func(flush.Flush) {}})
+	defer untrusted.Close()
+	time.Sleep(300 * time.Millisecond)
+	if untrusted.client.Load() != nil {
+		t.Error("connected to a server whose certificate no root it trusts signed")
+	}
+}
+
+// TestCluster: a Redis Cluster of three masters, found from one seed: the
+// entries of a question's variants share a slot, and flushes reach the
+// other replicas.
+func TestCluster(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatal("redis-cli is not installed: apt-get install redis-tools (redis-server's dependency)")
+	}
+	var nodes []*testenv.Redis
+	var addrs []string
+	for range 3 {
+		n := testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+		nodes, addrs = append(nodes, n), append(addrs, n.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ok := true
+		for _, n := range nodes {
+			info, _ := n.Do("CLUSTER", "INFO")
+			ok = ok && strings.Contains(info, "cluster_state:ok")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster did not come up")
+		}
+	}
+	option := "shared redis://" + addrs[0] + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	var got sync.WaitGroup
+	got.Add(1)
+	var once sync.Once
+	a := mustTier(t, option, 1, nil)
+	b := mustTier(t, option, 1, func(flush.Flush) { once.Do(got.Done) })
+	var es []entry.Entry
+	for i := range 50 {
+		e := built(t, "n"+strconv.Itoa(i)+".example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+		es = append(es, e)
+		putAndWait(t, a, e)
+	}
+	// The keys spread over the masters.
+	held := 0
+	for _, n := range nodes {
+		if v, _ := n.Do("DBSIZE"); v != ":0" {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Errorf("the entries are on %d of 3 masters", held)
+	}
+	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
+	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { got.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("the other replica did not get the flush within a second")
+	}
+	for _, e := range es {
+		if get(b, e) != nil {
+			t.Fatalf("%s read after the flush of its zone", e.QName())
+		}
+	}
+}
+
+// TestSentinel: the tier found through Sentinel, by the master set's name.
+func TestSentinel(t *testing.T) {
+	master := testenv.StartRedis(t)
+	host, port, _ := net.SplitHostPort(master.Addr)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	sport := strconv.Itoa(testenv.FreePort(t))
+	if err := os.WriteFile(conf, []byte("port "+sport+"\nbind 127.0.0.1\nsentinel monitor cache "+host+" "+port+" 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+sport); err == nil {
+			c.Close()
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("sentinel did not start")
+		}
+	}
+	tr := mustTier(t, "shared redis://127.0.0.1:"+sport+" {\n sentinel cache\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	if n := master.MustDo("DBSIZE"); n != ":1" {
+		t.Errorf("the master holds %s keys, want the entry", n)
+	}
+}
