@@ -174,6 +174,9 @@ type Stats struct {
 	HitRatio  float64 `json:"hit_ratio"`
 	Evictions Counts  `json:"evictions"`
 	Shared    *Shared `json:"shared,omitempty"`
+	// Kubernetes is the block's invalidation from the Kubernetes API (the
+	// kubernetes option); nil without one.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 }
 
 // StatsReply is the reply to stats.
@@ -199,4 +202,36 @@ type Shared struct {
 	WritesDropped   int64 `json:"writes_dropped"`
 	FlushesSent     int64 `json:"flushes_sent"`
 	FlushesReceived int64 `json:"flushes_received"`
+}
+
+// Kubernetes describes a block's invalidation from the Kubernetes API,
+// since the block started.
+type Kubernetes struct {
+	// Source: "kubernetes plugin" (the block's plugin's informers) or
+	// "watch" (a watch of its own).
+	Source    string `json:"source"`
+	Connected bool   `json:"connected"`
+	// The cluster's changes that made cached answers wrong, by kind.
+	Services   int64 `json:"services"`
+	Endpoints  int64 `json:"endpoints"`
+	Pods       int64 `json:"pods"`
+	Namespaces int64 `json:"namespaces"`
+	// Names and subtrees flushed, and the entries those flushes dropped.
+	Names    int64  `json:"names"`
+	Subtrees int64  `json:"subtrees"`
+	Dropped  Counts `json:"dropped"`
+	// Disconnects counts the times the connection was lost.
+	Disconnects int64 `json:"disconnects"`
+	// API is what a watch of its own asked of the API server; nil for the
+	// kubernetes plugin's, whose load is the plugin's own.
+	API *KubernetesAPI `json:"api,omitempty"`
+}
+
+// KubernetesAPI is the requests a watch of its own made to the API server,
+// and the bytes of their responses' bodies as the client read them.
+type KubernetesAPI struct {
+	Lists   int64 `json:"lists"`
+	Watches int64 `json:"watches"`
+	Other   int64 `json:"other"` // readiness probes
+	Bytes   int64 `json:"bytes"`
 }
