@@ -1,0 +1,233 @@
+package kube
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin/kubernetes"
+)
+
+// Source 1: the kubernetes plugin's own informers. The plugin shows no
+// hook on their events, only the second of the last change that its
+// answers show (Modified), set after the informer's store. follow reads
+// that second every pollEvery, an atomic load, and when it moved diffs the
+// controller's lists against its View: an object whose pointer is the
+// one the View holds has not changed (the informers replace an object on
+// every change, and only then), so a diff costs a map lookup per object
+// and the names of the changed ones.
+const (
+	pollEvery = 100 * time.Millisecond
+	// fullEvery is the longest time between two diffs, whatever Modified
+	// says: a clock set back would hide a change from it.
+	fullEvery = 30 * time.Second
+	// nsEvery is how often the namespaces of the View's Services are
+	// looked up: the plugin's namespace informer moves no Modified.
+	nsEvery = time.Second
+)
+
+type follow struct {
+	ctl   Controller
+	view  *View
+	em    *emitter
+	c     *counters
+	opts  pluginOptions
+	probe *prober // nil: the connection is the controller's sync alone
+	log   func(up bool, why string)
+
+	filled     bool
+	lastMod    int64 // Modified at the last diff
+	lastDiff   int64 // the second the last diff began in
+	lastFull   time.Time
+	lastPods   time.Time // the last flush of pod names (pods verified)
+	lastPodMod int64
+	lastPodSec int64
+	lastNS     time.Time
+	nsExists   map[string]bool
+
+	probeErr atomic.Pointer[error] // the last probe's error; nil pointer: never probed
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func newFollow(ctl Controller, view *View, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
+	f := &follow{ctl: ctl, view: view, em: em, c: c, opts: opts, probe: probe, log: log,
+		nsExists: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	ok := error(nil)
+	f.probeErr.Store(&ok)
+	return f
+}
+
+func (f *follow) run() {
+	defer close(f.done)
+	if f.probe != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go f.probing(ctx)
+	}
+	// Until the controller first syncs, a tick is short: the view taken
+	// then is the base the first changes are told against, and a reload's
+	// old instance stops (after a last diff) once the plugin has synced.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.stop:
+			if f.filled && f.ctl.HasSynced() {
+				f.em.update(f.diff)
+			}
+			f.em.close()
+			return
+		case now := <-tick.C:
+			filled := f.filled
+			f.step(now)
+			if !filled && f.filled {
+				tick.Reset(pollEvery)
+			}
+		}
+	}
+}
+
+func (f *follow) probing(ctx context.Context) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		err := f.probe.probe(ctx)
+		f.probeErr.Store(&err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// step does what the time now calls for: a diff when Modified moved, or
+// may have moved unseen within the second it holds; pod names when
+// anything moved, at most every walkGap; the namespaces every nsEvery.
+func (f *follow) step(now time.Time) {
+	if !f.ctl.HasSynced() {
+		f.health(false, "the kubernetes plugin has not synced with the API server")
+		return
+	}
+	m := f.ctl.Modified(kubernetes.ModifiedInternal)
+	sec := now.Unix()
+	if !f.filled {
+		f.diff(nil)
+		f.filled = true
+		f.lastMod, f.lastDiff, f.lastFull, f.lastPodMod, f.lastPodSec = m, sec, now, m, sec
+		f.namespaces(nil)
+		f.lastNS = now
+		f.health(true, "")
+		return
+	}
+	// A change within second m after the last diff began leaves m as it
+	// was: diff again until a diff has begun after second m.
+	if m != f.lastMod || f.lastDiff <= m || now.Sub(f.lastFull) >= fullEvery {
+		f.em.update(f.diff)
+		f.lastMod, f.lastDiff, f.lastFull = m, sec, now
+	}
+	if f.opts.podMode == podsVerified && (m != f.lastPodMod || f.lastPodSec <= m) && now.Sub(f.lastPods) >= walkGap {
+		// The controller lists no Pods: a Pod's names are dropped as the
+		// subtree pod.ZONE, whatever moved Modified.
+		f.em.update(func(b *batch) {
+			b.changes[KindPod]++
+			f.view.namer.pods(b, "")
+		})
+		f.lastPodMod, f.lastPodSec, f.lastPods = m, sec, now
+	}
+	if now.Sub(f.lastNS) >= nsEvery {
+		f.em.update(f.namespaces)
+		f.lastNS = now
+	}
+	if err := *f.probeErr.Load(); err != nil {
+		f.health(false, "the API server does not answer: "+err.Error())
+	} else {
+		f.health(true, "")
+	}
+}
+
+func (f *follow) health(up bool, why string) {
+	if f.c.connected(up) {
+		f.log(up, why)
+	}
+}
+
+// diff tells the View the controller's objects, adding to b the names
+// their changes make wrong; b is nil for the first, which fills the View.
+func (f *follow) diff(b *batch) {
+	v := f.view
+	v.gen++
+	seen := 0
+	for _, s := range f.ctl.ServiceList() {
+		e := v.svcs[s.Index]
+		if e == nil || e.s != s {
+			v.Service(b, s.Index, s)
+			if e = v.svcs[s.Index]; e == nil {
+				continue // in a namespace the plugin does not expose
+			}
+		}
+		e.gen = v.gen
+		seen++
+	}
+	if seen < len(v.svcs) {
+		for k, e := range v.svcs {
+			if e.gen != v.gen {
+				v.Service(b, k, nil)
+			}
+		}
+	}
+	seen = 0
+	for _, ep := range f.ctl.EndpointsList() {
+		k := keyOf(ep)
+		e := v.eps[k]
+		if e == nil || e.e != ep {
+			v.Endpoints(b, k, ep)
+			if e = v.eps[k]; e == nil {
+				continue
+			}
+		}
+		e.gen = v.gen
+		seen++
+	}
+	if seen < len(v.eps) {
+		for k, e := range v.eps {
+			if e.gen != v.gen {
+				v.Endpoints(b, k, nil)
+			}
+		}
+	}
+}
+
+// namespaces looks up the namespaces of the View's Services: one that
+// appears or goes changes its own names, and every name under it where
+// it still has Services (a namespace_labels selector that stops or starts
+// matching it); under pods insecure, its pod names too.
+func (f *follow) namespaces(b *batch) {
+	for ns := range f.view.perNS {
+		if _, ok := f.nsExists[ns]; !ok {
+			f.nsExists[ns] = f.exists(ns)
+		}
+	}
+	for ns, was := range f.nsExists {
+		now := f.exists(ns)
+		if now != was && b != nil {
+			b.changes[KindNamespace]++
+			f.view.namer.namespace(b, ns)
+			if f.opts.podMode == podsInsecure {
+				f.view.namer.pods(b, ns)
+			}
+			f.view.namespaceNames(b, ns)
+		}
+		if !now && f.view.perNS[ns] == 0 {
+			delete(f.nsExists, ns)
+		} else {
+			f.nsExists[ns] = now
+		}
+	}
+}
+
+func (f *follow) exists(ns string) bool {
+	_, err := f.ctl.GetNamespaceByName(ns)
+	return err == nil
+}

@@ -1,0 +1,409 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/coredns/coredns/plugin/kubernetes"
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/miekg/dns"
+)
+
+// fakeCtl is a controller as the kubernetes plugin's informers keep it:
+// a changed object is a new one.
+type fakeCtl struct {
+	mu     sync.Mutex
+	synced bool
+	mod    int64
+	svcs   []*object.Service
+	eps    []*object.Endpoints
+	ns     map[string]bool
+	lists  int // ServiceList calls: the diffs done
+}
+
+func (f *fakeCtl) HasSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.synced
+}
+
+func (f *fakeCtl) Modified(kubernetes.ModifiedMode) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mod
+}
+
+func (f *fakeCtl) ServiceList() []*object.Service {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	return slices.Clone(f.svcs)
+}
+
+func (f *fakeCtl) EndpointsList() []*object.Endpoints {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.eps)
+}
+
+func (f *fakeCtl) GetNamespaceByName(ns string) (*object.Namespace, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ns != nil && !f.ns[ns] {
+		return nil, errors.New("namespace not found")
+	}
+	return &object.Namespace{Name: ns}, nil
+}
+
+// set replaces the Service or slice of the same key, or adds it; mod is
+// the Modified it leaves, 0 to leave it alone.
+func (f *fakeCtl) set(mod int64, s *object.Service, e *object.Endpoints) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s != nil {
+		if i := slices.IndexFunc(f.svcs, func(x *object.Service) bool { return x.Index == s.Index }); i >= 0 {
+			f.svcs[i] = s
+		} else {
+			f.svcs = append(f.svcs, s)
+		}
+	}
+	if e != nil {
+		if i := slices.IndexFunc(f.eps, func(x *object.Endpoints) bool { return keyOf(x) == keyOf(e) }); i >= 0 {
+			f.eps[i] = e
+		} else {
+			f.eps = append(f.eps, e)
+		}
+	}
+	if mod != 0 {
+		f.mod = mod
+	}
+}
+
+func (f *fakeCtl) diffs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
+// sink records the flushes a block's cache is asked for.
+type sink struct {
+	mu      sync.Mutex
+	flushes []flush.Flush
+	at      []time.Time
+	got     chan struct{}
+}
+
+func newSink() *sink { return &sink{got: make(chan struct{}, 1000)} }
+
+func (s *sink) flush(f flush.Flush) admin.Counts {
+	s.mu.Lock()
+	s.flushes = append(s.flushes, f)
+	s.at = append(s.at, time.Now())
+	s.mu.Unlock()
+	s.got <- struct{}{}
+	return admin.Counts{Success: int64(len(f.Names))}
+}
+
+// wait waits for n more flushes, up to a second.
+func (s *sink) wait(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-s.got:
+		case <-time.After(time.Second):
+			t.Fatalf("no flush within a second")
+		}
+	}
+}
+
+// quiet checks no flush comes within d.
+func (s *sink) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-s.got:
+		t.Errorf("a flush nothing asked for: %v", s.all())
+	case <-time.After(d):
+	}
+}
+
+// all is the names flushed, each as NAME or *.NAME for a subtree.
+func (s *sink) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, f := range s.flushes {
+		for _, n := range f.Names {
+			txt, _, _ := dns.UnpackDomainName(n, 0)
+			if f.Scope == flush.Zones {
+				txt = "*." + txt
+			}
+			out = append(out, txt)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *sink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushes, s.at = nil, nil
+}
+
+// newTestFollow is a follow of ctl not yet running: the test steps it.
+func newTestFollow(ctl *fakeCtl, opts pluginOptions, s *sink) (*follow, *[]string) {
+	var logs []string
+	var mu sync.Mutex
+	c := newCounters(fmt.Sprintf("test-%p", s), "")
+	f := newFollow(ctl, NewView(NewNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprint(up, " ", why))
+	})
+	return f, &logs
+}
+
+func TestFollowStep(t *testing.T) {
+	ctl := &fakeCtl{}
+	s := newSink()
+	f, logs := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+	defer f.em.close()
+	at := func(sec int64, ms int64) time.Time { return time.Unix(sec, ms*int64(time.Millisecond)) }
+
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	ctl.set(1000, web, nil)
+	f.step(at(1000, 0))
+	if f.filled || f.c.up.Load() {
+		t.Fatalf("filled or connected before the controller synced")
+	}
+	ctl.synced = true
+	f.step(at(1000, 100))
+	if !f.filled || !f.c.up.Load() || len(*logs) != 1 {
+		t.Fatalf("synced: filled %v, connected %v, logs %q", f.filled, f.c.up.Load(), *logs)
+	}
+	s.quiet(t, 2*Interval) // the view's first fill flushes nothing
+
+	// A change within the second the last diff began in leaves Modified
+	// as it was; the next step diffs all the same.
+	ctl.set(0, svc("ns", "web", []string{"10.96.0.20"}, port("http", 80)), nil)
+	f.step(at(1000, 200))
+	s.wait(t, 1)
+	want := []string{"10.0.96.10.in-addr.arpa.", "20.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "web.ns" + z}
+	if got := s.all(); !slices.Equal(got, want) {
+		t.Errorf("flushed %q, want %q", got, want)
+	}
+	// Diffs go on while the second of Modified lasts, finding nothing
+	// more; once a diff began after it, none until Modified moves.
+	n := ctl.diffs()
+	f.step(at(1001, 0))
+	f.step(at(1001, 100))
+	f.step(at(1001, 200))
+	if got := ctl.diffs() - n; got != 1 {
+		t.Errorf("%d diffs after Modified's second ended, want 1 (the one that began after it)", got)
+	}
+	s.quiet(t, 2*Interval)
+
+	// A relist: every object new, none changed. Nothing flushed.
+	s.reset()
+	ctl.set(1002, svc("ns", "web", []string{"10.96.0.20"}, port("http", 80)), nil)
+	f.step(at(1002, 0))
+	s.quiet(t, 2*Interval)
+
+	// A Service gone and another come in the same diff.
+	api := svc("ns", "api", []string{"10.96.0.30"})
+	ctl.mu.Lock()
+	ctl.svcs, ctl.mod = []*object.Service{api}, 1003
+	ctl.mu.Unlock()
+	f.step(at(1003, 0))
+	s.wait(t, 1)
+	want = []string{"20.0.96.10.in-addr.arpa.", "30.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "api.ns" + z, "web.ns" + z}
+	if got := s.all(); !slices.Equal(got, want) {
+		t.Errorf("flushed %q, want %q", got, want)
+	}
+	if st := f.c.stats("test"); st.Services != 3 || st.Names != int64(len(want)+4) {
+		t.Errorf("stats %+v: want 3 Service changes and %d names", st, len(want)+4)
+	}
+}
+
+// TestFollowFullDiff: with Modified still, a diff comes every fullEvery.
+func TestFollowFullDiff(t *testing.T) {
+	ctl := &fakeCtl{synced: true, mod: 500}
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+	defer f.em.close()
+	t0 := time.Unix(1000, 0)
+	f.step(t0)
+	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil) // Modified not moved: a clock set back
+	n := ctl.diffs()
+	f.step(t0.Add(fullEvery / 2))
+	if ctl.diffs() != n {
+		t.Errorf("a diff with Modified still, before fullEvery")
+	}
+	f.step(t0.Add(fullEvery))
+	s.wait(t, 1)
+	if got := s.all(); !slices.Contains(got, "web.ns"+z) {
+		t.Errorf("flushed %q after fullEvery, want web's names", got)
+	}
+}
+
+// TestFollowPods: under pods verified, any move of Modified drops the
+// pod names' subtree, at most every walkGap.
+func TestFollowPods(t *testing.T) {
+	ctl := &fakeCtl{synced: true, mod: 1000}
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsVerified}, s)
+	defer f.em.close()
+	t0 := time.Unix(1000, 0)
+	f.step(t0)
+	ctl.set(1001, nil, nil)
+	f.step(t0.Add(time.Second))
+	s.wait(t, 1)
+	if got := s.all(); !slices.Equal(got, []string{"*.pod.cluster.local."}) {
+		t.Errorf("flushed %q, want the subtree pod.cluster.local.", got)
+	}
+	s.reset()
+	ctl.set(1001, nil, nil)
+	f.step(t0.Add(1500 * time.Millisecond)) // Modified's second, but within walkGap
+	s.quiet(t, 2*Interval)
+	f.step(t0.Add(2 * time.Second)) // the last pod flush began in second 1001: again
+	s.wait(t, 1)
+	f.step(t0.Add(3500 * time.Millisecond)) // Modified still 1001, and a flush began after it
+	s.quiet(t, 2*Interval)
+	if got := f.c.kinds[KindPod].Load(); got != 2 {
+		t.Errorf("%d pod changes counted, want 2", got)
+	}
+}
+
+// TestFollowNamespace: a namespace of the View's Services that goes
+// flushes its names and its Services'.
+func TestFollowNamespace(t *testing.T) {
+	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true}}
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
+	defer f.em.close()
+	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
+	t0 := time.Unix(2000, 0)
+	f.step(t0)
+	ctl.mu.Lock()
+	ctl.ns["ns"] = false // a namespace_labels selector that stopped matching
+	ctl.mu.Unlock()
+	f.step(t0.Add(nsEvery / 2))
+	s.quiet(t, 2*Interval)
+	f.step(t0.Add(nsEvery))
+	s.wait(t, 2) // the names, then the pod names' subtree
+	want := []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z}
+	if got := s.all(); !slices.Equal(got, want) {
+		t.Errorf("flushed %q, want %q", got, want)
+	}
+}
+
+// TestFollowRun: the goroutine of a block, against a controller changing
+// as the plugin's does, flushes each change within a poll and an
+// Interval, and a burst of changes as few flushes.
+func TestFollowRun(t *testing.T) {
+	ctl := &fakeCtl{}
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+	db := headless("ns", "db", port("pg", 5432))
+	ctl.set(time.Now().Unix(), db, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0"))
+	ctl.synced = true
+	go f.run()
+	deadline := time.Now().Add(time.Second)
+	for !f.c.up.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !f.c.up.Load() {
+		t.Fatal("not connected a second after the controller synced")
+	}
+	changed := time.Now()
+	ctl.set(changed.Unix(), nil, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.2"))
+	s.wait(t, 1)
+	if took := time.Since(changed); took > pollEvery+Interval+50*time.Millisecond {
+		t.Errorf("flushed %v after the change, want within a poll and an Interval", took)
+	}
+	want := []string{"10-1-0-2.db.ns" + z, "2.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z, "db.ns" + z}
+	if got := s.all(); !slices.Equal(got, want) {
+		t.Errorf("flushed %q, want %q", got, want)
+	}
+	// A burst: 200 changes over half a second, each a new endpoint.
+	s.reset()
+	start := time.Now()
+	for i := range 200 {
+		addrs := []string{"10.1.0.1=db-0"}
+		for j := 0; j <= i; j++ {
+			addrs = append(addrs, fmt.Sprintf("10.2.%d.%d", j/250, j%250+1))
+		}
+		ctl.set(time.Now().Unix(), nil, slice("ns", "db-1", "db", eport("pg", 5432), addrs...))
+		time.Sleep(time.Until(start.Add(time.Duration(i+1) * 2500 * time.Microsecond)))
+	}
+	time.Sleep(3 * (pollEvery + Interval))
+	close(f.stop)
+	<-f.done
+	s.mu.Lock()
+	n, at := len(s.flushes), slices.Clone(s.at)
+	s.mu.Unlock()
+	burst := time.Since(start)
+	if limit := int(burst/Interval) + 2; n > limit {
+		t.Errorf("%d flushes for 200 changes over %v, want at most %d", n, burst, limit)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < Interval-5*time.Millisecond {
+			t.Errorf("flushes %d and %d %v apart, under the Interval", i-1, i, gap)
+		}
+	}
+	got := s.all()
+	for j := range 200 {
+		name := fmt.Sprintf("10-2-%d-%d.db.ns%s", j/250, j%250+1, z)
+		if !slices.Contains(got, name) {
+			t.Errorf("the burst's endpoint %s never flushed", name)
+			break
+		}
+	}
+	t.Logf("200 changes in %v: %d flushes, %d names", burst, n, len(got))
+}
+
+func TestEmitterAgain(t *testing.T) {
+	s := newSink()
+	c := newCounters("test-again", "")
+	e := newEmitter(s.flush, nil, 300*time.Millisecond, c)
+	e.update(func(b *batch) { b.name("web.ns" + z) })
+	s.wait(t, 2)
+	s.mu.Lock()
+	gap := s.at[1].Sub(s.at[0])
+	s.mu.Unlock()
+	if gap < 300*time.Millisecond || gap > 600*time.Millisecond {
+		t.Errorf("the second flush %v after the first, want 300ms", gap)
+	}
+	if got := s.all(); !slices.Equal(got, []string{"web.ns" + z, "web.ns" + z}) {
+		t.Errorf("flushed %q, want web's name twice", got)
+	}
+	e.close()
+	s.quiet(t, 2*Interval)
+}
+
+// TestEmitterWalks: subtree flushes go at most every walkGap, those asked
+// for meanwhile in one.
+func TestEmitterWalks(t *testing.T) {
+	s := newSink()
+	e := newEmitter(s.flush, nil, 0, newCounters("test-walks", ""))
+	defer e.close()
+	for i := range 5 {
+		e.update(func(b *batch) { b.subtree(fmt.Sprintf("ns%d.pod.cluster.local.", i)) })
+		time.Sleep(2 * Interval)
+	}
+	s.wait(t, 2)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.flushes) != 2 || s.at[1].Sub(s.at[0]) < walkGap-10*time.Millisecond {
+		t.Fatalf("%d walks, at %v: want 2, walkGap apart", len(s.flushes), s.at)
+	}
+	if len(s.flushes[0].Names) != 1 || len(s.flushes[1].Names) != 4 {
+		t.Errorf("walks of %d and %d subtrees, want 1 then the 4 asked for meanwhile", len(s.flushes[0].Names), len(s.flushes[1].Names))
+	}
+}

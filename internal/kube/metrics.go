@@ -1,0 +1,97 @@
+package kube
+
+import (
+	"sync/atomic"
+
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The families of a block's invalidation, by the block's zones and view.
+var (
+	blockLabels   = []string{"zones", "view"}
+	invalidations = cachemetrics.CounterVec("invalidations_total", append(blockLabels, "kind"),
+		"The cluster changes that made cached answers wrong, by kind: service, endpoints (an EndpointSlice), pod (a change that may be a Pod's, under pods verified), namespace (its first Service came or its last went, or it appeared or went).")
+	flushedNames = cachemetrics.CounterVec("invalidated_names_total", append(blockLabels, "scope"),
+		"The names the cluster's changes flushed, by scope: name (the entries of one name), subtree (a name and all below it).")
+	connected = promauto.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: cachemetrics.Subsystem, Name: "kubernetes_connected",
+		Help: "1 while the block learns of the cluster's changes from the Kubernetes API, 0 while it does not (not synced, watch failing, API server unreachable): cluster answers then keep their TTL."}, blockLabels)
+)
+
+// counters are a block's numbers, for the Prometheus series and Stats.
+type counters struct {
+	kinds    [numKinds]atomic.Int64
+	series   [numKinds]prometheus.Counter
+	names    atomic.Int64
+	subtrees atomic.Int64
+	nameS    prometheus.Counter
+	subtreeS prometheus.Counter
+	dropped  struct{ success, denial, ecs atomic.Int64 }
+	up       atomic.Bool
+	lost     atomic.Int64
+	gauge    prometheus.Gauge
+}
+
+func newCounters(zones, view string) *counters {
+	c := &counters{}
+	for k := range numKinds {
+		c.series[k] = invalidations.WithLabelValues(zones, view, k.String())
+	}
+	c.nameS = flushedNames.WithLabelValues(zones, view, "name")
+	c.subtreeS = flushedNames.WithLabelValues(zones, view, "subtree")
+	c.gauge = connected.WithLabelValues(zones, view)
+	c.gauge.Set(0)
+	return c
+}
+
+func (c *counters) changed(n [numKinds]int64) {
+	for k, v := range n {
+		if v > 0 {
+			c.kinds[k].Add(v)
+			c.series[k].Add(float64(v))
+		}
+	}
+}
+
+func (c *counters) flushed(f flush.Flush, dropped admin.Counts) {
+	n := int64(len(f.Names))
+	if f.Scope == flush.Zones {
+		c.subtrees.Add(n)
+		c.subtreeS.Add(float64(n))
+	} else {
+		c.names.Add(n)
+		c.nameS.Add(float64(n))
+	}
+	c.dropped.success.Add(dropped.Success)
+	c.dropped.denial.Add(dropped.Denial)
+	c.dropped.ecs.Add(dropped.ECSList)
+}
+
+// connected records the connection's state, reporting whether it changed.
+func (c *counters) connected(up bool) bool {
+	if c.up.Swap(up) == up {
+		return false
+	}
+	if up {
+		c.gauge.Set(1)
+	} else {
+		c.gauge.Set(0)
+		c.lost.Add(1)
+	}
+	return true
+}
+
+func (c *counters) stats(source string) admin.Kubernetes {
+	return admin.Kubernetes{
+		Source: source, Connected: c.up.Load(),
+		Services: c.kinds[KindService].Load(), Endpoints: c.kinds[KindEndpoints].Load(),
+		Pods: c.kinds[KindPod].Load(), Namespaces: c.kinds[KindNamespace].Load(),
+		Names: c.names.Load(), Subtrees: c.subtrees.Load(),
+		Dropped:     admin.Counts{Success: c.dropped.success.Load(), Denial: c.dropped.denial.Load(), ECSList: c.dropped.ecs.Load()},
+		Disconnects: c.lost.Load(),
+	}
+}

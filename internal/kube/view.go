@@ -1,0 +1,344 @@
+package kube
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	api "k8s.io/api/core/v1"
+)
+
+// View is the Services and EndpointSlices as the last flush knew them.
+// Told of an object's new state (Service, Endpoints), it adds to a batch
+// the names whose answers the change makes wrong, and only those: a
+// change the plugin's answers do not show (a label, a node name, the
+// resource version alone) adds none. A View is not safe for concurrent use.
+type View struct {
+	namer Namer
+	// namespaces, when not empty, are the only ones the plugin exposes
+	// (its namespaces option): the others answer nothing that changes.
+	namespaces map[string]struct{}
+	// ignoreEmpty is the plugin's ignore empty_service: a ClusterIP
+	// Service without endpoints answers NXDOMAIN.
+	ignoreEmpty bool
+
+	svcs  map[string]*svcEntry // by object.ServiceKey
+	eps   map[epKey]*epEntry
+	bySvc map[string]map[epKey]*object.Endpoints // the slices of a Service, by its key
+	perNS map[string]int                         // Services in each namespace
+	gen   uint32                                 // the marks of a sweep (follow.go)
+}
+
+type svcEntry struct {
+	s   *object.Service
+	gen uint32
+}
+
+type epEntry struct {
+	e   *object.Endpoints
+	gen uint32
+}
+
+// epKey names an EndpointSlice: its namespace and name.
+type epKey struct{ ns, name string }
+
+func keyOf(e *object.Endpoints) epKey { return epKey{e.Namespace, e.Name} }
+
+// NewView returns an empty View that names changes with n.
+func NewView(n Namer) *View {
+	return &View{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
+		bySvc: map[string]map[epKey]*object.Endpoints{}, perNS: map[string]int{}}
+}
+
+func (v *View) exposed(ns string) bool {
+	if len(v.namespaces) == 0 {
+		return true
+	}
+	_, ok := v.namespaces[ns]
+	return ok
+}
+
+// Service records the Service of key's new state s, nil once deleted,
+// adding what the change makes wrong to b (nil while the view is first
+// filled, when nothing cached is known to be wrong).
+func (v *View) Service(b *batch, key string, s *object.Service) {
+	var old *object.Service
+	if e := v.svcs[key]; e != nil {
+		old = e.s
+	}
+	if s != nil && !v.exposed(s.Namespace) {
+		s = nil
+	}
+	switch {
+	case old == nil && s == nil:
+		return
+	case s == nil:
+		delete(v.svcs, key)
+	case old == nil:
+		v.svcs[key] = &svcEntry{s: s, gen: v.gen}
+	default:
+		v.svcs[key].s = s
+		if sameService(old, s) {
+			return
+		}
+	}
+	if (old == nil) != (s == nil) {
+		v.count(b, cmp(old, s).Namespace, cmp(old, s) == s)
+	}
+	if b == nil {
+		return
+	}
+	b.changes[KindService]++
+	for _, x := range []*object.Service{old, s} {
+		if x != nil {
+			v.namer.service(b, x)
+		}
+	}
+	if (old == nil) != (s == nil) {
+		// The endpoints' names answer only while their Service exists.
+		x := cmp(old, s)
+		for _, e := range v.bySvc[key] {
+			for _, ss := range e.Subsets {
+				for _, a := range ss.Addresses {
+					v.namer.endpoint(b, a, x.Name, x.Namespace)
+				}
+			}
+		}
+	}
+}
+
+// cmp is the one of a and b that is not nil.
+func cmp[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// count counts a Service added to (up) or gone from namespace ns: the
+// namespace's own names change when its first Service comes or its last
+// goes, which is as near as Services tell to its creation and deletion.
+func (v *View) count(b *batch, ns string, up bool) {
+	if up {
+		v.perNS[ns]++
+		if v.perNS[ns] > 1 {
+			return
+		}
+	} else {
+		v.perNS[ns]--
+		if v.perNS[ns] > 0 {
+			return
+		}
+		delete(v.perNS, ns)
+	}
+	if b != nil {
+		b.changes[KindNamespace]++
+		v.namer.namespace(b, ns)
+	}
+}
+
+// sameService reports whether a and b answer the same: the fields of a
+// Service the plugin reads for the cluster zones.
+func sameService(a, b *object.Service) bool {
+	return a.Type == b.Type && a.ExternalName == b.ExternalName &&
+		slices.Equal(a.ClusterIPs, b.ClusterIPs) &&
+		slices.EqualFunc(a.Ports, b.Ports, func(p, q api.ServicePort) bool {
+			return p.Name == q.Name && p.Port == q.Port && p.Protocol == q.Protocol
+		})
+}
+
+// Endpoints records the EndpointSlice's new state e (nil once deleted;
+// key names it either way), adding what the change makes wrong to b (nil
+// while the view is first filled).
+func (v *View) Endpoints(b *batch, key epKey, e *object.Endpoints) {
+	var old *object.Endpoints
+	if x := v.eps[key]; x != nil {
+		old = x.e
+	}
+	if e != nil && !v.exposed(e.Namespace) {
+		e = nil
+	}
+	switch {
+	case old == nil && e == nil:
+		return
+	case e == nil:
+		delete(v.eps, key)
+	case old == nil:
+		v.eps[key] = &epEntry{e: e, gen: v.gen}
+	default:
+		v.eps[key].e = e
+	}
+	if old != nil {
+		if m := v.bySvc[old.Index]; m != nil {
+			delete(m, key)
+			if len(m) == 0 {
+				delete(v.bySvc, old.Index)
+			}
+		}
+	}
+	if e != nil {
+		m := v.bySvc[e.Index]
+		if m == nil {
+			m = map[epKey]*object.Endpoints{}
+			v.bySvc[e.Index] = m
+		}
+		m[key] = e
+	}
+	if b == nil || old != nil && e != nil && v.sameEndpoints(old, e) {
+		return
+	}
+	b.changes[KindEndpoints]++
+	if old == nil || e == nil || old.Index != e.Index {
+		for _, x := range []*object.Endpoints{old, e} {
+			if x != nil {
+				v.endpointsNames(b, x, nil, true)
+			}
+		}
+		return
+	}
+	v.endpointsNames(b, e, old, !slices.Equal(portsOf(old), portsOf(e)))
+}
+
+// endpointsNames adds the names a change of an EndpointSlice from old to
+// e makes wrong (e's alone when old is nil): the names of the endpoints
+// whose address or name changed, or of all of them when all is set (the
+// ports changed), and the PTR names of the changed ones; and the
+// Service's names where its answer is made of endpoints.
+func (v *View) endpointsNames(b *batch, e, old *object.Endpoints, all bool) {
+	var svc *object.Service
+	if x := v.svcs[e.Index]; x != nil {
+		svc = x.s
+	}
+	name := svcName(e)
+	changed := pairs(v, e)
+	named := changed
+	if old != nil {
+		before := pairs(v, old)
+		if all {
+			named = maps.Clone(changed)
+			maps.Copy(named, before)
+		}
+		for p := range before {
+			if _, ok := changed[p]; ok {
+				delete(changed, p)
+				delete(before, p)
+			}
+		}
+		maps.Copy(changed, before)
+		if !all {
+			named = changed
+		}
+	}
+	for p := range changed {
+		v.namer.ptr(b, p.ip)
+	}
+	if svc != nil {
+		// Named endpoints exist only while their Service does; the
+		// Service's coming names them (Service).
+		for p := range named {
+			v.namer.endpoint(b, object.EndpointAddress{IP: p.ip, Hostname: p.host}, name, e.Namespace)
+		}
+	}
+	zones := v.namer.Zonal && old != nil && !maps.Equal(old.Zones, e.Zones)
+	if svc == nil || svc.Type == api.ServiceTypeExternalName || len(changed) == 0 && !all && !zones {
+		return
+	}
+	ports := portsOf(e)
+	if old != nil {
+		ports = append(slices.Clone(ports), portsOf(old)...)
+	}
+	switch {
+	case svc.Headless():
+		// A headless Service's records are its endpoints'.
+		v.namer.serviceNames(b, name, e.Namespace, ports)
+	case v.ignoreEmpty && (old == nil || (addresses(old) == 0) != (addresses(e) == 0)):
+		// Under ignore empty_service a Service with no endpoints is
+		// NXDOMAIN: the Service's names change as its first endpoint comes
+		// or its last goes.
+		v.namer.service(b, svc)
+	}
+}
+
+// pair is an endpoint as its names show it: its address, and the first
+// label of its name.
+type pair struct{ ip, host string }
+
+func pairs(v *View, e *object.Endpoints) map[pair]struct{} {
+	m := map[pair]struct{}{}
+	if e == nil {
+		return m
+	}
+	for _, ss := range e.Subsets {
+		for _, a := range ss.Addresses {
+			m[pair{a.IP, v.namer.hostname(a)}] = struct{}{}
+		}
+	}
+	return m
+}
+
+func addresses(e *object.Endpoints) int {
+	n := 0
+	for _, ss := range e.Subsets {
+		n += len(ss.Addresses)
+	}
+	return n
+}
+
+func portsOf(e *object.Endpoints) []object.EndpointPort {
+	if len(e.Subsets) == 1 {
+		return e.Subsets[0].Ports
+	}
+	var ps []object.EndpointPort
+	for _, ss := range e.Subsets {
+		ps = append(ps, ss.Ports...)
+	}
+	return ps
+}
+
+// sameEndpoints reports whether a and b answer the same: the same Service,
+// ports, endpoint addresses and names, in the same order, and under the
+// zonal option the same zones.
+func (v *View) sameEndpoints(a, b *object.Endpoints) bool {
+	if a.Index != b.Index || len(a.Subsets) != len(b.Subsets) || v.namer.Zonal && !maps.Equal(a.Zones, b.Zones) {
+		return false
+	}
+	for i := range a.Subsets {
+		sa, sb := a.Subsets[i], b.Subsets[i]
+		if !slices.Equal(sa.Ports, sb.Ports) || !slices.EqualFunc(sa.Addresses, sb.Addresses, func(x, y object.EndpointAddress) bool {
+			return x.IP == y.IP && v.namer.hostname(x) == v.namer.hostname(y)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// svcName is the name of e's Service: the first label of its index
+// (object.EndpointsKey), as Service names hold no dots.
+func svcName(e *object.Endpoints) string {
+	for i := 0; i < len(e.Index); i++ {
+		if e.Index[i] == '.' {
+			return e.Index[:i]
+		}
+	}
+	return e.Index
+}
+
+// namespaceNames adds the names of every Service of namespace ns and of
+// their endpoints: all of them answer only while the namespace is
+// exposed. It walks the View: a namespace appears or goes seldom.
+func (v *View) namespaceNames(b *batch, ns string) {
+	for key, e := range v.svcs {
+		if e.s.Namespace != ns {
+			continue
+		}
+		v.namer.service(b, e.s)
+		for _, ep := range v.bySvc[key] {
+			for _, ss := range ep.Subsets {
+				for _, a := range ss.Addresses {
+					v.namer.endpoint(b, a, e.s.Name, ns)
+				}
+			}
+		}
+	}
+}

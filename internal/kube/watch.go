@@ -1,0 +1,322 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"github.com/compactcache/compactcache/internal/admin"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	api "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	meta "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8swatch "k8s.io/apimachinery/pkg/watch"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Source 2: a watch of its own, for a cache with no kubernetes plugin in
+// its block (a node-local cache in front of the cluster DNS). Two
+// informers, Services and EndpointSlices, each one list and then one
+// watch, shared by the blocks of the process that connect alike and kept
+// across reloads while a block uses them; their objects are the
+// kubernetes plugin's trimmed ones (object.ToService,
+// object.EndpointSliceToEndpoints), so the names are made as Source 1
+// makes them, from the events themselves rather than a diff.
+
+// watch is one connection's informers and what they cost the API server.
+type watch struct {
+	key  string
+	refs int // under watches' lock
+
+	svc, eps cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	probe    *prober
+	probeErr atomic.Pointer[error]
+	// watchErr is when a watch last failed (unix nanoseconds), for errors
+	// other than the ends a watch has in normal running.
+	watchErr atomic.Int64
+
+	lists, watches, other, bytes atomic.Int64
+}
+
+// watches are the process's watches, by connection.
+var watches = struct {
+	sync.Mutex
+	m map[string]*watch
+}{m: map[string]*watch{}}
+
+// acquire returns the running watch of c, started if none is.
+func acquire(c conn) (*watch, error) {
+	watches.Lock()
+	defer watches.Unlock()
+	if w := watches.m[c.String()]; w != nil {
+		w.refs++
+		return w, nil
+	}
+	cfg, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	w, err := startWatch(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.key, w.refs = c.String(), 1
+	watches.m[w.key] = w
+	return w, nil
+}
+
+// release stops w once no block uses it.
+func (w *watch) release() {
+	watches.Lock()
+	defer watches.Unlock()
+	if w.refs--; w.refs > 0 {
+		return
+	}
+	delete(watches.m, w.key)
+	w.cancel()
+}
+
+func startWatch(cfg *rest.Config) (*watch, error) {
+	w := &watch{}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return metered{next: rt, lists: &w.lists, watches: &w.watches, other: &w.other, bytes: &w.bytes}
+	})
+	cs, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if w.probe, err = newProber(cfg); err != nil {
+		return nil, err
+	}
+	w.svc = informer(cs, &api.Service{}, object.ToService,
+		func(ctx context.Context, o meta.ListOptions) (runtime.Object, error) {
+			return cs.CoreV1().Services(api.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o meta.ListOptions) (k8swatch.Interface, error) {
+			return cs.CoreV1().Services(api.NamespaceAll).Watch(ctx, o)
+		})
+	w.eps = informer(cs, &discovery.EndpointSlice{}, object.EndpointSliceToEndpoints,
+		func(ctx context.Context, o meta.ListOptions) (runtime.Object, error) {
+			return cs.DiscoveryV1().EndpointSlices(api.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o meta.ListOptions) (k8swatch.Interface, error) {
+			return cs.DiscoveryV1().EndpointSlices(api.NamespaceAll).Watch(ctx, o)
+		})
+	for _, inf := range []cache.SharedIndexInformer{w.svc, w.eps} {
+		if err := inf.SetWatchErrorHandlerWithContext(w.watchError); err != nil {
+			return nil, err
+		}
+	}
+	ok := error(nil)
+	w.probeErr.Store(&ok)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go w.svc.RunWithContext(ctx)
+	go w.eps.RunWithContext(ctx)
+	go w.probing(ctx)
+	return w, nil
+}
+
+func informer(cs *k8s.Clientset, example runtime.Object, convert object.ToFunc,
+	list func(context.Context, meta.ListOptions) (runtime.Object, error),
+	watch func(context.Context, meta.ListOptions) (k8swatch.Interface, error)) cache.SharedIndexInformer {
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch}, cs)
+	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
+	// The informer keeps the trimmed objects only, as the kubernetes
+	// plugin's do: a Service's annotations and managed fields would
+	// otherwise be held for every Service of the cluster.
+	_ = inf.SetTransform(func(o any) (any, error) {
+		if mo, ok := o.(meta.Object); ok {
+			return convert(mo)
+		}
+		return o, nil
+	})
+	return inf
+}
+
+func (w *watch) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err) // its log line
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // a watch's end in normal running: the reflector lists again
+	}
+	w.watchErr.Store(time.Now().UnixNano())
+}
+
+func (w *watch) probing(ctx context.Context) {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		err := w.probe.probe(ctx)
+		w.probeErr.Store(&err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// state says whether the watch follows the cluster, and why not.
+func (w *watch) state() (bool, string) {
+	switch {
+	case !w.svc.HasSynced() || !w.eps.HasSynced():
+		return false, "the watch has not listed the cluster's Services and EndpointSlices yet"
+	case time.Since(time.Unix(0, w.watchErr.Load())) < 2*probeEvery:
+		return false, "the watch fails"
+	}
+	if err := *w.probeErr.Load(); err != nil {
+		return false, "the API server does not answer: " + err.Error()
+	}
+	return true, ""
+}
+
+func (w *watch) load() *admin.KubernetesAPI {
+	return &admin.KubernetesAPI{Lists: w.lists.Load(), Watches: w.watches.Load(), Other: w.other.Load(), Bytes: w.bytes.Load()}
+}
+
+// subscriber is one block's use of a watch: its View and emitter, fed by
+// its handlers on the watch's informers.
+type subscriber struct {
+	w    *watch
+	view *View
+	em   *emitter
+	c    *counters
+	log  func(up bool, why string)
+	regs []struct {
+		inf cache.SharedIndexInformer
+		reg cache.ResourceEventHandlerRegistration
+	}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func subscribe(w *watch, view *View, em *emitter, c *counters, log func(bool, string)) (*subscriber, error) {
+	s := &subscriber{w: w, view: view, em: em, c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	// The adds of the objects the informer holds when the handler comes
+	// (isInInitialList) fill the View and flush nothing.
+	svc := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(o any, initial bool) { s.service(o, initial) },
+		UpdateFunc: func(_, o any) { s.service(o, false) },
+		DeleteFunc: func(o any) { s.serviceGone(o) },
+	}
+	eps := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(o any, initial bool) { s.endpoints(o, initial) },
+		UpdateFunc: func(_, o any) { s.endpoints(o, false) },
+		DeleteFunc: func(o any) { s.endpointsGone(o) },
+	}
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{w.svc, svc}, {w.eps, eps}} {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			s.unregister()
+			return nil, err
+		}
+		s.regs = append(s.regs, struct {
+			inf cache.SharedIndexInformer
+			reg cache.ResourceEventHandlerRegistration
+		}{h.inf, reg})
+	}
+	go s.watchHealth()
+	return s, nil
+}
+
+func (s *subscriber) service(o any, initial bool) {
+	if svc, ok := o.(*object.Service); ok {
+		s.em.update(func(b *batch) { s.view.Service(orNil(b, initial), svc.Index, svc) })
+	}
+}
+
+func (s *subscriber) serviceGone(o any) {
+	key := ""
+	switch x := o.(type) {
+	case *object.Service:
+		key = x.Index
+	case cache.DeletedFinalStateUnknown:
+		// Its key is NAMESPACE/NAME; the View's, NAME.NAMESPACE.
+		if ns, name, ok := strings.Cut(x.Key, "/"); ok {
+			key = object.ServiceKey(name, ns)
+		}
+	}
+	if key != "" {
+		s.em.update(func(b *batch) { s.view.Service(b, key, nil) })
+	}
+}
+
+func (s *subscriber) endpoints(o any, initial bool) {
+	if e, ok := o.(*object.Endpoints); ok {
+		s.em.update(func(b *batch) { s.view.Endpoints(orNil(b, initial), keyOf(e), e) })
+	}
+}
+
+func (s *subscriber) endpointsGone(o any) {
+	var key epKey
+	switch x := o.(type) {
+	case *object.Endpoints:
+		key = keyOf(x)
+	case cache.DeletedFinalStateUnknown:
+		ns, name, _ := strings.Cut(x.Key, "/")
+		key = epKey{ns, name}
+	}
+	if key.name != "" {
+		s.em.update(func(b *batch) { s.view.Endpoints(b, key, nil) })
+	}
+}
+
+func orNil(b *batch, initial bool) *batch {
+	if initial {
+		return nil
+	}
+	return b
+}
+
+// healthEvery is how often a block reads its watch's state.
+const healthEvery = time.Second
+
+func (s *subscriber) watchHealth() {
+	defer close(s.done)
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		up, why := s.w.state()
+		for _, r := range s.regs {
+			up = up && r.reg.HasSynced()
+		}
+		if s.c.connected(up) {
+			s.log(up, why)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *subscriber) unregister() {
+	for _, r := range s.regs {
+		_ = r.inf.RemoveEventHandler(r.reg)
+	}
+}
+
+// close stops the block's use of the watch: its handlers first, then its
+// emitter, which flushes what they left.
+func (s *subscriber) close() {
+	s.unregister()
+	close(s.stop)
+	<-s.done
+	s.em.close()
+	s.w.release()
+}
