@@ -87,6 +87,7 @@ func setup(c *caddy.Controller) error {
 		ca.refreshes.shutdown(5 * time.Second)
 		return nil
 	})
+	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next
 		return ca

@@ -1,8 +1,8 @@
 // Package config reads a compactcache block of a Corefile into Settings:
 // the stock cache's options, with its syntax and defaults, and those of
-// compactcache (capacity, ecs, frontend, snapshot, admin, warmup), each
-// checked at startup with an error that names the option and the value at
-// fault.
+// compactcache (capacity, ecs, frontend, snapshot, admin, warmup,
+// kubernetes), each checked at startup with an error that names the option
+// and the value at fault.
 package config
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/compactcache/compactcache/internal/adminserver"
 	"github.com/compactcache/compactcache/internal/corefile"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/kube"
 	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
@@ -83,6 +84,9 @@ type Settings struct {
 	Frontend *frontend.Config // nil unless the block asks for one
 	Snapshot *persist.Snapshot
 	Warmup   *persist.Warmup
+	// Kubernetes is the invalidation from the Kubernetes API; nil unless
+	// the block asks for it.
+	Kubernetes *kube.Config
 }
 
 // ECS is the `ecs` option: the longest source prefixes sent upstream,
@@ -154,7 +158,7 @@ func Parse(c *caddy.Controller) (Settings, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true, "kubernetes": true}
 
 func parseOption(c *caddy.Controller, s *Settings) error {
 	opt := c.Val()
@@ -213,6 +217,10 @@ func parseOption(c *caddy.Controller, s *Settings) error {
 	case "warmup":
 		wc, err := persist.ParseWarmup(c, args)
 		s.Warmup = wc
+		return err
+	case "kubernetes":
+		kc, err := kube.Parse(c, args)
+		s.Kubernetes = kc
 		return err
 	default:
 		return fmt.Errorf("unknown option %q", opt)
