@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,7 @@ func TestRealAPIServer(t *testing.T) {
 		{cluster("db"), dns.TypeA}, {"_pg._tcp." + cluster("db"), dns.TypeSRV},
 		{cluster("ext"), dns.TypeA},
 		{cluster("nope"), dns.TypeA},
+		{cluster("api"), dns.TypeA}, {"1.100.96.10.in-addr.arpa.", dns.TypePTR}, {"2.100.96.10.in-addr.arpa.", dns.TypePTR},
 	}
 	// What the kubernetes plugin answers for the objects of dnsTestObjects.
 	want := map[probe][]string{
@@ -69,6 +71,10 @@ func TestRealAPIServer(t *testing.T) {
 		probes[4]: {"NOERROR", "_pg._tcp." + cluster("db") + " SRV 0 50 5432 10-1-0-2." + cluster("db"), "_pg._tcp." + cluster("db") + " SRV 0 50 5432 db-0." + cluster("db")},
 		probes[5]: {"NOERROR", cluster("ext") + " CNAME www.example.org.", "www.example.org. A 192.0.2.53"},
 		probes[6]: {"NXDOMAIN"},
+		probes[7]: {"NOERROR", cluster("api") + " A 10.96.100.1"},
+		probes[8]: {"NOERROR", "1.100.96.10.in-addr.arpa. PTR " + cluster("api")},
+		// An address no Service has falls through to forward.
+		probes[9]: {"NXDOMAIN"},
 	}
 
 	// 1. A miss, then a hit: the same answer, the TTL counted down from
@@ -138,22 +144,33 @@ func TestRealAPIServer(t *testing.T) {
 	warm.in.stop(t, 20*time.Second)
 
 	// 3. The cluster changes: web deleted, db's EndpointSlice changed, a
-	// Service where the name did not exist, ext's target changed.
-	cp.kubectl(t, "", "-n", "dnstest", "delete", "service", "web")
+	// Service where the name did not exist, ext's target changed, api
+	// deleted and created again with another ClusterIP; all while clients
+	// ask (load). compactcache follows the kubernetes plugin's informers
+	// (its kubernetes option): its answers are new within a second; the
+	// stock cache's when their TTL runs out.
+	stopLoad := queryLoad(t, servers, probes)
+	began := time.Now()
+	cp.kubectl(t, "", "-n", "dnstest", "delete", "service", "web", "api")
 	cp.kubectl(t, dnsTestObjects(true), "apply", "-f", "-")
 	changed := time.Now()
+	t.Logf("the change: kubectl delete and apply took %.1fs; the times below are from their end", changed.Sub(began).Seconds())
 	after := map[probe][]string{
 		probes[0]: {"NXDOMAIN"}, probes[1]: {"NXDOMAIN"}, probes[2]: {"NXDOMAIN"},
 		probes[3]: {"NOERROR", cluster("db") + " A 10.1.0.1", cluster("db") + " A 10.1.0.3"},
 		probes[4]: {"NOERROR", "_pg._tcp." + cluster("db") + " SRV 0 50 5432 10-1-0-3." + cluster("db"), "_pg._tcp." + cluster("db") + " SRV 0 50 5432 db-0." + cluster("db")},
 		probes[5]: {"NOERROR", cluster("ext") + " CNAME www.example.net.", "www.example.net. A 192.0.2.53"},
+		probes[7]: {"NOERROR", cluster("api") + " A 10.96.100.2"},
+		probes[8]: {"NXDOMAIN"},
+		probes[9]: {"NOERROR", "2.100.96.10.in-addr.arpa. PTR " + cluster("api")},
 	}
-	// nope's clusterIP is the API server's choice.
-	nopeIP := strings.TrimSpace(cp.kubectl(t, "", "-n", "dnstest", "get", "service", "nope", "-o", "jsonpath={.spec.clusterIP}"))
-	after[probes[6]] = []string{"NOERROR", cluster("nope") + " A " + nopeIP}
-	// What a client sees meanwhile: the cached answer, its TTL counting
-	// down from what the second ask showed, until it runs out; then the new
-	// one, and never the old one again. Asked twice a second.
+	// Between api's deletion and its creation: no api.
+	between := map[probe][]string{probes[7]: {"NXDOMAIN"}}
+	after[probes[6]] = []string{"NOERROR", cluster("nope") + " A 10.96.100.3"}
+	// What a client sees meanwhile: with the stock cache, the cached
+	// answer, its TTL counting down from what the second ask showed, until
+	// it runs out; with compactcache, the new one within a second; then
+	// never the old one again. Asked ten times a second.
 	switched := map[*dnsServer]map[probe]time.Duration{}
 	stale := map[*dnsServer]map[probe][]uint32{} // the old answer's TTLs seen after the change
 	for _, s := range servers {
@@ -181,17 +198,22 @@ func TestRealAPIServer(t *testing.T) {
 				case slices.Equal(a.lines, after[p]):
 					if !done {
 						switched[s][p] = since
-						if left > 1500*time.Millisecond {
+						if s == stock && left > 1500*time.Millisecond {
 							t.Errorf("%s %s: the new answer %v with %v left of the cached one's TTL", s.name, p, a.lines, left.Round(100*time.Millisecond))
 						}
+						if s == ours && since > time.Second {
+							t.Errorf("%s %s: the new answer %v %v after the change, want within 1s", s.name, p, a.lines, since.Round(10*time.Millisecond))
+						}
 					}
+				case slices.Equal(a.lines, between[p]) && !done:
 				default:
 					t.Errorf("%s %s, %v after the change: %v; neither the old %v nor the new %v", s.name, p, since.Round(100*time.Millisecond), a.lines, old.lines, after[p])
 				}
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
+	stopLoad()
 	for _, p := range probes {
 		for _, s := range servers {
 			d, ok := switched[s][p]
@@ -201,10 +223,14 @@ func TestRealAPIServer(t *testing.T) {
 			}
 			seen := stale[s][p]
 			if len(seen) == 0 {
-				t.Errorf("%s %s: the old answer never seen after the change", s.name, p)
+				if s == stock {
+					t.Errorf("%s %s: the old answer never seen after the change", s.name, p)
+					continue
+				}
+				t.Logf("%-12s %-45s the old answer %3d times,                 then the new one %4.1fs after the change", s.name, p, 0, d.Seconds())
 				continue
 			}
-			t.Logf("%-12s %-45s the old answer %2d times, TTL %2d down to %d, then the new one %4.1fs after the change", s.name, p, len(seen), seen[0], seen[len(seen)-1], d.Seconds())
+			t.Logf("%-12s %-45s the old answer %3d times, TTL %2d down to %2d, then the new one %4.1fs after the change", s.name, p, len(seen), seen[0], seen[len(seen)-1], d.Seconds())
 		}
 		if d := switched[ours][p] - switched[stock][p]; d > 1500*time.Millisecond || d < -1500*time.Millisecond {
 			diffs.add(fmt.Sprintf("after the change, %s: the new answer %.1fs after it with compactcache, %.1fs with cache", p, switched[ours][p].Seconds(), switched[stock][p].Seconds()))
@@ -222,8 +248,9 @@ func TestRealAPIServer(t *testing.T) {
 
 	// 4. NXDOMAIN under cluster.local is cached for the denial TTL: the
 	// SOA's TTL counts down from 30 (the kubernetes plugin's ttl, which
-	// compactcache 30 caps too), and a name created meanwhile stays
-	// NXDOMAIN until it runs out, as the change above showed for nope.
+	// compactcache 30 caps too). With the stock cache a name created
+	// meanwhile stays NXDOMAIN until it runs out; compactcache drops it
+	// when the name's Service comes, as the change above showed for nope.
 	gone := probe{cluster("gone"), dns.TypeA}
 	negFirst := map[*dnsServer]answer{}
 	for _, s := range servers {
@@ -259,7 +286,10 @@ func TestRealAPIServer(t *testing.T) {
 			if u := upstream.ask(t, p); !slices.Equal(a.lines, u.lines) {
 				t.Errorf("%s %s: %v, the cluster DNS under it %v", s.name, p, a.lines, u.lines)
 			}
-			if limit := map[bool]uint32{true: 5, false: 30}[a.lines[0] == "NXDOMAIN"]; a.ttl > limit {
+			// Denials are cached for 5 s in the cluster.local block, 30 in
+			// the reverse zones'.
+			denial := a.lines[0] == "NXDOMAIN" && strings.HasSuffix(p.name, ".cluster.local.")
+			if limit := map[bool]uint32{true: 5, false: 30}[denial]; a.ttl > limit {
 				t.Errorf("%s %s: TTL %d above %d", s.name, p, a.ttl, limit)
 			}
 		}
@@ -272,6 +302,20 @@ func TestRealAPIServer(t *testing.T) {
 		}
 	}
 	diffs.compare("node-local", append(slices.Clone(probes), gone), localFirst[local], localFirst[localStock])
+
+	// 6. The API server lost: compactcache says so, in a log line and a
+	// gauge, within its probe's period; its entries keep their TTL.
+	cp.apiserver.cmd.Process.Kill()
+	<-cp.apiserver.exited
+	lost := time.Now()
+	for !strings.Contains(ours.in.out.String(), "no longer learn of the cluster's changes") && time.Since(lost) < 30*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := sum(scrape(t, ours.metrics)["coredns_compactcache_kubernetes_connected"]); got != 0 || !strings.Contains(ours.in.out.String(), "no longer learn of the cluster's changes") {
+		t.Errorf("the API server killed: coredns_compactcache_kubernetes_connected %v and no log line 30s later, want 0 and one", got)
+	} else {
+		t.Logf("the API server killed: compactcache said so %.1fs later", time.Since(lost).Seconds())
+	}
 
 	if len(diffs) == 0 {
 		t.Log("differences from the stock cache: none")
@@ -326,14 +370,15 @@ func applyManifests(t *testing.T, cp *controlPlane, tokenFile string) {
 }
 
 // dnsTestObjects is what the tests ask about: a dual-stack Service, a
-// headless one with the EndpointSlice the controller would write, and an
-// ExternalName Service. changed gives the state after the change: db's
-// second endpoint moved, ext's target changed, nope created (web is
-// deleted apart).
+// headless one with the EndpointSlice the controller would write, an
+// ExternalName Service, and one of a ClusterIP chosen here. changed gives
+// the state after the change: db's second endpoint moved, ext's target
+// changed, nope created, api at another ClusterIP (web and the old api
+// are deleted apart).
 func dnsTestObjects(changed bool) string {
-	db2, ext := "10.1.0.2", "www.example.org"
+	db2, ext, api := "10.1.0.2", "www.example.org", "10.96.100.1"
 	if changed {
-		db2, ext = "10.1.0.3", "www.example.net"
+		db2, ext, api = "10.1.0.3", "www.example.net", "10.96.100.2"
 	}
 	s := `apiVersion: v1
 kind: Namespace
@@ -381,6 +426,18 @@ metadata:
 spec:
   type: ExternalName
   externalName: ` + ext + `
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: api
+  namespace: dnstest
+spec:
+  clusterIP: ` + api + `
+  ports:
+  - name: grpc
+    port: 9000
+    protocol: TCP
 `
 	if !changed {
 		s += `---
@@ -405,6 +462,7 @@ metadata:
   name: nope
   namespace: dnstest
 spec:
+  clusterIP: 10.96.100.3
   ports:
   - name: http
     port: 80
@@ -632,6 +690,48 @@ func TestStockCorefile(t *testing.T) {
 			if _, ok := b.Tokens["cache"]; !ok {
 				t.Errorf("%s: no cache in %v", m.file, b.Keys)
 			}
+		}
+	}
+}
+
+// queryLoad asks servers the probes and names around them as fast as one
+// client a server goes, until the returned function is called, which says
+// how many it asked: the load under which a change must show.
+func queryLoad(t *testing.T, servers []*dnsServer, probes []probe) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	counts := make([]int, len(servers))
+	for i, s := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &dns.Client{Net: "udp", Timeout: time.Second}
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				p := probes[n%len(probes)]
+				m := new(dns.Msg)
+				m.SetQuestion(p.name, p.qtype)
+				if n%3 == 2 { // a name of the zone no Service has
+					m.SetQuestion(fmt.Sprintf("load%d.dnstest.svc.cluster.local.", n%50), dns.TypeA)
+				}
+				if _, _, err := c.Exchange(m, s.addr); err == nil {
+					counts[i]++
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	begin := time.Now()
+	return func() {
+		close(done)
+		wg.Wait()
+		for i, s := range servers {
+			t.Logf("%s: %d queries of load over %.1fs", s.name, counts[i], time.Since(begin).Seconds())
 		}
 	}
 }

@@ -47,6 +47,7 @@ type controlPlane struct {
 	kubeconfig string // the administrator's (system:masters)
 	kubectlBin string
 	caPEM      []byte
+	apiserver  *instance // stopped by a test of a lost API server
 }
 
 // apiserverCacheDir is where apiserver/run.sh builds kube-apiserver and
@@ -174,6 +175,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				t.Logf("kube-apiserver ready after %v", time.Since(begin).Round(100*time.Millisecond))
+				cp.apiserver = apiserver
 				return cp
 			}
 			last = resp.Status

@@ -205,6 +205,13 @@ func startAPIServer(t *testing.T) *fakeAPIServer {
 
 	a := &fakeAPIServer{requests: map[string]int{}}
 	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" { // compactcache's probe of the connection
+			a.mu.Lock()
+			a.requests["/readyz"]++
+			a.mu.Unlock()
+			io.WriteString(w, "ok")
+			return
+		}
 		list, ok := lists[r.URL.Path]
 		if !ok {
 			a.mu.Lock()
@@ -296,6 +303,7 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 	t.Helper()
 	var out, changes []string
 	serverKey := regexp.MustCompile(`:1053\b`)
+	depth := 0 // of the line's directive: 1 in a server block, 2 in a directive's block
 	for _, line := range strings.Split(corefile, "\n") {
 		orig := line
 		trimmed := strings.TrimSpace(line)
@@ -332,7 +340,7 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 			line = indent + "admin " + r.adminAddr + blockOpen(fields)
 		case first == "token_file":
 			line = indent + "token_file " + r.tokenFile
-		case first == "kubernetes":
+		case first == "kubernetes" && depth == 1: // not compactcache's option
 			if !strings.HasSuffix(trimmed, "{") {
 				t.Fatalf("the kubernetes directive has no block to add an endpoint to: %q", line)
 			}
@@ -341,6 +349,12 @@ func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string
 			} else {
 				extra = append(extra, indent+"    endpoint "+r.apiServer)
 			}
+		}
+		if strings.HasSuffix(trimmed, "{") {
+			depth++
+		}
+		if trimmed == "}" {
+			depth--
 		}
 		out = append(out, line)
 		out = append(out, extra...)
@@ -749,9 +763,9 @@ func checkFrontend(t *testing.T, url string, hits float64) {
 }
 
 func TestRewriteCorefile(t *testing.T) {
-	in := ".:1053 {\n    health {\n        lameduck 5s\n    }\n    ready\n    kubernetes cluster.local {\n        ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        frontend :53 {\n            inflight 1024\n        }\n    }\n}\n"
+	in := ".:1053 {\n    health {\n        lameduck 5s\n    }\n    ready\n    kubernetes cluster.local {\n        ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        kubernetes\n        frontend :53 {\n            inflight 1024\n        }\n    }\n}\n"
 	out, changes := rewriteCorefile(t, in, rewrite{dnsPort: 2053, frontPort: 2054, healthAddr: "127.0.0.1:1", readyAddr: "127.0.0.1:2", metricsAddr: "127.0.0.1:3", apiServer: "http://127.0.0.1:4", upstream: "127.0.0.1:5"})
-	want := ".:2053 {\n    bind 127.0.0.1\n    health 127.0.0.1:1 {\n        lameduck 5s\n    }\n    ready 127.0.0.1:2\n    kubernetes cluster.local {\n        endpoint http://127.0.0.1:4\n        ttl 30\n    }\n    prometheus 127.0.0.1:3\n    forward . 127.0.0.1:5 {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        frontend 127.0.0.1:2054 {\n            inflight 1024\n        }\n    }\n}\n"
+	want := ".:2053 {\n    bind 127.0.0.1\n    health 127.0.0.1:1 {\n        lameduck 5s\n    }\n    ready 127.0.0.1:2\n    kubernetes cluster.local {\n        endpoint http://127.0.0.1:4\n        ttl 30\n    }\n    prometheus 127.0.0.1:3\n    forward . 127.0.0.1:5 {\n        max_concurrent 1000\n    }\n    compactcache 30 {\n        kubernetes\n        frontend 127.0.0.1:2054 {\n            inflight 1024\n        }\n    }\n}\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}

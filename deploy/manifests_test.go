@@ -471,6 +471,9 @@ func TestClusterDNS(t *testing.T) {
 	if _, ok := b.Tokens["cache"]; ok {
 		t.Error("the Corefile uses the stock cache besides compactcache")
 	}
+	if !slices.ContainsFunc(b.Tokens["compactcache"], func(tok caddyfile.Token) bool { return tok.Text == "kubernetes" }) {
+		t.Error("compactcache does not follow the kubernetes plugin's changes (its kubernetes option)")
+	}
 	health := directiveArgs(b, "health")
 	ready := directiveArgs(b, "ready")
 	prom := directiveArgs(b, "prometheus")

@@ -3,6 +3,7 @@
 # against a real Kubernetes API server on this machine, without a cluster.
 #
 #   deploy/apiserver/run.sh          build (once), then run TestRealAPIServer
+#                                    and TestRealAPIServerWatch
 #   deploy/apiserver/run.sh build    only build kube-apiserver and kubectl
 #
 # etcd is Debian's etcd-server (installed with apt-get when missing);
@@ -43,4 +44,4 @@ fi
 etcd --version | sed -n 1p
 
 cd "$here/.."
-exec go test -count=1 -v -run '^TestRealAPIServer$' -timeout 15m .
+exec go test -count=1 -v -run '^TestRealAPIServer' -timeout 15m .
