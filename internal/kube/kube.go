@@ -55,6 +55,14 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 			break
 		}
 	}
+	for _, h := range next {
+		if h.Name() == "autopath" {
+			// The directive order puts autopath before the cache; a build
+			// that moves it after has its replies cached under the names
+			// clients ask, which no change names.
+			log.Warningf("kubernetes: autopath follows compactcache in the chain: its replies keep their TTL")
+		}
+	}
 	zones := strings.Join(t.Zones, ",")
 	c := newCounters(zones, t.View)
 	keep := dnsmsg.NewZoneSet(t.Zones)
