@@ -46,13 +46,15 @@ type follow struct {
 	nsExists   map[string]bool
 
 	probeErr atomic.Pointer[error] // the last probe's error; nil pointer: never probed
+	started  time.Time
+	warned   bool // that the controller has not synced since the start
 	stop     chan struct{}
 	done     chan struct{}
 }
 
 func newFollow(ctl Controller, view *View, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
 	f := &follow{ctl: ctl, view: view, em: em, c: c, opts: opts, probe: probe, log: log,
-		nsExists: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+		nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	ok := error(nil)
 	f.probeErr.Store(&ok)
 	return f
@@ -107,7 +109,13 @@ func (f *follow) probing(ctx context.Context) {
 // anything moved, at most every walkGap; the namespaces every nsEvery.
 func (f *follow) step(now time.Time) {
 	if !f.ctl.HasSynced() {
-		f.health(false, "the kubernetes plugin has not synced with the API server")
+		const why = "the kubernetes plugin has not synced with the API server"
+		if !f.filled && !f.warned && now.Sub(f.started) >= probeEvery {
+			// Never connected, so never lost: said once.
+			f.warned = true
+			f.log(false, why)
+		}
+		f.health(false, why)
 		return
 	}
 	m := f.ctl.Modified(kubernetes.ModifiedInternal)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -405,5 +406,22 @@ func TestEmitterWalks(t *testing.T) {
 	}
 	if len(s.flushes[0].Names) != 1 || len(s.flushes[1].Names) != 4 {
 		t.Errorf("walks of %d and %d subtrees, want 1 then the 4 asked for meanwhile", len(s.flushes[0].Names), len(s.flushes[1].Names))
+	}
+}
+
+// TestFollowNeverSynced: a controller that never syncs is said once, after
+// probeEvery, though the block never lost what it never had.
+func TestFollowNeverSynced(t *testing.T) {
+	ctl := &fakeCtl{}
+	f, logs := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, newSink())
+	defer f.em.close()
+	for _, d := range []time.Duration{0, probeEvery / 2, probeEvery, probeEvery + pollEvery, 2 * probeEvery} {
+		f.step(f.started.Add(d))
+	}
+	if len(*logs) != 1 || !strings.HasPrefix((*logs)[0], "false the kubernetes plugin has not synced") {
+		t.Errorf("logs %q, want one saying the plugin has not synced", *logs)
+	}
+	if f.c.up.Load() || f.c.lost.Load() != 0 {
+		t.Errorf("connected %v, %d disconnects: want not connected and none lost", f.c.up.Load(), f.c.lost.Load())
 	}
 }

@@ -289,13 +289,21 @@ func (s *subscriber) watchHealth() {
 	defer close(s.done)
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
+	started, warned := time.Now(), false
 	for {
 		up, why := s.w.state()
 		for _, r := range s.regs {
-			up = up && r.reg.HasSynced()
+			if up && !r.reg.HasSynced() {
+				up, why = false, "the watch has not handed the block the cluster's objects yet"
+			}
 		}
 		if s.c.connected(up) {
 			s.log(up, why)
+			warned = true
+		} else if !up && !warned && time.Since(started) >= probeEvery {
+			// Never connected, so never lost: said once.
+			warned = true
+			s.log(false, why)
 		}
 		select {
 		case <-s.stop:
