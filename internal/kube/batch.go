@@ -8,20 +8,20 @@ import (
 	"github.com/compactcache/compactcache/internal/flush"
 )
 
-// Kind is what changed in the cluster.
-type Kind int
+// kind is what changed in the cluster.
+type kind int
 
 const (
-	KindService   Kind = iota // a Service
-	KindEndpoints             // an EndpointSlice
-	KindPod                   // a change that may be a Pod's (pods verified)
-	KindNamespace             // a namespace appeared or went
+	kindService   kind = iota // a Service
+	kindEndpoints             // an EndpointSlice
+	kindPod                   // a change that may be a Pod's (pods verified)
+	kindNamespace             // a namespace appeared or went
 	numKinds
 )
 
 var kindNames = [numKinds]string{"service", "endpoints", "pod", "namespace"}
 
-func (k Kind) String() string { return kindNames[k] }
+func (k kind) String() string { return kindNames[k] }
 
 // batch gathers the names that changes since the last flush make wrong,
 // each once however many changes name it.

@@ -80,7 +80,7 @@ func BenchmarkFollowDiff(b *testing.B) {
 	for _, changes := range []int{0, 1, 10, 100} {
 		b.Run(fmt.Sprintf("services=%d/changes=%d", services, changes), func(b *testing.B) {
 			ctl := cluster(services)
-			f := &follow{ctl: ctl, view: NewView(NewNamer(clusterZones))}
+			f := &follow{ctl: ctl, view: newClusterView(newNamer(clusterZones))}
 			f.diff(nil)
 			bt := newBatch(nil)
 			gen, names := 0, 0

@@ -9,10 +9,10 @@ import (
 	"github.com/compactcache/compactcache/internal/flush"
 )
 
-// Interval is the shortest time between two flushes of names: a burst of
+// interval is the shortest time between two flushes of names: a burst of
 // changes within it is one flush, each name in it once. The first change
 // after a quiet interval is flushed at once.
-const Interval = 100 * time.Millisecond
+const interval = 100 * time.Millisecond
 
 // walkGap is the shortest time between two flushes of subtrees, each a
 // walk of the whole store (pods verified, zonal): however fast the
@@ -20,7 +20,7 @@ const Interval = 100 * time.Millisecond
 const walkGap = time.Second
 
 // emitter applies the batches of one block's source to its cache: names
-// at most every Interval, subtrees at most every walkGap in a goroutine
+// at most every interval, subtrees at most every walkGap in a goroutine
 // of their own, so that a walk does not hold back the names. With again
 // set, each batch of names is flushed a second time that long after the
 // first: for a cache in front of another that learns of the same change
@@ -93,7 +93,7 @@ func (e *emitter) run() {
 		case <-e.stop:
 			stopping = true
 		}
-		if wait := Interval - time.Since(last); wait > 0 && !stopping {
+		if wait := interval - time.Since(last); wait > 0 && !stopping {
 			select {
 			case <-time.After(wait):
 			case <-e.stop:

@@ -12,8 +12,8 @@ import (
 // hook on their events, only the second of the last change that its
 // answers show (Modified), set after the informer's store. follow reads
 // that second every pollEvery, an atomic load, and when it moved diffs the
-// controller's lists against its View: an object whose pointer is the
-// one the View holds has not changed (the informers replace an object on
+// controller's lists against its view: an object whose pointer is the
+// one the view holds has not changed (the informers replace an object on
 // every change, and only then), so a diff costs a map lookup per object
 // and the names of the changed ones.
 const (
@@ -21,14 +21,14 @@ const (
 	// fullEvery is the longest time between two diffs, whatever Modified
 	// says: a clock set back would hide a change from it.
 	fullEvery = 30 * time.Second
-	// nsEvery is how often the namespaces of the View's Services are
+	// nsEvery is how often the namespaces of the view's Services are
 	// looked up: the plugin's namespace informer moves no Modified.
 	nsEvery = time.Second
 )
 
 type follow struct {
-	ctl   Controller
-	view  *View
+	ctl   controller
+	view  *clusterView
 	em    *emitter
 	c     *counters
 	opts  pluginOptions
@@ -52,7 +52,7 @@ type follow struct {
 	done     chan struct{}
 }
 
-func newFollow(ctl Controller, view *View, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
+func newFollow(ctl controller, view *clusterView, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
 	f := &follow{ctl: ctl, view: view, em: em, c: c, opts: opts, probe: probe, log: log,
 		nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	ok := error(nil)
@@ -139,7 +139,7 @@ func (f *follow) step(now time.Time) {
 		// The controller lists no Pods: a Pod's names are dropped as the
 		// subtree pod.ZONE, whatever moved Modified.
 		f.em.update(func(b *batch) {
-			b.changes[KindPod]++
+			b.changes[kindPod]++
 			f.view.namer.pods(b, "")
 		})
 		f.lastPodMod, f.lastPodSec, f.lastPods = m, sec, now
@@ -161,8 +161,8 @@ func (f *follow) health(up bool, why string) {
 	}
 }
 
-// diff tells the View the controller's objects, adding to b the names
-// their changes make wrong; b is nil for the first, which fills the View.
+// diff tells the view the controller's objects, adding to b the names
+// their changes make wrong; b is nil for the first, which fills the view.
 func (f *follow) diff(b *batch) {
 	v := f.view
 	v.gen++
@@ -207,7 +207,7 @@ func (f *follow) diff(b *batch) {
 	}
 }
 
-// namespaces looks up the namespaces of the View's Services: one that
+// namespaces looks up the namespaces of the view's Services: one that
 // appears or goes changes its own names, and every name under it where
 // it still has Services (a namespace_labels selector that stops or starts
 // matching it); under pods insecure, its pod names too.
@@ -220,7 +220,7 @@ func (f *follow) namespaces(b *batch) {
 	for ns, was := range f.nsExists {
 		now := f.exists(ns)
 		if now != was && b != nil {
-			b.changes[KindNamespace]++
+			b.changes[kindNamespace]++
 			f.view.namer.namespace(b, ns)
 			if f.opts.podMode == podsInsecure {
 				f.view.namer.pods(b, ns)

@@ -162,7 +162,7 @@ func newTestFollow(ctl *fakeCtl, opts pluginOptions, s *sink) (*follow, *[]strin
 	var logs []string
 	var mu sync.Mutex
 	c := newCounters(fmt.Sprintf("test-%p", s), "")
-	f := newFollow(ctl, NewView(NewNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
+	f := newFollow(ctl, newClusterView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
 		mu.Lock()
 		defer mu.Unlock()
 		logs = append(logs, fmt.Sprint(up, " ", why))
@@ -188,7 +188,7 @@ func TestFollowStep(t *testing.T) {
 	if !f.filled || !f.c.up.Load() || len(*logs) != 1 {
 		t.Fatalf("synced: filled %v, connected %v, logs %q", f.filled, f.c.up.Load(), *logs)
 	}
-	s.quiet(t, 2*Interval) // the view's first fill flushes nothing
+	s.quiet(t, 2*interval) // the view's first fill flushes nothing
 
 	// A change within the second the last diff began in leaves Modified
 	// as it was; the next step diffs all the same.
@@ -208,13 +208,13 @@ func TestFollowStep(t *testing.T) {
 	if got := ctl.diffs() - n; got != 1 {
 		t.Errorf("%d diffs after Modified's second ended, want 1 (the one that began after it)", got)
 	}
-	s.quiet(t, 2*Interval)
+	s.quiet(t, 2*interval)
 
 	// A relist: every object new, none changed. Nothing flushed.
 	s.reset()
 	ctl.set(1002, svc("ns", "web", []string{"10.96.0.20"}, port("http", 80)), nil)
 	f.step(at(1002, 0))
-	s.quiet(t, 2*Interval)
+	s.quiet(t, 2*interval)
 
 	// A Service gone and another come in the same diff.
 	api := svc("ns", "api", []string{"10.96.0.30"})
@@ -271,17 +271,17 @@ func TestFollowPods(t *testing.T) {
 	s.reset()
 	ctl.set(1001, nil, nil)
 	f.step(t0.Add(1500 * time.Millisecond)) // Modified's second, but within walkGap
-	s.quiet(t, 2*Interval)
+	s.quiet(t, 2*interval)
 	f.step(t0.Add(2 * time.Second)) // the last pod flush began in second 1001: again
 	s.wait(t, 1)
 	f.step(t0.Add(3500 * time.Millisecond)) // Modified still 1001, and a flush began after it
-	s.quiet(t, 2*Interval)
-	if got := f.c.kinds[KindPod].Load(); got != 2 {
+	s.quiet(t, 2*interval)
+	if got := f.c.kinds[kindPod].Load(); got != 2 {
 		t.Errorf("%d pod changes counted, want 2", got)
 	}
 }
 
-// TestFollowNamespace: a namespace of the View's Services that goes
+// TestFollowNamespace: a namespace of the view's Services that goes
 // flushes its names and its Services'.
 func TestFollowNamespace(t *testing.T) {
 	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true}}
@@ -295,7 +295,7 @@ func TestFollowNamespace(t *testing.T) {
 	ctl.ns["ns"] = false // a namespace_labels selector that stopped matching
 	ctl.mu.Unlock()
 	f.step(t0.Add(nsEvery / 2))
-	s.quiet(t, 2*Interval)
+	s.quiet(t, 2*interval)
 	f.step(t0.Add(nsEvery))
 	s.wait(t, 2) // the names, then the pod names' subtree
 	want := []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z}
@@ -306,7 +306,7 @@ func TestFollowNamespace(t *testing.T) {
 
 // TestFollowRun: the goroutine of a block, against a controller changing
 // as the plugin's does, flushes each change within a poll and an
-// Interval, and a burst of changes as few flushes.
+// interval, and a burst of changes as few flushes.
 func TestFollowRun(t *testing.T) {
 	ctl := &fakeCtl{}
 	s := newSink()
@@ -325,8 +325,8 @@ func TestFollowRun(t *testing.T) {
 	changed := time.Now()
 	ctl.set(changed.Unix(), nil, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.2"))
 	s.wait(t, 1)
-	if took := time.Since(changed); took > pollEvery+Interval+50*time.Millisecond {
-		t.Errorf("flushed %v after the change, want within a poll and an Interval", took)
+	if took := time.Since(changed); took > pollEvery+interval+50*time.Millisecond {
+		t.Errorf("flushed %v after the change, want within a poll and an interval", took)
 	}
 	want := []string{"10-1-0-2.db.ns" + z, "2.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z, "db.ns" + z}
 	if got := s.all(); !slices.Equal(got, want) {
@@ -343,19 +343,19 @@ func TestFollowRun(t *testing.T) {
 		ctl.set(time.Now().Unix(), nil, slice("ns", "db-1", "db", eport("pg", 5432), addrs...))
 		time.Sleep(time.Until(start.Add(time.Duration(i+1) * 2500 * time.Microsecond)))
 	}
-	time.Sleep(3 * (pollEvery + Interval))
+	time.Sleep(3 * (pollEvery + interval))
 	close(f.stop)
 	<-f.done
 	s.mu.Lock()
 	n, at := len(s.flushes), slices.Clone(s.at)
 	s.mu.Unlock()
 	burst := time.Since(start)
-	if limit := int(burst/Interval) + 2; n > limit {
+	if limit := int(burst/interval) + 2; n > limit {
 		t.Errorf("%d flushes for 200 changes over %v, want at most %d", n, burst, limit)
 	}
 	for i := 1; i < len(at); i++ {
-		if gap := at[i].Sub(at[i-1]); gap < Interval-5*time.Millisecond {
-			t.Errorf("flushes %d and %d %v apart, under the Interval", i-1, i, gap)
+		if gap := at[i].Sub(at[i-1]); gap < interval-5*time.Millisecond {
+			t.Errorf("flushes %d and %d %v apart, under the interval", i-1, i, gap)
 		}
 	}
 	got := s.all()
@@ -385,7 +385,7 @@ func TestEmitterAgain(t *testing.T) {
 		t.Errorf("flushed %q, want web's name twice", got)
 	}
 	e.close()
-	s.quiet(t, 2*Interval)
+	s.quiet(t, 2*interval)
 }
 
 // TestEmitterWalks: subtree flushes go at most every walkGap, those asked
@@ -396,7 +396,7 @@ func TestEmitterWalks(t *testing.T) {
 	defer e.close()
 	for i := range 5 {
 		e.update(func(b *batch) { b.subtree(fmt.Sprintf("ns%d.pod.cluster.local.", i)) })
-		time.Sleep(2 * Interval)
+		time.Sleep(2 * interval)
 	}
 	s.wait(t, 2)
 	s.mu.Lock()

@@ -86,9 +86,9 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		if len(opts.missing) > 0 {
 			log.Warningf("kubernetes: the kubernetes plugin's %s not found: taken at the setting that flushes more", strings.Join(opts.missing, ", "))
 		}
-		n := NewNamer(k.Zones)
+		n := newNamer(k.Zones)
 		n.PodNames, n.Zonal = opts.podNames, opts.zonal
-		view := NewView(n)
+		view := newClusterView(n)
 		view.namespaces, view.ignoreEmpty = k.Namespaces, opts.ignoreEmpty
 		var probe *prober
 		if rc, err := pluginConn(k); err == nil {
@@ -110,7 +110,7 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 			return nil, fmt.Errorf("kubernetes: the root zone is not a cluster's: give the cluster's zones, e.g. kubernetes cluster.local in-addr.arpa ip6.arpa")
 		}
 	}
-	n := NewNamer(names)
+	n := newNamer(names)
 	n.PodNames = cfg.podNames
 	w, err := acquire(cfg.conn)
 	if err != nil {
@@ -119,7 +119,7 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 	// A second flush a second after the first: the cluster DNS this cache
 	// asks learns of the change on its own watch, and may answer the old
 	// records until it has.
-	s, err := subscribe(w, NewView(n), newEmitter(t.Flush, keep, againAfter, c), c, logf("a watch of the API server"))
+	s, err := subscribe(w, newClusterView(n), newEmitter(t.Flush, keep, againAfter, c), c, logf("a watch of the API server"))
 	if err != nil {
 		w.release()
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -88,8 +88,8 @@ func (c *counters) connected(up bool) bool {
 func (c *counters) stats(source string) admin.Kubernetes {
 	return admin.Kubernetes{
 		Source: source, Connected: c.up.Load(),
-		Services: c.kinds[KindService].Load(), Endpoints: c.kinds[KindEndpoints].Load(),
-		Pods: c.kinds[KindPod].Load(), Namespaces: c.kinds[KindNamespace].Load(),
+		Services: c.kinds[kindService].Load(), Endpoints: c.kinds[kindEndpoints].Load(),
+		Pods: c.kinds[kindPod].Load(), Namespaces: c.kinds[kindNamespace].Load(),
 		Names: c.names.Load(), Subtrees: c.subtrees.Load(),
 		Dropped:     admin.Counts{Success: c.dropped.success.Load(), Denial: c.dropped.denial.Load(), ECSList: c.dropped.ecs.Load()},
 		Disconnects: c.lost.Load(),

@@ -8,9 +8,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Namer makes the names the kubernetes plugin answers for an object, as
+// namer makes the names the kubernetes plugin answers for an object, as
 // its kubernetes.go, reverse.go and parse.go spell them.
-type Namer struct {
+type namer struct {
 	// Zones are the cluster domains names are made under, each lowercased
 	// and fully qualified: the plugin's non-reverse zones.
 	Zones []string
@@ -29,7 +29,7 @@ type Namer struct {
 
 // service adds the names of s that its own fields answer: the Service's
 // name, its port names, and the PTR names of its cluster IPs.
-func (n *Namer) service(b *batch, s *object.Service) {
+func (n *namer) service(b *batch, s *object.Service) {
 	for _, z := range n.Zones {
 		base := serviceName(s.Name, s.Namespace, z)
 		b.name(base)
@@ -47,7 +47,7 @@ func (n *Namer) service(b *batch, s *object.Service) {
 
 // serviceNames adds the names a Service's endpoints answer for under the
 // Service's own name: the name and the port names of ports.
-func (n *Namer) serviceNames(b *batch, svc, ns string, ports []object.EndpointPort) {
+func (n *namer) serviceNames(b *batch, svc, ns string, ports []object.EndpointPort) {
 	for _, z := range n.Zones {
 		base := serviceName(svc, ns, z)
 		b.name(base)
@@ -65,7 +65,7 @@ func (n *Namer) serviceNames(b *batch, svc, ns string, ports []object.EndpointPo
 // with a bare underscore for any value (parse.go, stripUnderscore); those
 // spellings, which the Kubernetes DNS specification does not define, keep
 // their TTL.
-func (n *Namer) port(b *batch, name, proto, base string) {
+func (n *namer) port(b *batch, name, proto, base string) {
 	if name == "" || proto == "" {
 		return
 	}
@@ -73,7 +73,7 @@ func (n *Namer) port(b *batch, name, proto, base string) {
 }
 
 // endpoint adds the name of the endpoint at addr of Service svc in ns.
-func (n *Namer) endpoint(b *batch, addr object.EndpointAddress, svc, ns string) {
+func (n *namer) endpoint(b *batch, addr object.EndpointAddress, svc, ns string) {
 	h := n.hostname(addr)
 	if h == "" {
 		return
@@ -85,7 +85,7 @@ func (n *Namer) endpoint(b *batch, addr object.EndpointAddress, svc, ns string) 
 
 // hostname is the first label of an endpoint's name, as the plugin's
 // endpointHostname makes it.
-func (n *Namer) hostname(addr object.EndpointAddress) string {
+func (n *namer) hostname(addr object.EndpointAddress) string {
 	switch {
 	case addr.Hostname != "":
 		return addr.Hostname
@@ -105,7 +105,7 @@ func (n *Namer) hostname(addr object.EndpointAddress) string {
 
 // ptr adds the reverse name of ip, where it falls in one of the reverse
 // zones: in-addr.arpa for IPv4, ip6.arpa for IPv6.
-func (n *Namer) ptr(b *batch, ip string) {
+func (n *namer) ptr(b *batch, ip string) {
 	if len(n.Reverse) == 0 {
 		return
 	}
@@ -118,7 +118,7 @@ func (n *Namer) ptr(b *batch, ip string) {
 
 // namespace adds the namespace's own names, which answer NODATA while it
 // exists and NXDOMAIN once it does not.
-func (n *Namer) namespace(b *batch, ns string) {
+func (n *namer) namespace(b *batch, ns string) {
 	for _, z := range n.Zones {
 		b.name(under(ns+".svc", z))
 		b.name(under(ns+".pod", z))
@@ -127,7 +127,7 @@ func (n *Namer) namespace(b *batch, ns string) {
 
 // pods adds the subtrees of pod names: pod.ZONE, or NS.pod.ZONE for one
 // namespace's.
-func (n *Namer) pods(b *batch, ns string) {
+func (n *namer) pods(b *batch, ns string) {
 	for _, z := range n.Zones {
 		if ns == "" {
 			b.subtree(under("pod", z))
@@ -147,11 +147,11 @@ func under(rel, zone string) string {
 	return rel + "." + zone
 }
 
-// NewNamer returns the Namer of a plugin serving zones: names are made
+// newNamer returns the namer of a plugin serving zones: names are made
 // under its non-reverse zones, and PTR names where one of its zones holds
 // them, as the plugin answers PTR queries in any of its zones.
-func NewNamer(zones []string) Namer {
-	var n Namer
+func newNamer(zones []string) namer {
+	var n namer
 	for _, z := range zones {
 		z = strings.ToLower(dns.Fqdn(z))
 		if !isReverse(z) {

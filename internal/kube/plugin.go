@@ -8,10 +8,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Controller is what invalidation reads of the kubernetes plugin's
+// controller is what invalidation reads of the kubernetes plugin's
 // controller (Kubernetes.APIConn): its informers' stores, and the time of
 // their last change that the plugin's answers show.
-type Controller interface {
+type controller interface {
 	HasSynced() bool
 	// Modified is the time, in whole seconds, of the last change of a
 	// Service, an EndpointSlice or (pods verified) a Pod that the

@@ -8,13 +8,13 @@ import (
 	api "k8s.io/api/core/v1"
 )
 
-// View is the Services and EndpointSlices as the last flush knew them.
+// clusterView is the Services and EndpointSlices as the last flush knew them.
 // Told of an object's new state (Service, Endpoints), it adds to a batch
 // the names whose answers the change makes wrong, and only those: a
 // change the plugin's answers do not show (a label, a node name, the
-// resource version alone) adds none. A View is not safe for concurrent use.
-type View struct {
-	namer Namer
+// resource version alone) adds none. A view is not safe for concurrent use.
+type clusterView struct {
+	namer namer
 	// namespaces, when not empty, are the only ones the plugin exposes
 	// (its namespaces option): the others answer nothing that changes.
 	namespaces map[string]struct{}
@@ -44,13 +44,13 @@ type epKey struct{ ns, name string }
 
 func keyOf(e *object.Endpoints) epKey { return epKey{e.Namespace, e.Name} }
 
-// NewView returns an empty View that names changes with n.
-func NewView(n Namer) *View {
-	return &View{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
+// newClusterView returns an empty view that names changes with n.
+func newClusterView(n namer) *clusterView {
+	return &clusterView{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
 		bySvc: map[string]map[epKey]*object.Endpoints{}, perNS: map[string]int{}}
 }
 
-func (v *View) exposed(ns string) bool {
+func (v *clusterView) exposed(ns string) bool {
 	if len(v.namespaces) == 0 {
 		return true
 	}
@@ -61,7 +61,7 @@ func (v *View) exposed(ns string) bool {
 // Service records the Service of key's new state s, nil once deleted,
 // adding what the change makes wrong to b (nil while the view is first
 // filled, when nothing cached is known to be wrong).
-func (v *View) Service(b *batch, key string, s *object.Service) {
+func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 	var old *object.Service
 	if e := v.svcs[key]; e != nil {
 		old = e.s
@@ -88,7 +88,7 @@ func (v *View) Service(b *batch, key string, s *object.Service) {
 	if b == nil {
 		return
 	}
-	b.changes[KindService]++
+	b.changes[kindService]++
 	for _, x := range []*object.Service{old, s} {
 		if x != nil {
 			v.namer.service(b, x)
@@ -118,7 +118,7 @@ func cmp[T any](a, b *T) *T {
 // count counts a Service added to (up) or gone from namespace ns: the
 // namespace's own names change when its first Service comes or its last
 // goes, which is as near as Services tell to its creation and deletion.
-func (v *View) count(b *batch, ns string, up bool) {
+func (v *clusterView) count(b *batch, ns string, up bool) {
 	if up {
 		v.perNS[ns]++
 		if v.perNS[ns] > 1 {
@@ -132,7 +132,7 @@ func (v *View) count(b *batch, ns string, up bool) {
 		delete(v.perNS, ns)
 	}
 	if b != nil {
-		b.changes[KindNamespace]++
+		b.changes[kindNamespace]++
 		v.namer.namespace(b, ns)
 	}
 }
@@ -150,7 +150,7 @@ func sameService(a, b *object.Service) bool {
 // Endpoints records the EndpointSlice's new state e (nil once deleted;
 // key names it either way), adding what the change makes wrong to b (nil
 // while the view is first filled).
-func (v *View) Endpoints(b *batch, key epKey, e *object.Endpoints) {
+func (v *clusterView) Endpoints(b *batch, key epKey, e *object.Endpoints) {
 	var old *object.Endpoints
 	if x := v.eps[key]; x != nil {
 		old = x.e
@@ -187,7 +187,7 @@ func (v *View) Endpoints(b *batch, key epKey, e *object.Endpoints) {
 	if b == nil || old != nil && e != nil && v.sameEndpoints(old, e) {
 		return
 	}
-	b.changes[KindEndpoints]++
+	b.changes[kindEndpoints]++
 	if old == nil || e == nil || old.Index != e.Index {
 		for _, x := range []*object.Endpoints{old, e} {
 			if x != nil {
@@ -204,7 +204,7 @@ func (v *View) Endpoints(b *batch, key epKey, e *object.Endpoints) {
 // whose address or name changed, or of all of them when all is set (the
 // ports changed), and the PTR names of the changed ones; and the
 // Service's names where its answer is made of endpoints.
-func (v *View) endpointsNames(b *batch, e, old *object.Endpoints, all bool) {
+func (v *clusterView) endpointsNames(b *batch, e, old *object.Endpoints, all bool) {
 	var svc *object.Service
 	if x := v.svcs[e.Index]; x != nil {
 		svc = x.s
@@ -263,7 +263,7 @@ func (v *View) endpointsNames(b *batch, e, old *object.Endpoints, all bool) {
 // label of its name.
 type pair struct{ ip, host string }
 
-func pairs(v *View, e *object.Endpoints) map[pair]struct{} {
+func pairs(v *clusterView, e *object.Endpoints) map[pair]struct{} {
 	m := map[pair]struct{}{}
 	if e == nil {
 		return m
@@ -298,7 +298,7 @@ func portsOf(e *object.Endpoints) []object.EndpointPort {
 // sameEndpoints reports whether a and b answer the same: the same Service,
 // ports, endpoint addresses and names, in the same order, and under the
 // zonal option the same zones.
-func (v *View) sameEndpoints(a, b *object.Endpoints) bool {
+func (v *clusterView) sameEndpoints(a, b *object.Endpoints) bool {
 	if a.Index != b.Index || len(a.Subsets) != len(b.Subsets) || v.namer.Zonal && !maps.Equal(a.Zones, b.Zones) {
 		return false
 	}
@@ -326,8 +326,8 @@ func svcName(e *object.Endpoints) string {
 
 // namespaceNames adds the names of every Service of namespace ns and of
 // their endpoints: all of them answer only while the namespace is
-// exposed. It walks the View: a namespace appears or goes seldom.
-func (v *View) namespaceNames(b *batch, ns string) {
+// exposed. It walks the view: a namespace appears or goes seldom.
+func (v *clusterView) namespaceNames(b *batch, ns string) {
 	for key, e := range v.svcs {
 		if e.s.Namespace != ns {
 			continue

@@ -83,7 +83,7 @@ var clusterZones = []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}
 
 const z = ".svc.cluster.local."
 
-// step is one change told to a View.
+// step is one change told to a view.
 type step struct {
 	svc *object.Service   // a Service's new state
 	ep  *object.Endpoints // an EndpointSlice's new state
@@ -91,7 +91,7 @@ type step struct {
 	gone bool
 }
 
-func (s step) apply(v *View, b *batch) {
+func (s step) apply(v *clusterView, b *batch) {
 	switch {
 	case s.svc != nil && s.gone:
 		v.Service(b, s.svc.Index, nil)
@@ -110,8 +110,8 @@ func TestViewNames(t *testing.T) {
 	dbSlice := slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.2")
 	for _, tc := range []struct {
 		name   string
-		namer  func(*Namer)
-		view   func(*View)
+		namer  func(*namer)
+		view   func(*clusterView)
 		keep   []string // the cache's zones; all when empty
 		before []step   // the view's state, flushing nothing
 		change []step
@@ -125,14 +125,14 @@ func TestViewNames(t *testing.T) {
 				"0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "10.0.96.10.in-addr.arpa.",
 				"_http._tcp.web.ns" + z, "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z,
 			},
-			kinds: [numKinds]int64{KindService: 1, KindNamespace: 1},
+			kinds: [numKinds]int64{kindService: 1, kindNamespace: 1},
 		},
 		{
 			name:   "a second Service in the namespace: not the namespace's names",
 			before: []step{{svc: web}},
 			change: []step{{svc: svc("ns", "api", []string{"10.96.0.11"}, port("grpc", 9000))}},
 			want:   []string{"11.0.96.10.in-addr.arpa.", "_grpc._tcp.api.ns" + z, "api.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1},
+			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "the same Service again, a new version only: nothing",
@@ -148,7 +148,7 @@ func TestViewNames(t *testing.T) {
 				"0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "10.0.96.10.in-addr.arpa.",
 				"20.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "web.ns" + z,
 			},
-			kinds: [numKinds]int64{KindService: 2},
+			kinds: [numKinds]int64{kindService: 2},
 		},
 		{
 			name:   "a port renamed: the old and new port names",
@@ -158,21 +158,21 @@ func TestViewNames(t *testing.T) {
 				"0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "10.0.96.10.in-addr.arpa.",
 				"_http._tcp.web.ns" + z, "_https._tcp.web.ns" + z, "web.ns" + z,
 			},
-			kinds: [numKinds]int64{KindService: 1},
+			kinds: [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "an ExternalName Service: its name, no address",
 			before: []step{{svc: web}},
 			change: []step{{svc: external("ns", "ext", "www.example.org")}},
 			want:   []string{"ext.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1},
+			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "an ExternalName's target changed",
 			before: []step{{svc: web}, {svc: external("ns", "ext", "www.example.org")}},
 			change: []step{{svc: external("ns", "ext", "www.example.net")}},
 			want:   []string{"ext.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1},
+			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "a headless Service's endpoint moved: its name, port name, the endpoint's names and PTR names; not the unchanged one's",
@@ -182,7 +182,7 @@ func TestViewNames(t *testing.T) {
 				"10-1-0-2.db.ns" + z, "10-1-0-3.db.ns" + z, "2.0.1.10.in-addr.arpa.", "3.0.1.10.in-addr.arpa.",
 				"_pg._tcp.db.ns" + z, "db.ns" + z,
 			},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a headless Service's endpoint given a hostname: the names of both, and its PTR name",
@@ -191,21 +191,21 @@ func TestViewNames(t *testing.T) {
 			want: []string{
 				"10-1-0-2.db.ns" + z, "2.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z, "db-1.db.ns" + z, "db.ns" + z,
 			},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a ClusterIP Service's endpoint moved: the endpoints' names, not the Service's",
 			before: []step{{svc: web}, {ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1")}},
 			change: []step{{ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.2")}},
 			want:   []string{"1.1.1.10.in-addr.arpa.", "10-1-1-1.web.ns" + z, "10-1-1-2.web.ns" + z, "2.1.1.10.in-addr.arpa."},
-			kinds:  [numKinds]int64{KindEndpoints: 1},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a slice's ports changed: every endpoint's name",
 			before: []step{{svc: db}, {ep: dbSlice}},
 			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5433), "10.1.0.1=db-0", "10.1.0.2")}},
 			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
-			kinds:  [numKinds]int64{KindEndpoints: 1},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "an IPv6 endpoint: dashed, a final 0 after a trailing dash, its ip6.arpa PTR name",
@@ -215,28 +215,28 @@ func TestViewNames(t *testing.T) {
 				"0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.0.0.0.0.d.f.ip6.arpa.",
 				"_pg._tcp.db.ns" + z, "db.ns" + z, "fd00-1--0.db.ns" + z,
 			},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "endpoint_pod_names: an endpoint without a hostname named after its pod",
-			namer:  func(n *Namer) { n.PodNames = true },
+			namer:  func(n *namer) { n.PodNames = true },
 			before: []step{{svc: db}},
 			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.5==db-7f9c")}},
 			want:   []string{"5.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z, "db-7f9c.db.ns" + z, "db.ns" + z},
-			kinds:  [numKinds]int64{KindEndpoints: 1},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a slice whose Service does not exist: only the PTR names, which endpoints answer alone",
 			change: []step{{ep: slice("ns", "lone-1", "lone", eport("x", 1), "10.1.2.1")}},
 			want:   []string{"1.2.1.10.in-addr.arpa."},
-			kinds:  [numKinds]int64{KindEndpoints: 1},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a headless Service created after its slice: its endpoints' names come with it",
 			before: []step{{svc: web}, {ep: dbSlice}},
 			change: []step{{svc: db}},
 			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1},
+			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "the last Service of a namespace deleted: its endpoints' names, and the namespace's",
@@ -246,7 +246,7 @@ func TestViewNames(t *testing.T) {
 				"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z,
 				"ns.pod.cluster.local.", "ns.svc.cluster.local.",
 			},
-			kinds: [numKinds]int64{KindService: 1, KindNamespace: 1},
+			kinds: [numKinds]int64{kindService: 1, kindNamespace: 1},
 		},
 		{
 			name:   "a slice deleted: its endpoints' names and PTR names, the headless Service's names",
@@ -256,17 +256,17 @@ func TestViewNames(t *testing.T) {
 				"1.0.1.10.in-addr.arpa.", "10-1-0-2.db.ns" + z, "2.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z,
 				"db-0.db.ns" + z, "db.ns" + z,
 			},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a slice's addresses reordered, nothing else: the Service's names only",
 			before: []step{{svc: db}, {ep: dbSlice}},
 			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.2", "10.1.0.1=db-0")}},
-			kinds:  [numKinds]int64{KindEndpoints: 1},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "a namespace the plugin does not expose: nothing",
-			view:   func(v *View) { v.namespaces = map[string]struct{}{"other": {}} },
+			view:   func(v *clusterView) { v.namespaces = map[string]struct{}{"other": {}} },
 			change: []step{{svc: web}, {ep: dbSlice}},
 		},
 		{
@@ -274,43 +274,43 @@ func TestViewNames(t *testing.T) {
 			keep:   []string{"cluster.local."},
 			change: []step{{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))}},
 			want:   []string{"_http._tcp.web.ns" + z, "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1, KindNamespace: 1},
+			kinds:  [numKinds]int64{kindService: 1, kindNamespace: 1},
 		},
 		{
 			name:   "a cache of in-addr.arpa alone: the PTR name",
 			keep:   []string{"in-addr.arpa."},
 			change: []step{{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))}},
 			want:   []string{"10.0.96.10.in-addr.arpa."},
-			kinds:  [numKinds]int64{KindService: 1, KindNamespace: 1},
+			kinds:  [numKinds]int64{kindService: 1, kindNamespace: 1},
 		},
 		{
 			name:   "PTR names outside the plugin's zones: not made",
-			namer:  func(n *Namer) { *n = NewNamer([]string{"cluster.local."}) },
+			namer:  func(n *namer) { *n = newNamer([]string{"cluster.local."}) },
 			change: []step{{svc: svc("ns", "web", []string{"10.96.0.10"})}},
 			want:   []string{"ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
-			kinds:  [numKinds]int64{KindService: 1, KindNamespace: 1},
+			kinds:  [numKinds]int64{kindService: 1, kindNamespace: 1},
 		},
 		{
 			name:   "two cluster domains: the names in each",
-			namer:  func(n *Namer) { *n = NewNamer([]string{"cluster.local.", "example.internal."}) },
+			namer:  func(n *namer) { *n = newNamer([]string{"cluster.local.", "example.internal."}) },
 			before: []step{{svc: web}},
 			change: []step{{svc: external("ns", "ext", "www.example.org")}},
 			want:   []string{"ext.ns" + z, "ext.ns.svc.example.internal."},
-			kinds:  [numKinds]int64{KindService: 1},
+			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
 			name:   "ignore empty_service: a ClusterIP Service's names when its first endpoint comes",
-			view:   func(v *View) { v.ignoreEmpty = true },
+			view:   func(v *clusterView) { v.ignoreEmpty = true },
 			before: []step{{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))}},
 			change: []step{{ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1")}},
 			want: []string{
 				"1.1.1.10.in-addr.arpa.", "10-1-1-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "web.ns" + z,
 			},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "zonal: a headless Service's zones changed: the subtree of its zone-scoped names",
-			namer:  func(n *Namer) { n.Zonal = true },
+			namer:  func(n *namer) { n.Zonal = true },
 			before: []step{{svc: db}, {ep: dbSlice}},
 			change: []step{{ep: func() *object.Endpoints {
 				e := slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.2")
@@ -318,15 +318,15 @@ func TestViewNames(t *testing.T) {
 				return e
 			}()}},
 			want:  []string{"*._zone.db.ns" + z, "_pg._tcp.db.ns" + z, "db.ns" + z},
-			kinds: [numKinds]int64{KindEndpoints: 1},
+			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := NewNamer(clusterZones)
+			n := newNamer(clusterZones)
 			if tc.namer != nil {
 				tc.namer(&n)
 			}
-			v := NewView(n)
+			v := newClusterView(n)
 			if tc.view != nil {
 				tc.view(v)
 			}
@@ -348,10 +348,10 @@ func TestViewNames(t *testing.T) {
 }
 
 // TestViewRecreate: a Service deleted and created again, told in one
-// diff or in two, leaves the View as it found it, and the namespace's
+// diff or in two, leaves the view as it found it, and the namespace's
 // count with it.
 func TestViewRecreate(t *testing.T) {
-	v := NewView(NewNamer(clusterZones))
+	v := newClusterView(newNamer(clusterZones))
 	web := svc("ns", "web", []string{"10.96.0.10"})
 	v.Service(nil, web.Index, web)
 	for range 3 {
@@ -363,7 +363,7 @@ func TestViewRecreate(t *testing.T) {
 		}
 	}
 	if v.perNS["ns"] != 1 || len(v.svcs) != 1 {
-		t.Errorf("after recreations: %d Services in ns, %d in the View; want 1 and 1", v.perNS["ns"], len(v.svcs))
+		t.Errorf("after recreations: %d Services in ns, %d in the clusterView; want 1 and 1", v.perNS["ns"], len(v.svcs))
 	}
 	b := newBatch(nil)
 	v.Service(b, web.Index, nil)
@@ -375,7 +375,7 @@ func TestViewRecreate(t *testing.T) {
 func TestNamerRoot(t *testing.T) {
 	// A plugin serving the root zone: the names stand under it.
 	b := newBatch(nil)
-	n := NewNamer([]string{"."})
+	n := newNamer([]string{"."})
 	n.service(b, svc("ns", "web", []string{"10.96.0.10"}, port("http", 80)))
 	want := []string{"10.0.96.10.in-addr.arpa.", "_http._tcp.web.ns.svc.", "web.ns.svc."}
 	if got := names(b); !slices.Equal(got, want) {

@@ -185,11 +185,11 @@ func (w *watch) load() *admin.KubernetesAPI {
 	return &admin.KubernetesAPI{Lists: w.lists.Load(), Watches: w.watches.Load(), Other: w.other.Load(), Bytes: w.bytes.Load()}
 }
 
-// subscriber is one block's use of a watch: its View and emitter, fed by
+// subscriber is one block's use of a watch: its view and emitter, fed by
 // its handlers on the watch's informers.
 type subscriber struct {
 	w    *watch
-	view *View
+	view *clusterView
 	em   *emitter
 	c    *counters
 	log  func(up bool, why string)
@@ -201,10 +201,10 @@ type subscriber struct {
 	done chan struct{}
 }
 
-func subscribe(w *watch, view *View, em *emitter, c *counters, log func(bool, string)) (*subscriber, error) {
+func subscribe(w *watch, view *clusterView, em *emitter, c *counters, log func(bool, string)) (*subscriber, error) {
 	s := &subscriber{w: w, view: view, em: em, c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	// The adds of the objects the informer holds when the handler comes
-	// (isInInitialList) fill the View and flush nothing.
+	// (isInInitialList) fill the view and flush nothing.
 	svc := cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(o any, initial bool) { s.service(o, initial) },
 		UpdateFunc: func(_, o any) { s.service(o, false) },
@@ -245,7 +245,7 @@ func (s *subscriber) serviceGone(o any) {
 	case *object.Service:
 		key = x.Index
 	case cache.DeletedFinalStateUnknown:
-		// Its key is NAMESPACE/NAME; the View's, NAME.NAMESPACE.
+		// Its key is NAMESPACE/NAME; the view's, NAME.NAMESPACE.
 		if ns, name, ok := strings.Cut(x.Key, "/"); ok {
 			key = object.ServiceKey(name, ns)
 		}
