@@ -69,6 +69,7 @@ func setup(c *caddy.Controller) error {
 			ca.Warmup.Start(operator{ca}, block)
 		}
 		ca.metrics.View = cfg.ViewName
+		ca.startShared(cfg.ViewName)
 		ca.listen = coredns.ServerAddrs(cfg)
 		if ca.Frontend != nil {
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {
@@ -85,6 +86,9 @@ func setup(c *caddy.Controller) error {
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
 		ca.refreshes.shutdown(5 * time.Second)
+		if ca.shared != nil {
+			ca.shared.Close()
+		}
 		return nil
 	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {

@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/compactcache/compactcache/internal/tier"
 	"math"
 	"strconv"
 	"strings"
@@ -83,6 +84,7 @@ type Settings struct {
 	Frontend *frontend.Config // nil unless the block asks for one
 	Snapshot *persist.Snapshot
 	Warmup   *persist.Warmup
+	Shared   *tier.Config // the second tier, nil for none
 }
 
 // ECS is the `ecs` option: the longest source prefixes sent upstream,
@@ -154,7 +156,7 @@ func Parse(c *caddy.Controller) (Settings, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true, "shared": true}
 
 func parseOption(c *caddy.Controller, s *Settings) error {
 	opt := c.Val()
@@ -210,6 +212,10 @@ func parseOption(c *caddy.Controller, s *Settings) error {
 		return err
 	case "admin":
 		return adminserver.Parse(c, args)
+	case "shared":
+		tc, err := tier.Parse(c, args)
+		s.Shared = tc
+		return err
 	case "warmup":
 		wc, err := persist.ParseWarmup(c, args)
 		s.Warmup = wc

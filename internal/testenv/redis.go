@@ -79,8 +79,8 @@ func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
 func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Do sends a command on a connection of its own and
-// returns the reply: a bulk string's bytes, else its first line, or an
-// error for an error reply.
+// returns the reply: a bulk string's bytes, an array's bulk strings a line
+// each, else its first line; or an error for an error reply.
 // The tests use it to set the server up and to look at what it holds.
 func (r *Redis) Do(args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
@@ -106,17 +106,39 @@ func (r *Redis) Do(args ...string) (string, error) {
 	case strings.HasPrefix(line, "-"):
 		return "", ReplyError(line[1:])
 	case strings.HasPrefix(line, "$") && line != "$-1":
+		return readBulk(br, line)
+	case strings.HasPrefix(line, "*") && line != "*-1":
+		// An array of bulk strings (KEYS), a line each.
 		n, err := strconv.Atoi(line[1:])
 		if err != nil {
 			return "", err
 		}
-		body := make([]byte, n+2)
-		if _, err := io.ReadFull(br, body); err != nil {
-			return "", err
+		items := make([]string, n)
+		for i := range items {
+			h, err := br.ReadString('\n')
+			if err != nil {
+				return "", err
+			}
+			if items[i], err = readBulk(br, strings.TrimRight(h, "\r\n")); err != nil {
+				return "", err
+			}
 		}
-		return string(body[:n]), nil
+		return strings.Join(items, "\n"), nil
 	}
 	return line, nil
+}
+
+// readBulk reads the body of a bulk string whose header is header.
+func readBulk(br *bufio.Reader, header string) (string, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(header, "$"))
+	if err != nil || !strings.HasPrefix(header, "$") {
+		return "", fmt.Errorf("not a bulk string: %q", header)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
 }
 
 // ReplyError is an error the server replied with.

@@ -363,19 +363,20 @@ func (t *Tier) write(batch []entry.Entry) {
 	}
 }
 
-// Flush applies f to the tier: a value stored before it that it covers is
-// a miss from now on, on every replica; and sends it to the other
-// replicas, which apply it to their local stores.
-func (t *Tier) Flush(f flush.Flush) error {
+// Flush applies f, made at now (the block's clock, unix seconds), to the
+// tier: a value stored before it that it covers is a miss from now on, on
+// every replica; and sends it to the other replicas, which apply it to
+// their local stores.
+func (t *Tier) Flush(f flush.Flush, now int64) error {
 	cp := t.client.Load()
 	if cp == nil {
 		return fmt.Errorf("shared tier %s: not connected", t.cfg)
 	}
 	c := *cp
-	now := strconv.FormatInt(time.Now().Unix(), 10)
+	at := strconv.FormatInt(now, 10)
 	life := time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
 	epoch := func(what string, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(what, name)).Value(now).Px(life).Build()
+		return c.B().Set().Key(t.keys.epochKey(what, name)).Value(at).Px(life).Build()
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
@@ -507,6 +508,9 @@ func (t *Tier) received(fields map[string]string) {
 	t.m.received.inc()
 	t.opt.Apply(f)
 }
+
+// Connected reports whether the tier has connected.
+func (t *Tier) Connected() bool { return t.client.Load() != nil }
 
 // Stats describes the tier for the admin stats.
 func (t *Tier) Stats() *admin.Shared {

@@ -286,7 +286,7 @@ func TestFlushes(t *testing.T) {
 	}
 	for i, s := range steps {
 		start := time.Now()
-		if err := a.Flush(s.f); err != nil {
+		if err := a.Flush(s.f, time.Now().Unix()); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range s.gone {
@@ -557,7 +557,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("the entries are on %d of 3 masters", held)
 	}
 	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
-	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}); err != nil {
+	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
