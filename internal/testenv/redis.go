@@ -23,7 +23,11 @@ type Redis struct {
 	Addr string
 	args []string
 	cmd  *exec.Cmd
+	auth []string // AUTH's arguments before each command, when set
 }
+
+// Auth has Do authenticate as user with password before each command.
+func (r *Redis) Auth(user, password string) { r.auth = []string{"AUTH", user, password} }
 
 // StartRedis starts redis-server (the Debian package, which .ci/run
 // installs) on a free port with args added to its command line, and waits
@@ -89,14 +93,18 @@ func (r *Redis) Do(args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	req := fmt.Sprintf("*%d\r\n", len(args))
-	for _, a := range args {
-		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	br := bufio.NewReader(c)
+	if r.auth != nil {
+		if err := send(c, r.auth); err != nil {
+			return "", err
+		}
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return "", fmt.Errorf("AUTH: %q %v", line, err)
+		}
 	}
-	if _, err := io.WriteString(c, req); err != nil {
+	if err := send(c, args); err != nil {
 		return "", err
 	}
-	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
 	if err != nil {
 		return "", err
@@ -154,4 +162,14 @@ func (r *Redis) MustDo(args ...string) string {
 		r.tb.Fatalf("redis %v: %v", args, err)
 	}
 	return v
+}
+
+// send writes a command as an array of bulk strings.
+func send(w io.Writer, args []string) error {
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	_, err := io.WriteString(w, req)
+	return err
 }
