@@ -69,7 +69,7 @@ func setup(c *caddy.Controller) error {
 			ca.Warmup.Start(operator{ca}, block)
 		}
 		ca.metrics.View = cfg.ViewName
-		ca.startShared(cfg.ViewName)
+		ca.StartShared(cfg.ViewName)
 		ca.listen = coredns.ServerAddrs(cfg)
 		if ca.Frontend != nil {
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {
@@ -86,9 +86,7 @@ func setup(c *caddy.Controller) error {
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
 		ca.refreshes.shutdown(5 * time.Second)
-		if ca.shared != nil {
-			ca.shared.Close()
-		}
+		ca.StopShared()
 		return nil
 	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {

@@ -19,9 +19,12 @@ import (
 // scope, CD, DNSSEC records, DO filtering and serve_stale apply as they do
 // to the entries the block fetched itself.
 
-// startShared starts the block's tier, once the block's view is known.
-func (c *Cache) startShared(view string) {
-	if c.Shared == nil {
+// StartShared connects the block to its shared tier, when it has one,
+// labelling its series with the block's view. CoreDNS's startup of the
+// block calls it; a program that runs a Cache without CoreDNS's lifecycle
+// calls it, and StopShared when done.
+func (c *Cache) StartShared(view string) {
+	if c.Shared == nil || c.shared != nil {
 		return
 	}
 	c.shared = tier.New(c.Shared, tier.Options{
@@ -32,6 +35,13 @@ func (c *Cache) startShared(view string) {
 		View:        view,
 		Apply:       func(f flush.Flush) { c.flushLocal(f) },
 	})
+}
+
+// StopShared closes the block's connections to its shared tier.
+func (c *Cache) StopShared() {
+	if c.shared != nil {
+		c.shared.Close()
+	}
 }
 
 // fromShared looks s.q, the question of r, up in the tier and, when it holds an entry the

@@ -61,6 +61,11 @@ func mustTier(t testing.TB, option string, fp byte, apply func(flush.Flush)) *Ti
 	if apply == nil {
 		apply = func(flush.Flush) {}
 	}
+	if !strings.Contains(option, "timeout") {
+		// A loaded machine (CI, -race) can take longer than a LAN's default
+		// timeout: the tests of what the tier holds must not time out.
+		cfg.timeout = time.Second
+	}
 	tr := New(cfg, Options{Fingerprint: [32]byte{fp}, Grace: 0, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
 	t.Cleanup(tr.Close)
 	for deadline := time.Now().Add(10 * time.Second); tr.client.Load() == nil; time.Sleep(5 * time.Millisecond) {
