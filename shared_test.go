@@ -73,6 +73,10 @@ func TestSharedServesWhatAReplicaFetched(t *testing.T) {
 	if n := u.count("a.example.org.", dns.TypeA); n != 1 {
 		t.Errorf("the upstream was asked %d times by 3 replicas, want once", n)
 	}
+	// The admin stats show the tier.
+	if st := (operator{cs[1]}).Stats().Shared; st == nil || st.Hits != 1 || st.Breaker != "closed" || (operator{cs[0]}).Stats().Shared.Writes != 1 {
+		t.Errorf("admin stats of the tier: %+v", st)
+	}
 	// Stored locally: the next ask is a local hit, not a tier lookup.
 	lookups := cs[1].shared.Stats().Requests
 	ask(t, cs[1], req, false)
