@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/reply"
 	"github.com/coredns/coredns/plugin/metrics"
 	"math"
@@ -283,7 +284,7 @@ func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 	opt.SetDo()
 	opt.SetUDPSize(max(opt.UDPSize(), upstreamUDPSize))
 	if ecs.family != 0 {
-		setSubnet(opt, ecs.option(ecs.sent))
+		dnsmsg.SetSubnet(opt, ecs.option(ecs.sent))
 	}
 	return &u.msg
 }

@@ -30,12 +30,13 @@ type Redis struct {
 func (r *Redis) Auth(user, password string) { r.auth = []string{"AUTH", user, password} }
 
 // StartRedis starts redis-server (the Debian package, which .ci/run
-// installs) on a free port with args added to its command line, and waits
+// installs), or the server $COMPACTCACHE_REDIS_SERVER names (valkey-server,
+// say), on a free port with args added to its command line, and waits
 // until it answers.
 func StartRedis(tb testing.TB, args ...string) *Redis {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		tb.Fatal("redis-server is not installed: apt-get install redis-server (.ci/run installs it)")
+	if _, err := exec.LookPath(RedisServer()); err != nil {
+		tb.Fatalf("%s is not installed: apt-get install redis-server (.ci/run installs it)", RedisServer())
 	}
 	r := &Redis{tb: tb, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(tb)), args: args}
 	r.Start()
@@ -50,7 +51,7 @@ func (r *Redis) Start() {
 	dir := r.tb.TempDir()
 	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log")}, r.args...)
-	r.cmd = exec.Command("redis-server", args...)
+	r.cmd = exec.Command(RedisServer(), args...)
 	if err := r.cmd.Start(); err != nil {
 		r.tb.Fatal(err)
 	}
@@ -172,4 +173,12 @@ func send(w io.Writer, args []string) error {
 	}
 	_, err := io.WriteString(w, req)
 	return err
+}
+
+// RedisServer is the server the tests start.
+func RedisServer() string {
+	if s := os.Getenv("COMPACTCACHE_REDIS_SERVER"); s != "" {
+		return s
+	}
+	return "redis-server"
 }

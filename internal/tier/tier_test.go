@@ -588,7 +588,7 @@ func TestSentinel(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("port "+sport+"\nbind 127.0.0.1\nsentinel monitor cache "+host+" "+port+" 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd := exec.Command(testenv.RedisServer(), conf, "--sentinel")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
