@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // Other work on the machine slows the hits down: a child records how busy the
@@ -22,7 +22,7 @@ type cpuSample struct {
 // hypervisor took counts as busy: it is not this process's either.
 func readCPU() cpuSample {
 	var s cpuSample
-	all, ok := proc.CPULoads()["cpu"]
+	all, ok := harness.CPULoads()["cpu"]
 	if !ok {
 		return s
 	}

@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // The paths a hit takes to the client: compactcache's raw bytes (w.Write,
@@ -54,7 +54,7 @@ type config struct {
 }
 
 // cmd is this command, for its usage and its lines on stderr.
-const cmd = cli.Command("curve")
+const cmd = harness.Command("curve")
 
 func main() {
 	// A flag set of its own: CoreDNS's packages define flags of theirs on

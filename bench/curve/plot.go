@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/figure"
+	"github.com/compactcache/compactcache/bench/harness/figure"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"

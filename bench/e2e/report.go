@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // report is a run's results, printed as Markdown tables.
@@ -148,7 +150,7 @@ func other(p *phase) float64 {
 	}
 	return math.SmallestNonzeroFloat64 // present, and none
 }
-func lat(f func(*latency) float64) func(*phase) float64 {
+func lat(f func(*harness.Latency) float64) func(*phase) float64 {
 	return func(p *phase) float64 {
 		if p.Perf.Lat == nil || p.Perf.Lat.N == 0 {
 			return 0
@@ -303,19 +305,19 @@ func (rep *report) write(w io.Writer) error {
 	t = table{head: []string{"config", "rate q/s", "answered q/s", "lost", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "max µs", "server µs/q", "other load on server core", "hits", "GCs", "GC µs/q"}}
 	for _, q := range rep.rates() {
 		for _, g := range gs {
-			if g.med(figRate(q, lat(func(l *latency) float64 { return l.P50 }))) == 0 {
+			if g.med(figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 }))) == 0 {
 				continue
 			}
 			h := "–"
 			if cached(g.kind) {
 				h = pct(g.med(figRate(q, hits)))
 			}
-			l := func(f func(*latency) float64) string { return f0(g.med(figRate(q, lat(f)))) }
+			l := func(f func(*harness.Latency) float64) string { return f0(g.med(figRate(q, lat(f)))) }
 			t.add(g.spec, strconv.Itoa(q), f0(g.med(figRate(q, qps))),
 				f0(g.med(figRate(q, func(p *phase) float64 { return float64(p.Perf.Lost) }))),
-				l(func(l *latency) float64 { return l.P50 }), l(func(l *latency) float64 { return l.P90 }),
-				l(func(l *latency) float64 { return l.P99 }), l(func(l *latency) float64 { return l.P999 }),
-				l(func(l *latency) float64 { return l.Max }),
+				l(func(l *harness.Latency) float64 { return l.P50 }), l(func(l *harness.Latency) float64 { return l.P90 }),
+				l(func(l *harness.Latency) float64 { return l.P99 }), l(func(l *harness.Latency) float64 { return l.P999 }),
+				l(func(l *harness.Latency) float64 { return l.Max }),
 				f2(g.med(figRate(q, cpuQ))), pct(g.med(figRate(q, other))), h,
 				g.ifGo(f0(g.med(figRate(q, gcs)))), g.ifGo(f2(g.med(figRate(q, gcQ)))))
 		}
@@ -390,8 +392,8 @@ func (rep *report) writeRatios(w io.Writer) {
 	row("max hit q/s", figMax(qps))
 	row("server µs/q at max", figMax(cpuQ))
 	for _, q := range rep.rates() {
-		row(fmt.Sprintf("p50 at %d/s", q), figRate(q, lat(func(l *latency) float64 { return l.P50 })))
-		row(fmt.Sprintf("p99 at %d/s", q), figRate(q, lat(func(l *latency) float64 { return l.P99 })))
+		row(fmt.Sprintf("p50 at %d/s", q), figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 })))
+		row(fmt.Sprintf("p99 at %d/s", q), figRate(q, lat(func(l *harness.Latency) float64 { return l.P99 })))
 		row(fmt.Sprintf("server µs/q at %d/s", q), figRate(q, cpuQ))
 	}
 	t.write(w)
@@ -570,8 +572,8 @@ func (rep *report) writeUnbound(w io.Writer) {
 	row("max hit q/s", f0, figMax(qps))
 	for _, q := range rep.rates() {
 		row(fmt.Sprintf("server µs/q at %d/s", q), f2, figRate(q, cpuQ))
-		row(fmt.Sprintf("p50 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P50 })))
-		row(fmt.Sprintf("p99 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P99 })))
+		row(fmt.Sprintf("p50 µs at %d/s", q), f0, figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 })))
+		row(fmt.Sprintf("p99 µs at %d/s", q), f0, figRate(q, lat(func(l *harness.Latency) float64 { return l.P99 })))
 	}
 	row("RSS B/entry", f0, func(r *result) float64 { return r.rssPerEntry(n) })
 	row("server µs per miss (fill)", f1, figFill(cpuQ))

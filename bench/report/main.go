@@ -18,7 +18,7 @@ import (
 	"strings"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -39,7 +39,7 @@ type config struct {
 }
 
 // cmd is this command, for its usage and its lines on stderr.
-const cmd = cli.Command("report")
+const cmd = harness.Command("report")
 
 func main() {
 	// A flag set of its own: CoreDNS's packages define flags of theirs on

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -55,7 +55,7 @@ func run(cfg config) error {
 		gcN:      map[bench.Kind]gcResult{},
 		stockCap: map[int64]int{},
 		started:  time.Now(),
-		revision: cli.Revision(),
+		revision: harness.Revision(),
 	}
 	names := workload.NewNames(cfg.n)
 	var err error

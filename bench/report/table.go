@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -60,7 +60,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 	}
 	fmt.Fprintf(out, "compactcache beside the stock cache plugin, reference workload (variant %s)\n", cfg.variant)
 	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", r.started.UTC().Format(time.DateTime+" UTC"),
-		cli.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		harness.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(out, "plugin: %s\n", r.revision)
 	fmt.Fprintf(out, "N = %d entries; compactcache budget %d MiB, hits through %s; stock cache sized for %d entries\n\n",
 		cfg.n, cfg.capacity>>20, path, 2*cfg.n)

@@ -56,13 +56,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/cli"
-	"github.com/compactcache/compactcache/bench/openloop"
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
-const cmd = cli.Command("restart")
+const cmd = harness.Command("restart")
 
 // config is the command line.
 type config struct {
@@ -122,12 +120,12 @@ func run(cfg config) error {
 	if e.bin == "" {
 		e.bin = filepath.Join(work, "coredns")
 		cmd.Progress("building cmd/coredns")
-		if err := proc.BuildCoreDNS(context.Background(), e.bin); err != nil {
+		if err := harness.BuildCoreDNS(context.Background(), "", e.bin); err != nil {
 			return err
 		}
 	}
 	for _, p := range []*int{&e.dns, &e.ready, &e.peerDNS, &e.peerAdmin} {
-		if *p, err = proc.FreePort(); err != nil {
+		if *p, err = harness.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -141,7 +139,7 @@ func run(cfg config) error {
 	}
 	defer e.upstream.Shutdown()
 
-	fmt.Printf("restart: %s; %s\n", cli.CPUModel(), cli.Revision())
+	fmt.Printf("restart: %s; %s\n", harness.CPUModel(), harness.Revision())
 	fmt.Printf("restart: Zipf(%g) over %d names of the reference workload, %d q/s, %v before the restart, %v after, capacity %s, %d round(s)\n",
 		cfg.skew, cfg.names, cfg.rate, cfg.warm, cfg.after, cfg.capacity, cfg.rounds)
 	var rounds []roundResult
@@ -173,7 +171,7 @@ func zipfQueries(z *workload.Zipf, names *workload.Names) func(k int, buf []byte
 
 // hitRate returns the share of the queries sent from start to end (end
 // excluded) that the upstream was not asked for in the same stretch.
-func hitRate(p *openloop.Phase, up *upstream, start, end time.Time) float64 {
+func hitRate(p *harness.Phase, up *upstream, start, end time.Time) float64 {
 	n := p.Sent(start, end)
 	if n == 0 {
 		return 0
@@ -219,7 +217,7 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		return res, err
 	}
 	z := workload.NewZipf(cfg.names, cfg.skew, r)
-	warm, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.warm, zipfQueries(z, names), nil)
+	warm, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.warm, zipfQueries(z, names), nil)
 	if err != nil {
 		return res, err
 	}
@@ -255,11 +253,11 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		if err != nil {
 			return sc, err
 		}
-		if sc.cpu, err = proc.RunTime(s.Pid()); err != nil {
+		if sc.cpu, err = harness.RunTime(s.Pid()); err != nil {
 			return sc, err
 		}
 		z := post
-		p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.after, zipfQueries(&z, names), nil)
+		p, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.after, zipfQueries(&z, names), nil)
 		if err != nil {
 			return sc, err
 		}
@@ -354,7 +352,7 @@ func ratio(a, b float64) float64 {
 
 // print gives the round's figures.
 func (res roundResult) print(r int) {
-	fmt.Printf("round %d load average of the machine at its end: %s\n", r, loadAverage())
+	fmt.Printf("round %d load average of the machine at its end: %s\n", r, harness.LoadAverage())
 	fmt.Printf("round %d before:   hit rate %.3f over the last 10 s (%d queries); written on SIGTERM: %d entries in %v (%.2f s per 1M)\n",
 		r, res.before, res.beforeSent, res.final.entries, res.final.took, res.final.perMillion().Seconds())
 	line := func(name string, sc scenario, extra string) {
@@ -373,17 +371,6 @@ func (res roundResult) print(r int) {
 	if res.compare != nil {
 		res.compare.print(r, "compare: ")
 	}
-}
-
-// loadAverage is the machine's 1, 5 and 15 minute load averages: how much
-// else ran beside the round.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // loadCPU is the CPU time the snapshot's load took: what the restart from

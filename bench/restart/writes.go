@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/openloop"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -17,7 +17,7 @@ type writesResult struct {
 	writes []timed
 	// The queries sent while a write ran and those sent away from any,
 	// pooled.
-	during, outside openloop.Window
+	during, outside harness.Window
 	// The median over writes of the p99 of the queries sent during each,
 	// and the median p99 of stretches as long as the median write away
 	// from writes: a stall of the shared machine stretches the write it
@@ -48,7 +48,7 @@ func (e *env) writesPhase(bin, path string, cfg config, post workload.Zipf, name
 	}
 	stop := make(chan struct{})
 	seen := s.watchWrites(stop)
-	p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(&post, names), nil)
+	p, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(&post, names), nil)
 	close(stop)
 	writes := <-seen
 	if err != nil {
@@ -66,7 +66,7 @@ const margin = 50 * time.Millisecond
 
 // measureWrites splits the phase's queries into those sent while a write
 // ran and those sent more than margin away from any.
-func measureWrites(p *openloop.Phase, writes []timed) writesResult {
+func measureWrites(p *harness.Phase, writes []timed) writesResult {
 	res := writesResult{writes: writes}
 	near := func(from, to time.Time, slack time.Duration) bool {
 		for _, w := range writes {
