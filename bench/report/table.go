@@ -120,11 +120,11 @@ func printTable(out io.Writer, cfg config, r *results) {
 			return float64(g.Median) / 1e6, ok
 		}
 	}
-	if cfg.gcSmall < cfg.n {
+	if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {
 		t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.gcSmall), "%.2f", times, ms(r.gcSmall))
 	}
 	t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.n), "%.2f", times, ms(r.gcN))
-	if cfg.gcSmall < cfg.n {
+	if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {
 		t.row("  GC growth, N over small", "%.2f", nil, func(k bench.Kind) (float64, bool) {
 			s, okS := r.gcSmall[k]
 			n, okN := r.gcN[k]
