@@ -33,7 +33,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,8 +173,7 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 			r, window.Percentile(0.99).Microseconds(), base.All().Percentile(0.99).Microseconds(), ratio, typical.Microseconds(), float64(window.Percentile(0.99))/float64(typical))
 	}
 	if rounds > 1 {
-		slices.Sort(ratios)
-		fmt.Printf("median p99 ratio over %d rounds: %.2f\n", rounds, ratios[len(ratios)/2])
+		fmt.Printf("median p99 ratio over %d rounds: %.2f\n", rounds, harness.Median(ratios, func(r float64) float64 { return r }))
 	}
 	return nil
 }

@@ -187,26 +187,18 @@ func (t *table) write(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-func f0(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
+// fixed returns a formatter of v with prec decimals, a dash for NaN and
+// the infinities.
+func fixed(prec int) func(float64) string {
+	return func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "–"
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
-}
-
-func f2(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
+var f0, f1, f2 = fixed(0), fixed(1), fixed(2)
 
 // orDash formats v, or a dash where the figure is missing (0).
 func orDash(f func(float64) string, v float64) string {

@@ -7,6 +7,7 @@ package harness
 // stretches (a flush, a snapshot write).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -129,8 +130,22 @@ func (p *Phase) TypicalP99(d time.Duration) time.Duration {
 	if len(p99s) == 0 {
 		return p.All().Percentile(0.99)
 	}
-	slices.Sort(p99s)
-	return p99s[len(p99s)/2]
+	return Median(p99s, func(d time.Duration) time.Duration { return d })
+}
+
+// Median returns the median of f over xs (of an even count, the upper of
+// the middle two), the zero value of none.
+func Median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
+	if len(xs) == 0 {
+		var zero V
+		return zero
+	}
+	v := make([]V, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // StretchP99s cuts the phase into stretches of length d from its first

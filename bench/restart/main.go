@@ -45,7 +45,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -379,25 +378,11 @@ func (res roundResult) loadCPU() timed {
 	return timed{entries: res.snapshot.fill.entries, took: res.snapshot.cpu - res.cold.cpu}
 }
 
-// median returns the median of f over xs.
-func median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
-	if len(xs) == 0 {
-		var zero V
-		return zero
-	}
-	v := make([]V, len(xs))
-	for i, x := range xs {
-		v[i] = f(x)
-	}
-	slices.Sort(v)
-	return v[len(v)/2]
-}
-
 // summary is the table of the rounds' medians and the targets.
 func summary(rounds []roundResult) string {
 	var b strings.Builder
 	row := func(figure string, f func(roundResult) float64, format string) float64 {
-		m := median(rounds, f)
+		m := harness.Median(rounds, f)
 		var each []string
 		for _, r := range rounds {
 			each = append(each, fmt.Sprintf(format, f(r)))
@@ -423,13 +408,13 @@ func summary(rounds []roundResult) string {
 	row("peer warm-up fill, s per 1M entries", func(r roundResult) float64 { return r.warmup.fill.perMillion().Seconds() }, "%.2f")
 	row("snapshot write on SIGTERM, s per 1M entries", func(r roundResult) float64 { return r.final.perMillion().Seconds() }, "%.2f")
 	row("snapshot write every interval, s per 1M entries (median of the round's)", func(r roundResult) float64 {
-		return median(r.writes.writes, func(w timed) float64 { return w.perMillion().Seconds() })
+		return harness.Median(r.writes.writes, func(w timed) float64 { return w.perMillion().Seconds() })
 	}, "%.2f")
 	pooled := row("p99 of the queries sent during writes ÷ of those outside them", func(r roundResult) float64 { return r.writes.pooledRatio() }, "%.2f")
 	p99 := row("median over writes of the p99 during each ÷ median p99 of as long stretches away from writes", func(r roundResult) float64 { return r.writes.typicalRatio() }, "%.2f")
 	if rounds[0].compare != nil {
 		row("-compare: snapshot write every interval, s per 1M entries", func(r roundResult) float64 {
-			return median(r.compare.writes, func(w timed) float64 { return w.perMillion().Seconds() })
+			return harness.Median(r.compare.writes, func(w timed) float64 { return w.perMillion().Seconds() })
 		}, "%.2f")
 		row("-compare: p99 of the queries sent during writes ÷ of those outside them", func(r roundResult) float64 { return r.compare.pooledRatio() }, "%.2f")
 		row("-compare: median over writes of the p99 during each ÷ median p99 of as long stretches away from writes", func(r roundResult) float64 { return r.compare.typicalRatio() }, "%.2f")

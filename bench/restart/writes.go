@@ -86,10 +86,10 @@ func measureWrites(p *harness.Phase, writes []timed) writesResult {
 		}
 	}
 	itself := func(d time.Duration) time.Duration { return d }
-	res.p99Write = median(each, itself)
+	res.p99Write = harness.Median(each, itself)
 	took := func(w timed) time.Duration { return w.took }
-	length := max(median(writes, took), time.Millisecond)
-	res.p99Typical = median(p.StretchP99s(length, func(from, to time.Time) bool { return near(from, to, margin) }), itself)
+	length := max(harness.Median(writes, took), time.Millisecond)
+	res.p99Typical = harness.Median(p.StretchP99s(length, func(from, to time.Time) bool { return near(from, to, margin) }), itself)
 	return res
 }
 
@@ -100,7 +100,7 @@ func (w writesResult) print(r int, label string) {
 		took = append(took, t.took.String())
 	}
 	fmt.Printf("round %d %s %d writes of %d entries or more (%s), %.2f s per 1M (median)\n",
-		r, label, len(w.writes), w.writes[0].entries, strings.Join(took, " "), median(w.writes, func(t timed) float64 { return t.perMillion().Seconds() }))
+		r, label, len(w.writes), w.writes[0].entries, strings.Join(took, " "), harness.Median(w.writes, func(t timed) float64 { return t.perMillion().Seconds() }))
 	fmt.Printf("round %d %s p99 of the %d queries sent during writes %d µs / of the %d sent away from them %d µs: %.2f; median of each write's p99 %d µs / of as long stretches away from writes %d µs: %.2f\n",
 		r, label, len(w.during.Latencies), w.during.Percentile(0.99).Microseconds(), len(w.outside.Latencies), w.outside.Percentile(0.99).Microseconds(), w.pooledRatio(),
 		w.p99Write.Microseconds(), w.p99Typical.Microseconds(), w.typicalRatio())
