@@ -272,16 +272,12 @@ func run(ctx context.Context, o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Printf("building cmd/coredns and bench/e2e/zonegen from %s", source)
+	log.Printf("building cmd/coredns from %s", source)
 	if err := harness.BuildCoreDNS(ctx, src, r.bin); err != nil {
 		return nil, err
 	}
-	zonegen := filepath.Join(dir, "zonegen")
-	if err := command(ctx, filepath.Join(root, "bench"), "go", "build", "-o", zonegen, "./e2e/zonegen"); err != nil {
-		return nil, err
-	}
 	log.Printf("writing the zone and query files of %d entries", o.n)
-	if err := command(ctx, dir, zonegen, "-n", strconv.Itoa(o.n), "-dir", filepath.Join(dir, "data")); err != nil {
+	if err := writeData(filepath.Join(dir, "data"), o.n, 1); err != nil {
 		return nil, err
 	}
 
@@ -416,17 +412,6 @@ func commandLine() string {
 		args = append(args, a)
 	}
 	return strings.Join(args, " ")
-}
-
-func command(ctx context.Context, dir, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %v", name, strings.Join(args, " "), err)
-	}
-	return nil
 }
 
 // serverEnv is this process's environment without the Go runtime's knobs,

@@ -23,12 +23,6 @@ type report struct {
 	Profiles []profileResult
 }
 
-// Targets of issue 3 item 6 that concern the end-to-end run.
-const (
-	targetRSSPerEntry = 300  // bytes of RSS per cached entry, below
-	targetCPUvsWhoami = 1.15 // server CPU per hit query over whoami's, at most
-)
-
 func (rep *report) n() int {
 	n, _ := strconv.Atoi(rep.Options["n"])
 	return n
@@ -322,8 +316,6 @@ func (rep *report) write(w io.Writer) error {
 	rep.writeRatios(w)
 	rep.writeUnbound(w)
 	rep.writeWhoami(w)
-	rep.writeTargets(w)
-	rep.writeUnboundTargets(w)
 
 	for _, pr := range rep.Profiles {
 		fmt.Fprintf(w, "### CPU profile: %s\n\n", pr.Config.Spec)
@@ -479,50 +471,6 @@ func (rep *report) writeRounds(w io.Writer) {
 	t.write(w)
 }
 
-func (rep *report) writeTargets(w io.Writer) {
-	n := rep.n()
-	who := rep.find(kindWhoami)
-	fmt.Fprintln(w, "### Targets (issue 3, item 6, end to end)")
-	fmt.Fprintln(w)
-	t := table{head: []string{"target", "config", "measured", "met"}}
-	for _, spec := range []string{kindCompact, kindKubeCompact} {
-		g := rep.find(spec)
-		if g == nil {
-			continue
-		}
-		b := g.med(func(r *result) float64 { return r.rssPerEntry(n) })
-		t.add(fmt.Sprintf("RSS per entry < %d B", targetRSSPerEntry), spec, f0(b)+" B", yesNo(b > 0 && b < targetRSSPerEntry))
-		if who == nil {
-			continue
-		}
-		figs := []struct {
-			name string
-			f    func(*result) float64
-		}{{"max", figMax(cpuQ)}}
-		for _, q := range rep.rates() {
-			figs = append(figs, struct {
-				name string
-				f    func(*result) float64
-			}{fmt.Sprintf("%d/s", q), figRate(q, cpuQ)})
-		}
-		for _, fg := range figs {
-			a, ref := g.med(fg.f), who.med(fg.f)
-			if a == 0 || ref == 0 {
-				continue
-			}
-			t.add(fmt.Sprintf("server CPU per hit ≤ %.2f× whoami's (%s)", targetCPUvsWhoami, fg.name), spec,
-				fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(ref), f2(a/ref)), yesNo(a/ref <= targetCPUvsWhoami))
-			if floor := rep.find(floorOf(spec)); floor != nil && floor.spec != who.spec {
-				if fl := floor.med(fg.f); fl > 0 {
-					t.add(fmt.Sprintf("(beside %s, %s)", floor.spec, fg.name), spec,
-						fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(fl), f2(a/fl)), yesNo(a/fl <= targetCPUvsWhoami))
-				}
-			}
-		}
-	}
-	t.write(w)
-}
-
 // writeUnbound sets each config's main figures beside Unbound's, with the
 // ratio to Unbound's in parentheses.
 func (rep *report) writeUnbound(w io.Writer) {
@@ -570,47 +518,4 @@ func (rep *report) writeUnbound(w io.Writer) {
 	row("RSS B/entry", f0, func(r *result) float64 { return r.rssPerEntry(n) })
 	row("server µs per miss (fill)", f1, figFill(cpuQ))
 	t.write(w)
-}
-
-// writeUnboundTargets checks the targets of issue 9, item 6: server CPU per
-// hit query at most Unbound's and hit queries/s at least Unbound's, for the
-// front end and the plain plugin.
-func (rep *report) writeUnboundTargets(w io.Writer) {
-	ub := rep.find(kindUnbound)
-	if ub == nil {
-		return
-	}
-	t := table{head: []string{"target", "config", "measured", "met"}}
-	for _, spec := range []string{kindFrontend, kindCompact} {
-		g := rep.find(spec)
-		if g == nil {
-			continue
-		}
-		check := func(target string, f func(*result) float64, unit string, format func(float64) string, ok func(a, b float64) bool) {
-			a, b := g.med(f), ub.med(f)
-			if a == 0 || b == 0 {
-				return
-			}
-			t.add(target, spec, fmt.Sprintf("%s vs %s %s = %s×", format(a), format(b), unit, f2(a/b)), yesNo(ok(a, b)))
-		}
-		atMost := func(a, b float64) bool { return a <= b }
-		check("server CPU per hit query ≤ Unbound's (max)", figMax(cpuQ), "µs/q", f2, atMost)
-		for _, q := range rep.rates() {
-			check(fmt.Sprintf("server CPU per hit query ≤ Unbound's (%d/s)", q), figRate(q, cpuQ), "µs/q", f2, atMost)
-		}
-		check("max hit q/s ≥ Unbound's", figMax(qps), "q/s", f0, func(a, b float64) bool { return a >= b })
-	}
-	if len(t.rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "### Targets (issue 9, item 6: beside Unbound)")
-	fmt.Fprintln(w)
-	t.write(w)
-}
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
 }
