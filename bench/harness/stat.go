@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// This file builds on every system, so that tools that only sample the
-// machine's load (bench/curve) need not be Linux-only; where there is no
-// /proc/stat, CPULoads finds nothing.
+// This file builds on every system, so that a tool that only samples the
+// machine's load need not be Linux-only; where there is no /proc/stat,
+// CPULoads finds nothing.
 
 // ClockTicks is the unit of the CPU times in /proc/PID/stat and /proc/stat.
 var ClockTicks = func() int64 {
