@@ -1,7 +1,9 @@
-// Package cli is what the bench commands that run children of their own
-// share of their command line: a usage text that leaves out the flags the
-// command only gives its children, and the lines it prints on stderr.
-package cli
+package harness
+
+// What the bench commands share of their command line: a usage text that
+// leaves out the flags a command only gives its children, the lines they
+// print on stderr, and what they say of the machine and the plugin's state
+// a table was printed at.
 
 import (
 	"flag"

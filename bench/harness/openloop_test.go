@@ -1,4 +1,4 @@
-package openloop
+package harness
 
 import (
 	"testing"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proc
+package harness
 
 import (
 	"net"

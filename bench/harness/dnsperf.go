@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package harness
 
 import (
 	"bufio"
@@ -14,12 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/compactcache/compactcache/bench/proc"
 )
 
-// perf is what one dnsperf run reports.
-type perf struct {
+// Perf is what one dnsperf run reports.
+type Perf struct {
 	Sent      int
 	Completed int
 	Lost      int
@@ -29,43 +27,36 @@ type perf struct {
 	RespBytes float64 // average response size
 	Rcodes    string
 	ClientCPU time.Duration // dnsperf's own user+system time
-	Lat       *latency      // per-query latencies, with -v only
+	Lat       *Latency      // per-query latencies, with -v only
 }
 
-// latency summarises per-query latencies in microseconds.
-type latency struct {
+// Latency summarises per-query latencies in microseconds.
+type Latency struct {
 	N                        int // answered queries
 	Timeouts                 int
 	P50, P90, P99, P999, Max float64
 	Mean                     float64
 }
 
-// rtPriority is the SCHED_RR priority of the server and dnsperf during the
-// fixed-rate phases of -rt-rates.
-const rtPriority = 10
-
-// runDNSPerf runs dnsperf pinned to core (under SCHED_RR with rt) with args, its output (less the
-// per-query lines of -v, which it reduces to percentiles) in logPath.
-func runDNSPerf(ctx context.Context, core int, rt bool, logPath string, args []string) (perf, error) {
-	verbose := slices.Contains(args, "-v")
-	argv := proc.Pinned(core, niceness, "dnsperf", args...)
-	if rt {
-		argv = append([]string{"chrt", "-r", strconv.Itoa(rtPriority)}, argv...)
-	}
+// DNSPerf runs the command line argv: dnsperf and its arguments, maybe
+// behind nice, taskset or chrt (Pinned). Its output goes to logPath, less
+// the per-query lines of -v, which it reduces to percentiles.
+func DNSPerf(ctx context.Context, argv []string, logPath string) (Perf, error) {
+	verbose := slices.Contains(argv, "-v")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return perf{}, err
+		return Perf{}, err
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "# %s\n", strings.Join(argv, " "))
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return perf{}, err
+		return Perf{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return perf{}, err
+		return Perf{}, err
 	}
 	res, perr := parseDNSPerf(stdout, logf, verbose)
 	werr := cmd.Wait()
@@ -87,8 +78,8 @@ func runDNSPerf(ctx context.Context, core int, rt bool, logPath string, args []s
 // parseDNSPerf reads dnsperf's output. Lines of -v ("> NOERROR name type
 // 0.000123", "> T name type" for a timeout) become latency samples; the
 // other lines are copied to log and the statistics at the end are parsed.
-func parseDNSPerf(r io.Reader, log io.Writer, verbose bool) (perf, error) {
-	var res perf
+func parseDNSPerf(r io.Reader, log io.Writer, verbose bool) (Perf, error) {
+	var res Perf
 	var lat []float64
 	timeouts := 0
 	sc := bufio.NewScanner(r)
@@ -156,8 +147,8 @@ func parseDNSPerf(r io.Reader, log io.Writer, verbose bool) (perf, error) {
 }
 
 // summarize sorts the samples and takes the percentiles (nearest rank).
-func summarize(samples []float64, timeouts int) *latency {
-	l := &latency{N: len(samples), Timeouts: timeouts}
+func summarize(samples []float64, timeouts int) *Latency {
+	l := &Latency{N: len(samples), Timeouts: timeouts}
 	if len(samples) == 0 {
 		return l
 	}

@@ -1,17 +1,12 @@
 //go:build linux
 
-// Package proc runs the servers of the end-to-end tools (bench/e2e,
-// bench/soak) as child processes and reads what Linux says of them: CPU
-// time and resident memory from /proc.
-package proc
+package harness
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,15 +97,35 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
-// BuildCoreDNS builds ./cmd/coredns into bin, its output on stderr; the
-// tool runs from the repository's root.
-func BuildCoreDNS(ctx context.Context, bin string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/coredns")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/coredns (run from the repository's root): %v", err)
+// Launch is how a run starts its processes: pinned to CPU (taskset; -1:
+// not pinned), at niceness Nice (nice -n; 0: the tool's own), with Env
+// (nil: the tool's environment), in Dir (empty: the tool's).
+type Launch struct {
+	CPU, Nice int
+	Env       []string
+	Dir       string
+}
+
+// Start starts name with args as l says, its output in logPath.
+func (l Launch) Start(logPath, name string, args ...string) (*Proc, error) {
+	argv := Pinned(l.CPU, l.Nice, name, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir = l.Env, l.Dir
+	return Start(filepath.Base(name), logPath, cmd)
+}
+
+// CoreDNS writes corefile to base.Corefile and starts the build bin on it
+// as l says, with args after -conf, its output in base.log; the process is
+// named after base's last element.
+func (l Launch) CoreDNS(bin, base, corefile string, args ...string) (*Proc, error) {
+	if err := os.WriteFile(base+".Corefile", []byte(corefile), 0o644); err != nil {
+		return nil, err
 	}
-	return nil
+	p, err := l.Start(base+".log", bin, append([]string{"-conf", base + ".Corefile"}, args...)...)
+	if p != nil {
+		p.Name = filepath.Base(base)
+	}
+	return p, err
 }
 
 // WaitDNS asks addr for q, with EDNS, every poll until it answers, p exits
@@ -198,42 +213,6 @@ func ParseStatusKB(b []byte, field string) (int64, error) {
 	return 0, fmt.Errorf("status: no %s", field)
 }
 
-// PortsFree checks that the ports in [from, end) are free for both TCP and
-// UDP on 127.0.0.1, before a run starts servers on them.
-func PortsFree(from, end int) error {
-	for port := from; port < end; port++ {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("port %d is taken: %v", port, err)
-		}
-		l.Close()
-		u, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return fmt.Errorf("udp port %d is taken: %v", port, err)
-		}
-		u.Close()
-	}
-	return nil
-}
-
-// FreePort returns a port of 127.0.0.1 free for TCP and UDP just now, with
-// the port after it (PortsFree), for a server the tool starts.
-func FreePort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if PortsFree(port, port+1) == nil {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no port of 127.0.0.1 free for TCP and UDP with the one after it")
-}
-
 // RunTime returns the time pid's live threads have spent on a CPU, to the
 // nanosecond (/proc/PID/task/*/schedstat), where CPUTime counts clock
 // ticks: for the CPU cost of a step of a few tens of milliseconds.
@@ -259,4 +238,43 @@ func RunTime(pid int) (time.Duration, error) {
 		sum += time.Duration(ns)
 	}
 	return sum, nil
+}
+
+// Machine describes where a run takes place: CPU model and count, memory,
+// kernel, Go and dnsperf versions, each where it can be read.
+func Machine() map[string]string {
+	m := map[string]string{"cpu": CPUModel()}
+	sh := func(key string, name string, args ...string) {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err == nil {
+			m[key] = strings.TrimSpace(string(out))
+		}
+	}
+	sh("nproc", "nproc")
+	sh("kernel", "uname", "-sr")
+	sh("go", "go", "version")
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if kb, err := ParseStatusKB(b, "MemTotal"); err == nil {
+			m["memory"] = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<30))
+		}
+	}
+	if out, err := exec.Command("dnsperf", "-h").CombinedOutput(); err == nil || len(out) > 0 {
+		for line := range strings.Lines(string(out)) {
+			if strings.HasPrefix(line, "Version") {
+				m["dnsperf"] = strings.TrimSpace(line)
+			}
+		}
+	}
+	return m
+}
+
+// LoadAverage is the machine's 1, 5 and 15 minute load averages: how much
+// else ran beside a measurement.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }

@@ -1,7 +1,7 @@
-// Package figure draws the benchmarks' figures (bench/curve's curve.png,
-// bench/soak's soak.png) with gonum.org/v1/plot: panels in a grid with their
-// plot areas aligned, a title and a subtitle above them, each panel's legend
-// beside or under it, notes under the grid, written as a PNG.
+// Package figure draws the benchmarks' figures (bench/report's -plot) with
+// gonum.org/v1/plot: panels in a grid with their plot areas aligned, a title
+// and a subtitle above them, each panel's legend beside or under it, notes
+// under the grid, written as a PNG.
 package figure
 
 import (

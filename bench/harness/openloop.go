@@ -1,11 +1,13 @@
-// Package openloop sends DNS queries at a fixed rate, each on its schedule
-// whether earlier ones were answered or not (open loop: a slow server does
-// not slow the load down and hide its own latency), and keeps when each
-// was sent and how long its answer took, for the bench commands that run a
-// server as a process and read its latency in stretches of a phase.
-package openloop
+package harness
+
+// OpenLoop sends DNS queries at a fixed rate, each on its schedule whether
+// earlier ones were answered or not (open loop: a slow server does not slow
+// the load down and hide its own latency), and keeps when each was sent and
+// how long its answer took, so that a phase's latency can be read in
+// stretches (a flush, a snapshot write).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -30,12 +32,12 @@ type Phase struct {
 // several, as it would from several clients.
 const socks = 4
 
-// Run sends query(k, buf) for k = 0, 1, ... to addr at rate q/s for at least
+// OpenLoop sends query(k, buf) for k = 0, 1, ... to addr at rate q/s for at least
 // d, and until during, if given (run beside the load), has called its done
 // and one more second has passed. query returns the packed query; its ID is
 // overwritten. Latency runs from the moment each query is written to the
 // moment its answer is read.
-func Run(addr string, rate int, d time.Duration, query func(k int, buf []byte) []byte, during func(done func())) (*Phase, error) {
+func OpenLoop(addr string, rate int, d time.Duration, query func(k int, buf []byte) []byte, during func(done func())) (*Phase, error) {
 	total := int(d.Seconds() * float64(rate))
 	p := &Phase{Samples: make([]Sample, 0, total*2)}
 	var mu sync.Mutex // guards p.Samples' growth against the readers
@@ -128,8 +130,22 @@ func (p *Phase) TypicalP99(d time.Duration) time.Duration {
 	if len(p99s) == 0 {
 		return p.All().Percentile(0.99)
 	}
-	slices.Sort(p99s)
-	return p99s[len(p99s)/2]
+	return Median(p99s, func(d time.Duration) time.Duration { return d })
+}
+
+// Median returns the median of f over xs (of an even count, the upper of
+// the middle two), the zero value of none.
+func Median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
+	if len(xs) == 0 {
+		var zero V
+		return zero
+	}
+	v := make([]V, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // StretchP99s cuts the phase into stretches of length d from its first

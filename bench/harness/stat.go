@@ -1,4 +1,4 @@
-package proc
+package harness
 
 import (
 	"os"
@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// This file builds on every system, so that tools that only sample the
-// machine's load (bench/curve) need not be Linux-only; where there is no
-// /proc/stat, CPULoads finds nothing.
+// This file builds on every system, so that a tool that only samples the
+// machine's load need not be Linux-only; where there is no /proc/stat,
+// CPULoads finds nothing.
 
 // ClockTicks is the unit of the CPU times in /proc/PID/stat and /proc/stat.
 var ClockTicks = func() int64 {
@@ -76,4 +76,15 @@ func ParseCPULoads(stat string, ticks int64) map[string]CPULoad {
 // or a busy process's times, count more ticks than n*time.Second can hold.
 func ticksToDuration(n, ticks int64) time.Duration {
 	return time.Duration(n/ticks)*time.Second + time.Duration(n%ticks)*time.Second/time.Duration(ticks)
+}
+
+// CoreLoads reads the given CPUs' times from /proc/stat, in their order; a
+// CPU it does not list counts nothing.
+func CoreLoads(cpus []int) []CPULoad {
+	all := CPULoads()
+	out := make([]CPULoad, len(cpus))
+	for k, c := range cpus {
+		out[k] = all["cpu"+strconv.Itoa(c)]
+	}
+	return out
 }
