@@ -325,7 +325,7 @@ func (t *Tier) writer() {
 
 func (t *Tier) write(batch []entry.Entry) {
 	cp := t.client.Load()
-	if cp == nil || !t.br.allow(time.Now()) {
+	if cp == nil {
 		for range batch {
 			t.m.dropped.inc()
 		}
@@ -342,7 +342,16 @@ func (t *Tier) write(batch []entry.Entry) {
 		key := t.keys.key(e.Key())
 		cmds = append(cmds, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
 	}
+	// The breaker is asked only for a batch that will report back: a
+	// half-open breaker's probe taken and never reported would skip the
+	// tier for good.
 	if len(cmds) == 0 {
+		return
+	}
+	if !t.br.allow(time.Now()) {
+		for range cmds {
+			t.m.dropped.inc()
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)

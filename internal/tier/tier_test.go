@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -606,5 +607,25 @@ func TestSentinel(t *testing.T) {
 	putAndWait(t, tr, e)
 	if n := master.MustDo("DBSIZE"); n != ":1" {
 		t.Errorf("the master holds %s keys, want the entry", n)
+	}
+}
+
+// TestProbeNotLost: the writer taking the half-open breaker's probe for a
+// batch it has nothing to send of does not leave the breaker half-open,
+// skipping every lookup and write, for good.
+func TestProbeNotLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	expired := built(t, "old.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1000, 300)
+
+	tr.br.mu.Lock()
+	tr.br.backoff, tr.br.until = breakerMinBackoff, time.Now().Add(-time.Millisecond)
+	tr.br.set(open, errors.New("a test's"))
+	tr.br.mu.Unlock()
+	tr.write([]entry.Entry{expired})
+	if get(tr, e) == nil {
+		t.Errorf("a lookup after the writer's empty batch: %+v, breaker %v", tr.Stats(), tr.br.current())
 	}
 }
