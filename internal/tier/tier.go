@@ -44,6 +44,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -220,7 +221,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	res := c.DoMulti(ctx, cmds...)
 	t.m.lookup.Observe(time.Since(start).Seconds())
 	for _, r := range res {
-		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) {
+		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.m.timeouts.inc()
 			} else {
@@ -234,21 +235,33 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
 	for i, r := range res[epochs:] {
 		v, err := r.AsInt64()
-		if err != nil {
-			continue // none, or not a number: no flush
+		switch {
+		case valkey.IsValkeyNil(err):
+			continue // no flush
+		case err != nil:
+			// An epoch that is not a time may hide a flush: it covers
+			// every value of its scope, for as long as it is there.
+			t.m.rejected[errEpoch].inc()
+			t.logRefused(errEpoch)
+			v = math.MaxInt64
 		}
 		if i == 1 {
-			negative = v
+			negative = max(negative, v)
 		} else {
 			flushed = max(flushed, v)
 		}
 	}
+	var e entry.Entry
 	for i, r := range res[:epochs] {
 		v, err := r.AsBytes()
-		if err != nil {
-			continue // nil: not there
+		switch {
+		case valkey.IsValkeyNil(err):
+			continue // not there
+		case err != nil:
+			err = errFormat // a key of another type than a string
+		default:
+			e, err = t.keys.open(tierKeys[i], keys[i], v)
 		}
-		e, err := t.keys.open(tierKeys[i], keys[i], v)
 		if err != nil {
 			t.m.rejected[err].inc()
 			t.logRefused(err)
@@ -267,6 +280,13 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	return nil
 }
 
+// wrongType reports whether err is the server's refusal to read a key of
+// another type: what someone else wrote there, not a failure of the tier.
+func wrongType(err error) bool {
+	verr, ok := valkey.IsValkeyErr(err)
+	return ok && strings.HasPrefix(verr.Error(), "WRONGTYPE")
+}
+
 // countLabels returns the labels of a wire name, the root's included.
 func countLabels(name []byte) int {
 	n := 1
@@ -276,7 +296,8 @@ func countLabels(name []byte) int {
 	return n
 }
 
-// logRefused says that a value was refused, once a minute per reason.
+// logRefused says that a value or an epoch was refused, once a minute per
+// reason.
 func (t *Tier) logRefused(why error) {
 	t.logMu.Lock()
 	defer t.logMu.Unlock()
@@ -285,6 +306,10 @@ func (t *Tier) logRefused(why error) {
 		return
 	}
 	t.logNext[why.Error()] = now.Add(time.Minute)
+	if why == errEpoch {
+		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses while it is there", t.cfg)
+		return
+	}
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
 }
 

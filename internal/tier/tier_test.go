@@ -629,3 +629,41 @@ func TestProbeNotLost(t *testing.T) {
 		t.Errorf("a lookup after the writer's empty batch: %+v, breaker %v", tr.Stats(), tr.br.current())
 	}
 }
+
+// TestValuesOfOtherTypes: keys of the tier that someone made a hash or a
+// list are refused values, or flushes that cover the name, not errors of
+// the tier: they open no breaker and serve nothing.
+func TestValuesOfOtherTypes(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr+" {\n secret_file "+secretFile(t, testSecret)+"\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+	mail := built(t, "mail.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+	putAndWait(t, tr, e)
+	putAndWait(t, tr, mail)
+	key := tr.keys.key(e.Key())
+	r.MustDo("DEL", key)
+	r.MustDo("HSET", key, "f", "v")
+	for range 2 * breakerFailures {
+		if get(tr, e) != nil {
+			t.Fatal("a hash read as an entry")
+		}
+	}
+	if st := tr.Stats(); st.Errors != 0 || st.Rejected != 2*breakerFailures || tr.br.current() != closed {
+		t.Errorf("a hash at an entry's key: %+v, breaker %v; want refused values, no errors", st, tr.br.current())
+	}
+	// An epoch that cannot be read may hide a flush: the name is a miss.
+	r.MustDo("RPUSH", tr.keys.epochKey("zone", wire(t, "mail.example.org")), "x")
+	for range 2 * breakerFailures {
+		if get(tr, mail) != nil {
+			t.Fatal("an entry read under an epoch that is not a time")
+		}
+	}
+	r.MustDo("DEL", tr.keys.epochKey("zone", wire(t, "mail.example.org")))
+	r.MustDo("SET", tr.keys.epochKey("name", wire(t, "mail.example.org")), "not a time")
+	if get(tr, mail) != nil {
+		t.Fatal("an entry read under an epoch that is not a number")
+	}
+	if st := tr.Stats(); st.Errors != 0 || tr.br.current() != closed || tr.m.rejected[errEpoch].n.Load() != 2*breakerFailures+1 {
+		t.Errorf("epochs of other types: %+v, breaker %v, %d refused; want no errors", st, tr.br.current(), tr.m.rejected[errEpoch].n.Load())
+	}
+}

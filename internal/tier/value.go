@@ -101,6 +101,7 @@ var (
 	errTag    = errors.New("tag")
 	errFormat = errors.New("format")
 	errKey    = errors.New("key")
+	errEpoch  = errors.New("epoch")
 )
 
 // open checks v, the value read under key for cacheKey, as untrusted
