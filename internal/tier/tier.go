@@ -207,10 +207,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
 	}
 	epochs := len(cmds)
-	cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("all", nil)).Build(), c.B().Get().Key(t.keys.epochKey("negative", nil)).Build(),
-		c.B().Get().Key(t.keys.epochKey("name", name)).Build())
+	cmds = append(cmds, c.B().Get().Key(t.keys.all).Build(), c.B().Get().Key(t.keys.negative).Build(),
+		c.B().Get().Key(t.keys.epochKey(epochName, name)).Build())
 	for off := 0; ; off += int(name[off]) + 1 {
-		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("zone", name[off:])).Build())
+		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey(epochZone, name[off:])).Build())
 		if name[off] == 0 {
 			break
 		}
@@ -409,26 +409,26 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	c := *cp
 	at := strconv.FormatInt(now, 10)
 	life := time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
-	epoch := func(what string, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(what, name)).Value(at).Px(life).Build()
+	epoch := func(scope epochScope, name []byte) valkey.Completed {
+		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build()
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
 	case flush.Names:
 		for _, n := range f.Names {
-			cmds = append(cmds, epoch("name", n))
+			cmds = append(cmds, epoch(epochName, n))
 		}
 	case flush.Zones:
 		for _, z := range f.Names {
-			cmds = append(cmds, epoch("zone", z))
+			cmds = append(cmds, epoch(epochZone, z))
 		}
 	case flush.Negative:
-		cmds = append(cmds, epoch("negative", nil))
+		cmds = append(cmds, epoch(epochNegative, nil))
 	case flush.All:
-		cmds = append(cmds, epoch("all", nil))
+		cmds = append(cmds, epoch(epochAll, nil))
 	}
 	msg := f.Marshal(nil)
-	tag := t.keys.mac("f", []byte(t.id), msg)
+	tag := t.keys.mac(forFlush, []byte(t.id), msg)
 	cmds = append(cmds, c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
 		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build())
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
@@ -527,7 +527,7 @@ func (t *Tier) received(fields map[string]string) {
 	if from == t.id {
 		return
 	}
-	want := t.keys.mac("f", []byte(from), []byte(msg))
+	want := t.keys.mac(forFlush, []byte(from), []byte(msg))
 	if len(tag) != tagLen || string(want[:tagLen]) != tag {
 		t.m.rejected[errTag].inc()
 		t.logRefused(errTag)

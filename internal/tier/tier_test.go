@@ -652,14 +652,14 @@ func TestValuesOfOtherTypes(t *testing.T) {
 		t.Errorf("a hash at an entry's key: %+v, breaker %v; want refused values, no errors", st, tr.br.current())
 	}
 	// An epoch that cannot be read may hide a flush: the name is a miss.
-	r.MustDo("RPUSH", tr.keys.epochKey("zone", wire(t, "mail.example.org")), "x")
+	r.MustDo("RPUSH", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")), "x")
 	for range 2 * breakerFailures {
 		if get(tr, mail) != nil {
 			t.Fatal("an entry read under an epoch that is not a time")
 		}
 	}
-	r.MustDo("DEL", tr.keys.epochKey("zone", wire(t, "mail.example.org")))
-	r.MustDo("SET", tr.keys.epochKey("name", wire(t, "mail.example.org")), "not a time")
+	r.MustDo("DEL", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")))
+	r.MustDo("SET", tr.keys.epochKey(epochName, wire(t, "mail.example.org")), "not a time")
 	if get(tr, mail) != nil {
 		t.Fatal("an entry read under an epoch that is not a number")
 	}

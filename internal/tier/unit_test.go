@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"encoding/hex"
 	"errors"
 	"slices"
 	"strings"
@@ -140,8 +141,8 @@ func TestKeys(t *testing.T) {
 		"another fingerprint":     newKeyer(secret, [32]byte{2}).key(a),
 		"another secret":          newKeyer([]byte(testSecret+"x"), [32]byte{1}).key(a),
 		"no secret":               newKeyer(nil, [32]byte{1}).key(a),
-		"the name's epoch":        k.epochKey("name", a[:entry.FlagsAt(a)]),
-		"the zone's epoch":        k.epochKey("zone", a[:entry.FlagsAt(a)]),
+		"the name's epoch":        k.epochKey(epochName, a[:entry.FlagsAt(a)]),
+		"the zone's epoch":        k.epochKey(epochZone, a[:entry.FlagsAt(a)]),
 		"the flushes' stream":     k.streamKey(),
 		"the stream of no secret": newKeyer(nil, [32]byte{1}).streamKey(),
 	} {
@@ -173,6 +174,33 @@ func TestKeys(t *testing.T) {
 			if _, err := kr.open(key, e.Key(), bad); err == nil {
 				t.Fatalf("secret %q: opened with byte %d changed", kr.secret, i)
 			}
+		}
+	}
+}
+
+// TestKeysStable: the keys and tags are those replicas of earlier versions
+// make, so that the replicas of a rolling upgrade share entries, epochs and
+// flushes. A change of them is a change of format, for every replica at
+// once.
+func TestKeysStable(t *testing.T) {
+	cacheKey := []byte("\x03www\x07example\x03org\x00\x00\x01\x00\x01\x00")
+	for _, tc := range []struct {
+		k                                 keyer
+		key, all, negative, zone, flushes string
+		tag                               string
+	}{
+		{newKeyer([]byte(testSecret), [32]byte{1}), "cc:PMwf4mfZo5FK:{WYhqtUBJ}sThWlWiSy7hZBefYoWq6tQ", "cc:PMwf4mfZo5FK:e:all:saLVMLsXX8uB_6ciKCk_fA",
+			"cc:PMwf4mfZo5FK:e:negative:Q63niFddetrGxhTIgmia9w", "cc:PMwf4mfZo5FK:e:zone:0teGqUoyu8Pl1j5Gyv1c7w", "cc:PMwf4mfZo5FK:flushes", "39c1f0ef71b0bc749bcd67efd4fba776"},
+		{newKeyer(nil, [32]byte{1}), "cc:yqHPJrdd1x1L:{yBqBob6l}qz-CcFrjxxd5UH8P9fU4Xw", "cc:yqHPJrdd1x1L:e:all:nj-0qi7g7kJlS03pTRqyvw",
+			"cc:yqHPJrdd1x1L:e:negative:hUYrZNv0BxTMEe_d47hejQ", "cc:yqHPJrdd1x1L:e:zone:un_t-bDwWVaPAyFVhGegEw", "cc:yqHPJrdd1x1L:flushes", "0deecee278efb875df58f0124df50bff"},
+	} {
+		k := tc.k
+		key := k.key(cacheKey)
+		got := []string{key, k.epochKey(epochAll, nil), k.all, k.epochKey(epochNegative, nil), k.negative,
+			k.epochKey(epochZone, []byte("\x03org\x00")), k.streamKey(), hex.EncodeToString(k.seal(key, []byte("entry"))[:tagLen])}
+		want := []string{tc.key, tc.all, tc.all, tc.negative, tc.negative, tc.zone, tc.flushes, tc.tag}
+		if !slices.Equal(got, want) {
+			t.Errorf("secret %q:\n got %q\nwant %q", k.secret, got, want)
 		}
 	}
 }
