@@ -375,7 +375,7 @@ func TestTierFaults(t *testing.T) {
 	tr := mustTier(t, "shared redis://"+r.Addr+" {\n timeout 20ms\n}", 1, nil)
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
 	putAndWait(t, tr, e)
-	goroutines := runtime.NumGoroutine()
+	goroutines, heap := runtime.NumGoroutine(), heapInUse()
 
 	for _, fault := range []struct {
 		name        string
@@ -387,8 +387,13 @@ func TestTierFaults(t *testing.T) {
 		done := under(tr, e, make(chan struct{}))
 		time.Sleep(100 * time.Millisecond)
 		fault.inject()
-		for range 100 {
+		for range 200000 {
 			tr.Put(e) // writes while it is down: dropped, not queued without bound
+		}
+		// What the tier may hold for them is its write queue, a fraction
+		// of what they would take queued whole.
+		if h := heapInUse(); h > heap+uint64(200000*len(e))/4 {
+			t.Errorf("%s: heap in use %d kB with the tier down, %d kB before", fault.name, h>>10, heap>>10)
 		}
 		time.Sleep(1500 * time.Millisecond)
 		if st := tr.br.current(); st == closed {
@@ -415,6 +420,14 @@ func TestTierFaults(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > goroutines+20 {
 		t.Errorf("%d goroutines after the faults, %d before", n, goroutines)
 	}
+}
+
+// heapInUse returns the bytes the heap holds after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }
 
 // TestTierFull: a tier at its maxmemory, evicting, takes writes and
@@ -674,5 +687,63 @@ func TestValuesOfOtherTypes(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Errors != 0 || tr.br.current() != closed || tr.m.rejected[errEpoch].n.Load() != 2*breakerFailures+1 {
 		t.Errorf("epochs of other types: %+v, breaker %v, %d refused; want no errors", st, tr.br.current(), tr.m.rejected[errEpoch].n.Load())
+	}
+}
+
+// TestFlushAfterDisconnect: a replica whose connections the server dropped
+// reads the stream again by itself, from where it left off: a flush sent
+// meanwhile still reaches it within a second.
+func TestFlushAfterDisconnect(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	got := make(chan flush.Flush, 10)
+	a := mustTier(t, option, 1, nil)
+	mustTier(t, option, 1, func(f flush.Flush) { got <- f })
+	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
+	for i := range 3 {
+		if n := r.MustDo("CLIENT", "KILL", "TYPE", "normal"); n == ":0" || n == ":1" {
+			t.Fatalf("round %d: %s connections dropped, want both replicas'", i, n)
+		}
+		start := time.Now()
+		var err error
+		for err = a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil && time.Since(start) < time.Second; {
+			time.Sleep(10 * time.Millisecond) // a's connection was dropped too
+			err = a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case f := <-got:
+			if f.Scope != flush.Negative {
+				t.Fatalf("received %s", f.String())
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("round %d: the flush did not reach the other replica within a second of a dropped connection", i)
+		}
+	}
+}
+
+// TestFlushesLost: a replica that finds, after an error, that flushes it
+// did not read were trimmed from the stream flushes its store whole; one
+// that missed nothing does not.
+func TestFlushesLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	var applied []string
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, func(f flush.Flush) { applied = append(applied, f.String()) })
+	stream := "test-stream"
+	c := *tr.client.Load()
+	r.MustDo("XADD", stream, "5-3", "k", "v")
+	r.MustDo("XADD", stream, "7-0", "k", "v")
+	for _, last := range []string{"5-2", "5-3", "6-0"} {
+		tr.checkTrimmed(c, stream, last)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("flushed %v after reading up to a flush still in the stream", applied)
+	}
+	tr.checkTrimmed(c, stream, "5-1") // 5-2 is gone
+	all := flush.Flush{Scope: flush.All}
+	if len(applied) != 1 || applied[0] != all.String() {
+		t.Fatalf("flushed %v after flushes were trimmed, want all", applied)
 	}
 }
