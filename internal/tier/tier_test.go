@@ -253,6 +253,10 @@ func TestRefusesForgedValues(t *testing.T) {
 		{"a changed record", func() []byte { v := slices.Clone(sealed); v[len(v)-1] ^= 1; return v }(), errTag},
 		{"another entry moved here", tr.keys.seal(tr.keys.key(f.Key()), f), errTag},
 		{"sealed by another secret", other.keys.seal(key, e), errTag},
+		{"copied from a block of other settings", func() []byte {
+			k := newKeyer([]byte(testSecret), [32]byte{2})
+			return k.seal(k.key(e.Key()), e)
+		}(), errTag},
 		{"sealed for this key, of another name", tr.keys.seal(key, f), errKey},
 		{"a malformed entry sealed", tr.keys.seal(key, e[:len(e)-3]), errFormat},
 	} {
