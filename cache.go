@@ -9,6 +9,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/persist"
+	"github.com/compactcache/compactcache/internal/tier"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/coredns"
@@ -36,6 +37,7 @@ type Cache struct {
 	refreshes refreshes
 	flights   flights
 	fence     *flush.Fence // the flushes begun on the store, handed over with it; see Flush
+	shared    *tier.Tier   // the second tier, nil without one; see shared.go
 
 	plan    plan // what the block's other plugins ask of the cache
 	metrics *cachemetrics.Block

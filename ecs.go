@@ -55,22 +55,9 @@ func (cfg *ecsConfig) loadSubnet(q *query, o *dns.OPT, w dns.ResponseWriter) boo
 		}
 	}
 	if cfg.Add {
-		cfg.addClient(q, remoteIP(w))
+		cfg.addClient(q, dnsmsg.RemoteIP(w))
 	}
 	return true
-}
-
-// remoteIP returns the client's address, invalid when it has none.
-func remoteIP(w dns.ResponseWriter) netip.Addr {
-	var ip net.IP
-	switch a := w.RemoteAddr().(type) {
-	case *net.UDPAddr:
-		ip = a.IP
-	case *net.TCPAddr:
-		ip = a.IP
-	}
-	addr, _ := netip.AddrFromSlice(ip)
-	return addr
 }
 
 // addClient fills q.ecs with the client's subnet, as long as the source
@@ -139,32 +126,6 @@ func (s *subnet) option(prefix uint8) *dns.EDNS0_SUBNET {
 	}
 	addr := dnsmsg.Mask(s.addr, int(prefix))
 	return &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: s.family, SourceNetmask: prefix, Address: net.IP(addr[:n])}
-}
-
-// setSubnet replaces any ECS option of o by e, or removes it when e is nil.
-func setSubnet(o *dns.OPT, e *dns.EDNS0_SUBNET) {
-	opts := make([]dns.EDNS0, 0, len(o.Option)+1)
-	for _, opt := range o.Option {
-		if _, ok := opt.(*dns.EDNS0_SUBNET); !ok {
-			opts = append(opts, opt)
-		}
-	}
-	if e != nil {
-		opts = append(opts, e)
-	}
-	o.Option = opts
-}
-
-// replySubnet returns the ECS option of a reply, or nil.
-func replySubnet(m *dns.Msg) *dns.EDNS0_SUBNET {
-	if o := m.IsEdns0(); o != nil {
-		for _, opt := range o.Option {
-			if e, ok := opt.(*dns.EDNS0_SUBNET); ok {
-				return e
-			}
-		}
-	}
-	return nil
 }
 
 // appendSubnet writes the ECS option echoed to a client that sent s: its

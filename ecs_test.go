@@ -45,7 +45,7 @@ func (g *geoUpstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.M
 	m.Authoritative = true
 	network := "none"
 	var echo *dns.EDNS0_SUBNET
-	if e := replySubnet(r); e != nil {
+	if e := dnsmsg.Subnet(r); e != nil {
 		scope := geoScope(q.Name)
 		p, _ := netip.AddrFromSlice(e.Address)
 		if e.Family == dnsmsg.FamilyIPv4 {
@@ -105,7 +105,7 @@ func geoAnswer(t *testing.T, m *dns.Msg) (string, *dns.EDNS0_SUBNET) {
 	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
 		t.Fatalf("reply %v", m)
 	}
-	return m.Answer[0].(*dns.TXT).Txt[0], replySubnet(m)
+	return m.Answer[0].(*dns.TXT).Txt[0], dnsmsg.Subnet(m)
 }
 
 func newGeoCache(t *testing.T, corefile string, g *geoUpstream, clk *clock) *Cache {

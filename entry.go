@@ -46,7 +46,7 @@ func storeKey(b *entry.Builder, base []byte, q *query, reply *dns.Msg) (key []by
 	if s.family == 0 {
 		return base, false, true
 	}
-	e := replySubnet(reply)
+	e := dnsmsg.Subnet(reply)
 	if e == nil {
 		return base, false, true // no ECS: scope 0, for everyone (7.3.1)
 	}

@@ -15,9 +15,23 @@ import (
 // flush does, rather than scan; the others walk the store a chunk at a
 // time, resting between chunks (walkRest).
 
-// Flush drops the entries f covers from the store and counts them. Fetches
-// in flight that began before it store nothing it covers (flush.Fence).
+// Flush drops the entries f covers from the store and counts them, and
+// where the block shares a tier, from the tier and every other replica's
+// store. The tier goes first: a miss between the two must not bring back
+// from the tier what the store just dropped.
 func (c *Cache) Flush(f flush.Flush) admin.Counts {
+	if c.shared != nil {
+		if err := c.shared.Flush(f, c.now().Unix()); err != nil {
+			log.Warningf("Flush %s: not applied to the shared tier or the other replicas: %v", f.String(), err)
+		}
+	}
+	return c.flushLocal(f)
+}
+
+// flushLocal drops the entries f covers from the store and counts them.
+// Fetches in flight that began before it store nothing it covers
+// (flush.Fence).
+func (c *Cache) flushLocal(f flush.Flush) admin.Counts {
 	now := c.now().Unix()
 	if f.Fenced() {
 		c.fence.Begin(func(e entry.Entry) bool { return f.Covers(e, now) })

@@ -396,8 +396,8 @@ func fzCheckAnswers(t *testing.T, where string, req *dns.Msg, b []byte, raw, tcp
 	if ro.Do() != o.Do() {
 		t.Fatalf("%s: reply DO=%v, request's %v", where, ro.Do(), o.Do())
 	}
-	if e := replySubnet(req); e != nil {
-		re := replySubnet(got)
+	if e := dnsmsg.Subnet(req); e != nil {
+		re := dnsmsg.Subnet(got)
 		if re == nil || re.Family != e.Family || re.SourceNetmask != e.SourceNetmask || !re.Address.Equal(e.Address) || re.SourceScope > e.SourceNetmask {
 			t.Fatalf("%s: ECS %v echoed as %v", where, e, re)
 		}
@@ -456,7 +456,7 @@ func fzPopulatedNext(w dns.ResponseWriter, r *dns.Msg) (int, error) {
 		}
 	case strings.HasSuffix(name, ".geo.example.org.") || name == "geo.example.org.":
 		m.Answer = []dns.RR{test.TXT(q.Name + ` 300 IN TXT "geo"`)}
-		if e := replySubnet(r); e != nil {
+		if e := dnsmsg.Subnet(r); e != nil {
 			echo := *e
 			echo.SourceScope = min(16, e.SourceNetmask)
 			m.SetEdns0(1232, true)

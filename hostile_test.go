@@ -706,7 +706,7 @@ func hostileRows() []hostileRow {
 func atLimitECS(t *testing.T, r *dns.Msg) *dns.Msg {
 	q := r.Question[0]
 	m := hostileReply(r, dns.RcodeSuccess, nil, nil, nil)
-	e := *replySubnet(r)
+	e := *dnsmsg.Subnet(r)
 	e.SourceScope = e.SourceNetmask
 	m.IsEdns0().Option = []dns.EDNS0{&e}
 	// A records owned by the qname's parent: a pointer on the wire, 191

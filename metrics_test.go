@@ -15,36 +15,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 )
-
-// gaugeValue gathers the default registry, as the prometheus plugin does, and
-// returns the value of the family named for server (and kind, for the kinded
-// families), or -1 when it has none.
-func gaugeValue(t *testing.T, name, server, kind string) float64 {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				switch {
-				case l.GetName() == "server" && l.GetValue() != server,
-					l.GetName() == "type" && l.GetValue() != kind:
-					continue metrics
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
-}
 
 // TestStoreGaugesAtGathering: the gauges that describe the store are read
 // from it when the metrics are gathered, and say what it holds then.
@@ -58,14 +29,14 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 		}
 		st := c.Stats()
 		for _, name := range []string{"coredns_cache_entries", "coredns_compactcache_entries"} {
-			if got := gaugeValue(t, name, server, "success"); got != float64(i+1) || st.Entries != int64(i+1) {
+			if got := seriesValue(t, name, map[string]string{"server": server, "type": "success"}); got != float64(i+1) || st.Entries != int64(i+1) {
 				t.Fatalf("after %d misses: %s %v, store %d", i+1, name, got, st.Entries)
 			}
 		}
-		if got := gaugeValue(t, "coredns_compactcache_bytes", server, ""); got != float64(st.Bytes) {
+		if got := seriesValue(t, "coredns_compactcache_bytes", map[string]string{"server": server}); got != float64(st.Bytes) {
 			t.Fatalf("bytes gauge %v, store %d", got, st.Bytes)
 		}
-		if got := gaugeValue(t, "coredns_compactcache_capacity_bytes", server, ""); got != config.DefaultCapacity {
+		if got := seriesValue(t, "coredns_compactcache_capacity_bytes", map[string]string{"server": server}); got != config.DefaultCapacity {
 			t.Fatalf("capacity gauge %v, want %d", got, config.DefaultCapacity)
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/reply"
+	"github.com/coredns/coredns/plugin/metrics"
 	"math"
 	"net"
 	"time"
@@ -44,6 +46,14 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 		}
 	}()
 	k.capture(c, w, r, s, m)
+	if c.shared != nil {
+		// The flight lands without a reply: its waiters find the entry
+		// stored (await).
+		if found := c.fromShared(ctx, r, s, cw.gen, m); found.state != absent {
+			rcode, err = dns.RcodeSuccess, errFromShared
+			return dns.RcodeSuccess, c.write(w, found.reply)
+		}
+	}
 	if prior.upgrade {
 		// The entry the client could not take still serves clients without
 		// DO: only what may refresh it replaces it, a failure does not.
@@ -60,6 +70,10 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 // of its own.
 var errNoReply = errors.New("no reply from the next plugin")
 
+// errFromShared lands the flight of a miss the shared tier answered: the
+// entry is stored, and the waiters read it from the store.
+var errFromShared = errors.New("answered from the shared tier")
+
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
 func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flight) (int, error) {
@@ -68,11 +82,16 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	case <-ctx.Done():
 		return dns.RcodeServerFailure, ctx.Err()
 	}
-	if f.reply == nil {
-		return f.rcode, f.err
-	}
 	if found := c.lookup(s, time.Time{}, true); found.state != absent {
 		return f.rcode, c.write(w, found.reply)
+	}
+	if f.reply == nil {
+		if f.err == errFromShared {
+			// The leader answered from the shared tier, and the entry is
+			// gone already: ask for it anew.
+			return c.miss(ctx, w, r, s, &found{}, c.metrics.Server(metrics.WithServer(ctx)))
+		}
+		return f.rcode, f.err
 	}
 	// The reply answers the leader's request; passOn writes it with this
 	// one's ID and question.
@@ -265,7 +284,7 @@ func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 	opt.SetDo()
 	opt.SetUDPSize(max(opt.UDPSize(), upstreamUDPSize))
 	if ecs.family != 0 {
-		setSubnet(opt, ecs.option(ecs.sent))
+		dnsmsg.SetSubnet(opt, ecs.option(ecs.sent))
 	}
 	return &u.msg
 }
@@ -345,8 +364,17 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e.SetPopularity(cw.popularity)
 	// Not when a flush that began since the fetch did covers it: its answer
 	// may be what the flush dropped (flush.go).
-	if !c.fence.Store(cw.gen, e, func() { cw.m.Evicted(c.put(e, now.Unix())) }) {
+	stored := false
+	c.fence.Store(cw.gen, e, func() {
+		var d store.Displaced
+		d, stored = c.put(e, now.Unix())
+		cw.m.Evicted(d)
+	})
+	if !stored {
 		return
+	}
+	if c.shared != nil {
+		c.shared.Put(e)
 	}
 	if c.PreferPositive && flags&entry.FlagAnswers != 0 {
 		c.store.Remove(cw.b.OtherKey(key))
@@ -361,17 +389,19 @@ func (cw *captureWriter) store(res *dns.Msg) {
 // replace a live one of its key that has them: a fetch for a client without
 // DO that lands after a DO client's fetch of the same name would undo the
 // upgrade, and the next DO client would fetch again. The entry kept serves
-// both kinds of client.
-func (c *Cache) put(e entry.Entry, now int64) store.Displaced {
+// both kinds of client. It reports whether e was stored.
+func (c *Cache) put(e entry.Entry, now int64) (d store.Displaced, stored bool) {
 	if e.HoldsDNSSEC() {
-		return c.store.Put(e, now)
+		return c.store.Put(e, now), true
 	}
-	return c.store.Update(e.Key(), now, func(old entry.Entry) entry.Entry {
+	d = c.store.Update(e.Key(), now, func(old entry.Entry) entry.Entry {
 		if old != nil && old.HoldsDNSSEC() && now <= old.Expires() {
 			return nil
 		}
+		stored = true
 		return e
 	})
+	return d, stored
 }
 
 // recordVariant adds the ECS variant e of s.q's name to the name's list,

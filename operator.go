@@ -83,5 +83,8 @@ func (c *Cache) stats() admin.Stats {
 	if st.Requests > 0 {
 		st.HitRatio = float64(st.Hits) / float64(st.Requests)
 	}
+	if c.shared != nil {
+		st.Shared = c.shared.Stats()
+	}
 	return st
 }

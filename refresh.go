@@ -4,6 +4,7 @@ import (
 	"context"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"sync"
 	"time"
 
@@ -100,7 +101,7 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 	if scope > 0 {
 		prefix = scope
 	}
-	setSubnet(o, ecs.option(prefix))
+	dnsmsg.SetSubnet(o, ecs.option(prefix))
 	return req
 }
 

@@ -69,6 +69,7 @@ func setup(c *caddy.Controller) error {
 			ca.Warmup.Start(operator{ca}, block)
 		}
 		ca.metrics.View = cfg.ViewName
+		ca.StartShared(cfg.ViewName)
 		ca.listen = coredns.ServerAddrs(cfg)
 		if ca.Frontend != nil {
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {
@@ -85,6 +86,7 @@ func setup(c *caddy.Controller) error {
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
 		ca.refreshes.shutdown(5 * time.Second)
+		ca.StopShared()
 		return nil
 	})
 	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with

@@ -312,7 +312,7 @@ func (u *stressUpstream) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	switch {
 	case kind == 'g':
 		network := "none"
-		if e := replySubnet(r); e != nil {
+		if e := dnsmsg.Subnet(r); e != nil {
 			p, _ := netip.AddrFromSlice(e.Address)
 			if e.Family == dnsmsg.FamilyIPv4 {
 				p = p.Unmap()
@@ -537,7 +537,7 @@ func (q stressQuery) checkGeo(reply *dns.Msg) error {
 		return fmt.Errorf("answer %v", reply.Answer[0])
 	}
 	network := txt.Txt[0]
-	echo := replySubnet(reply)
+	echo := dnsmsg.Subnet(reply)
 	if q.ecs == nil {
 		if network != "none" || echo != nil {
 			return fmt.Errorf("a client without ECS got the answer for %s, ECS %v", network, echo)

@@ -32,22 +32,18 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/cli"
-	"github.com/compactcache/compactcache/bench/openloop"
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/miekg/dns"
 )
 
-const cmd = cli.Command("adminflush")
+const cmd = harness.Command("adminflush")
 
 func main() {
 	var (
@@ -84,7 +80,7 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 	if bin == "" {
 		bin = filepath.Join(work, "coredns")
 		cmd.Progress("building cmd/coredns")
-		if err := proc.BuildCoreDNS(ctx, bin); err != nil {
+		if err := harness.BuildCoreDNS(ctx, "", bin); err != nil {
 			return err
 		}
 	}
@@ -94,11 +90,11 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		return err
 	}
 	defer up.Shutdown()
-	dnsPort, err := proc.FreePort()
+	dnsPort, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
-	adminPort, err := proc.FreePort()
+	adminPort, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
@@ -114,18 +110,13 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
     }
     forward . %s
 }
-`, dnsPort, capacity, adminAddr, up.PacketConn.LocalAddr())
-	conf := filepath.Join(work, "Corefile")
-	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
-		return err
-	}
-	argv := proc.Pinned(cpu, nice, bin, "-conf", conf)
-	server, err := proc.Start("coredns", filepath.Join(work, "coredns.log"), exec.Command(argv[0], argv[1:]...))
+`, dnsPort, capacity, adminAddr, up.Addr())
+	server, err := harness.Launch{CPU: cpu, Nice: nice}.CoreDNS(bin, filepath.Join(work, "coredns"), corefile)
 	if err != nil {
 		return err
 	}
 	defer server.Stop(5 * time.Second)
-	if _, err := proc.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second, 200*time.Millisecond); err != nil {
+	if _, err := harness.WaitDNS(ctx, server, dnsAddr, dns.Question{Name: "h0.hot.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, 30*time.Second, 200*time.Millisecond); err != nil {
 		return err
 	}
 
@@ -149,18 +140,18 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 		if entries < int64(names+hot) {
 			return fmt.Errorf("%d entries stored of %d: raise -capacity", entries, names+hot)
 		}
-		if _, err := openloop.Run(dnsAddr, rate, 3*time.Second, queries, nil); err != nil { // warm-up
+		if _, err := harness.OpenLoop(dnsAddr, rate, 3*time.Second, queries, nil); err != nil { // warm-up
 			return err
 		}
 
-		base, err := openloop.Run(dnsAddr, rate, duration, queries, nil)
+		base, err := harness.OpenLoop(dnsAddr, rate, duration, queries, nil)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("round %d baseline:     %s\n", r, base.All())
 
 		var f flushRun
-		during, err := openloop.Run(dnsAddr, rate, duration, queries, func(done func()) {
+		during, err := harness.OpenLoop(dnsAddr, rate, duration, queries, func(done func()) {
 			time.Sleep(2 * time.Second)
 			f = flushZone(adminAddr, "flush.example.")
 			done()
@@ -182,32 +173,22 @@ func run(names, hot, rate int, duration time.Duration, capacity string, rounds i
 			r, window.Percentile(0.99).Microseconds(), base.All().Percentile(0.99).Microseconds(), ratio, typical.Microseconds(), float64(window.Percentile(0.99))/float64(typical))
 	}
 	if rounds > 1 {
-		slices.Sort(ratios)
-		fmt.Printf("median p99 ratio over %d rounds: %.2f\n", rounds, ratios[len(ratios)/2])
+		fmt.Printf("median p99 ratio over %d rounds: %.2f\n", rounds, harness.Median(ratios, func(r float64) float64 { return r }))
 	}
 	return nil
 }
 
 // startUpstream serves every A question with one record, TTL a day, on a
-// UDP port of 127.0.0.1.
-func startUpstream() (*dns.Server, error) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+// port of 127.0.0.1.
+func startUpstream() (*harness.Server, error) {
+	return harness.Serve(dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		if q := r.Question[0]; q.Qtype == dns.TypeA {
 			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 86400}, A: net.IPv4(192, 0, 2, 1)}}
 		}
 		w.WriteMsg(m)
-	})}
-	started := make(chan struct{})
-	s.NotifyStartedFunc = func() { close(started) }
-	go s.ActivateAndServe()
-	<-started
-	return s, nil
+	}))
 }
 
 // fill asks format's names 0 to n-1 once each, from several sockets at once,

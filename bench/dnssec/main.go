@@ -14,8 +14,9 @@
 //     variant minus plain, from Stats().Bytes and from the heap after GC:
 //     entries stored for clients without DO leave them out.
 //
-// The upstream answers as a real server does: RRSIGs only when the query has
-// DO (compactcache always asks with DO; the stock cache passes the client's).
+// The upstream (bench.Upstream) answers as a signing server does: RRSIGs only
+// when the query has DO (compactcache always asks with DO; the stock cache
+// passes the client's).
 //
 //	go run ./bench/dnssec [-n 200000]
 package main
@@ -28,6 +29,7 @@ import (
 	"runtime"
 
 	"github.com/compactcache/compactcache/bench"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 
 	"github.com/coredns/coredns/plugin"
@@ -35,40 +37,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+const cmd = harness.Command("dnssec")
+
 func main() {
-	n := flag.Int("n", 200_000, "names (entries of the reference workload)")
-	flag.Parse()
+	// A flag set of its own: CoreDNS's packages define flags of theirs on
+	// the default one (-conf, -dns.port, ...), which mean nothing here.
+	fs := flag.NewFlagSet("dnssec", flag.ExitOnError)
+	n := fs.Int("n", 200_000, "names (entries of the reference workload)")
+	fs.Usage = func() { cmd.Usage(fs) }
+	fs.Parse(os.Args[1:])
 	if err := run(*n); err != nil {
-		fmt.Fprintln(os.Stderr, "dnssec:", err)
-		os.Exit(1)
+		cmd.Fatal(err)
 	}
-}
-
-// doAware is the upstream of the benchmarks answering as a DNSSEC-aware
-// server: the dnssec variant's RRSIGs go only to queries with DO.
-type doAware struct{ up *bench.Upstream }
-
-func (d doAware) Name() string { return "upstream" }
-
-func (d doAware) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	if o := r.IsEdns0(); o != nil && o.Do() {
-		return d.up.ServeDNS(ctx, w, r)
-	}
-	return d.up.ServeDNS(ctx, stripWriter{w}, r)
-}
-
-// stripWriter drops RRSIGs from the replies it writes.
-type stripWriter struct{ dns.ResponseWriter }
-
-func (w stripWriter) WriteMsg(m *dns.Msg) error {
-	kept := m.Answer[:0]
-	for _, rr := range m.Answer {
-		if rr.Header().Rrtype != dns.TypeRRSIG {
-			kept = append(kept, rr)
-		}
-	}
-	m.Answer = kept
-	return w.ResponseWriter.WriteMsg(m)
 }
 
 // mixed is one cache's figures for the mixed-DO traffic.
@@ -168,7 +148,7 @@ func measureMixed(kind bench.Kind, split bool, n int, names *workload.Names) (*m
 			caches[1] = caches[0]
 			break
 		}
-		c, err := newCache(kind, n, doAware{up})
+		c, err := newCache(kind, n, up)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +261,7 @@ func stockEntries() (int64, error) {
 // from an upstream of variant v.
 func measureNoDO(v workload.Variant, n int, names *workload.Names) (*noDO, error) {
 	up := &bench.Upstream{Variant: v}
-	c, err := newCache(bench.Compact, n, doAware{up})
+	c, err := newCache(bench.Compact, n, up)
 	if err != nil {
 		return nil, err
 	}

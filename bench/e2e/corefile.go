@@ -60,7 +60,7 @@ type cacheSpec struct {
 }
 
 // upstreamCorefile is the authoritative upstream: CoreDNS's file plugin
-// serving the zone of zonegen, behind minimal so that positive answers carry
+// serving the zone of writeData, behind minimal so that positive answers carry
 // the answer section alone, as workload.Reply does (file would add the apex
 // NS records to the authority section of every answer).
 func upstreamCorefile(p ports, zone string) string {

@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
@@ -210,7 +210,7 @@ type runner struct {
 	hit      string
 	p        ports
 	cs       cacheSpec
-	upstream *proc.Proc
+	upstream *harness.Proc
 	gcOff    int64
 }
 
@@ -228,7 +228,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		unbound = p
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	log.Printf("output in %s", dir)
 
-	mach := machine()
+	mach := harness.Machine()
 
 	// This program and its children other than the server stay off the
 	// server's core.
@@ -264,24 +264,20 @@ func run(ctx context.Context, o options) (*report, error) {
 		p:       newPorts(o.basePort),
 		cs:      cacheSpec{capacity: o.capacity, success: max(300_000, o.n*3/2)},
 	}
-	if err := proc.PortsFree(r.p.server, r.p.reserveEnd); err != nil {
+	if err := harness.PortsFree(r.p.server, r.p.reserveEnd); err != nil {
 		return nil, fmt.Errorf("%v (choose another -port)", err)
 	}
 
-	src, source, err := sourceTree(ctx, root, o.rev, dir)
+	src, source, err := harness.SourceTree(ctx, root, o.rev, dir)
 	if err != nil {
 		return nil, err
 	}
-	log.Printf("building cmd/coredns and bench/e2e/zonegen from %s", source)
-	if err := buildCoreDNS(ctx, src, r.bin); err != nil {
-		return nil, err
-	}
-	zonegen := filepath.Join(dir, "zonegen")
-	if err := command(ctx, filepath.Join(root, "bench"), "go", "build", "-o", zonegen, "./e2e/zonegen"); err != nil {
+	log.Printf("building cmd/coredns from %s", source)
+	if err := harness.BuildCoreDNS(ctx, src, r.bin); err != nil {
 		return nil, err
 	}
 	log.Printf("writing the zone and query files of %d entries", o.n)
-	if err := command(ctx, dir, zonegen, "-n", strconv.Itoa(o.n), "-dir", filepath.Join(dir, "data")); err != nil {
+	if err := writeData(filepath.Join(dir, "data"), o.n, 1); err != nil {
 		return nil, err
 	}
 
@@ -379,13 +375,13 @@ func (r *runner) buildRevs(ctx context.Context, root string, mach map[string]str
 			continue
 		}
 		dir := filepath.Join(r.dir, "rev-"+c.Rev)
-		src, source, err := sourceTree(ctx, root, c.Rev, dir)
+		src, source, err := harness.SourceTree(ctx, root, c.Rev, dir)
 		if err != nil {
 			return err
 		}
 		bin := filepath.Join(dir, "coredns")
 		log.Printf("building cmd/coredns of rev=%s from %s", c.Rev, source)
-		if err := buildCoreDNS(ctx, src, bin); err != nil {
+		if err := harness.BuildCoreDNS(ctx, src, bin); err != nil {
 			return err
 		}
 		r.revBins[c.Rev] = bin
@@ -406,45 +402,6 @@ func (r *runner) binOf(c config) string {
 	return r.bin
 }
 
-// sourceTree returns the directory to build cmd/coredns in and a description
-// of it: the work tree with its commit and uncommitted changes, or rev
-// exported with git archive into dir/src.
-func sourceTree(ctx context.Context, root, rev, dir string) (string, string, error) {
-	git := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "git", args...)
-		cmd.Dir = root
-		out, err := cmd.Output()
-		return strings.TrimSpace(string(out)), err
-	}
-	if rev == "" {
-		head, err := git("rev-parse", "--short", "HEAD")
-		if err != nil {
-			return root, "the work tree (not a git checkout)", nil
-		}
-		status, _ := git("status", "--porcelain", "--untracked-files=no")
-		if status == "" {
-			return root, "the work tree at " + head + ", clean", nil
-		}
-		return root, fmt.Sprintf("the work tree at %s with %d files changed", head, len(strings.Split(status, "\n"))), nil
-	}
-	sha, err := git("rev-parse", "--short", rev+"^{commit}")
-	if err != nil {
-		return "", "", fmt.Errorf("-rev %s: not a commit", rev)
-	}
-	src := filepath.Join(dir, "src")
-	if err := os.RemoveAll(src); err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", "", err
-	}
-	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, sha, src)
-	if out, err := archive.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("git archive %s: %v: %s", sha, err, out)
-	}
-	return src, "commit " + sha + " (git archive)", nil
-}
-
 // commandLine is how this run was started, as bench/e2e/run.sh would.
 func commandLine() string {
 	args := []string{"bash bench/e2e/run.sh"}
@@ -455,47 +412,6 @@ func commandLine() string {
 		args = append(args, a)
 	}
 	return strings.Join(args, " ")
-}
-
-// moduleRoot returns the directory of the plugin's module, the repository's
-// root: through go.work or bench's replace directive, whichever the go
-// command uses.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/compactcache/compactcache").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m github.com/compactcache/compactcache: %v (run from inside the repository)", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-// buildCoreDNS builds the tree src's cmd/coredns into bin: in its own module
-// where it has one, from the tree's root in commits before it had. Without a
-// go.work, which a tree exported under the repository would pick up from
-// above and not be part of.
-func buildCoreDNS(ctx context.Context, src, bin string) error {
-	dir, pkg := src, "./cmd/coredns"
-	if _, err := os.Stat(filepath.Join(src, "cmd", "coredns", "go.mod")); err == nil {
-		dir, pkg = filepath.Join(src, "cmd", "coredns"), "."
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build -o %s %s (in %s): %v", bin, pkg, dir, err)
-	}
-	return nil
-}
-
-func command(ctx context.Context, dir, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %v", name, strings.Join(args, " "), err)
-	}
-	return nil
 }
 
 // serverEnv is this process's environment without the Go runtime's knobs,
@@ -527,13 +443,13 @@ func (r *runner) startUpstream(ctx context.Context) error {
 	if err := os.WriteFile(cf, []byte(upstreamCorefile(r.p, r.zone)), 0o644); err != nil {
 		return err
 	}
-	p, err := startPinned(r.o.clientCore, serverEnv(nil), filepath.Join(r.dir, "logs", "upstream.log"), r.dir, r.bin, "-conf", cf, "-quiet")
+	p, err := r.launch(r.o.clientCore, nil).Start(filepath.Join(r.dir, "logs", "upstream.log"), r.bin, "-conf", cf, "-quiet")
 	if err != nil {
 		return err
 	}
 	r.upstream = p
 	// The zone loads before the server listens; give a large zone time.
-	m, err := proc.WaitDNS(ctx, p, r.upstreamAddr(), workload.Question(0), 5*time.Minute, 200*time.Millisecond)
+	m, err := harness.WaitDNS(ctx, p, r.upstreamAddr(), workload.Question(0), 5*time.Minute, 200*time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("upstream: %v", err)
 	}
@@ -615,16 +531,16 @@ next:
 type phase struct {
 	Name      string
 	Rate      int // queries/s asked for, 0 for as many as the server answers
-	Perf      perf
+	Perf      harness.Perf
 	ServerCPU time.Duration
 	Upstream  int     // queries the upstream received during the phase
 	GC        gcTrace // the server's GC cycles during the phase
 	Wall      time.Duration
-	Waited    time.Duration   // waiting for quiet cores before the phase
-	Quiet     bool            // the cores were quiet when the phase began
-	RT        bool            // the server and dnsperf ran under SCHED_RR
-	Cores     [2]proc.CPULoad // the server's core and the client's, during the phase
-	Err       string          `json:",omitempty"`
+	Waited    time.Duration      // waiting for quiet cores before the phase
+	Quiet     bool               // the cores were quiet when the phase began
+	RT        bool               // the server and dnsperf ran under SCHED_RR
+	Cores     [2]harness.CPULoad // the server's core and the client's, during the phase
+	Err       string             `json:",omitempty"`
 }
 
 // foreign is the share of the server's core that something other than the
@@ -799,7 +715,7 @@ func unboundPath() (string, error) {
 
 // startServer writes c's Corefile (unbound.conf for unbound) and starts the
 // server under test on its core, waiting until it answers.
-func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bool) (*proc.Proc, string, string, error) {
+func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bool) (*harness.Proc, string, string, error) {
 	name := strings.NewReplacer("@", "_", ",", "_", "=", "-").Replace(c.Spec) + tag
 	logPath := filepath.Join(r.dir, "logs", name+".server.log")
 	var text, conf string
@@ -820,13 +736,13 @@ func (r *runner) startServer(ctx context.Context, c config, tag string, pprof bo
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, "", "", err
 	}
-	p, err := startPinned(r.o.serverCore, serverEnv(c.Env), logPath, r.dir, argv[0], argv[1:]...)
+	p, err := r.launch(r.o.serverCore, c.Env).Start(logPath, argv[0], argv[1:]...)
 	if err != nil {
 		return nil, "", "", err
 	}
 	// A name outside the workload: NXDOMAIN from the upstream, one denial
 	// entry in the cache.
-	if _, err := proc.WaitDNS(ctx, p, r.serverAddr(), dns.Question{Name: probeName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute, 200*time.Millisecond); err != nil {
+	if _, err := harness.WaitDNS(ctx, p, r.serverAddr(), dns.Question{Name: probeName, Qtype: dns.TypeA, Qclass: dns.ClassINET}, time.Minute, 200*time.Millisecond); err != nil {
 		p.Stop(5 * time.Second)
 		return nil, "", "", err
 	}
@@ -857,20 +773,20 @@ func setRT(pid int, on bool) error {
 // core was at most 10% busy with anything but the (idle) server and the
 // client's core at most 25% busy: the machine is shared, and a phase run
 // beside someone's build measures the build too.
-func (r *runner) waitQuiet(ctx context.Context, srv *proc.Proc) (time.Duration, bool) {
+func (r *runner) waitQuiet(ctx context.Context, srv *harness.Proc) (time.Duration, bool) {
 	start := time.Now()
 	cores := []int{r.o.serverCore, r.o.clientCore}
 	for {
-		l0 := coreLoads(cores)
-		c0, _ := proc.CPUTime(srv.Pid())
+		l0 := harness.CoreLoads(cores)
+		c0, _ := harness.CPUTime(srv.Pid())
 		t0 := time.Now()
 		select {
 		case <-ctx.Done():
 			return time.Since(start), false
 		case <-time.After(time.Second):
 		}
-		l1 := coreLoads(cores)
-		c1, _ := proc.CPUTime(srv.Pid())
+		l1 := harness.CoreLoads(cores)
+		c1, _ := harness.CPUTime(srv.Pid())
 		wall := float64(time.Since(t0))
 		server := l1[0].Sub(l0[0])
 		client := l1[1].Sub(l0[1])
@@ -886,7 +802,7 @@ func (r *runner) waitQuiet(ctx context.Context, srv *proc.Proc) (time.Duration, 
 
 // runPhase runs dnsperf against srv and takes the server's CPU time, the
 // upstream's request count and the GC cycles around it.
-func (r *runner) runPhase(ctx context.Context, srv *proc.Proc, logName, name string, rate int, args []string) phase {
+func (r *runner) runPhase(ctx context.Context, srv *harness.Proc, logName, name string, rate int, args []string) phase {
 	ph := phase{Name: name, Rate: rate}
 	if r.o.quietWait > 0 && (name == "max" || rate > 0) {
 		ph.Waited, ph.Quiet = r.waitQuiet(ctx, srv)
@@ -897,22 +813,26 @@ func (r *runner) runPhase(ctx context.Context, srv *proc.Proc, logName, name str
 	up0 := r.upstreamRequests()
 	_, r.gcOff = readGCs(srv.Log, r.gcOff)
 	cores := []int{r.o.serverCore, r.o.clientCore}
-	load0 := coreLoads(cores)
-	cpu0, err0 := proc.CPUTime(srv.Pid())
+	load0 := harness.CoreLoads(cores)
+	cpu0, err0 := harness.CPUTime(srv.Pid())
 	start := time.Now()
 	rt := r.o.rtRates && rate > 0 || r.o.rtMax && name == "max"
 	if rt {
 		ph.RT = setRT(srv.Pid(), true) == nil
 	}
-	pf, err := runDNSPerf(ctx, r.o.clientCore, rt, filepath.Join(r.dir, "logs", logName), args)
+	argv := harness.Pinned(r.o.clientCore, niceness, "dnsperf", args...)
+	if rt {
+		argv = append([]string{"chrt", "-r", strconv.Itoa(rtPriority)}, argv...)
+	}
+	pf, err := harness.DNSPerf(ctx, argv, filepath.Join(r.dir, "logs", logName))
 	if rt {
 		if err := setRT(srv.Pid(), false); err != nil {
 			log.Printf("%s: back to SCHED_OTHER: %v", name, err)
 		}
 	}
 	ph.Wall = time.Since(start)
-	cpu1, err1 := proc.CPUTime(srv.Pid())
-	load1 := coreLoads(cores)
+	cpu1, err1 := harness.CPUTime(srv.Pid())
+	load1 := harness.CoreLoads(cores)
 	for k := range cores {
 		ph.Cores[k] = load1[k].Sub(load0[k])
 	}
@@ -959,7 +879,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			return fail("warm-up: %s", ph.Err)
 		}
 		time.Sleep(time.Second)
-		if res.RSSStart, err = proc.RSS(srv.Pid()); err != nil {
+		if res.RSSStart, err = harness.RSS(srv.Pid()); err != nil {
 			return fail("rss: %v", err)
 		}
 		if goServer(c.Kind) {
@@ -981,7 +901,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			}
 		}
 		time.Sleep(2 * time.Second)
-		if res.RSSFill, err = proc.RSS(srv.Pid()); err != nil {
+		if res.RSSFill, err = harness.RSS(srv.Pid()); err != nil {
 			return fail("rss: %v", err)
 		}
 		if goServer(c.Kind) {
@@ -1025,7 +945,7 @@ func (r *runner) measure(ctx context.Context, c config) (res result) {
 			return fail("%d/s: %s", q, ph.Err)
 		}
 	}
-	res.RSSEnd, _ = proc.RSS(srv.Pid())
+	res.RSSEnd, _ = harness.RSS(srv.Pid())
 	return res
 }
 
@@ -1146,41 +1066,6 @@ func gomaxprocs(logPath string) string {
 		}
 	}
 	return ""
-}
-
-// machine describes where the run took place.
-func machine() map[string]string {
-	m := map[string]string{}
-	sh := func(key string, name string, args ...string) {
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err == nil {
-			m[key] = strings.TrimSpace(string(out))
-		}
-	}
-	sh("nproc", "nproc")
-	sh("kernel", "uname", "-sr")
-	sh("go", "go", "version")
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m["cpu"] = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		if kb, err := proc.ParseStatusKB(b, "MemTotal"); err == nil {
-			m["memory"] = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<30))
-		}
-	}
-	if out, err := exec.Command("dnsperf", "-h").CombinedOutput(); err == nil || len(out) > 0 {
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(line, "Version") {
-				m["dnsperf"] = strings.TrimSpace(line)
-			}
-		}
-	}
-	return m
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -4,27 +4,25 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // niceness is the scheduling priority the servers and dnsperf run at
 // (nice(1)); 0 leaves it alone.
 var niceness = 0
 
-// startPinned starts name with args on core, with env, its output in
-// logPath: pinned by taskset, which execs it, so that the pid is the
-// server's own.
-func startPinned(core int, env []string, logPath, dir, name string, args ...string) (*proc.Proc, error) {
-	argv := proc.Pinned(core, niceness, name, args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	cmd.Dir = dir
-	return proc.Start(name, logPath, cmd)
+// rtPriority is the SCHED_RR priority of the server and dnsperf during the
+// fixed-rate phases of -rt-rates.
+const rtPriority = 10
+
+// launch is how the run starts a server on core: at the run's niceness, in
+// its directory, with serverEnv(env).
+func (r *runner) launch(core int, env []string) harness.Launch {
+	return harness.Launch{CPU: core, Nice: niceness, Env: serverEnv(env), Dir: r.dir}
 }
 
 // gcTrace is what the gctrace lines of a stretch of a server's log say.
@@ -73,14 +71,4 @@ func parseGCLine(line string) (time.Duration, bool) {
 		return time.Duration(total * float64(time.Millisecond)), true
 	}
 	return 0, true
-}
-
-// coreLoads reads the given CPUs' times from /proc/stat.
-func coreLoads(cpus []int) []proc.CPULoad {
-	all := proc.CPULoads()
-	out := make([]proc.CPULoad, len(cpus))
-	for k, c := range cpus {
-		out[k] = all["cpu"+strconv.Itoa(c)]
-	}
-	return out
 }

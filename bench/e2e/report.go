@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // report is a run's results, printed as Markdown tables.
@@ -20,12 +22,6 @@ type report struct {
 	Results  []result
 	Profiles []profileResult
 }
-
-// Targets of issue 3 item 6 that concern the end-to-end run.
-const (
-	targetRSSPerEntry = 300  // bytes of RSS per cached entry, below
-	targetCPUvsWhoami = 1.15 // server CPU per hit query over whoami's, at most
-)
 
 func (rep *report) n() int {
 	n, _ := strconv.Atoi(rep.Options["n"])
@@ -148,7 +144,7 @@ func other(p *phase) float64 {
 	}
 	return math.SmallestNonzeroFloat64 // present, and none
 }
-func lat(f func(*latency) float64) func(*phase) float64 {
+func lat(f func(*harness.Latency) float64) func(*phase) float64 {
 	return func(p *phase) float64 {
 		if p.Perf.Lat == nil || p.Perf.Lat.N == 0 {
 			return 0
@@ -185,26 +181,18 @@ func (t *table) write(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-func f0(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
+// fixed returns a formatter of v with prec decimals, a dash for NaN and
+// the infinities.
+func fixed(prec int) func(float64) string {
+	return func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "–"
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
-}
-
-func f2(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
+var f0, f1, f2 = fixed(0), fixed(1), fixed(2)
 
 // orDash formats v, or a dash where the figure is missing (0).
 func orDash(f func(float64) string, v float64) string {
@@ -303,19 +291,19 @@ func (rep *report) write(w io.Writer) error {
 	t = table{head: []string{"config", "rate q/s", "answered q/s", "lost", "p50 µs", "p90 µs", "p99 µs", "p99.9 µs", "max µs", "server µs/q", "other load on server core", "hits", "GCs", "GC µs/q"}}
 	for _, q := range rep.rates() {
 		for _, g := range gs {
-			if g.med(figRate(q, lat(func(l *latency) float64 { return l.P50 }))) == 0 {
+			if g.med(figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 }))) == 0 {
 				continue
 			}
 			h := "–"
 			if cached(g.kind) {
 				h = pct(g.med(figRate(q, hits)))
 			}
-			l := func(f func(*latency) float64) string { return f0(g.med(figRate(q, lat(f)))) }
+			l := func(f func(*harness.Latency) float64) string { return f0(g.med(figRate(q, lat(f)))) }
 			t.add(g.spec, strconv.Itoa(q), f0(g.med(figRate(q, qps))),
 				f0(g.med(figRate(q, func(p *phase) float64 { return float64(p.Perf.Lost) }))),
-				l(func(l *latency) float64 { return l.P50 }), l(func(l *latency) float64 { return l.P90 }),
-				l(func(l *latency) float64 { return l.P99 }), l(func(l *latency) float64 { return l.P999 }),
-				l(func(l *latency) float64 { return l.Max }),
+				l(func(l *harness.Latency) float64 { return l.P50 }), l(func(l *harness.Latency) float64 { return l.P90 }),
+				l(func(l *harness.Latency) float64 { return l.P99 }), l(func(l *harness.Latency) float64 { return l.P999 }),
+				l(func(l *harness.Latency) float64 { return l.Max }),
 				f2(g.med(figRate(q, cpuQ))), pct(g.med(figRate(q, other))), h,
 				g.ifGo(f0(g.med(figRate(q, gcs)))), g.ifGo(f2(g.med(figRate(q, gcQ)))))
 		}
@@ -328,8 +316,6 @@ func (rep *report) write(w io.Writer) error {
 	rep.writeRatios(w)
 	rep.writeUnbound(w)
 	rep.writeWhoami(w)
-	rep.writeTargets(w)
-	rep.writeUnboundTargets(w)
 
 	for _, pr := range rep.Profiles {
 		fmt.Fprintf(w, "### CPU profile: %s\n\n", pr.Config.Spec)
@@ -390,8 +376,8 @@ func (rep *report) writeRatios(w io.Writer) {
 	row("max hit q/s", figMax(qps))
 	row("server µs/q at max", figMax(cpuQ))
 	for _, q := range rep.rates() {
-		row(fmt.Sprintf("p50 at %d/s", q), figRate(q, lat(func(l *latency) float64 { return l.P50 })))
-		row(fmt.Sprintf("p99 at %d/s", q), figRate(q, lat(func(l *latency) float64 { return l.P99 })))
+		row(fmt.Sprintf("p50 at %d/s", q), figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 })))
+		row(fmt.Sprintf("p99 at %d/s", q), figRate(q, lat(func(l *harness.Latency) float64 { return l.P99 })))
 		row(fmt.Sprintf("server µs/q at %d/s", q), figRate(q, cpuQ))
 	}
 	t.write(w)
@@ -485,50 +471,6 @@ func (rep *report) writeRounds(w io.Writer) {
 	t.write(w)
 }
 
-func (rep *report) writeTargets(w io.Writer) {
-	n := rep.n()
-	who := rep.find(kindWhoami)
-	fmt.Fprintln(w, "### Targets (issue 3, item 6, end to end)")
-	fmt.Fprintln(w)
-	t := table{head: []string{"target", "config", "measured", "met"}}
-	for _, spec := range []string{kindCompact, kindKubeCompact} {
-		g := rep.find(spec)
-		if g == nil {
-			continue
-		}
-		b := g.med(func(r *result) float64 { return r.rssPerEntry(n) })
-		t.add(fmt.Sprintf("RSS per entry < %d B", targetRSSPerEntry), spec, f0(b)+" B", yesNo(b > 0 && b < targetRSSPerEntry))
-		if who == nil {
-			continue
-		}
-		figs := []struct {
-			name string
-			f    func(*result) float64
-		}{{"max", figMax(cpuQ)}}
-		for _, q := range rep.rates() {
-			figs = append(figs, struct {
-				name string
-				f    func(*result) float64
-			}{fmt.Sprintf("%d/s", q), figRate(q, cpuQ)})
-		}
-		for _, fg := range figs {
-			a, ref := g.med(fg.f), who.med(fg.f)
-			if a == 0 || ref == 0 {
-				continue
-			}
-			t.add(fmt.Sprintf("server CPU per hit ≤ %.2f× whoami's (%s)", targetCPUvsWhoami, fg.name), spec,
-				fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(ref), f2(a/ref)), yesNo(a/ref <= targetCPUvsWhoami))
-			if floor := rep.find(floorOf(spec)); floor != nil && floor.spec != who.spec {
-				if fl := floor.med(fg.f); fl > 0 {
-					t.add(fmt.Sprintf("(beside %s, %s)", floor.spec, fg.name), spec,
-						fmt.Sprintf("%s vs %s µs/q = %s×", f2(a), f2(fl), f2(a/fl)), yesNo(a/fl <= targetCPUvsWhoami))
-				}
-			}
-		}
-	}
-	t.write(w)
-}
-
 // writeUnbound sets each config's main figures beside Unbound's, with the
 // ratio to Unbound's in parentheses.
 func (rep *report) writeUnbound(w io.Writer) {
@@ -570,53 +512,10 @@ func (rep *report) writeUnbound(w io.Writer) {
 	row("max hit q/s", f0, figMax(qps))
 	for _, q := range rep.rates() {
 		row(fmt.Sprintf("server µs/q at %d/s", q), f2, figRate(q, cpuQ))
-		row(fmt.Sprintf("p50 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P50 })))
-		row(fmt.Sprintf("p99 µs at %d/s", q), f0, figRate(q, lat(func(l *latency) float64 { return l.P99 })))
+		row(fmt.Sprintf("p50 µs at %d/s", q), f0, figRate(q, lat(func(l *harness.Latency) float64 { return l.P50 })))
+		row(fmt.Sprintf("p99 µs at %d/s", q), f0, figRate(q, lat(func(l *harness.Latency) float64 { return l.P99 })))
 	}
 	row("RSS B/entry", f0, func(r *result) float64 { return r.rssPerEntry(n) })
 	row("server µs per miss (fill)", f1, figFill(cpuQ))
 	t.write(w)
-}
-
-// writeUnboundTargets checks the targets of issue 9, item 6: server CPU per
-// hit query at most Unbound's and hit queries/s at least Unbound's, for the
-// front end and the plain plugin.
-func (rep *report) writeUnboundTargets(w io.Writer) {
-	ub := rep.find(kindUnbound)
-	if ub == nil {
-		return
-	}
-	t := table{head: []string{"target", "config", "measured", "met"}}
-	for _, spec := range []string{kindFrontend, kindCompact} {
-		g := rep.find(spec)
-		if g == nil {
-			continue
-		}
-		check := func(target string, f func(*result) float64, unit string, format func(float64) string, ok func(a, b float64) bool) {
-			a, b := g.med(f), ub.med(f)
-			if a == 0 || b == 0 {
-				return
-			}
-			t.add(target, spec, fmt.Sprintf("%s vs %s %s = %s×", format(a), format(b), unit, f2(a/b)), yesNo(ok(a, b)))
-		}
-		atMost := func(a, b float64) bool { return a <= b }
-		check("server CPU per hit query ≤ Unbound's (max)", figMax(cpuQ), "µs/q", f2, atMost)
-		for _, q := range rep.rates() {
-			check(fmt.Sprintf("server CPU per hit query ≤ Unbound's (%d/s)", q), figRate(q, cpuQ), "µs/q", f2, atMost)
-		}
-		check("max hit q/s ≥ Unbound's", figMax(qps), "q/s", f0, func(a, b float64) bool { return a >= b })
-	}
-	if len(t.rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "### Targets (issue 9, item 6: beside Unbound)")
-	fmt.Fprintln(w)
-	t.write(w)
-}
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
 }

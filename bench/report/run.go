@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -48,14 +48,14 @@ func (r *results) fail(kind bench.Kind, err error) {
 // run measures every cache of cfg and prints the table. A cache that fails
 // (an entry not stored, a wrong reply) is left out of the table and makes run
 // fail once the others are printed.
-func run(cfg config) error {
+func run(cfg config) ([]row, error) {
 	r := &results{
 		figs:     map[bench.Kind]*figures{},
 		gcSmall:  map[bench.Kind]gcResult{},
 		gcN:      map[bench.Kind]gcResult{},
 		stockCap: map[int64]int{},
 		started:  time.Now(),
-		revision: cli.Revision(),
+		revision: harness.Revision(),
 	}
 	names := workload.NewNames(cfg.n)
 	var err error
@@ -73,7 +73,7 @@ func run(cfg config) error {
 	debug.FreeOSMemory()
 
 	for _, kind := range r.ok(cfg) {
-		if cfg.gcSmall < cfg.n {
+		if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {
 			small := cfg
 			small.n = cfg.gcSmall
 			if r.gcSmall[kind], err = measureGC(small, kind, small.n); err != nil {
@@ -95,13 +95,13 @@ func run(cfg config) error {
 	}
 	if zipfKinds := r.ok(cfg); len(zipfKinds) > 0 {
 		if r.zipf, err = measureZipf(cfg, zipfKinds, func(b int64) int { return r.stockCap[b] }); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	printTable(os.Stdout, cfg, r)
 	if len(r.failed) > 0 {
-		return fmt.Errorf("NOT MEASURED, a cache failed:\n%w", errors.Join(r.failed...))
+		return r.rows(cfg), fmt.Errorf("NOT MEASURED, a cache failed:\n%w", errors.Join(r.failed...))
 	}
-	return nil
+	return r.rows(cfg), nil
 }

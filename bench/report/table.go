@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -60,7 +60,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 	}
 	fmt.Fprintf(out, "compactcache beside the stock cache plugin, reference workload (variant %s)\n", cfg.variant)
 	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s; %s/%s\n", r.started.UTC().Format(time.DateTime+" UTC"),
-		cli.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		harness.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(out, "plugin: %s\n", r.revision)
 	fmt.Fprintf(out, "N = %d entries; compactcache budget %d MiB, hits through %s; stock cache sized for %d entries\n\n",
 		cfg.n, cfg.capacity>>20, path, 2*cfg.n)
@@ -120,11 +120,11 @@ func printTable(out io.Writer, cfg config, r *results) {
 			return float64(g.Median) / 1e6, ok
 		}
 	}
-	if cfg.gcSmall < cfg.n {
+	if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {
 		t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.gcSmall), "%.2f", times, ms(r.gcSmall))
 	}
 	t.row(fmt.Sprintf("runtime.GC() ms at %d, median of 5", cfg.n), "%.2f", times, ms(r.gcN))
-	if cfg.gcSmall < cfg.n {
+	if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {
 		t.row("  GC growth, N over small", "%.2f", nil, func(k bench.Kind) (float64, bool) {
 			s, okS := r.gcSmall[k]
 			n, okN := r.gcN[k]

@@ -45,7 +45,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -56,13 +55,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/cli"
-	"github.com/compactcache/compactcache/bench/openloop"
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
-const cmd = cli.Command("restart")
+const cmd = harness.Command("restart")
 
 // config is the command line.
 type config struct {
@@ -122,12 +119,12 @@ func run(cfg config) error {
 	if e.bin == "" {
 		e.bin = filepath.Join(work, "coredns")
 		cmd.Progress("building cmd/coredns")
-		if err := proc.BuildCoreDNS(context.Background(), e.bin); err != nil {
+		if err := harness.BuildCoreDNS(context.Background(), "", e.bin); err != nil {
 			return err
 		}
 	}
 	for _, p := range []*int{&e.dns, &e.ready, &e.peerDNS, &e.peerAdmin} {
-		if *p, err = proc.FreePort(); err != nil {
+		if *p, err = harness.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -141,7 +138,7 @@ func run(cfg config) error {
 	}
 	defer e.upstream.Shutdown()
 
-	fmt.Printf("restart: %s; %s\n", cli.CPUModel(), cli.Revision())
+	fmt.Printf("restart: %s; %s\n", harness.CPUModel(), harness.Revision())
 	fmt.Printf("restart: Zipf(%g) over %d names of the reference workload, %d q/s, %v before the restart, %v after, capacity %s, %d round(s)\n",
 		cfg.skew, cfg.names, cfg.rate, cfg.warm, cfg.after, cfg.capacity, cfg.rounds)
 	var rounds []roundResult
@@ -173,7 +170,7 @@ func zipfQueries(z *workload.Zipf, names *workload.Names) func(k int, buf []byte
 
 // hitRate returns the share of the queries sent from start to end (end
 // excluded) that the upstream was not asked for in the same stretch.
-func hitRate(p *openloop.Phase, up *upstream, start, end time.Time) float64 {
+func hitRate(p *harness.Phase, up *upstream, start, end time.Time) float64 {
 	n := p.Sent(start, end)
 	if n == 0 {
 		return 0
@@ -219,7 +216,7 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		return res, err
 	}
 	z := workload.NewZipf(cfg.names, cfg.skew, r)
-	warm, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.warm, zipfQueries(z, names), nil)
+	warm, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.warm, zipfQueries(z, names), nil)
 	if err != nil {
 		return res, err
 	}
@@ -255,11 +252,11 @@ func (e *env) round(r int, cfg config, names *workload.Names) (roundResult, erro
 		if err != nil {
 			return sc, err
 		}
-		if sc.cpu, err = proc.RunTime(s.Pid()); err != nil {
+		if sc.cpu, err = harness.RunTime(s.Pid()); err != nil {
 			return sc, err
 		}
 		z := post
-		p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.after, zipfQueries(&z, names), nil)
+		p, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.after, zipfQueries(&z, names), nil)
 		if err != nil {
 			return sc, err
 		}
@@ -354,7 +351,7 @@ func ratio(a, b float64) float64 {
 
 // print gives the round's figures.
 func (res roundResult) print(r int) {
-	fmt.Printf("round %d load average of the machine at its end: %s\n", r, loadAverage())
+	fmt.Printf("round %d load average of the machine at its end: %s\n", r, harness.LoadAverage())
 	fmt.Printf("round %d before:   hit rate %.3f over the last 10 s (%d queries); written on SIGTERM: %d entries in %v (%.2f s per 1M)\n",
 		r, res.before, res.beforeSent, res.final.entries, res.final.took, res.final.perMillion().Seconds())
 	line := func(name string, sc scenario, extra string) {
@@ -375,42 +372,17 @@ func (res roundResult) print(r int) {
 	}
 }
 
-// loadAverage is the machine's 1, 5 and 15 minute load averages: how much
-// else ran beside the round.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
 // loadCPU is the CPU time the snapshot's load took: what the restart from
 // it had used by its first answer beyond what the cold start had.
 func (res roundResult) loadCPU() timed {
 	return timed{entries: res.snapshot.fill.entries, took: res.snapshot.cpu - res.cold.cpu}
 }
 
-// median returns the median of f over xs.
-func median[T any, V cmp.Ordered](xs []T, f func(T) V) V {
-	if len(xs) == 0 {
-		var zero V
-		return zero
-	}
-	v := make([]V, len(xs))
-	for i, x := range xs {
-		v[i] = f(x)
-	}
-	slices.Sort(v)
-	return v[len(v)/2]
-}
-
 // summary is the table of the rounds' medians and the targets.
 func summary(rounds []roundResult) string {
 	var b strings.Builder
 	row := func(figure string, f func(roundResult) float64, format string) float64 {
-		m := median(rounds, f)
+		m := harness.Median(rounds, f)
 		var each []string
 		for _, r := range rounds {
 			each = append(each, fmt.Sprintf(format, f(r)))
@@ -436,13 +408,13 @@ func summary(rounds []roundResult) string {
 	row("peer warm-up fill, s per 1M entries", func(r roundResult) float64 { return r.warmup.fill.perMillion().Seconds() }, "%.2f")
 	row("snapshot write on SIGTERM, s per 1M entries", func(r roundResult) float64 { return r.final.perMillion().Seconds() }, "%.2f")
 	row("snapshot write every interval, s per 1M entries (median of the round's)", func(r roundResult) float64 {
-		return median(r.writes.writes, func(w timed) float64 { return w.perMillion().Seconds() })
+		return harness.Median(r.writes.writes, func(w timed) float64 { return w.perMillion().Seconds() })
 	}, "%.2f")
 	pooled := row("p99 of the queries sent during writes ÷ of those outside them", func(r roundResult) float64 { return r.writes.pooledRatio() }, "%.2f")
 	p99 := row("median over writes of the p99 during each ÷ median p99 of as long stretches away from writes", func(r roundResult) float64 { return r.writes.typicalRatio() }, "%.2f")
 	if rounds[0].compare != nil {
 		row("-compare: snapshot write every interval, s per 1M entries", func(r roundResult) float64 {
-			return median(r.compare.writes, func(w timed) float64 { return w.perMillion().Seconds() })
+			return harness.Median(r.compare.writes, func(w timed) float64 { return w.perMillion().Seconds() })
 		}, "%.2f")
 		row("-compare: p99 of the queries sent during writes ÷ of those outside them", func(r roundResult) float64 { return r.compare.pooledRatio() }, "%.2f")
 		row("-compare: median over writes of the p99 during each ÷ median p99 of as long stretches away from writes", func(r roundResult) float64 { return r.compare.typicalRatio() }, "%.2f")

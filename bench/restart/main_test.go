@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/openloop"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // The log lines as the plugin writes them (snapshot.go, warmup.go).
@@ -50,11 +50,11 @@ func TestLogLines(t *testing.T) {
 // second, none in the next.
 func TestHitRate(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
-	p := &openloop.Phase{}
+	p := &harness.Phase{}
 	up := &upstream{}
 	for i := range 2000 {
 		at := start.Add(time.Duration(i) * time.Millisecond)
-		p.Samples = append(p.Samples, openloop.Sample{Sent: at, Latency: 100 * time.Microsecond})
+		p.Samples = append(p.Samples, harness.Sample{Sent: at, Latency: 100 * time.Microsecond})
 		if i < 1000 && i%2 == 0 {
 			up.asked = append(up.asked, at.Add(50*time.Microsecond).UnixNano())
 		}
@@ -82,13 +82,13 @@ func TestMeasureWrites(t *testing.T) {
 		{took: 100 * time.Millisecond, seen: start.Add(300 * time.Millisecond)}, // 200-300 ms
 		{took: 50 * time.Millisecond, seen: start.Add(750 * time.Millisecond)},  // 700-750 ms
 	}
-	p := &openloop.Phase{}
+	p := &harness.Phase{}
 	for i := range 1000 {
 		l := 100 * time.Microsecond
 		if i >= 200 && i <= 300 || i >= 700 && i <= 750 {
 			l = 5 * time.Millisecond
 		}
-		p.Samples = append(p.Samples, openloop.Sample{Sent: start.Add(time.Duration(i) * time.Millisecond), Latency: l})
+		p.Samples = append(p.Samples, harness.Sample{Sent: start.Add(time.Duration(i) * time.Millisecond), Latency: l})
 	}
 	w := measureWrites(p, writes)
 	if len(w.during.Latencies) != 101+51 || w.during.Percentile(0.5) != 5*time.Millisecond {
@@ -115,8 +115,8 @@ func TestSummaryTargets(t *testing.T) {
 			warmup:   scenario{hit2: 0.45, hit10: 0.5, upstream: 50, hit2r: 0.5, fill: timed{entries: 100_000, took: time.Second}},
 			writes: writesResult{
 				writes:   []timed{{entries: 100_000, took: 60 * time.Millisecond}},
-				during:   openloop.Window{Latencies: []time.Duration{p99}},
-				outside:  openloop.Window{Latencies: []time.Duration{time.Millisecond}},
+				during:   harness.Window{Latencies: []time.Duration{p99}},
+				outside:  harness.Window{Latencies: []time.Duration{time.Millisecond}},
 				p99Write: p99, p99Typical: time.Millisecond,
 			},
 		}

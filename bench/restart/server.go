@@ -12,14 +12,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/miekg/dns"
 )
@@ -43,7 +42,7 @@ func (e *env) dnsAddr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 
 // server is a CoreDNS process of the run.
 type server struct {
-	*proc.Proc
+	*harness.Proc
 	started time.Time // when it was started
 }
 
@@ -87,13 +86,8 @@ func (e *env) start(name, corefile string) (*server, error) {
 // startBin is start for the build bin.
 func (e *env) startBin(bin, name, corefile string) (*server, error) {
 	e.serial++
-	base := filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.serial, name))
-	if err := os.WriteFile(base+".Corefile", []byte(corefile), 0o644); err != nil {
-		return nil, err
-	}
-	argv := proc.Pinned(e.cpu, e.nice, bin, "-conf", base+".Corefile")
 	started := time.Now()
-	p, err := proc.Start(name, base+".log", exec.Command(argv[0], argv[1:]...))
+	p, err := harness.Launch{CPU: e.cpu, Nice: e.nice}.CoreDNS(bin, filepath.Join(e.work, fmt.Sprintf("%02d-%s", e.serial, name)), corefile)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +100,7 @@ var probe = dns.Question{Name: "probe.restart.invalid.", Qtype: dns.TypeA, Qclas
 // firstAnswer asks addr until it answers and returns when the answer came:
 // time zero of a restart, to within the 2 ms between asks.
 func firstAnswer(s *server, addr string, limit time.Duration) (time.Time, error) {
-	if _, err := proc.WaitDNS(context.Background(), s.Proc, addr, probe, limit, 2*time.Millisecond); err != nil {
+	if _, err := harness.WaitDNS(context.Background(), s.Proc, addr, probe, limit, 2*time.Millisecond); err != nil {
 		return time.Time{}, err
 	}
 	return time.Now(), nil

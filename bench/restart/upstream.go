@@ -5,12 +5,11 @@ package main
 import (
 	"net"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/proc"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
@@ -20,9 +19,8 @@ import (
 // and notes when it was asked for each: the queries the cache did not
 // answer itself.
 type upstream struct {
+	*harness.Server
 	names map[string]int32
-	udp   *dns.Server
-	tcp   *dns.Server
 
 	mu    sync.Mutex
 	asked []int64 // unix nanoseconds
@@ -33,37 +31,9 @@ func startUpstream(names *workload.Names) (*upstream, error) {
 	for i := range names.Len() {
 		u.names[names.Name(i)] = int32(i)
 	}
-	port, err := proc.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		pc.Close()
-		return nil, err
-	}
-	u.udp = &dns.Server{PacketConn: pc, Handler: u}
-	u.tcp = &dns.Server{Listener: l, Handler: u}
-	for _, s := range []*dns.Server{u.udp, u.tcp} {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		go s.ActivateAndServe()
-		<-started
-	}
-	return u, nil
-}
-
-// Addr is where the upstream listens, HOST:PORT.
-func (u *upstream) Addr() string { return u.udp.PacketConn.LocalAddr().String() }
-
-func (u *upstream) Shutdown() {
-	u.udp.Shutdown()
-	u.tcp.Shutdown()
+	var err error
+	u.Server, err = harness.Serve(u)
+	return u, err
 }
 
 // ServeDNS answers a workload name with its reply and any other with

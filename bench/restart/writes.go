@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactcache/compactcache/bench/openloop"
+	"github.com/compactcache/compactcache/bench/harness"
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
@@ -17,7 +17,7 @@ type writesResult struct {
 	writes []timed
 	// The queries sent while a write ran and those sent away from any,
 	// pooled.
-	during, outside openloop.Window
+	during, outside harness.Window
 	// The median over writes of the p99 of the queries sent during each,
 	// and the median p99 of stretches as long as the median write away
 	// from writes: a stall of the shared machine stretches the write it
@@ -48,7 +48,7 @@ func (e *env) writesPhase(bin, path string, cfg config, post workload.Zipf, name
 	}
 	stop := make(chan struct{})
 	seen := s.watchWrites(stop)
-	p, err := openloop.Run(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(&post, names), nil)
+	p, err := harness.OpenLoop(e.dnsAddr(), cfg.rate, cfg.write, zipfQueries(&post, names), nil)
 	close(stop)
 	writes := <-seen
 	if err != nil {
@@ -66,7 +66,7 @@ const margin = 50 * time.Millisecond
 
 // measureWrites splits the phase's queries into those sent while a write
 // ran and those sent more than margin away from any.
-func measureWrites(p *openloop.Phase, writes []timed) writesResult {
+func measureWrites(p *harness.Phase, writes []timed) writesResult {
 	res := writesResult{writes: writes}
 	near := func(from, to time.Time, slack time.Duration) bool {
 		for _, w := range writes {
@@ -86,10 +86,10 @@ func measureWrites(p *openloop.Phase, writes []timed) writesResult {
 		}
 	}
 	itself := func(d time.Duration) time.Duration { return d }
-	res.p99Write = median(each, itself)
+	res.p99Write = harness.Median(each, itself)
 	took := func(w timed) time.Duration { return w.took }
-	length := max(median(writes, took), time.Millisecond)
-	res.p99Typical = median(p.StretchP99s(length, func(from, to time.Time) bool { return near(from, to, margin) }), itself)
+	length := max(harness.Median(writes, took), time.Millisecond)
+	res.p99Typical = harness.Median(p.StretchP99s(length, func(from, to time.Time) bool { return near(from, to, margin) }), itself)
 	return res
 }
 
@@ -100,7 +100,7 @@ func (w writesResult) print(r int, label string) {
 		took = append(took, t.took.String())
 	}
 	fmt.Printf("round %d %s %d writes of %d entries or more (%s), %.2f s per 1M (median)\n",
-		r, label, len(w.writes), w.writes[0].entries, strings.Join(took, " "), median(w.writes, func(t timed) float64 { return t.perMillion().Seconds() }))
+		r, label, len(w.writes), w.writes[0].entries, strings.Join(took, " "), harness.Median(w.writes, func(t timed) float64 { return t.perMillion().Seconds() }))
 	fmt.Printf("round %d %s p99 of the %d queries sent during writes %d µs / of the %d sent away from them %d µs: %.2f; median of each write's p99 %d µs / of as long stretches away from writes %d µs: %.2f\n",
 		r, label, len(w.during.Latencies), w.during.Percentile(0.99).Microseconds(), len(w.outside.Latencies), w.outside.Percentile(0.99).Microseconds(), w.pooledRatio(),
 		w.p99Write.Microseconds(), w.p99Typical.Microseconds(), w.typicalRatio())

@@ -36,10 +36,10 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
-const cmd = cli.Command("trace")
+const cmd = harness.Command("trace")
 
 type config struct {
 	specs      []spec
@@ -121,7 +121,7 @@ type cell struct {
 }
 
 func run(cfg config) error {
-	started, revision := time.Now(), cli.Revision()
+	started, revision := time.Now(), harness.Revision()
 	cmd.Progress("generating %d traces of %d queries and sizing their entries", len(cfg.specs), cfg.queries)
 	sz := &sizes{s: newSizer(cfg.dnssec), known: map[uint32]int32{}}
 	traces := make([]*prepared, len(cfg.specs))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/bench"
-	"github.com/compactcache/compactcache/bench/cli"
+	"github.com/compactcache/compactcache/bench/harness"
 )
 
 // columnTitle is what the table calls a column.
@@ -32,7 +32,7 @@ const (
 
 func printTables(out io.Writer, cfg config, traces []*prepared, results map[cell]result, started time.Time, revision string) {
 	fmt.Fprintf(out, "Trace replays: hit rates at equal bytes, the plugins beside offline simulations\n")
-	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s\n", started.UTC().Format(time.DateTime+" UTC"), cli.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(out, "%s; %s, GOMAXPROCS %d, %s\n", started.UTC().Format(time.DateTime+" UTC"), harness.CPUModel(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(out, "plugin: %s\n", revision)
 	fmt.Fprintf(out, "%d queries a trace over %d Zipf names, the first %.0f%% warming up. A cell is the hit rate of the other queries /\n",
 		cfg.queries, cfg.names, 100*cfg.warmUp)

@@ -1,12 +1,13 @@
 // Package config reads a compactcache block of a Corefile into Settings:
 // the stock cache's options, with its syntax and defaults, and those of
-// compactcache (capacity, ecs, frontend, snapshot, admin, warmup,
+// compactcache (capacity, ecs, frontend, snapshot, admin, warmup, shared,
 // kubernetes), each checked at startup with an error that names the option
 // and the value at fault.
 package config
 
 import (
 	"fmt"
+	"github.com/compactcache/compactcache/internal/tier"
 	"math"
 	"strconv"
 	"strings"
@@ -84,6 +85,7 @@ type Settings struct {
 	Frontend *frontend.Config // nil unless the block asks for one
 	Snapshot *persist.Snapshot
 	Warmup   *persist.Warmup
+	Shared   *tier.Config // the second tier, nil for none
 	// Kubernetes is the invalidation from the Kubernetes API; nil unless
 	// the block asks for it.
 	Kubernetes *kube.Config
@@ -158,7 +160,7 @@ func Parse(c *caddy.Controller) (Settings, error) {
 
 // onlyOnce are the options a block may give once; the stock cache lets the
 // last of the others win, and so does this one.
-var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true, "kubernetes": true}
+var onlyOnce = map[string]bool{"capacity": true, "serve_stale_policy": true, "ecs": true, "frontend": true, "snapshot": true, "admin": true, "warmup": true, "shared": true, "kubernetes": true}
 
 func parseOption(c *caddy.Controller, s *Settings) error {
 	opt := c.Val()
@@ -214,6 +216,10 @@ func parseOption(c *caddy.Controller, s *Settings) error {
 		return err
 	case "admin":
 		return adminserver.Parse(c, args)
+	case "shared":
+		tc, err := tier.Parse(c, args)
+		s.Shared = tc
+		return err
 	case "warmup":
 		wc, err := persist.ParseWarmup(c, args)
 		s.Warmup = wc

@@ -1,6 +1,9 @@
-// Package dnsmsg has the layout of a DNS message's header (RFC 1035 4.1.1),
-// which the request readers, the reply writer and the front end read and
-// write without unpacking a message.
+// Package dnsmsg is what the request readers, the reply writer and the
+// front end know of DNS messages below miekg/dns, to read and write them
+// without unpacking one: the header's layout (RFC 1035 4.1.1), names in wire
+// form (packing, case, comparing, compressing: RFC 1035 4.1.4, RFC 4343),
+// zone sets, the rdata names a writer may compress (RFC 3597 4), TTLs (RFC
+// 2181 8) and the client subnet option's addresses (RFC 7871).
 package dnsmsg
 
 const HeaderLen = 12

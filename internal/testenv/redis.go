@@ -23,15 +23,20 @@ type Redis struct {
 	Addr string
 	args []string
 	cmd  *exec.Cmd
+	auth []string // AUTH's arguments before each command, when set
 }
 
+// Auth has Do authenticate as user with password before each command.
+func (r *Redis) Auth(user, password string) { r.auth = []string{"AUTH", user, password} }
+
 // StartRedis starts redis-server (the Debian package, which .ci/run
-// installs) on a free port with args added to its command line, and waits
+// installs), or the server $COMPACTCACHE_REDIS_SERVER names (valkey-server,
+// say), on a free port with args added to its command line, and waits
 // until it answers.
 func StartRedis(tb testing.TB, args ...string) *Redis {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		tb.Fatal("redis-server is not installed: apt-get install redis-server (.ci/run installs it)")
+	if _, err := exec.LookPath(RedisServer()); err != nil {
+		tb.Fatalf("%s is not installed: apt-get install redis-server (.ci/run installs it)", RedisServer())
 	}
 	r := &Redis{tb: tb, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(tb)), args: args}
 	r.Start()
@@ -46,7 +51,7 @@ func (r *Redis) Start() {
 	dir := r.tb.TempDir()
 	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log")}, r.args...)
-	r.cmd = exec.Command("redis-server", args...)
+	r.cmd = exec.Command(RedisServer(), args...)
 	if err := r.cmd.Start(); err != nil {
 		r.tb.Fatal(err)
 	}
@@ -79,8 +84,8 @@ func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
 func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Do sends a command on a connection of its own and
-// returns the reply: a bulk string's bytes, else its first line, or an
-// error for an error reply.
+// returns the reply: a bulk string's bytes, an array's bulk strings a line
+// each, else its first line; or an error for an error reply.
 // The tests use it to set the server up and to look at what it holds.
 func (r *Redis) Do(args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
@@ -89,14 +94,18 @@ func (r *Redis) Do(args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	req := fmt.Sprintf("*%d\r\n", len(args))
-	for _, a := range args {
-		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	br := bufio.NewReader(c)
+	if r.auth != nil {
+		if err := send(c, r.auth); err != nil {
+			return "", err
+		}
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return "", fmt.Errorf("AUTH: %q %v", line, err)
+		}
 	}
-	if _, err := io.WriteString(c, req); err != nil {
+	if err := send(c, args); err != nil {
 		return "", err
 	}
-	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
 	if err != nil {
 		return "", err
@@ -106,17 +115,39 @@ func (r *Redis) Do(args ...string) (string, error) {
 	case strings.HasPrefix(line, "-"):
 		return "", ReplyError(line[1:])
 	case strings.HasPrefix(line, "$") && line != "$-1":
+		return readBulk(br, line)
+	case strings.HasPrefix(line, "*") && line != "*-1":
+		// An array of bulk strings (KEYS), a line each.
 		n, err := strconv.Atoi(line[1:])
 		if err != nil {
 			return "", err
 		}
-		body := make([]byte, n+2)
-		if _, err := io.ReadFull(br, body); err != nil {
-			return "", err
+		items := make([]string, n)
+		for i := range items {
+			h, err := br.ReadString('\n')
+			if err != nil {
+				return "", err
+			}
+			if items[i], err = readBulk(br, strings.TrimRight(h, "\r\n")); err != nil {
+				return "", err
+			}
 		}
-		return string(body[:n]), nil
+		return strings.Join(items, "\n"), nil
 	}
 	return line, nil
+}
+
+// readBulk reads the body of a bulk string whose header is header.
+func readBulk(br *bufio.Reader, header string) (string, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(header, "$"))
+	if err != nil || !strings.HasPrefix(header, "$") {
+		return "", fmt.Errorf("not a bulk string: %q", header)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
 }
 
 // ReplyError is an error the server replied with.
@@ -132,4 +163,22 @@ func (r *Redis) MustDo(args ...string) string {
 		r.tb.Fatalf("redis %v: %v", args, err)
 	}
 	return v
+}
+
+// send writes a command as an array of bulk strings.
+func send(w io.Writer, args []string) error {
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	_, err := io.WriteString(w, req)
+	return err
+}
+
+// RedisServer is the server the tests start.
+func RedisServer() string {
+	if s := os.Getenv("COMPACTCACHE_REDIS_SERVER"); s != "" {
+		return s
+	}
+	return "redis-server"
 }

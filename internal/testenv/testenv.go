@@ -1,5 +1,6 @@
 // Package testenv has what the tests share: a loopback port for a server to
-// listen on, a buffer for its log, and records written as zone-file text.
+// listen on, a buffer for its log, records written as zone-file text, an
+// HTTP client, and a real redis-server started on the loopback.
 package testenv
 
 import (

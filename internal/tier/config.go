@@ -70,7 +70,13 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 		}
 	}
 	var secretFile, passwordFile string
+	seen := map[string]bool{}
 	err := corefile.Block(c, func(opt string, vals []string) error {
+		// A second value of a setting would silently replace the first.
+		if seen[opt] {
+			return fmt.Errorf("shared: %s given twice", opt)
+		}
+		seen[opt] = true
 		one := func() (string, error) {
 			if len(vals) != 1 {
 				return "", fmt.Errorf("shared: %s wants one value, got %q", opt, vals)
@@ -127,8 +133,8 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 		}
 		cfg.password = string(p)
 	}
-	if cfg.caFile != "" && !cfg.tls {
-		return nil, fmt.Errorf("shared: tls_ca without a rediss:// URL")
+	if (cfg.caFile != "" || cfg.serverName != "") && !cfg.tls {
+		return nil, fmt.Errorf("shared: tls_ca or tls_server_name without a rediss:// URL")
 	}
 	if cfg.caFile != "" {
 		if _, err := cfg.tlsConfig(); err != nil {

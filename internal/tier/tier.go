@@ -44,6 +44,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -206,10 +207,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
 	}
 	epochs := len(cmds)
-	cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("all", nil)).Build(), c.B().Get().Key(t.keys.epochKey("negative", nil)).Build(),
-		c.B().Get().Key(t.keys.epochKey("name", name)).Build())
+	cmds = append(cmds, c.B().Get().Key(t.keys.all).Build(), c.B().Get().Key(t.keys.negative).Build(),
+		c.B().Get().Key(t.keys.epochKey(epochName, name)).Build())
 	for off := 0; ; off += int(name[off]) + 1 {
-		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey("zone", name[off:])).Build())
+		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey(epochZone, name[off:])).Build())
 		if name[off] == 0 {
 			break
 		}
@@ -220,7 +221,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	res := c.DoMulti(ctx, cmds...)
 	t.m.lookup.Observe(time.Since(start).Seconds())
 	for _, r := range res {
-		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) {
+		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.m.timeouts.inc()
 			} else {
@@ -234,21 +235,33 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
 	for i, r := range res[epochs:] {
 		v, err := r.AsInt64()
-		if err != nil {
-			continue // none, or not a number: no flush
+		switch {
+		case valkey.IsValkeyNil(err):
+			continue // no flush
+		case err != nil:
+			// An epoch that is not a time may hide a flush: it covers
+			// every value of its scope, for as long as it is there.
+			t.m.rejected[errEpoch].inc()
+			t.logRefused(errEpoch)
+			v = math.MaxInt64
 		}
 		if i == 1 {
-			negative = v
+			negative = max(negative, v)
 		} else {
 			flushed = max(flushed, v)
 		}
 	}
+	var e entry.Entry
 	for i, r := range res[:epochs] {
 		v, err := r.AsBytes()
-		if err != nil {
-			continue // nil: not there
+		switch {
+		case valkey.IsValkeyNil(err):
+			continue // not there
+		case err != nil:
+			err = errFormat // a key of another type than a string
+		default:
+			e, err = t.keys.open(tierKeys[i], keys[i], v)
 		}
-		e, err := t.keys.open(tierKeys[i], keys[i], v)
 		if err != nil {
 			t.m.rejected[err].inc()
 			t.logRefused(err)
@@ -267,6 +280,13 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	return nil
 }
 
+// wrongType reports whether err is the server's refusal to read a key of
+// another type: what someone else wrote there, not a failure of the tier.
+func wrongType(err error) bool {
+	verr, ok := valkey.IsValkeyErr(err)
+	return ok && strings.HasPrefix(verr.Error(), "WRONGTYPE")
+}
+
 // countLabels returns the labels of a wire name, the root's included.
 func countLabels(name []byte) int {
 	n := 1
@@ -276,7 +296,8 @@ func countLabels(name []byte) int {
 	return n
 }
 
-// logRefused says that a value was refused, once a minute per reason.
+// logRefused says that a value or an epoch was refused, once a minute per
+// reason.
 func (t *Tier) logRefused(why error) {
 	t.logMu.Lock()
 	defer t.logMu.Unlock()
@@ -285,6 +306,10 @@ func (t *Tier) logRefused(why error) {
 		return
 	}
 	t.logNext[why.Error()] = now.Add(time.Minute)
+	if why == errEpoch {
+		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses while it is there", t.cfg)
+		return
+	}
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
 }
 
@@ -325,7 +350,7 @@ func (t *Tier) writer() {
 
 func (t *Tier) write(batch []entry.Entry) {
 	cp := t.client.Load()
-	if cp == nil || !t.br.allow(time.Now()) {
+	if cp == nil {
 		for range batch {
 			t.m.dropped.inc()
 		}
@@ -342,7 +367,16 @@ func (t *Tier) write(batch []entry.Entry) {
 		key := t.keys.key(e.Key())
 		cmds = append(cmds, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
 	}
+	// The breaker is asked only for a batch that will report back: a
+	// half-open breaker's probe taken and never reported would skip the
+	// tier for good.
 	if len(cmds) == 0 {
+		return
+	}
+	if !t.br.allow(time.Now()) {
+		for range cmds {
+			t.m.dropped.inc()
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
@@ -363,37 +397,38 @@ func (t *Tier) write(batch []entry.Entry) {
 	}
 }
 
-// Flush applies f to the tier: a value stored before it that it covers is
-// a miss from now on, on every replica; and sends it to the other
-// replicas, which apply it to their local stores.
-func (t *Tier) Flush(f flush.Flush) error {
+// Flush applies f, made at now (the block's clock, unix seconds), to the
+// tier: a value stored before it that it covers is a miss from now on, on
+// every replica; and sends it to the other replicas, which apply it to
+// their local stores.
+func (t *Tier) Flush(f flush.Flush, now int64) error {
 	cp := t.client.Load()
 	if cp == nil {
 		return fmt.Errorf("shared tier %s: not connected", t.cfg)
 	}
 	c := *cp
-	now := strconv.FormatInt(time.Now().Unix(), 10)
+	at := strconv.FormatInt(now, 10)
 	life := time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
-	epoch := func(what string, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(what, name)).Value(now).Px(life).Build()
+	epoch := func(scope epochScope, name []byte) valkey.Completed {
+		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build()
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
 	case flush.Names:
 		for _, n := range f.Names {
-			cmds = append(cmds, epoch("name", n))
+			cmds = append(cmds, epoch(epochName, n))
 		}
 	case flush.Zones:
 		for _, z := range f.Names {
-			cmds = append(cmds, epoch("zone", z))
+			cmds = append(cmds, epoch(epochZone, z))
 		}
 	case flush.Negative:
-		cmds = append(cmds, epoch("negative", nil))
+		cmds = append(cmds, epoch(epochNegative, nil))
 	case flush.All:
-		cmds = append(cmds, epoch("all", nil))
+		cmds = append(cmds, epoch(epochAll, nil))
 	}
 	msg := f.Marshal(nil)
-	tag := t.keys.mac("f", []byte(t.id), msg)
+	tag := t.keys.mac(forFlush, []byte(t.id), msg)
 	cmds = append(cmds, c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
 		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build())
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
@@ -492,7 +527,7 @@ func (t *Tier) received(fields map[string]string) {
 	if from == t.id {
 		return
 	}
-	want := t.keys.mac("f", []byte(from), []byte(msg))
+	want := t.keys.mac(forFlush, []byte(from), []byte(msg))
 	if len(tag) != tagLen || string(want[:tagLen]) != tag {
 		t.m.rejected[errTag].inc()
 		t.logRefused(errTag)
@@ -507,6 +542,9 @@ func (t *Tier) received(fields map[string]string) {
 	t.m.received.inc()
 	t.opt.Apply(f)
 }
+
+// Connected reports whether the tier has connected.
+func (t *Tier) Connected() bool { return t.client.Load() != nil }
 
 // Stats describes the tier for the admin stats.
 func (t *Tier) Stats() *admin.Shared {

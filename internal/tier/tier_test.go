@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +60,11 @@ func mustTier(t testing.TB, option string, fp byte, apply func(flush.Flush)) *Ti
 	}
 	if apply == nil {
 		apply = func(flush.Flush) {}
+	}
+	if !strings.Contains(option, "timeout") {
+		// A loaded machine (CI, -race) can take longer than a LAN's default
+		// timeout: the tests of what the tier holds must not time out.
+		cfg.timeout = time.Second
 	}
 	tr := New(cfg, Options{Fingerprint: [32]byte{fp}, Grace: 0, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
 	t.Cleanup(tr.Close)
@@ -150,7 +155,16 @@ func TestParse(t *testing.T) {
 		{option: "shared redis://127.0.0.1:1 {\n secret_file /nonexistent\n}", says: "secret_file: open /nonexistent"},
 		{option: "shared redis://127.0.0.1:1 {\n timeout 0s\n}", says: "timeout \"0s\" is not a duration"},
 		{option: "shared redis://127.0.0.1:1 {\n write_queue 0\n}", says: "write_queue \"0\" is not a number"},
-		{option: "shared redis://127.0.0.1:1 {\n tls_ca " + secret + "\n}", says: "tls_ca without a rediss:// URL"},
+		{option: "shared redis://127.0.0.1:1 {\n tls_ca " + secret + "\n}", says: "tls_ca or tls_server_name without a rediss:// URL"},
+		{option: "shared redis://127.0.0.1:1 {\n tls_server_name redis.example\n}", says: "tls_ca or tls_server_name without a rediss:// URL"},
+		{option: "shared redis://127.0.0.1:1 {\n timeout 5ms\n timeout 50ms\n}", says: "timeout given twice"},
+		{option: "shared redis://127.0.0.1:1 {\n secret_file " + secret + "\n secret_file " + secret + "\n}", says: "secret_file given twice"},
+		{option: "shared redis://127.0.0.1:1 {\n timeout 11s\n}", says: "timeout \"11s\" is not a duration"},
+		{option: "shared redis://127.0.0.1:1 {\n timeout 5\n}", says: "timeout \"5\" is not a duration"},
+		{option: "shared redis://127.0.0.1:1 {\n password_file /nonexistent\n}", says: "password_file: open /nonexistent"},
+		{option: "shared redis://127.0.0.1:1/-1", says: `database "-1" is not a number`},
+		{option: "shared redis://127.0.0.1:1?db=2", says: "is not a URL such as"},
+		{option: "shared redis://127.0.0.1:1 redis://other@127.0.0.1:2", says: "every URL must have the scheme"},
 		{option: "shared rediss://127.0.0.1:1 {\n tls_ca " + secret + "\n}", says: "holds no PEM certificate"},
 		{option: "shared redis://127.0.0.1:1 {\n sentinel\n}", says: "sentinel wants one value"},
 		{option: "shared redis://127.0.0.1:1 {\n cluster yes\n}", says: `unknown option "cluster"`},
@@ -239,6 +253,10 @@ func TestRefusesForgedValues(t *testing.T) {
 		{"a changed record", func() []byte { v := slices.Clone(sealed); v[len(v)-1] ^= 1; return v }(), errTag},
 		{"another entry moved here", tr.keys.seal(tr.keys.key(f.Key()), f), errTag},
 		{"sealed by another secret", other.keys.seal(key, e), errTag},
+		{"copied from a block of other settings", func() []byte {
+			k := newKeyer([]byte(testSecret), [32]byte{2})
+			return k.seal(k.key(e.Key()), e)
+		}(), errTag},
 		{"sealed for this key, of another name", tr.keys.seal(key, f), errKey},
 		{"a malformed entry sealed", tr.keys.seal(key, e[:len(e)-3]), errFormat},
 	} {
@@ -286,7 +304,7 @@ func TestFlushes(t *testing.T) {
 	}
 	for i, s := range steps {
 		start := time.Now()
-		if err := a.Flush(s.f); err != nil {
+		if err := a.Flush(s.f, time.Now().Unix()); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range s.gone {
@@ -321,10 +339,9 @@ func TestFlushes(t *testing.T) {
 }
 
 // under runs load, Gets of one absent key from 4 goroutines, until stop is
-// closed, and returns each Get's duration.
-func under(tr *Tier, e entry.Entry, stop chan struct{}) func() []time.Duration {
-	var mu sync.Mutex
-	var took []time.Duration
+// closed, and returns the lookups' latencies.
+func under(tr *Tier, e entry.Entry, stop chan struct{}) func() *latencies {
+	var l latencies
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -336,19 +353,41 @@ func under(tr *Tier, e entry.Entry, stop chan struct{}) func() []time.Duration {
 				}
 				start := time.Now()
 				get(tr, e)
-				d := time.Since(start)
-				mu.Lock()
-				took = append(took, d)
-				mu.Unlock()
+				l.add(time.Since(start))
 			}
 		})
 	}
-	return func() []time.Duration { close(stop); wg.Wait(); return took }
+	return func() *latencies { close(stop); wg.Wait(); return &l }
 }
 
-func p99(d []time.Duration) time.Duration {
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return d[len(d)*99/100]
+// latencies counts durations in buckets of latencyStep: a load's lookups,
+// which the skipping breaker makes millions, in memory that does not grow
+// with them (the heap is measured under load).
+type latencies struct {
+	mu      sync.Mutex
+	buckets [2000]int64 // the last one holds the longer ones too
+	n       int64
+}
+
+const latencyStep = 10 * time.Microsecond
+
+func (l *latencies) add(d time.Duration) {
+	i := min(int(d/latencyStep), len(l.buckets)-1)
+	l.mu.Lock()
+	l.buckets[i]++
+	l.n++
+	l.mu.Unlock()
+}
+
+// p99 returns the upper bound of the bucket of the 99th percentile.
+func (l *latencies) p99() time.Duration {
+	rank := l.n * 99 / 100
+	for i, c := range l.buckets {
+		if rank -= c; rank < 0 {
+			return time.Duration(i+1) * latencyStep
+		}
+	}
+	return time.Duration(len(l.buckets)) * latencyStep
 }
 
 // TestTierFaults: the tier killed, stopped and restarted empty under load:
@@ -360,7 +399,7 @@ func TestTierFaults(t *testing.T) {
 	tr := mustTier(t, "shared redis://"+r.Addr+" {\n timeout 20ms\n}", 1, nil)
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
 	putAndWait(t, tr, e)
-	goroutines := runtime.NumGoroutine()
+	goroutines, heap := runtime.NumGoroutine(), heapLive()
 
 	for _, fault := range []struct {
 		name        string
@@ -372,16 +411,21 @@ func TestTierFaults(t *testing.T) {
 		done := under(tr, e, make(chan struct{}))
 		time.Sleep(100 * time.Millisecond)
 		fault.inject()
-		for range 100 {
+		for range 200000 {
 			tr.Put(e) // writes while it is down: dropped, not queued without bound
+		}
+		// What the tier may hold for them is its write queue, a fraction
+		// of what they would take queued whole.
+		if h := heapLive(); h > heap+uint64(200000*len(e))/4 {
+			t.Errorf("%s: heap of %d kB live with the tier down, %d kB before", fault.name, h>>10, heap>>10)
 		}
 		time.Sleep(1500 * time.Millisecond)
 		if st := tr.br.current(); st == closed {
 			t.Errorf("%s: the breaker is closed 1.5s in", fault.name)
 		}
 		took := done()
-		if p := p99(took); p > tr.cfg.timeout+time.Millisecond {
-			t.Errorf("%s: p99 of %d lookups %v, over the timeout %v and a millisecond", fault.name, len(took), p, tr.cfg.timeout)
+		if p := took.p99(); p > tr.cfg.timeout+time.Millisecond {
+			t.Errorf("%s: p99 of %d lookups %v, over the timeout %v and a millisecond", fault.name, took.n, p, tr.cfg.timeout)
 		}
 		fault.end()
 		for deadline := time.Now().Add(2*breakerMaxBackoff + 10*time.Second); tr.br.current() != closed; {
@@ -400,6 +444,16 @@ func TestTierFaults(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > goroutines+20 {
 		t.Errorf("%d goroutines after the faults, %d before", n, goroutines)
 	}
+}
+
+// heapLive returns the bytes of the heap's live objects after a
+// collection: the spans in use would count the few objects left in each
+// span of the dropped writes, a fragmentation the collector reuses.
+func heapLive() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // TestTierFull: a tier at its maxmemory, evicting, takes writes and
@@ -557,7 +611,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("the entries are on %d of 3 masters", held)
 	}
 	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
-	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}); err != nil {
+	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -583,7 +637,7 @@ func TestSentinel(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("port "+sport+"\nbind 127.0.0.1\nsentinel monitor cache "+host+" "+port+" 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd := exec.Command(testenv.RedisServer(), conf, "--sentinel")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -601,5 +655,121 @@ func TestSentinel(t *testing.T) {
 	putAndWait(t, tr, e)
 	if n := master.MustDo("DBSIZE"); n != ":1" {
 		t.Errorf("the master holds %s keys, want the entry", n)
+	}
+}
+
+// TestProbeNotLost: the writer taking the half-open breaker's probe for a
+// batch it has nothing to send of does not leave the breaker half-open,
+// skipping every lookup and write, for good.
+func TestProbeNotLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	expired := built(t, "old.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1000, 300)
+
+	tr.br.mu.Lock()
+	tr.br.backoff, tr.br.until = breakerMinBackoff, time.Now().Add(-time.Millisecond)
+	tr.br.set(open, errors.New("a test's"))
+	tr.br.mu.Unlock()
+	tr.write([]entry.Entry{expired})
+	if get(tr, e) == nil {
+		t.Errorf("a lookup after the writer's empty batch: %+v, breaker %v", tr.Stats(), tr.br.current())
+	}
+}
+
+// TestValuesOfOtherTypes: keys of the tier that someone made a hash or a
+// list are refused values, or flushes that cover the name, not errors of
+// the tier: they open no breaker and serve nothing.
+func TestValuesOfOtherTypes(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr+" {\n secret_file "+secretFile(t, testSecret)+"\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+	mail := built(t, "mail.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+	putAndWait(t, tr, e)
+	putAndWait(t, tr, mail)
+	key := tr.keys.key(e.Key())
+	r.MustDo("DEL", key)
+	r.MustDo("HSET", key, "f", "v")
+	for range 2 * breakerFailures {
+		if get(tr, e) != nil {
+			t.Fatal("a hash read as an entry")
+		}
+	}
+	if st := tr.Stats(); st.Errors != 0 || st.Rejected != 2*breakerFailures || tr.br.current() != closed {
+		t.Errorf("a hash at an entry's key: %+v, breaker %v; want refused values, no errors", st, tr.br.current())
+	}
+	// An epoch that cannot be read may hide a flush: the name is a miss.
+	r.MustDo("RPUSH", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")), "x")
+	for range 2 * breakerFailures {
+		if get(tr, mail) != nil {
+			t.Fatal("an entry read under an epoch that is not a time")
+		}
+	}
+	r.MustDo("DEL", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")))
+	r.MustDo("SET", tr.keys.epochKey(epochName, wire(t, "mail.example.org")), "not a time")
+	if get(tr, mail) != nil {
+		t.Fatal("an entry read under an epoch that is not a number")
+	}
+	if st := tr.Stats(); st.Errors != 0 || tr.br.current() != closed || tr.m.rejected[errEpoch].n.Load() != 2*breakerFailures+1 {
+		t.Errorf("epochs of other types: %+v, breaker %v, %d refused; want no errors", st, tr.br.current(), tr.m.rejected[errEpoch].n.Load())
+	}
+}
+
+// TestFlushAfterDisconnect: a replica whose connections the server dropped
+// reads the stream again by itself, from where it left off: a flush sent
+// meanwhile still reaches it within a second.
+func TestFlushAfterDisconnect(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	got := make(chan flush.Flush, 10)
+	a := mustTier(t, option, 1, nil)
+	mustTier(t, option, 1, func(f flush.Flush) { got <- f })
+	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
+	for i := range 3 {
+		if n := r.MustDo("CLIENT", "KILL", "TYPE", "normal"); n == ":0" || n == ":1" {
+			t.Fatalf("round %d: %s connections dropped, want both replicas'", i, n)
+		}
+		start := time.Now()
+		var err error
+		for err = a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil && time.Since(start) < time.Second; {
+			time.Sleep(10 * time.Millisecond) // a's connection was dropped too
+			err = a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case f := <-got:
+			if f.Scope != flush.Negative {
+				t.Fatalf("received %s", f.String())
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("round %d: the flush did not reach the other replica within a second of a dropped connection", i)
+		}
+	}
+}
+
+// TestFlushesLost: a replica that finds, after an error, that flushes it
+// did not read were trimmed from the stream flushes its store whole; one
+// that missed nothing does not.
+func TestFlushesLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	var applied []string
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, func(f flush.Flush) { applied = append(applied, f.String()) })
+	stream := "test-stream"
+	c := *tr.client.Load()
+	r.MustDo("XADD", stream, "5-3", "k", "v")
+	r.MustDo("XADD", stream, "7-0", "k", "v")
+	for _, last := range []string{"5-2", "5-3", "6-0"} {
+		tr.checkTrimmed(c, stream, last)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("flushed %v after reading up to a flush still in the stream", applied)
+	}
+	tr.checkTrimmed(c, stream, "5-1") // 5-2 is gone
+	all := flush.Flush{Scope: flush.All}
+	if len(applied) != 1 || applied[0] != all.String() {
+		t.Fatalf("flushed %v after flushes were trimmed, want all", applied)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"hash"
+	"sync"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -41,48 +42,90 @@ var b64 = base64.RawURLEncoding
 
 // keyer makes the tier's keys and tags from the secret and fingerprint.
 type keyer struct {
-	secret []byte
-	prefix string
+	secret        []byte
+	prefix        string
+	hashers       *sync.Pool // of *hasher: keying an HMAC allocates, and a lookup makes several
+	all, negative string     // the global epochs' keys, which every lookup reads
 }
 
+// hasher is a keyed hash and where its sums go, which a call to an
+// interface's method would otherwise allocate.
+type hasher struct {
+	h   hash.Hash
+	sum [sha256.Size]byte
+}
+
+// The domain separators of the MACs, so that no two uses share an input.
+var (
+	forPrefix = []byte("p")
+	forSlot   = []byte("s")
+	forKey    = []byte("k")
+	forValue  = []byte("v")
+	forFlush  = []byte("f")
+)
+
+// epochScope is what an epoch key holds the time of the last flush of.
+type epochScope int
+
+const (
+	epochAll epochScope = iota
+	epochNegative
+	epochName
+	epochZone
+)
+
+var (
+	epochNames = [...]string{epochAll: "all", epochNegative: "negative", epochName: "name", epochZone: "zone"}
+	forEpoch   = [...][]byte{epochAll: []byte("eall"), epochNegative: []byte("enegative"), epochName: []byte("ename"), epochZone: []byte("ezone")}
+)
+
 func newKeyer(secret []byte, fingerprint [32]byte) keyer {
-	k := keyer{secret: secret}
-	sum := k.mac("p", fingerprint[:])
+	k := keyer{secret: secret, hashers: &sync.Pool{New: func() any {
+		if secret != nil {
+			return &hasher{h: hmac.New(sha256.New, secret)}
+		}
+		return &hasher{h: sha256.New()}
+	}}}
+	sum := k.mac(forPrefix, fingerprint[:])
 	k.prefix = "cc:" + b64.EncodeToString(sum[:9]) + ":"
+	k.all, k.negative = k.epochKey(epochAll, nil), k.epochKey(epochNegative, nil)
 	return k
 }
 
 // mac is HMAC-SHA256 of the parts under the secret, or SHA-256 without
-// one; what is a domain separator, so that no two uses share an input.
-func (k keyer) mac(what string, parts ...[]byte) [sha256.Size]byte {
-	var h hash.Hash
-	if k.secret != nil {
-		h = hmac.New(sha256.New, k.secret)
-	} else {
-		h = sha256.New()
-	}
-	h.Write([]byte(what))
+// one; what is the use's domain separator.
+func (k keyer) mac(what []byte, parts ...[]byte) [sha256.Size]byte {
+	hs := k.hashers.Get().(*hasher)
+	hs.h.Reset()
+	hs.h.Write(what)
 	for _, p := range parts {
-		h.Write(p)
+		hs.h.Write(p)
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	sum := [sha256.Size]byte(hs.h.Sum(hs.sum[:0]))
+	k.hashers.Put(hs)
 	return sum
 }
 
+// maxKeyLen bounds the tier's keys, which are built on the stack.
+const maxKeyLen = 64
+
 // key returns the tier key of a cache key.
 func (k keyer) key(cacheKey []byte) string {
-	slot := k.mac("s", cacheKey[:entry.FlagsAt(cacheKey)])
-	id := k.mac("k", cacheKey)
-	return k.prefix + "{" + b64.EncodeToString(slot[:slotLen]) + "}" + b64.EncodeToString(id[:idLen])
+	slot := k.mac(forSlot, cacheKey[:entry.FlagsAt(cacheKey)])
+	id := k.mac(forKey, cacheKey)
+	var buf [maxKeyLen]byte
+	b := append(append(buf[:0], k.prefix...), '{')
+	b = append(b64.AppendEncode(b, slot[:slotLen]), '}')
+	return string(b64.AppendEncode(b, id[:idLen]))
 }
 
 // epochKey returns the key of the time of the last flush of a name or
-// zone (lowercased wire form), or of a scope flushed whole ("all",
-// "negative").
-func (k keyer) epochKey(what string, name []byte) string {
-	sum := k.mac("e"+what, name)
-	return k.prefix + "e:" + what + ":" + b64.EncodeToString(sum[:idLen])
+// zone (lowercased wire form), or of a scope flushed whole (name nil).
+func (k keyer) epochKey(scope epochScope, name []byte) string {
+	sum := k.mac(forEpoch[scope], name)
+	var buf [maxKeyLen]byte
+	b := append(append(append(append(buf[:0], k.prefix...), "e:"...), epochNames[scope]...), ':')
+	return string(b64.AppendEncode(b, sum[:idLen]))
 }
 
 // streamKey is the key of the stream of flushes the replicas share.
@@ -90,7 +133,7 @@ func (k keyer) streamKey() string { return k.prefix + "flushes" }
 
 // seal returns the value of e under the tier key.
 func (k keyer) seal(key string, e entry.Entry) []byte {
-	tag := k.mac("v", []byte(key), e)
+	tag := k.mac(forValue, []byte(key), e)
 	v := make([]byte, 0, tagLen+len(e))
 	return append(append(v, tag[:tagLen]...), e...)
 }
@@ -101,6 +144,7 @@ var (
 	errTag    = errors.New("tag")
 	errFormat = errors.New("format")
 	errKey    = errors.New("key")
+	errEpoch  = errors.New("epoch")
 )
 
 // open checks v, the value read under key for cacheKey, as untrusted
@@ -111,7 +155,7 @@ func (k keyer) open(key string, cacheKey, v []byte) (entry.Entry, error) {
 		return nil, errShort
 	}
 	e := entry.Entry(v[tagLen:])
-	want := k.mac("v", []byte(key), e)
+	want := k.mac(forValue, []byte(key), e)
 	if subtle.ConstantTimeCompare(v[:tagLen], want[:tagLen]) != 1 {
 		return nil, errTag
 	}
