@@ -8,6 +8,7 @@ import (
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/flights"
 	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/tier"
 	"time"
@@ -35,7 +36,7 @@ type Cache struct {
 	ecs   ecsConfig
 
 	refreshes refreshes
-	flights   flights
+	flights   flights.Flights
 	fence     *flush.Fence // the flushes begun on the store, handed over with it; see Flush
 	shared    *tier.Tier   // the second tier, nil without one; see shared.go
 

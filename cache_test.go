@@ -405,7 +405,7 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 	replies := make(chan *dns.Msg, clients)
 	for i := range clients {
 		if i == 1 {
-			await(t, "the first client to lead", func() bool { return c.flights.count() == 1 })
+			await(t, "the first client to lead", func() bool { return c.flights.InFlight() == 1 })
 		}
 		wg.Add(1)
 		go func() {
@@ -465,7 +465,7 @@ func TestPassedOnRcodes(t *testing.T) {
 // lets its upstream answer (release) and waits for the clients.
 func releaseFlight(t *testing.T, c *Cache, release chan struct{}, wg *sync.WaitGroup) {
 	t.Helper()
-	await(t, "every client to wait", func() bool { return c.flights.count() == 1 })
+	await(t, "every client to wait", func() bool { return c.flights.InFlight() == 1 })
 	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
 	close(release)
 	wg.Wait()
@@ -493,7 +493,7 @@ func TestWaitersGetAnUncachedReply(t *testing.T) {
 		if i == 1 {
 			// A DO client leads the flight: the others, with DO or
 			// without, can all wait for its answer.
-			await(t, "the first client's flight", func() bool { return c.flights.count() == 1 })
+			await(t, "the first client's flight", func() bool { return c.flights.InFlight() == 1 })
 		}
 		wg.Add(1)
 		go func() {
@@ -548,7 +548,7 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 		defer func() { panicked <- recover() }()
 		ask()
 	}()
-	await(t, "the leader's flight", func() bool { return c.flights.count() == 1 })
+	await(t, "the leader's flight", func() bool { return c.flights.InFlight() == 1 })
 	type result struct {
 		rcode int
 		err   error
@@ -558,7 +558,7 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 		rcode, err := ask()
 		waited <- result{rcode, err}
 	}()
-	await(t, "the waiter to join the flight", c.flights.waited)
+	await(t, "the waiter to join the flight", func() bool { _, waited := c.flights.Waiting(); return waited })
 	close(release)
 	if p := <-panicked; p == nil {
 		t.Fatal("the leader's ServeDNS returned: the next plugin's panic was lost")
@@ -571,128 +571,9 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter is still waiting for the flight of a miss whose next plugin panicked")
 	}
-	if n := c.flights.count(); n != 0 {
+	if n := c.flights.InFlight(); n != 0 {
 		t.Fatalf("%d flights left after the panic", n)
 	}
-}
-
-// TestLandReportsWaiters: the miss path recycles a fetch only when land says
-// nobody waited on its flight; a waiter reads the flight after it lands.
-func TestLandReportsWaiters(t *testing.T) {
-	var fs flights
-	var alone, shared flight
-	f, leader := fs.join(1, false, &alone)
-	if !leader || fs.land(f, nil, dns.RcodeSuccess, nil) {
-		t.Fatalf("a flight nobody joined: leader %v, land reported waiters", leader)
-	}
-	f, _ = fs.join(2, false, &shared)
-	if w, leader := fs.join(2, false, new(flight)); leader || w != f {
-		t.Fatalf("a second request for key 2 leads (%v) or joins another flight", leader)
-	}
-	reply := new(dns.Msg)
-	if !fs.land(f, reply, dns.RcodeSuccess, nil) {
-		t.Fatal("a flight with a waiter: land reported none")
-	}
-	<-f.done
-	if f.reply != reply {
-		t.Fatal("the waiter does not see the landed reply")
-	}
-	if n := fs.count(); n != 0 {
-		t.Fatalf("%d flights left after both landed", n)
-	}
-}
-
-// TestFlightsShareAList: flights whose keys fall in one list are told apart
-// by key, and landing any of them, first, last or in between, leaves the
-// others to be joined.
-func TestFlightsShareAList(t *testing.T) {
-	keys := []uint64{3, 3 + flightLists, 3 + 2*flightLists}
-	for _, first := range keys {
-		var fs flights
-		led := map[uint64]*flight{}
-		for _, k := range keys {
-			f, leader := fs.join(k, false, new(flight))
-			if !leader {
-				t.Fatalf("key %d joined a flight of another key", k)
-			}
-			led[k] = f
-		}
-		fs.land(led[first], nil, dns.RcodeSuccess, nil)
-		for _, k := range keys {
-			f, leader := fs.join(k, false, new(flight))
-			if k == first {
-				if !leader {
-					t.Errorf("landed %d first: a new request for it joins the landed flight", first)
-				}
-				continue
-			}
-			if leader || f != led[k] {
-				t.Errorf("landed %d first: a request for %d leads (%v) or joins another flight", first, k, leader)
-			}
-		}
-		if n := fs.count(); n != len(keys) {
-			t.Errorf("landed %d first, then led it again: %d flights, want %d", first, n, len(keys))
-		}
-	}
-}
-
-// TestFlightsDO: a DO miss joins only a flight that stores the DNSSEC
-// records it needs; a miss without DO joins either kind.
-func TestFlightsDO(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		leader, join bool // the DO bits of the leader and of the second miss
-		joins        bool
-	}{
-		{"non-DO joins non-DO", false, false, true},
-		{"non-DO joins DO", true, false, true},
-		{"DO leads beside non-DO", false, true, false},
-		{"DO joins DO", true, true, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var fs flights
-			lead, _ := fs.join(7, tc.leader, new(flight))
-			f, leader := fs.join(7, tc.join, new(flight))
-			if joined := !leader && f == lead; joined != tc.joins {
-				t.Fatalf("the second miss joined the leader's flight: %v, want %v", joined, tc.joins)
-			}
-			// A miss without DO that comes next joins one of them.
-			if _, leader := fs.join(7, false, new(flight)); leader {
-				t.Error("a third miss, without DO, leads a flight of its own")
-			}
-			fs.land(lead, nil, dns.RcodeSuccess, nil)
-			if f != lead {
-				fs.land(f, nil, dns.RcodeSuccess, nil)
-			}
-			if n := fs.count(); n != 0 {
-				t.Errorf("%d flights left after all landed", n)
-			}
-		})
-	}
-}
-
-// each calls fn for each flight in flight, its list locked.
-func (fs *flights) each(fn func(f *flight)) {
-	for i := range fs.lists {
-		l := &fs.lists[i]
-		l.mu.Lock()
-		for f := l.head; f != nil; f = f.next {
-			fn(f)
-		}
-		l.mu.Unlock()
-	}
-}
-
-// count returns the flights in flight.
-func (fs *flights) count() (n int) {
-	fs.each(func(*flight) { n++ })
-	return n
-}
-
-// waited reports whether a request waits on a flight.
-func (fs *flights) waited() (waited bool) {
-	fs.each(func(f *flight) { waited = waited || f.done != nil })
-	return waited
 }
 
 // TestClockReadsPerRequest: a miss reads the clock once, when it stores the

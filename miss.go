@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/flights"
 	"github.com/compactcache/compactcache/internal/reply"
 	"github.com/coredns/coredns/plugin/metrics"
 	"math"
@@ -26,7 +27,7 @@ import (
 // none.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, prior *found, m *cachemetrics.Server) (int, error) {
 	k := fetchPool.Get().(*fetch)
-	f, leader := c.flights.join(c.flightKey(s), s.q.do, &k.flight)
+	f, leader := c.flights.Join(c.flightKey(s), s.q.do, &k.flight)
 	if !leader {
 		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
@@ -37,7 +38,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	cw := &k.cw
 	rcode, err := dns.RcodeServerFailure, errNoReply
 	defer func() {
-		if !c.flights.land(f, cw.reply, rcode, err) {
+		if !c.flights.Land(f, cw.reply, rcode, err) {
 			// Nobody joined the flight, and nobody can now that it has
 			// landed: the fetch is this request's alone. Cleared, so that
 			// the pool keeps no request or reply alive.
@@ -76,26 +77,26 @@ var errFromShared = errors.New("answered from the shared tier")
 
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
-func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flight) (int, error) {
+func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flights.Flight) (int, error) {
 	select {
-	case <-f.done:
+	case <-f.Done:
 	case <-ctx.Done():
 		return dns.RcodeServerFailure, ctx.Err()
 	}
 	if found := c.lookup(s, time.Time{}, true); found.state != absent {
-		return f.rcode, c.write(w, found.reply)
+		return f.Rcode, c.write(w, found.reply)
 	}
-	if f.reply == nil {
-		if f.err == errFromShared {
+	if f.Reply == nil {
+		if f.Err == errFromShared {
 			// The leader answered from the shared tier, and the entry is
 			// gone already: ask for it anew.
 			return c.miss(ctx, w, r, s, &found{}, c.metrics.Server(metrics.WithServer(ctx)))
 		}
-		return f.rcode, f.err
+		return f.Rcode, f.Err
 	}
 	// The reply answers the leader's request; passOn writes it with this
 	// one's ID and question.
-	return f.rcode, c.passOn(w, r, f.reply, s)
+	return f.Rcode, c.passOn(w, r, f.Reply, s)
 }
 
 // flightKey names what a miss asks upstream: the question and key flags, and
@@ -148,7 +149,7 @@ type captureWriter struct {
 type fetch struct {
 	cw     captureWriter
 	up     upstreamMsg
-	flight flight
+	flight flights.Flight
 }
 
 // newCapture returns the writer that fetches r for the cache, outside the

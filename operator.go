@@ -86,5 +86,6 @@ func (c *Cache) stats() admin.Stats {
 	if c.shared != nil {
 		st.Shared = c.shared.Stats()
 	}
+	st.Kubernetes = c.KubernetesStats()
 	return st
 }

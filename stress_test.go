@@ -544,7 +544,7 @@ func (q stressQuery) checkGeo(reply *dns.Msg) error {
 		}
 		return nil
 	}
-	// The answer to a query without ECS serves everyone (README, ECS).
+	// The answer to a query without ECS serves everyone (docs/ecs.md).
 	if network != "none" {
 		p, err := netip.ParsePrefix(network)
 		if err != nil {

@@ -25,7 +25,7 @@ const sharedLine = `shared redis://compactcache@{$DNS_SHARED_TIER_SERVICE_HOST}:
 
 // TestSharedTierManifest: the tier's Service and NetworkPolicy select its
 // pods, the policy lets the cluster DNS pods in and no one else, and the
-// cluster DNS Deployment mounts the Secret where the README's Corefile
+// cluster DNS Deployment mounts the Secret where the deploy/README.md Corefile
 // line reads it, optionally, so that it starts without a shared tier.
 func TestSharedTierManifest(t *testing.T) {
 	ms := decodeStrict(t, filepath.Join("kubernetes", "shared-tier.yaml"))
