@@ -4,6 +4,9 @@ import (
 	"context"
 	encjson "encoding/json"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/kube"
 	"net"
 	"os"
 	"os/exec"
@@ -14,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/compactcache/compactcache" // Registers compactcache and its metrics.
+	"github.com/compactcache/compactcache" // registers compactcache and its metrics
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -152,7 +155,9 @@ func monitoredMetrics(t *testing.T) []string {
 // gathers, by name.
 func exported(t *testing.T) map[string]string {
 	t.Helper()
-	ctrl := caddy.NewTestController("dns", "compactcache {\n capacity 1MiB\n}")
+	// With a shared tier, whose families have their series once it starts.
+	r := testenv.StartRedis(t)
+	ctrl := caddy.NewTestController("dns", "compactcache {\n capacity 1MiB\n shared redis://"+r.Addr+"\n}")
 	ctrl.ServerBlockKeys = []string{".:53"}
 	setup, err := caddy.DirectiveAction("dns", "compactcache")
 	if err != nil {
@@ -173,6 +178,22 @@ func exported(t *testing.T) map[string]string {
 		return dns.RcodeSuccess, nil
 	})
 	h := cfg.Plugin[0](next)
+	h.(*compactcache.Cache).StartShared("")
+	t.Cleanup(h.(*compactcache.Cache).StopShared)
+	// With invalidation from the Kubernetes API, by a watch of its own of an
+	// API server that is not there: its families have their series as it
+	// starts.
+	kc := caddy.NewTestController("dns", "kubernetes cluster.local {\n endpoint http://127.0.0.1:1\n}")
+	kc.Next()
+	kcfg, err := kube.Parse(kc, kc.RemainingArgs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := kube.Start(kcfg, nil, kube.Target{Flush: func(flush.Flush) admin.Counts { return admin.Counts{} }, Zones: []string{"cluster.local."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Stop)
 	// The server label comes from the server in the request's context.
 	ctx := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://:53"})
 	for range 2 { // a miss, then a hit
@@ -239,7 +260,7 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 			if strings.HasPrefix(n, frontendFamilies) {
 				continue // TestFrontendPanelExported
 			}
-			help, ok := have[n]
+			help, ok := have[family(n, have)]
 			switch {
 			case !ok:
 				t.Errorf("%s: %s (in %v) is not exported", file, n, where)
@@ -251,7 +272,10 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 
 	// The dashboard shows every current family of the plugin: those above,
 	// and the front end's (TestFrontendPanelExported).
-	dash := dashboardMetrics(t)
+	dash := map[string][]string{}
+	for n, where := range dashboardMetrics(t) {
+		dash[family(n, have)] = where
+	}
 	for _, n := range current {
 		if _, ok := dash[n]; !ok {
 			t.Errorf("the dashboard does not show %s", n)
@@ -396,4 +420,17 @@ func TestFrontendPanelExported(t *testing.T) {
 		t.Errorf("%srequests_total sums to %v over its results, want the 2 requests", frontendFamilies, got)
 	}
 	in.stop(t, 20*time.Second)
+}
+
+// family returns the family a series name n belongs to: a histogram's
+// buckets, sum and count are its family's.
+func family(n string, have map[string]string) string {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(n, suffix); ok {
+			if _, ok := have[base]; ok {
+				return base
+			}
+		}
+	}
+	return n
 }
