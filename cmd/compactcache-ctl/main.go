@@ -416,7 +416,7 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 		for _, s := range r.Blocks {
 			printStats(w, &s)
 		}
-	default:
+	case admin.OpFlush, admin.OpFlushType, admin.OpFlushZone, admin.OpFlushNegative, admin.OpFlushExpired, admin.OpFlushAll:
 		var r admin.FlushReply
 		if err := dec.Decode(&r); err != nil {
 			return err
@@ -425,6 +425,9 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 			n := b.Removed
 			fmt.Fprintf(w, "ok %s: removed %d entries (%d success, %d denial, %d ECS lists) in %.3fs\n", b.Block, n.Total(), n.Success, n.Denial, n.ECSList, b.Seconds)
 		}
+	default:
+		// An operation this tool cannot print is never read as a flush's reply.
+		return fmt.Errorf("no text form for the reply of %q: use --json", op)
 	}
 	return nil
 }

@@ -153,3 +153,28 @@ func TestCtlUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintReplyUnknown: a reply the tool has no text form for is an error,
+// never printed as a flush's count.
+func TestPrintReplyUnknown(t *testing.T) {
+	flushed := `{"op":"flush","blocks":[{"block":"b","removed":{"success":2},"seconds":0.001}]}`
+	for _, tc := range []struct {
+		op      string
+		wantErr bool
+		want    string
+	}{
+		{"flush", false, "ok b: removed 2 entries"},
+		{"flush_all", false, "ok b: removed 2 entries"},
+		{"histogram", true, ""},
+		{"", true, ""},
+	} {
+		var out bytes.Buffer
+		err := printReply(tc.op, strings.NewReader(flushed), &out)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%q: error %v, want error %v", tc.op, err, tc.wantErr)
+		}
+		if !strings.Contains(out.String(), tc.want) || (tc.want == "" && out.Len() > 0) {
+			t.Errorf("%q: printed %q, want %q", tc.op, out.String(), tc.want)
+		}
+	}
+}
