@@ -330,7 +330,7 @@ func TestRealAPIServer(t *testing.T) {
 // applyManifests applies deploy/kubernetes/*.yaml, placeholders filled in,
 // first with --dry-run=server (the API server's validation and defaulting,
 // nothing stored), then for real, and checks every object is stored.
-func applyManifests(t *testing.T, cp *controlPlane, tokenFile string) {
+func applyManifests(t testing.TB, cp *controlPlane, tokenFile string) {
 	t.Helper()
 	fill := strings.NewReplacer("COREDNS_IMAGE", "registry.invalid/coredns-compactcache:test",
 		"NODE_SETUP_IMAGE", "registry.invalid/node-setup:test", "CLUSTER_DNS_IP", clusterDNSIP)
@@ -488,7 +488,7 @@ type dnsServer struct {
 // _PORT point (a peer's admin endpoint), and dnsPort the port its block
 // listens on, which the peer shares (SO_REUSEPORT): a block's name holds
 // its port, and the warm-up asks the peer for the block of its own name.
-func startClusterDNS(t *testing.T, bin, corefile, kubeconfig, tokenFile, peer string, dnsPort int) *dnsServer {
+func startClusterDNS(t testing.TB, bin, corefile, kubeconfig, tokenFile, peer string, dnsPort int) *dnsServer {
 	t.Helper()
 	if dnsPort == 0 {
 		dnsPort = testenv.FreePort(t)
@@ -517,7 +517,7 @@ func startClusterDNS(t *testing.T, bin, corefile, kubeconfig, tokenFile, peer st
 
 // startNodeLocal runs the node-local Corefile with kube-dns-upstream at
 // cluster (host:port).
-func startNodeLocal(t *testing.T, bin, corefile, cluster string) *dnsServer {
+func startNodeLocal(t testing.TB, bin, corefile, cluster string) *dnsServer {
 	t.Helper()
 	rw := rewrite{
 		dnsPort:     testenv.FreePort(t),
@@ -533,7 +533,7 @@ func startNodeLocal(t *testing.T, bin, corefile, cluster string) *dnsServer {
 // its own, with env, and waits until it listens and ready answers. The
 // server is named for its cache, compactcache or the stock cache, and
 // role; clients ask the front end, or the block where it has none.
-func startDNS(t *testing.T, bin, role, corefile string, rw rewrite, ready string, env ...string) *dnsServer {
+func startDNS(t testing.TB, bin, role, corefile string, rw rewrite, ready string, env ...string) *dnsServer {
 	t.Helper()
 	s := &dnsServer{name: "compactcache" + role, upstream: startUpstream(t), rw: rw}
 	stock := !strings.Contains(corefile, "compactcache")
@@ -553,7 +553,7 @@ func startDNS(t *testing.T, bin, role, corefile string, rw rewrite, ready string
 	return s
 }
 
-func (s *dnsServer) hits(t *testing.T) float64 {
+func (s *dnsServer) hits(t testing.TB) float64 {
 	t.Helper()
 	return sum(scrape(t, s.metrics)["coredns_cache_hits_total"])
 }
@@ -574,7 +574,7 @@ type answer struct {
 	at    time.Time
 }
 
-func (s *dnsServer) ask(t *testing.T, p probe) answer {
+func (s *dnsServer) ask(t testing.TB, p probe) answer {
 	t.Helper()
 	at := time.Now()
 	r := query(t, s.addr, "udp", p.name, p.qtype)
@@ -697,7 +697,7 @@ func TestStockCorefile(t *testing.T) {
 // queryLoad asks servers the probes and names around them as fast as one
 // client a server goes, until the returned function is called, which says
 // how many it asked: the load under which a change must show.
-func queryLoad(t *testing.T, servers []*dnsServer, probes []probe) (stop func()) {
+func queryLoad(t testing.TB, servers []*dnsServer, probes []probe) (stop func()) {
 	t.Helper()
 	done := make(chan struct{})
 	var wg sync.WaitGroup

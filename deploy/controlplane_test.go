@@ -53,7 +53,7 @@ type controlPlane struct {
 // apiserverCacheDir is where apiserver/run.sh builds kube-apiserver and
 // kubectl: a directory of the user's cache named for the go.mod and go.sum
 // it builds from, so that a change of version builds again.
-func apiserverCacheDir(t *testing.T) string {
+func apiserverCacheDir(t testing.TB) string {
 	t.Helper()
 	h := sha256.New()
 	for _, f := range []string{"go.mod", "go.sum"} {
@@ -72,7 +72,7 @@ func apiserverCacheDir(t *testing.T) string {
 
 // controlPlaneBinaries finds etcd, kube-apiserver and kubectl, or skips the
 // test saying how to get them.
-func controlPlaneBinaries(t *testing.T) (etcd, apiserver, kubectl string) {
+func controlPlaneBinaries(t testing.TB) (etcd, apiserver, kubectl string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver; not in -short")
@@ -97,7 +97,7 @@ func controlPlaneBinaries(t *testing.T) (etcd, apiserver, kubectl string) {
 	return etcd, apiserver, kubectl
 }
 
-func startControlPlane(t *testing.T) *controlPlane {
+func startControlPlane(t testing.TB) *controlPlane {
 	t.Helper()
 	etcdBin, apiserverBin, kubectlBin := controlPlaneBinaries(t)
 	dir := t.TempDir()
@@ -189,14 +189,14 @@ func startControlPlane(t *testing.T) *controlPlane {
 }
 
 // daemon starts a server of the control plane; see run.
-func daemon(t *testing.T, name, bin string, args ...string) *instance {
+func daemon(t testing.TB, name, bin string, args ...string) *instance {
 	t.Helper()
 	return run(t, name, 8000, exec.Command(bin, args...))
 }
 
 // kubectl runs kubectl as the administrator with stdin and fails the test
 // on an error.
-func (cp *controlPlane) kubectl(t *testing.T, stdin string, args ...string) string {
+func (cp *controlPlane) kubectl(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
 	out, err := cp.tryKubectl(stdin, args...)
 	if err != nil {
@@ -217,7 +217,7 @@ func (cp *controlPlane) tryKubectl(stdin string, args ...string) (string, error)
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // service account ns/name with a token the API server issues, as the
 // kubernetes plugin does in a pod from the token Kubernetes mounts.
-func (cp *controlPlane) serviceAccountKubeconfig(t *testing.T, ns, name string) string {
+func (cp *controlPlane) serviceAccountKubeconfig(t testing.TB, ns, name string) string {
 	t.Helper()
 	token := strings.TrimSpace(cp.kubectl(t, "", "-n", ns, "create", "token", name, "--duration", "1h"))
 	p := filepath.Join(cp.dir, ns+"-"+name+".kubeconfig")
@@ -248,7 +248,7 @@ current-context: test
 `, server, b64(caPEM), user)
 }
 
-func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -275,7 +275,7 @@ func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
 }
 
 // newCert returns a certificate signed by ca and its key in PKCS #8.
-func newCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, subject pkix.Name, ips []net.IP, names []string, usage x509.ExtKeyUsage) (*x509.Certificate, []byte) {
+func newCert(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, subject pkix.Name, ips []net.IP, names []string, usage x509.ExtKeyUsage) (*x509.Certificate, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

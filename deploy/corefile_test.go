@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 }
 
 // corednsBinary builds ./cmd/coredns once per test binary.
-func corednsBinary(t *testing.T) string {
+func corednsBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the CoreDNS binary; not in -short")
@@ -99,7 +99,7 @@ type fakeUpstream struct {
 	seen map[string]int
 }
 
-func startUpstream(t *testing.T) *fakeUpstream {
+func startUpstream(t testing.TB) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{seen: map[string]int{}}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
@@ -154,7 +154,7 @@ type fakeAPIServer struct {
 	unknown  []string
 }
 
-func startAPIServer(t *testing.T) *fakeAPIServer {
+func startAPIServer(t testing.TB) *fakeAPIServer {
 	t.Helper()
 	services := &corev1.ServiceList{
 		TypeMeta: metav1.TypeMeta{Kind: "ServiceList", APIVersion: "v1"},
@@ -299,7 +299,7 @@ type rewrite struct {
 
 // rewriteCorefile applies r to corefile line by line and returns the result
 // and the list of lines it changed.
-func rewriteCorefile(t *testing.T, corefile string, r rewrite) (string, []string) {
+func rewriteCorefile(t testing.TB, corefile string, r rewrite) (string, []string) {
 	t.Helper()
 	var out, changes []string
 	serverKey := regexp.MustCompile(`:1053\b`)
@@ -386,7 +386,7 @@ type instance struct {
 }
 
 // start runs coredns on corefile, with env added to the test's.
-func start(t *testing.T, bin, corefile string, env ...string) *instance {
+func start(t testing.TB, bin, corefile string, env ...string) *instance {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Corefile")
@@ -401,7 +401,7 @@ func start(t *testing.T, bin, corefile string, env ...string) *instance {
 
 // run starts cmd, its output kept for the log of a failed test (its last
 // keep bytes; 0: all of it), and kills it at the end of the test.
-func run(t *testing.T, name string, keep int, cmd *exec.Cmd) *instance {
+func run(t testing.TB, name string, keep int, cmd *exec.Cmd) *instance {
 	t.Helper()
 	in := &instance{name: name, cmd: cmd, out: &testenv.LogBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = in.out, in.out
@@ -428,7 +428,7 @@ func run(t *testing.T, name string, keep int, cmd *exec.Cmd) *instance {
 }
 
 // stop sends SIGTERM, as the kubelet does, and waits for a clean exit.
-func (in *instance) stop(t *testing.T, within time.Duration) time.Duration {
+func (in *instance) stop(t testing.TB, within time.Duration) time.Duration {
 	t.Helper()
 	begin := time.Now()
 	in.cmd.Process.Signal(syscall.SIGTERM)
@@ -445,7 +445,7 @@ func (in *instance) stop(t *testing.T, within time.Duration) time.Duration {
 
 // waitOutput waits for coredns to print want, as it prints its version once
 // every server listens.
-func waitOutput(t *testing.T, in *instance, want string, within time.Duration) {
+func waitOutput(t testing.TB, in *instance, want string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
@@ -462,7 +462,7 @@ func waitOutput(t *testing.T, in *instance, want string, within time.Duration) {
 }
 
 // waitHTTP polls url until it answers 200 or the time is up.
-func waitHTTP(t *testing.T, in *instance, url string, within time.Duration) {
+func waitHTTP(t testing.TB, in *instance, url string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	last := ""
@@ -488,7 +488,7 @@ func waitHTTP(t *testing.T, in *instance, url string, within time.Duration) {
 	t.Fatalf("%s did not answer 200 within %v; last: %s", url, within, last)
 }
 
-func query(t *testing.T, server, network, name string, qtype uint16) *dns.Msg {
+func query(t testing.TB, server, network, name string, qtype uint16) *dns.Msg {
 	t.Helper()
 	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
 	m := new(dns.Msg)
@@ -501,7 +501,7 @@ func query(t *testing.T, server, network, name string, qtype uint16) *dns.Msg {
 	return r
 }
 
-func wantA(t *testing.T, r *dns.Msg, ip string, maxTTL uint32) {
+func wantA(t testing.TB, r *dns.Msg, ip string, maxTTL uint32) {
 	t.Helper()
 	for _, rr := range r.Answer {
 		if a, ok := rr.(*dns.A); ok && a.A.String() == ip {
@@ -515,7 +515,7 @@ func wantA(t *testing.T, r *dns.Msg, ip string, maxTTL uint32) {
 }
 
 // scrape returns the metrics page as lines of sample name, labels, value.
-func scrape(t *testing.T, url string) map[string][]sample {
+func scrape(t testing.TB, url string) map[string][]sample {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -549,7 +549,7 @@ func sum(samples []sample) float64 {
 }
 
 // configMapCorefile returns the Corefile of the ConfigMap a workload mounts.
-func configMapCorefile(t *testing.T, file, name string) string {
+func configMapCorefile(t testing.TB, file, name string) string {
 	t.Helper()
 	ms := decodeStrict(t, filepath.Join("kubernetes", file))
 	return object[*corev1.ConfigMap](t, ms, name).Data["Corefile"]
@@ -738,7 +738,7 @@ func TestNodeLocalCorefileStarts(t *testing.T) {
 // counted both in its per-request series. Those count a front-end hit once
 // its reply is sent, after the client may have it: the metrics at url are
 // scraped again until they do, for at most two seconds.
-func checkFrontend(t *testing.T, url string, hits float64) {
+func checkFrontend(t testing.TB, url string, hits float64) {
 	t.Helper()
 	var hit, chain, requests float64
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {

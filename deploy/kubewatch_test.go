@@ -34,7 +34,7 @@ func (l *flushLog) flush(f flush.Flush) admin.Counts {
 
 // wait waits until every name has been flushed, up to 10s, and returns
 // when the last of them first was.
-func (l *flushLog) wait(t *testing.T, names []string) time.Time {
+func (l *flushLog) wait(t testing.TB, names []string) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

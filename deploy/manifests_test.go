@@ -40,7 +40,7 @@ type manifest struct {
 // decodeStrict decodes every document of a YAML file into the built-in API
 // type its apiVersion and kind name, failing on unknown or duplicate fields
 // and on kinds the client-go scheme does not know.
-func decodeStrict(t *testing.T, path string) []manifest {
+func decodeStrict(t testing.TB, path string) []manifest {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -83,7 +83,7 @@ func stripComments(doc []byte) []byte {
 	return b.Bytes()
 }
 
-func manifestFiles(t *testing.T) []string {
+func manifestFiles(t testing.TB) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -93,7 +93,7 @@ func manifestFiles(t *testing.T) []string {
 }
 
 // object returns the one object of type T named name in ms.
-func object[T runtime.Object](t *testing.T, ms []manifest, name string) T {
+func object[T runtime.Object](t testing.TB, ms []manifest, name string) T {
 	t.Helper()
 	var found []T
 	for _, m := range ms {
@@ -139,7 +139,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 
 // corefile parses the Corefile text of a ConfigMap into server blocks, with
 // the directives of the custom build.
-func corefile(t *testing.T, text string) []caddyfile.ServerBlock {
+func corefile(t testing.TB, text string) []caddyfile.ServerBlock {
 	t.Helper()
 	directives := append(slices.Clone(dnsserver.Directives), "compactcache")
 	blocks, err := caddyfile.Parse("Corefile", strings.NewReader(text), directives)
@@ -150,7 +150,7 @@ func corefile(t *testing.T, text string) []caddyfile.ServerBlock {
 }
 
 // budgets returns each compactcache block's byte budget, in order.
-func budgets(t *testing.T, blocks []caddyfile.ServerBlock) []int64 {
+func budgets(t testing.TB, blocks []caddyfile.ServerBlock) []int64 {
 	t.Helper()
 	var out []int64
 	for _, b := range blocks {
@@ -206,7 +206,7 @@ func TestSizingFormula(t *testing.T) {
 
 // checkMemory checks that the container's memory limit and request and its
 // GOMEMLIMIT follow the formula for the budgets of the Corefile it serves.
-func checkMemory(t *testing.T, c corev1.Container, blocks []caddyfile.ServerBlock) {
+func checkMemory(t testing.TB, c corev1.Container, blocks []caddyfile.ServerBlock) {
 	t.Helper()
 	bs := budgets(t, blocks)
 	for _, e := range memoryErrors(c, bs) {
@@ -301,7 +301,7 @@ func frontendAddrs(b caddyfile.ServerBlock) []string {
 }
 
 // port returns the port of an address such as :8080 or 169.254.20.10:8080.
-func port(t *testing.T, addr, dflt string) string {
+func port(t testing.TB, addr, dflt string) string {
 	t.Helper()
 	if addr == "" {
 		addr = dflt
@@ -313,7 +313,7 @@ func port(t *testing.T, addr, dflt string) string {
 	return addr[i+1:]
 }
 
-func containerPort(t *testing.T, c corev1.Container, name string) corev1.ContainerPort {
+func containerPort(t testing.TB, c corev1.Container, name string) corev1.ContainerPort {
 	t.Helper()
 	for _, p := range c.Ports {
 		if p.Name == name {
@@ -324,7 +324,7 @@ func containerPort(t *testing.T, c corev1.Container, name string) corev1.Contain
 	return corev1.ContainerPort{}
 }
 
-func selects(t *testing.T, sel *metav1.LabelSelector, lbls map[string]string) bool {
+func selects(t testing.TB, sel *metav1.LabelSelector, lbls map[string]string) bool {
 	t.Helper()
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
@@ -335,7 +335,7 @@ func selects(t *testing.T, sel *metav1.LabelSelector, lbls map[string]string) bo
 
 // checkPodSecurity checks what port 53 as a non-root user needs (README,
 // "Port 53 without root").
-func checkPodSecurity(t *testing.T, c corev1.Container) {
+func checkPodSecurity(t testing.TB, c corev1.Container) {
 	t.Helper()
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
@@ -366,7 +366,7 @@ func checkPodSecurity(t *testing.T, c corev1.Container) {
 
 // configVolume checks that the container mounts the ConfigMap's Corefile at
 // /etc/coredns/Corefile and returns the ConfigMap's name.
-func configVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container) string {
+func configVolume(t testing.TB, spec corev1.PodSpec, c corev1.Container) string {
 	t.Helper()
 	for _, m := range c.VolumeMounts {
 		if m.MountPath != "/etc/coredns" {

@@ -74,7 +74,7 @@ type ruleFile struct {
 	} `json:"groups"`
 }
 
-func readDashboard(t *testing.T) dashboard {
+func readDashboard(t testing.TB) dashboard {
 	t.Helper()
 	data, err := os.ReadFile(dashboardFile)
 	if err != nil {
@@ -88,7 +88,7 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-func readAlerts(t *testing.T) ruleFile {
+func readAlerts(t testing.TB) ruleFile {
 	t.Helper()
 	data, err := os.ReadFile(alertsFile)
 	if err != nil {
@@ -102,7 +102,7 @@ func readAlerts(t *testing.T) ruleFile {
 }
 
 // dashboardMetrics returns, per metric name, where the dashboard uses it.
-func dashboardMetrics(t *testing.T) map[string][]string {
+func dashboardMetrics(t testing.TB) map[string][]string {
 	t.Helper()
 	d := readDashboard(t)
 	out := map[string][]string{}
@@ -121,7 +121,7 @@ func dashboardMetrics(t *testing.T) map[string][]string {
 	return out
 }
 
-func alertMetrics(t *testing.T) map[string][]string {
+func alertMetrics(t testing.TB) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for _, g := range readAlerts(t).Groups {
@@ -135,7 +135,7 @@ func alertMetrics(t *testing.T) map[string][]string {
 }
 
 // monitoredMetrics returns every metric name the dashboard or the alerts use.
-func monitoredMetrics(t *testing.T) []string {
+func monitoredMetrics(t testing.TB) []string {
 	t.Helper()
 	var names []string
 	for _, m := range []map[string][]string{dashboardMetrics(t), alertMetrics(t)} {
@@ -153,7 +153,7 @@ func monitoredMetrics(t *testing.T) []string {
 // as CoreDNS builds it, so that every metric family of the plugin has a
 // child, and returns the help texts of the families the default registry
 // gathers, by name.
-func exported(t *testing.T) map[string]string {
+func exported(t testing.TB) map[string]string {
 	t.Helper()
 	// With a shared tier, whose families have their series once it starts.
 	r := testenv.StartRedis(t)

@@ -5,6 +5,8 @@
 #   deploy/apiserver/run.sh          build (once), then run TestRealAPIServer
 #                                    and TestRealAPIServerWatch
 #   deploy/apiserver/run.sh build    only build kube-apiserver and kubectl
+#   deploy/apiserver/run.sh bench    build (once), then run BenchmarkClusterDomain
+#                                    (needs dnsperf; about 3 minutes)
 #
 # etcd is Debian's etcd-server (installed with apt-get when missing);
 # kube-apiserver and kubectl are built from k8s.io/kubernetes as this
@@ -44,4 +46,7 @@ fi
 etcd --version | sed -n 1p
 
 cd "$here/.."
+if [[ ${1:-} == bench ]]; then
+	exec go test -v -run '^$' -bench '^BenchmarkClusterDomain$' -benchtime 1x -timeout 20m .
+fi
 exec go test -count=1 -v -run '^TestRealAPIServer' -timeout 15m .
