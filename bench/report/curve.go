@@ -26,15 +26,16 @@ type row struct {
 	InsertNs, InsertAlloc float64 // the cache's own share of an insert: median ns of the blocks, mean allocations
 	HitNs, HitAllocs      float64 // a hit with the reply packed
 	HitUnpackedNs         float64 // a hit, the writer's packing left out
+	ReadNs                float64 // a dependent random read over as many bytes (0: not measured)
 }
 
 var header = []string{"cache", "n", "raw", "heap_inuse_per_entry", "heap_alloc_per_entry", "heap_objects_per_entry",
-	"store_bytes_per_entry", "payload_per_entry", "insert_own_ns", "insert_own_allocs", "hit_ns", "hit_allocs", "hit_unpacked_ns"}
+	"store_bytes_per_entry", "payload_per_entry", "insert_own_ns", "insert_own_allocs", "hit_ns", "hit_allocs", "hit_unpacked_ns", "read_ns"}
 
 func (r row) record() []string {
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	return []string{string(r.Cache), strconv.Itoa(r.N), strconv.FormatBool(r.Raw), f(r.HeapInuse, 1), f(r.HeapAlloc, 1), f(r.Objects, 2),
-		f(r.StoreBytes, 1), f(r.Payload, 1), f(r.InsertNs, 0), f(r.InsertAlloc, 2), f(r.HitNs, 0), f(r.HitAllocs, 2), f(r.HitUnpackedNs, 0)}
+		f(r.StoreBytes, 1), f(r.Payload, 1), f(r.InsertNs, 0), f(r.InsertAlloc, 2), f(r.HitNs, 0), f(r.HitAllocs, 2), f(r.HitUnpackedNs, 0), f(r.ReadNs, 0)}
 }
 
 // rows returns the figures of the caches measured without a failure.
@@ -45,7 +46,7 @@ func (r *results) rows(cfg config) []row {
 		own := f.insert.minus(f.upstream)
 		rows = append(rows, row{Cache: k, N: cfg.n, Raw: cfg.raw && k == bench.Compact,
 			HeapInuse: f.heapInuse, HeapAlloc: f.heapAlloc, Objects: f.objects, StoreBytes: f.storeBytes, Payload: f.payload,
-			InsertNs: f.own.median, InsertAlloc: own.allocs, HitNs: f.hit.ns, HitAllocs: f.hit.allocs, HitUnpackedNs: f.hitUnpacked.ns})
+			InsertNs: f.own.median, InsertAlloc: own.allocs, HitNs: f.hit.ns, HitAllocs: f.hit.allocs, HitUnpackedNs: f.hitUnpacked.ns, ReadNs: f.readNs})
 	}
 	return rows
 }
@@ -115,7 +116,8 @@ func readCSV(path string) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(recs) == 0 || len(recs[0]) != len(header) {
+	// A CSV of a report without read_ns has one column less.
+	if len(recs) == 0 || (len(recs[0]) != len(header) && len(recs[0]) != len(header)-1) {
 		return nil, fmt.Errorf("%s: not a report's CSV (want the header %v)", path, header)
 	}
 	var rows []row
@@ -136,6 +138,9 @@ func readCSV(path string) ([]row, error) {
 		r.StoreBytes, r.Payload = num(rec[6]), num(rec[7])
 		r.InsertNs, r.InsertAlloc = num(rec[8]), num(rec[9])
 		r.HitNs, r.HitAllocs, r.HitUnpackedNs = num(rec[10]), num(rec[11]), num(rec[12])
+		if len(rec) > 13 {
+			r.ReadNs = num(rec[13])
+		}
 		for _, err := range errs {
 			if err != nil {
 				return nil, fmt.Errorf("%s line %d: %v", path, k+2, err)

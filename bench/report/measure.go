@@ -69,6 +69,7 @@ type figures struct {
 	upstream                      cost      // per query, the upstream alone, timed beside the inserts
 	own                           quartiles // per insert, the cache's own: see timeInserts
 	hit, hitUnpacked              cost      // per hit, with and without the writer packing
+	readNs                        float64   // a dependent random read over the cache's bytes (readNs)
 }
 
 // insertBlock is how many queries timeInserts times at a time.

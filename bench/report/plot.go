@@ -78,6 +78,8 @@ func writePNG(path string, rows []row) error {
 				pts: pick(bench.Stock, func(r row) float64 { return r.HitNs })},
 			{label: "compactcache, " + hitPath + ": " + allocs(bench.Compact, hitAllocs, "hit"), color: figure.Blue, marker: draw.CircleGlyph{}, values: true,
 				pts: pick(bench.Compact, func(r row) float64 { return r.HitNs })},
+			{label: "two dependent random reads over compactcache's bytes (the machine's; a hit makes two)", color: figure.Blue, dashed: true,
+				pts: slices.DeleteFunc(pick(bench.Compact, func(r row) float64 { return 2 * r.ReadNs }), func(p plotter.XY) bool { return p.Y == 0 })},
 		}},
 		{"Insert: the cache's own share of a miss", "ns per insert, median of the blocks", []series{
 			{label: "stock cache: " + allocs(bench.Stock, insertAllocs, "insert"), color: figure.Red, marker: figure.Diamond{}, values: true,

@@ -71,6 +71,10 @@ func run(cfg config) ([]row, error) {
 	runtime.KeepAlive(names)
 	names = nil
 	debug.FreeOSMemory()
+	for _, kind := range r.ok(cfg) {
+		cmd.Progress("%s: timing a random read over as many bytes as it held", kind)
+		r.figs[kind].readNs = readNs(int64(r.figs[kind].heapInuse * float64(cfg.n)))
+	}
 
 	for _, kind := range r.ok(cfg) {
 		if cfg.gcSmall > 0 && cfg.gcSmall < cfg.n {

@@ -113,6 +113,7 @@ func printTable(out io.Writer, cfg config, r *results) {
 	t.row("hit ns/op, writer's packing excluded", "%.0f", times, fig(func(f *figures) float64 { return f.hitUnpacked.ns }))
 	t.row("hit allocs/op, writer's packing excluded", "%.2f", times, fig(func(f *figures) float64 { return f.hitUnpacked.allocs }))
 	t.row("hit bytes/op, writer's packing excluded", "%.0f", times, fig(func(f *figures) float64 { return f.hitUnpacked.bytes }))
+	t.row("dependent random read ns, over its bytes", "%.0f", times, fig(func(f *figures) float64 { return f.readNs }))
 
 	ms := func(m map[bench.Kind]gcResult) func(bench.Kind) (float64, bool) {
 		return func(k bench.Kind) (float64, bool) {
