@@ -577,8 +577,14 @@ type answer struct {
 func (s *dnsServer) ask(t testing.TB, p probe) answer {
 	t.Helper()
 	at := time.Now()
-	r := query(t, s.addr, "udp", p.name, p.qtype)
-	a := answer{lines: []string{dns.RcodeToString[r.Rcode]}, at: at}
+	a := answerOf(query(t, s.addr, "udp", p.name, p.qtype))
+	a.at = at
+	return a
+}
+
+// answerOf is r as a client compares it.
+func answerOf(r *dns.Msg) answer {
+	a := answer{lines: []string{dns.RcodeToString[r.Rcode]}}
 	var rrs []string
 	var ttl uint32
 	for i, rr := range r.Answer {

@@ -407,13 +407,7 @@ func askLines(addr, name string, qtype uint16) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	out := []string{dns.RcodeToString[r.Rcode]}
-	for _, rr := range r.Answer {
-		f := strings.Fields(rr.String())
-		out = append(out, f[0]+" "+strings.Join(f[3:], " "))
-	}
-	slices.Sort(out[1:])
-	return out
+	return answerOf(r).lines
 }
 
 // processCPU is the user and system CPU the process has used.
