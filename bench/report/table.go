@@ -164,6 +164,9 @@ insert: N misses through ServeDNS, each answered by an upstream that packs workl
 hit: %d queries, keys uniform over N, through ServeDNS with the reply written to a writer that packs
   WriteMsg replies as the server does (its compression map allocates); the second set of hit rows has the
   writer only keep the message. Wall time includes the GC work the operations cause.
+dependent random read: a walk of reads through a buffer of the cache's bytes (HeapInuse above) in huge
+  pages, each at a place the read before returned, after the cache is gone: the machine's price of each
+  of the two reads a hit makes (index slot, entry) at that size; the median of 3 walks of 2M reads.
 runtime.GC(): each cache alone in a child process, after its fill, compactcache's pending huge pages, %d
   hits and one settling GC.
 zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a hit is a query that does
