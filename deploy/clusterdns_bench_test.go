@@ -41,7 +41,8 @@ import (
 //     from the moment the last write is sent to the API server to the first
 //     fresh answer, p50 and max.
 //
-// It runs once whatever b.N (the figures are its report, not ns/op):
+// CLUSTERDNS_RATE sets another rate than 10,000 q/s. It runs once whatever
+// b.N (the figures are its report, not ns/op):
 //
 //	deploy/apiserver/run.sh build
 //	go test -run '^$' -bench ClusterDomain -benchtime 1x -timeout 20m ./deploy
@@ -68,8 +69,8 @@ func BenchmarkClusterDomain(b *testing.B) {
 	ours := startClusterDNS(b, bin, clusterCF, kubeconfig, tokenFile, "", 0)
 	kubeadm := startClusterDNS(b, bin, kubeadmCorefile(b, clusterCF), kubeconfig, tokenFile, "", 0)
 	kubeadm.name = "cache, cluster not cached (kubeadm)"
-	stale := startClusterDNS(b, bin, stockCorefile(clusterCF), kubeconfig, tokenFile, "", 0)
-	stale.name = "cache, cluster cached"
+	cached := startClusterDNS(b, bin, stockCorefile(clusterCF), kubeconfig, tokenFile, "", 0)
+	cached.name = "cache, cluster cached"
 	plugin := *ours
 	plugin.name, plugin.addr = "compactcache block", fmt.Sprintf("127.0.0.1:%d", ours.rw.dnsPort)
 	ours.name = "compactcache front end"
@@ -82,13 +83,13 @@ func BenchmarkClusterDomain(b *testing.B) {
 
 	// 1. CPU per query: each server in turn under the same load, a short
 	// run first so that the caches hold what the load asks.
-	servers := []*dnsServer{ours, &plugin, kubeadm, stale}
+	servers := []*dnsServer{ours, &plugin, kubeadm, cached}
 	perQuery := map[*dnsServer][]float64{}
 	codes := map[*dnsServer]string{}
 	for _, s := range servers {
 		runDNSPerf(b, s, queries, rate, 2)
 	}
-	for round := 0; round < rounds; round++ {
+	for range rounds {
 		for _, s := range servers {
 			before := processCPU(b, s.in)
 			r := runDNSPerf(b, s, queries, rate, seconds)
@@ -116,32 +117,29 @@ func BenchmarkClusterDomain(b *testing.B) {
 
 	// 2. Staleness: one change at a time, both servers asked every 5 ms
 	// from just before the last write is sent, under a light load.
-	stopLoad := backgroundDNSPerf(b, []*dnsServer{ours, kubeadm}, queries, 1000)
+	watched := []*dnsServer{ours, kubeadm}
+	stopLoad := backgroundDNSPerf(b, watched, queries, 1000)
 	windows := map[*dnsServer][]time.Duration{}
 	jitter := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 100; i++ {
+	for i := range 100 {
 		// A change comes at any moment, not in step with the polls that
 		// showed the last one.
 		time.Sleep(time.Duration(jitter.IntN(200)) * time.Millisecond)
 		c := api.change(b, i)
-		for _, s := range []*dnsServer{ours, kubeadm} {
+		for _, s := range watched {
 			if got := askLines(s.addr, c.name, c.qtype); !slices.Equal(got, c.old) {
 				b.Fatalf("%s: change %d: %s %s answers %v before the change, want %v", s.name, i, c.name, dns.TypeToString[c.qtype], got, c.old)
 			}
 		}
 		var wg sync.WaitGroup
-		got := make([]time.Duration, 2)
+		got := make([]time.Duration, len(watched))
 		sent := time.Now()
-		for j, s := range []*dnsServer{ours, kubeadm} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = waitFresh(s.addr, c, sent, 40*time.Second)
-			}()
+		for j, s := range watched {
+			wg.Go(func() { got[j] = waitFresh(s.addr, c, sent, 40*time.Second) })
 		}
 		c.write(b)
 		wg.Wait()
-		for j, s := range []*dnsServer{ours, kubeadm} {
+		for j, s := range watched {
 			if got[j] < 0 {
 				b.Errorf("%s: change %d (%s): %s %s never answered %v", s.name, i, c.kind, c.name, dns.TypeToString[c.qtype], c.fresh)
 				continue
@@ -154,7 +152,7 @@ func BenchmarkClusterDomain(b *testing.B) {
 	}
 	stopLoad()
 	b.Logf("staleness over 100 changes (EndpointSlice, created after NXDOMAIN, recreated at another ClusterIP), from the write to the first fresh answer:")
-	for _, s := range []*dnsServer{ours, kubeadm} {
+	for _, s := range watched {
 		w := windows[s]
 		slices.Sort(w)
 		if len(w) == 0 {
