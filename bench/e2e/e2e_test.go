@@ -3,6 +3,9 @@
 package main
 
 import (
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +242,39 @@ func TestParseGCLine(t *testing.T) {
 	}
 	if _, ok := parseGCLine("maxprocs: Leaving GOMAXPROCS=1"); ok {
 		t.Error("not a gctrace line, but read as one")
+	}
+}
+
+// TestWritePlot draws a run's fixed-rate phases, and refuses a run without
+// any.
+func TestWritePlot(t *testing.T) {
+	mk := func(spec string, cpu time.Duration) result {
+		c, err := parseConfig(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rates []phase
+		for _, q := range []int{2000, 10000, 30000} {
+			rates = append(rates, phase{Rate: q, Perf: harness.Perf{Completed: 1000}, ServerCPU: cpu})
+		}
+		return result{Round: 1, Config: c, Max: &phase{Perf: harness.Perf{QPS: 1000, Completed: 1000}, ServerCPU: cpu}, Rates: rates}
+	}
+	rep := &report{Options: map[string]string{"n": "10", "rates": "2000,10000,30000", "duration": "10s"},
+		Results: []result{mk("frontend", 20*time.Millisecond), mk("unbound", 30*time.Millisecond)}}
+	path := filepath.Join(t.TempDir(), "cpu.png")
+	if err := rep.writePlot(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("not a PNG: %v", err)
+	}
+	rep.Options["rates"] = ""
+	if err := rep.writePlot(path); err == nil {
+		t.Error("a run without fixed-rate phases plotted")
 	}
 }

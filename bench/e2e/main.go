@@ -118,7 +118,7 @@ func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("e2e: ")
 	var o options
-	var rates, configs, profiles, from string
+	var rates, configs, profiles, from, plotPath string
 	flag.IntVar(&o.n, "n", 200_000, "entries of the reference workload to serve and cache")
 	flag.StringVar(&o.out, "out", "", "directory for binaries, zone, Corefiles, logs, profiles and results (default: a new one under /tmp)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measured phase")
@@ -141,6 +141,7 @@ func main() {
 	flag.BoolVar(&o.rtMax, "rt-max", false, "run the server and dnsperf under SCHED_RR during the max-throughput phase too, so that other work on a shared machine does not take the server's core while it has work (needs root; the kernel's RT throttling leaves other tasks 5% of each core)")
 	flag.IntVar(&o.rounds, "rounds", 1, "times to measure each config, round-robin; the tables show the median of the rounds")
 	flag.StringVar(&from, "from", "", "print the tables of an earlier run's results.json and exit")
+	flag.StringVar(&plotPath, "plot", "", "with -from: draw CPU per query against the offered rate into this PNG file (a run draws DIR/cpu-per-query.png)")
 	flag.Parse()
 
 	if from != "" {
@@ -154,6 +155,11 @@ func main() {
 		}
 		if err := rep.write(os.Stdout); err != nil {
 			log.Fatal(err)
+		}
+		if plotPath != "" {
+			if err := rep.writePlot(plotPath); err != nil {
+				log.Fatal(err)
+			}
 		}
 		return
 	}
@@ -1086,5 +1092,10 @@ func (rep *report) save(dir string) {
 	}
 	if err != nil {
 		log.Printf("saving results: %v", err)
+	}
+	if len(rep.rates()) > 0 {
+		if err := rep.writePlot(filepath.Join(dir, "cpu-per-query.png")); err != nil {
+			log.Printf("plotting: %v", err)
+		}
 	}
 }
