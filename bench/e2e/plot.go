@@ -27,6 +27,12 @@ func (rep *report) writePlot(path string) error {
 	l := figure.NewLegend()
 	var ticks []plot.Tick
 	lo, hi, top := math.Inf(1), math.Inf(-1), 0.0
+	type line struct {
+		spec  string
+		color color.Color
+		pts   plotter.XYs
+	}
+	var lines []line
 	for i, g := range rep.groups() {
 		var pts plotter.XYs
 		for _, q := range rep.rates() {
@@ -45,20 +51,49 @@ func (rep *report) writePlot(path string) error {
 				ticks = append(ticks, plot.Tick{Value: float64(q), Label: fmt.Sprint(q)})
 			}
 		}
-		if len(pts) == 0 {
-			continue
+		if len(pts) > 0 {
+			lines = append(lines, line{g.spec, plotColors[i%len(plotColors)], pts})
 		}
-		c := plotColors[i%len(plotColors)]
-		line, err := figure.NewLine(pts, c, draw.CircleGlyph{}, vg.Points(5), false)
+	}
+	// A point's value goes under it where another line passes just above,
+	// so that the two labels do not overprint.
+	crowded := func(pt plotter.XY, self int) bool {
+		for j, o := range lines {
+			for _, q := range o.pts {
+				if j != self && q.X == pt.X && q.Y > pt.Y && q.Y-pt.Y < top/12 {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for i, ln := range lines {
+		l2, err := figure.NewLine(ln.pts, ln.color, draw.CircleGlyph{}, vg.Points(5), false)
 		if err != nil {
 			return err
 		}
-		line.AddTo(p, &l, g.spec)
-		v, err := figure.Values(pts, func(v float64) string { return fmt.Sprintf("%.1f", v) }, c, false)
-		if err != nil {
-			return err
+		l2.AddTo(p, &l, ln.spec)
+		var above, below plotter.XYs
+		for _, pt := range ln.pts {
+			if crowded(pt, i) {
+				below = append(below, pt)
+			} else {
+				above = append(above, pt)
+			}
 		}
-		p.Add(v)
+		for _, set := range []struct {
+			pts   plotter.XYs
+			below bool
+		}{{above, false}, {below, true}} {
+			if len(set.pts) == 0 {
+				continue
+			}
+			v, err := figure.Values(set.pts, func(v float64) string { return fmt.Sprintf("%.1f", v) }, ln.color, set.below)
+			if err != nil {
+				return err
+			}
+			p.Add(v)
+		}
 	}
 	if len(ticks) == 0 {
 		return fmt.Errorf("no fixed-rate phase to plot")
