@@ -89,6 +89,16 @@ func CounterVec(name string, labels []string, help string) *prometheus.CounterVe
 	return promauto.NewCounterVec(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: Subsystem, Name: name, Help: help}, labels)
 }
 
+// GaugeVec makes and registers a gauge family of compactcache's.
+func GaugeVec(name string, labels []string, help string) *prometheus.GaugeVec {
+	return promauto.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: Subsystem, Name: name, Help: help}, labels)
+}
+
+// OptionLabels label the families of a block's options (shared,
+// kubernetes), which serve the block whatever server listens for it: its
+// zones and view, without the server label of the stock cache's families.
+func OptionLabels(more ...string) []string { return append([]string{"zones", "view"}, more...) }
+
 // Subsystem is the middle of the names of compactcache's families.
 const Subsystem = "compactcache"
 

@@ -6,20 +6,17 @@ import (
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // The families of a block's invalidation, by the block's zones and view.
 var (
-	blockLabels   = []string{"zones", "view"}
-	invalidations = cachemetrics.CounterVec("invalidations_total", append(blockLabels, "kind"),
+	invalidations = cachemetrics.CounterVec("invalidations_total", cachemetrics.OptionLabels("kind"),
 		"The cluster changes that made cached answers wrong, by kind: service, endpoints (an EndpointSlice), pod (a change that may be a Pod's, under pods verified), namespace (its first Service came or its last went, or it appeared or went).")
-	flushedNames = cachemetrics.CounterVec("invalidated_names_total", append(blockLabels, "scope"),
+	flushedNames = cachemetrics.CounterVec("invalidated_names_total", cachemetrics.OptionLabels("scope"),
 		"The names the cluster's changes flushed, by scope: name (the entries of one name), subtree (a name and all below it).")
-	connected = promauto.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: cachemetrics.Subsystem, Name: "kubernetes_connected",
-		Help: "1 while the block learns of the cluster's changes from the Kubernetes API, 0 while it does not (not synced, watch failing, API server unreachable): cluster answers then keep their TTL."}, blockLabels)
+	connected = cachemetrics.GaugeVec("kubernetes_connected", cachemetrics.OptionLabels(),
+		"1 while the block learns of the cluster's changes from the Kubernetes API, 0 while it does not (not synced, watch failing, API server unreachable): cluster answers then keep their TTL.")
 )
 
 // counters are a block's numbers, for the Prometheus series and Stats.

@@ -12,20 +12,19 @@ import (
 
 // The families of a block's tier, by the block's zones and view.
 var (
-	blockLabels = []string{"zones", "view"}
-	requests    = cachemetrics.CounterVec("shared_requests_total", append(blockLabels, "result"),
+	requests = cachemetrics.CounterVec("shared_requests_total", cachemetrics.OptionLabels("result"),
 		"The lookups in the shared tier, by result: hit, miss, error, timeout, skipped (the breaker was open).")
-	rejected = cachemetrics.CounterVec("shared_rejected_total", append(blockLabels, "reason"),
+	rejected = cachemetrics.CounterVec("shared_rejected_total", cachemetrics.OptionLabels("reason"),
 		"The values read from the shared tier that failed their checks, by reason: short, tag (not authenticated by the secret), format (not an entry), key (another key's entry), epoch (a flush's time that is not a number).")
-	writes = cachemetrics.CounterVec("shared_writes_total", append(blockLabels, "result"),
+	writes = cachemetrics.CounterVec("shared_writes_total", cachemetrics.OptionLabels("result"),
 		"The entries written to the shared tier, by result: written, dropped (the queue was full, the breaker open, or the tier erred).")
-	flushes = cachemetrics.CounterVec("shared_flushes_total", append(blockLabels, "direction"),
+	flushes = cachemetrics.CounterVec("shared_flushes_total", cachemetrics.OptionLabels("direction"),
 		"The flushes sent to the other replicas through the shared tier, and received from them.")
-	breakerGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{Namespace: plugin.Namespace, Subsystem: cachemetrics.Subsystem, Name: "shared_breaker_state",
-		Help: "The shared tier's breaker: 0 closed (asked), 1 open (skipped), 2 half-open (probed)."}, blockLabels)
+	breakerGauge = cachemetrics.GaugeVec("shared_breaker_state", cachemetrics.OptionLabels(),
+		"The shared tier's breaker: 0 closed (asked), 1 open (skipped), 2 half-open (probed).")
 	lookupSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{Namespace: plugin.Namespace, Subsystem: cachemetrics.Subsystem, Name: "shared_lookup_duration_seconds",
 		Help:    "The time a lookup in the shared tier took, timeouts included.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}, blockLabels)
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}, cachemetrics.OptionLabels())
 )
 
 // count is a counter of the tier's: a series, and a number the admin stats
