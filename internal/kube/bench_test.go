@@ -23,23 +23,17 @@ func (c *indexerCtl) GetNamespaceByName(ns string) (*object.Namespace, error) {
 	return &object.Namespace{Name: ns}, nil
 }
 
-func (c *indexerCtl) ServiceList() []*object.Service {
-	os := c.svcs.List()
-	out := make([]*object.Service, 0, len(os))
-	for _, o := range os {
-		if s, ok := o.(*object.Service); ok {
-			out = append(out, s)
-		}
-	}
-	return out
+func (c *indexerCtl) ServiceList() []*object.Service { return listOf[*object.Service](c.svcs.List()) }
+func (c *indexerCtl) EndpointsList() []*object.Endpoints {
+	return listOf[*object.Endpoints](c.eps.List())
 }
 
-func (c *indexerCtl) EndpointsList() []*object.Endpoints {
-	os := c.eps.List()
-	out := make([]*object.Endpoints, 0, len(os))
-	for _, o := range os {
-		if e, ok := o.(*object.Endpoints); ok {
-			out = append(out, e)
+// listOf is the objects of an indexer's list that are Ts.
+func listOf[T any](objs []any) []T {
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
 		}
 	}
 	return out
