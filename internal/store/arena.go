@@ -26,6 +26,11 @@ import (
 // a store still filling, stay on the heap.
 const minMappedTable = 64 << 10
 
+// hugePage is a transparent huge page with 4 KiB base pages (amd64, arm64).
+// The table lengths (tableSizeAfter) follow it in every build, so that a
+// store holds as many entries in a given budget on the heap as mapped.
+const hugePage = 2 << 20
+
 // offHeap counts the bytes of every store in the process that live outside
 // the Go heap: the chunks handed out (untouched parts of a shard's
 // reservation are not resident and not counted) and the mapped tables.

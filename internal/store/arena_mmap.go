@@ -20,10 +20,7 @@ const mapsMemory = true
 // one once the last of them is handed out: at a million entries a hit's
 // random read of its entry otherwise misses the TLB, a page walk that
 // under virtualisation costs as much as the read itself.
-const (
-	hugePage        = 2 << 20 // a transparent huge page with 4 KiB base pages (amd64, arm64)
-	madviseCollapse = 25      // MADV_COLLAPSE, Linux 6.1; missing from package syscall
-)
+const madviseCollapse = 25 // MADV_COLLAPSE, Linux 6.1; missing from package syscall
 
 // Collapsing copies the 2 MiB, milliseconds on a virtual machine (memory
 // the host has not backed yet costs the most): too long for a miss to wait

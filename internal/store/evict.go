@@ -214,7 +214,7 @@ const minShortChunk = (entry.MaxLen + 4095) &^ 4095
 
 // nextChunkSize returns the bytes of the next chunk the budget holds: a
 // whole chunk, or, as the last, what is left of the budget when that holds
-// any entry and the index table could not double in it anyway; 0 for none.
+// any entry and the index table could not grow in it anyway; 0 for none.
 func (sh *shard) nextChunkSize() int {
 	room := sh.budget - sh.held
 	switch {
@@ -263,7 +263,7 @@ func (sh *shard) shed(now int64, d *Displaced) {
 	sh.makeRoom(mainQ, now, d)
 }
 
-// giveUpChunk releases a chunk so that the index table can double, when the
+// giveUpChunk releases a chunk so that the index table can grow, when the
 // table is full and the budget has no room for a larger one while the
 // chunks have a chunk's worth of room to spare: the entries are small for
 // the table the chunks left, as where large entries took the budget first.

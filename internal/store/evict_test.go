@@ -263,7 +263,7 @@ func TestGiveUpChunkForTable(t *testing.T) {
 
 // TestShortLastChunk: the last chunk a shard's budget holds may be short,
 // never shorter than any entry needs, and only where the index table could
-// not double in what is left of the budget anyway.
+// not grow in what is left of the budget anyway.
 func TestShortLastChunk(t *testing.T) {
 	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
 	if err != nil {
@@ -272,9 +272,9 @@ func TestShortLastChunk(t *testing.T) {
 	sh := &s.shards[0]
 	sh.held = sh.budget - (minShortChunk + 5000)
 	if got := sh.nextChunkSize(); got != 0 {
-		t.Errorf("a short chunk of %d bytes where the table could double", got)
+		t.Errorf("a short chunk of %d bytes where the table could grow", got)
 	}
-	sh.resize(16 << 10) // a table that could not double in less than a chunk
+	sh.resize(16 << 10) // a table that could not grow in less than a chunk
 	for _, tc := range []struct {
 		room int64
 		want int

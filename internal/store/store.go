@@ -8,8 +8,6 @@
 package store
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -102,9 +100,9 @@ type shard struct {
 	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
-	table     []uint64 // open addressing with linear probing; see locBits
+	table     []uint64 // open addressing in Robin Hood order (index.go)
 	count     int      // entries in table
-	slotMoves uint64   // deletions and rebuilds of the table, which move its slots
+	slotMoves uint64   // deletions, displacing inserts and rebuilds, which move slots
 
 	kinds    PerKind            // entries per kind
 	variants int                // entries tailored to a client subnet (ECS)
@@ -170,9 +168,9 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 const shardsPerProc = 4
 
 // targetShardBudget is the most of the budget a shard takes where maxShards
-// allow. It bounds the shard's index table, which is rebuilt at twice its
-// size under the shard's lock, so that a larger shard holds its lock for
-// longer each time its table doubles (BENCHMARKS.md).
+// allow. It bounds the shard's index table, which is rebuilt larger under
+// the shard's lock, so that a larger shard holds its lock for longer each
+// time its table grows (BENCHMARKS.md).
 const targetShardBudget = 64 << 20
 
 // minShardChunks is the fewest chunks a shard is made with where the budget
@@ -489,6 +487,9 @@ func (sh *shard) check(s *Store) (int64, error) {
 			variants++
 		}
 	}
+	if i := sh.checkOrder(); i >= 0 {
+		return 0, fmt.Errorf("slot %d of %d is out of Robin Hood order", i, len(sh.table))
+	}
 	if n != sh.count || kinds != sh.kinds || variants != sh.variants {
 		return 0, fmt.Errorf("%d slots, %v kinds, %d variants; the shard says %d, %v, %d", n, kinds, variants, sh.count, sh.kinds, sh.variants)
 	}
@@ -508,9 +509,6 @@ func (sh *shard) check(s *Store) (int64, error) {
 	return held, nil
 }
 
-// slotBytes is what each slot of the index table costs.
-const slotBytes = 8
-
 // overhead is what a shard holds besides its chunks, its table and its
 // ghost: per chunk, its slice, its bytes used and its place in the queues.
 func (sh *shard) overhead() int64 {
@@ -524,118 +522,4 @@ func (sh *shard) get(key []byte, h uint64) entry.Entry {
 		return sh.at(sh.table[i])
 	}
 	return nil
-}
-
-// find returns the table index of key's slot, or -1.
-func (sh *shard) find(key []byte, h uint64) int {
-	mask := uint64(len(sh.table) - 1)
-	tag := h >> locBits
-	for i := tag & mask; ; i = (i + 1) & mask {
-		v := sh.table[i]
-		if v == 0 {
-			return -1
-		}
-		if v>>locBits == tag && bytes.Equal(sh.at(v).Key(), key) {
-			return int(i)
-		}
-	}
-}
-
-// slotOf returns the table index of the slot that locates the entry at loc,
-// or -1 when the entry is garbage (replaced or evicted).
-func (sh *shard) slotOf(loc uint64, h uint64) int {
-	mask := uint64(len(sh.table) - 1)
-	for i := (h >> locBits) & mask; ; i = (i + 1) & mask {
-		v := sh.table[i]
-		if v == 0 {
-			return -1
-		}
-		if v&locMask == loc+1 {
-			return int(i)
-		}
-	}
-}
-
-// at returns the entry a slot value locates.
-func (sh *shard) at(v uint64) entry.Entry {
-	loc := v&locMask - 1
-	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
-	n := binary.LittleEndian.Uint32(b[entry.OffSize:])
-	return entry.Entry(b[:n:n])
-}
-
-func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
-
-// insertSlot adds v to the table; the caller made room.
-func (sh *shard) insertSlot(v uint64) {
-	mask := uint64(len(sh.table) - 1)
-	i := (v >> locBits) & mask
-	for sh.table[i] != 0 {
-		i = (i + 1) & mask
-	}
-	sh.table[i] = v
-	sh.count++
-}
-
-// deleteSlot empties slot i, shifting later slots of its probe run back so
-// lookups need no tombstones.
-func (sh *shard) deleteSlot(i int) {
-	mask := len(sh.table) - 1
-	for j := (i + 1) & mask; sh.table[j] != 0; j = (j + 1) & mask {
-		home := int(sh.table[j]>>locBits) & mask
-		// The slot at j may move to i unless its home lies cyclically in (i, j].
-		if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
-			sh.table[i] = sh.table[j]
-			i = j
-		}
-	}
-	sh.table[i] = 0
-	sh.count--
-	sh.slotMoves++
-}
-
-// makeTableRoom keeps the table at most three quarters full while the
-// budget allows it to double, and at most seven eighths full otherwise,
-// when it gives up a chunk for it where the chunks have room to spare
-// (giveUpChunk), and drops entries where they do not (shed).
-func (sh *shard) makeTableRoom(now int64, d *Displaced) {
-	for 4*(sh.count+1) > 3*len(sh.table) {
-		if sh.held+sh.growthRoom() <= sh.budget {
-			sh.resize(2 * len(sh.table))
-			continue
-		}
-		if 8*(sh.count+1) <= 7*len(sh.table) {
-			return // fuller, rather than drop entries the chunks hold
-		}
-		if sh.giveUpChunk(now, d) {
-			continue
-		}
-		sh.shed(now, d)
-	}
-}
-
-// growthRoom is the budget that doubling the table takes: the bytes it adds,
-// and where the new table is mapped on its own, the old table's too, which
-// stays mapped beside it while it is filled, so that the shard is within its
-// budget throughout.
-func (sh *shard) growthRoom() int64 {
-	grow := int64(len(sh.table)) * slotBytes
-	if sh.arena.mapsAlone(2 * len(sh.table) * slotBytes) {
-		return 2 * grow
-	}
-	return grow
-}
-
-func (sh *shard) resize(n int) {
-	old := sh.table
-	sh.held += int64(n-len(old)) * slotBytes
-	sh.table = sh.arena.table(n)
-	sh.slotMoves++
-	sh.count = 0
-	for _, v := range old {
-		if v != 0 {
-			sh.insertSlot(v)
-		}
-	}
-	sh.arena.free(old)
 }

@@ -258,8 +258,8 @@ func TestSameShapeAcrossCores(t *testing.T) {
 	}
 }
 
-// TestTableGrowsWithinBudget checks that a shard whose table, doubled, is
-// mapped on its own doubles it only when its budget holds the old table
+// TestTableGrowsWithinBudget checks that a shard whose table, grown, is
+// mapped on its own grows it only when its budget holds the old table
 // beside the new one, as both are mapped while it is filled; otherwise it
 // evicts.
 func TestTableGrowsWithinBudget(t *testing.T) {
@@ -284,34 +284,35 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 			}
 		}
 	}
-	// fill stores entries of shard 0 until the next one doubles its table.
+	// fill stores entries of shard 0 until the next one grows its table.
 	fill := func() {
-		for 4*(sh.count+1) <= 3*len(sh.table) {
+		for 16*(sh.count+1) <= growLoad*len(sh.table) {
 			next()
 		}
 	}
-	for fill(); !sh.arena.mapsAlone(2 * len(sh.table) * 8); fill() {
-		next() // doubles a table that is not mapped alone: the budget has room
+	for fill(); !sh.arena.mapsAlone(tableSizeAfter(len(sh.table)) * 8); fill() {
+		next() // grows a table that is not mapped alone: the budget has room
 	}
 
-	slots, grow := len(sh.table), int64(len(sh.table))*8
-	sh.budget = sh.held + grow + grow/2 // room for the new table's added bytes, not beside the old one
-	// Past seven eighths: the table fills beyond three quarters rather than
-	// grow, then entries are evicted.
+	slots := len(sh.table)
+	added, both := int64(tableSizeAfter(slots)-slots)*8, int64(tableSizeAfter(slots))*8
+	sh.budget = sh.held + added // room for the new table's added bytes, not beside the old one
+	// Past growLoad: the table fills up to fullLoad rather than grow, then
+	// entries are evicted.
 	for range slots / 8 {
 		next()
 	}
 	if len(sh.table) != slots {
-		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, len(sh.table), sh.budget-sh.held, 2*grow)
+		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, len(sh.table), sh.budget-sh.held, both)
 	}
-	if sh.count > slots*7/8 || sh.count <= slots*3/4 {
-		t.Fatalf("%d entries in %d slots: want more than three quarters, no more than seven eighths", sh.count, slots)
+	if 16*sh.count > fullLoad*slots || 16*sh.count <= growLoad*slots {
+		t.Fatalf("%d entries in %d slots: want more than %d sixteenths, no more than %d", sh.count, slots, growLoad, fullLoad)
 	}
 
 	fill()
-	sh.budget = sh.held + 2*grow
+	sh.budget = sh.held + both
 	next()
-	if len(sh.table) != 2*slots {
+	if len(sh.table) != tableSizeAfter(slots) {
 		t.Fatalf("the table did not grow from %d slots with room for both tables", slots)
 	}
 	checkShards(t, s)

@@ -1,0 +1,264 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+	"slices"
+
+	"github.com/compactcache/compactcache/internal/entry"
+)
+
+// A shard's index is an open addressing table of uint64 slots, linear
+// probing in Robin Hood order: a slot's home is its tag (the hash bits above
+// locBits) scaled to the table's length, and an insert that meets a slot
+// nearer its own home than the new one is to its own takes that slot and
+// moves the other on. So every run of slots is in order of home, a probe for
+// a missing key stops at the first slot whose home lies past its own, and the
+// table can be kept seven eighths full with short probes either way.
+//
+// Scaling the tag (rather than masking it) lets a table have any length, so
+// that a large one grows by about a quarter at a time (tableSizeAfter), not
+// by doubling. It also keeps the homes in the order of the tags whatever the
+// length, so that a rebuild reads the old table and writes the new one front
+// to back.
+const (
+	tagBits = 64 - locBits
+
+	// Entries a table takes before it grows, and before entries are dropped
+	// for room where the budget does not let it grow, in sixteenths.
+	growLoad = 14
+	fullLoad = 15
+)
+
+// slotBytes is what each slot of the index table costs.
+const slotBytes = 8
+
+// home returns the slot where a probe for tag starts.
+func (sh *shard) home(tag uint64) int {
+	hi, _ := bits.Mul64(tag<<(64-tagBits), uint64(len(sh.table)))
+	return int(hi)
+}
+
+// distance returns how far slot i, holding v, lies past v's home.
+func (sh *shard) distance(v uint64, i int) int {
+	d := i - sh.home(v>>locBits)
+	if d < 0 {
+		d += len(sh.table)
+	}
+	return d
+}
+
+// next returns the slot after i.
+func (sh *shard) next(i int) int {
+	if i++; i == len(sh.table) {
+		return 0
+	}
+	return i
+}
+
+// find returns the table index of key's slot, or -1.
+func (sh *shard) find(key []byte, h uint64) int {
+	tag := h >> locBits
+	i := sh.home(tag)
+	for d := 0; ; d++ {
+		v := sh.table[i]
+		if v == 0 {
+			return -1
+		}
+		if v>>locBits == tag && bytes.Equal(sh.at(v).Key(), key) {
+			return i
+		}
+		if sh.distance(v, i) < d {
+			return -1
+		}
+		i = sh.next(i)
+	}
+}
+
+// slotOf returns the table index of the slot that locates the entry at loc,
+// or -1 when the entry is garbage (replaced or evicted).
+func (sh *shard) slotOf(loc uint64, h uint64) int {
+	i := sh.home(h >> locBits)
+	for d := 0; ; d++ {
+		v := sh.table[i]
+		if v == 0 {
+			return -1
+		}
+		if v&locMask == loc+1 {
+			return i
+		}
+		if sh.distance(v, i) < d {
+			return -1
+		}
+		i = sh.next(i)
+	}
+}
+
+// at returns the entry a slot value locates.
+func (sh *shard) at(v uint64) entry.Entry {
+	loc := v&locMask - 1
+	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
+	n := binary.LittleEndian.Uint32(b[entry.OffSize:])
+	return entry.Entry(b[:n:n])
+}
+
+func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(off) }
+
+// insertSlot adds v to the table; the caller made room. v goes where a probe
+// for it would stop, and the rest of that run moves on a slot, each one
+// further from its home: a copy, rather than a swap at every slot.
+func (sh *shard) insertSlot(v uint64) {
+	i := sh.home(v >> locBits)
+	for d := 0; sh.table[i] != 0 && sh.distance(sh.table[i], i) >= d; d++ {
+		i = sh.next(i)
+	}
+	if sh.table[i] != 0 {
+		sh.shiftOn(i)
+		sh.slotMoves++
+	}
+	sh.table[i] = v
+	sh.count++
+}
+
+// shiftOn moves the slots from i up to the next empty one on by one, leaving
+// slot i free.
+func (sh *shard) shiftOn(i int) {
+	t := sh.table
+	j := i
+	for t[j] != 0 {
+		if j++; j == len(t) {
+			// The run wraps around: its part at the start moves on,
+			// the last slot's value becomes the first's.
+			k := 0
+			for t[k] != 0 {
+				k++
+			}
+			copy(t[1:k+1], t[:k])
+			t[0] = t[len(t)-1]
+			copy(t[i+1:], t[i:len(t)-1])
+			return
+		}
+	}
+	copy(t[i+1:j+1], t[i:j])
+}
+
+// deleteSlot empties slot i, moving the rest of its run back a slot until a
+// slot at its home, so that lookups need no tombstones.
+func (sh *shard) deleteSlot(i int) {
+	for j := sh.next(i); sh.table[j] != 0 && sh.distance(sh.table[j], j) > 0; j = sh.next(j) {
+		sh.table[i] = sh.table[j]
+		i = j
+	}
+	sh.table[i] = 0
+	sh.count--
+	sh.slotMoves++
+}
+
+// checkOrder reports the first slot out of Robin Hood order, or -1: a slot
+// past its home whose predecessor is empty or lies further past its own.
+func (sh *shard) checkOrder() int {
+	n := len(sh.table)
+	for i, v := range sh.table {
+		if v == 0 {
+			continue
+		}
+		d := sh.distance(v, i)
+		if d == 0 {
+			continue
+		}
+		p := (i + n - 1) % n
+		if w := sh.table[p]; w == 0 || sh.distance(w, p)+1 < d {
+			return i
+		}
+	}
+	return -1
+}
+
+// tableSizeAfter returns the slots of the table that replaces one of n:
+// twice as many up to a huge page, then a quarter more, rounded up to whole
+// huge pages. Small tables double, since every rebuild moves all their slots
+// and small steps would move each several times while a shard fills; large
+// ones, which hold most of a large store's index, grow in steps that keep
+// them nearly as full as they may be. A table that lay partly in small pages
+// would cost a page fault every 4 KiB as it is filled, several microseconds
+// each on a virtual machine.
+func tableSizeAfter(n int) int {
+	huge := hugePage / slotBytes
+	if n < huge {
+		return 2 * n
+	}
+	return (n + n/4 + huge - 1) / huge * huge
+}
+
+// makeTableRoom keeps the table at most growLoad sixteenths full while the
+// budget allows it to grow, and at most fullLoad sixteenths otherwise, when
+// it gives up a chunk for it where the chunks have room to spare
+// (giveUpChunk), and drops entries where they do not (shed).
+func (sh *shard) makeTableRoom(now int64, d *Displaced) {
+	for 16*(sh.count+1) > growLoad*len(sh.table) {
+		if sh.held+sh.growthRoom() <= sh.budget {
+			sh.resize(tableSizeAfter(len(sh.table)))
+			continue
+		}
+		if 16*(sh.count+1) <= fullLoad*len(sh.table) {
+			return // fuller, rather than drop entries the chunks hold
+		}
+		if sh.giveUpChunk(now, d) {
+			continue
+		}
+		sh.shed(now, d)
+	}
+}
+
+// growthRoom is the budget that growing the table takes: the bytes it adds,
+// and where the new table is mapped on its own, the old table's too, which
+// stays mapped beside it while it is filled, so that the shard is within its
+// budget throughout.
+func (sh *shard) growthRoom() int64 {
+	n := tableSizeAfter(len(sh.table))
+	grow := int64(n-len(sh.table)) * slotBytes
+	if sh.arena.mapsAlone(n * slotBytes) {
+		return grow + int64(len(sh.table))*slotBytes
+	}
+	return grow
+}
+
+// resize rebuilds the table with n slots. The old table's runs are in order
+// of home, so of tag, and so of home in the new table too, but for slots that
+// share an old home: read from an empty slot on, most land at their home or
+// just past the one before, with no probe; the few out of order, and those
+// whose run would pass the end, take insertSlot.
+func (sh *shard) resize(n int) {
+	old := sh.table
+	sh.held += int64(n-len(old)) * slotBytes
+	sh.table = sh.arena.table(n)
+	sh.slotMoves++
+	sh.count = 0
+	next, last := 0, 0 // the slot after those placed in order, and the last one's home
+	place := func(v uint64) {
+		h := sh.home(v >> locBits)
+		if p := max(h, next); h >= last && p < n && sh.table[p] == 0 {
+			sh.table[p] = v
+			sh.count++
+			next, last = p+1, h
+			return
+		}
+		sh.insertSlot(v)
+		for next < n && sh.table[next] != 0 {
+			next++ // the insert moved the slots placed on
+		}
+	}
+	start := slices.Index(old, 0) // a table is never full
+	for _, v := range old[start:] {
+		if v != 0 {
+			place(v)
+		}
+	}
+	for _, v := range old[:start] {
+		if v != 0 {
+			place(v)
+		}
+	}
+	sh.arena.free(old)
+}
