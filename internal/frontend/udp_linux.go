@@ -82,10 +82,11 @@ type udpBatch struct {
 	received, queued, sent int
 	used                   int // slots the kernel may have written since readied
 	errno                  syscall.Errno
+	sendErr                error // the socket's writes failed: it is closed
 
 	// The RawConn callbacks, made once: a method value made per call
 	// would allocate.
-	recvFn, sendFn func(fd uintptr) bool
+	serveFn, sendFn func(fd uintptr) bool
 }
 
 // sentHit is what the bookkeeping of a hit needs once its reply is sent.
@@ -116,7 +117,7 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 	if u, ok := b.local.(*net.UDPAddr); ok {
 		b.localPort = u.AddrPort()
 	}
-	b.recvFn, b.sendFn = b.recv, b.send
+	b.serveFn, b.sendFn = b.serve, b.send
 	return b, nil
 }
 
@@ -128,23 +129,48 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 		return
 	}
 	for {
-		if err := b.raw.Read(b.recvFn); err != nil {
+		if err := b.raw.Read(b.serveFn); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				log.Errorf("frontend: reading %s: %v", b.local, err)
 			}
 			return
 		}
-		if b.errno != 0 {
-			// ICMP errors of earlier replies surface here; the socket is fine.
-			time.Sleep(time.Millisecond)
-			continue
+		if b.sendErr != nil {
+			return
 		}
-		now := fe.now()
+		// ICMP errors of earlier replies surface here; the socket is fine.
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// serve is serveUDP's read callback: it reads batches and answers them
+// until the socket is drained, then asks the poller to wait. It returns
+// true, ending the read, only for an error to read or send.
+//
+// A batch short of batchLen drained the socket when it was read, so every
+// datagram queued since has woken the poller (the socket is edge-triggered),
+// and the callback goes back to it at once, without the read that would
+// only fail with EAGAIN: within one RawConn.Read, a wake-up that came while
+// the batch was answered is kept for the wait, whereas a new Read forgets
+// it and must probe the socket first. A full batch may have left datagrams
+// whose wake-up the batch itself took, so the next is read at once.
+func (b *udpBatch) serve(fd uintptr) bool {
+	for {
+		if !b.recv(fd) {
+			return false
+		}
+		if b.errno != 0 {
+			return true
+		}
+		now := b.fe.now()
 		if b.timed {
 			b.start = time.Now()
 		}
-		if err := b.answerAll(now); err != nil {
-			return
+		if b.sendErr = b.answerAll(now); b.sendErr != nil {
+			return true
+		}
+		if b.received < batchLen {
+			return false
 		}
 	}
 }

@@ -272,7 +272,7 @@ func TestRecvReadiesTheSlotsItFilled(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := b.raw.Read(b.recvFn); err != nil {
+		if err := b.raw.Read(b.recv); err != nil {
 			t.Fatal(err)
 		}
 		if b.received != len(batch) {
@@ -286,6 +286,47 @@ func TestRecvReadiesTheSlotsItFilled(t *testing.T) {
 		}
 		for i := range b.received {
 			b.in[i].Hdr.Namelen, b.in[i].Hdr.Flags, b.in[i].Len = 1, unix.MSG_TRUNC, 9999
+		}
+	}
+}
+
+// TestServeDrainsWithoutProbing: serve answers batches until one comes in
+// short of batchLen, and then returns to the poller without another read,
+// which could only fail (recv readies the last batch's slots before each
+// read: they are still those of the short batch); a full batch is followed
+// by another read at once, since its datagrams' wake-up may have announced
+// those behind it too.
+func TestServeDrainsWithoutProbing(t *testing.T) {
+	for _, n := range []int{1, 5, batchLen, batchLen + 3, 2 * batchLen} {
+		b, _ := hitBatch(t)
+		pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
+		client, err := net.DialUDP("udp", nil, b.conn.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		for range n {
+			// Loopback queues the datagram at the receiver before Write returns.
+			if _, err := client.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wait bool
+		if err := b.raw.Control(func(fd uintptr) { wait = !b.serve(fd) }); err != nil {
+			t.Fatal(err)
+		}
+		if !wait || b.errno != 0 || b.sendErr != nil {
+			t.Fatalf("%d datagrams: serve ended the read (errno %v, send error %v)", n, b.errno, b.sendErr)
+		}
+		if want := n % batchLen; b.used != want {
+			t.Errorf("%d datagrams: the last read took %d, want %d: a read after the short batch, or none after a full one", n, b.used, want)
+		}
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		for i := range n {
+			if _, err := client.Read(buf); err != nil {
+				t.Fatalf("%d datagrams: reply %d: %v", n, i+1, err)
+			}
 		}
 	}
 }
