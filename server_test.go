@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,9 +266,24 @@ func (m cacheMode) start(t *testing.T, up string, options ...string) (udp, tcp s
 	if !m.frontend {
 		return startCoreDNS(t, cacheCorefile(up, options...))
 	}
-	addr := freePort(t)
-	startCoreDNS(t, cacheCorefile(up, append(options, "frontend "+addr)...))
-	return addr, addr
+	// The front end binds its GOMAXPROCS sockets with SO_REUSEPORT too: a
+	// server of another test that took the port first, after freePort let
+	// it go, would share it silently. Counted, the front end starts again
+	// elsewhere, as startCorefile does for CoreDNS's own servers.
+	for try := 1; ; try++ {
+		addr := freePort(t)
+		corefile := cacheCorefile(up, append(options, "frontend "+addr)...)
+		inst, err := startCorefile(corefile)
+		if err != nil {
+			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
+		}
+		if n := testenv.UDPSockets(addr); n > runtime.GOMAXPROCS(0) && try < 10 {
+			inst.Stop()
+			continue
+		}
+		t.Cleanup(func() { inst.Stop() })
+		return addr, addr
+	}
 }
 
 // checkEcho fails unless r echoes the question of req exactly, 0x20 case
