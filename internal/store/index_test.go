@@ -91,27 +91,48 @@ func TestIndexRobinHood(t *testing.T) {
 	}
 }
 
-// TestIndexResizeKeepsSlots checks that a rebuild at every length of the
-// ladder finds every slot it held, in order.
+// TestIndexResizeKeepsSlots checks that rebuilds keep every slot, in order:
+// doubling from the smallest table to the largest kept on the heap, and
+// growing in whole huge pages from one huge page to three; tags
+// crowd the table's end, so that runs wrap around to its start.
 func TestIndexResizeKeepsSlots(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 7))
-	sh := slotTable(minTableSlots)
-	sh.arena = newArena(0, nil)
-	tags := map[uint64]uint64{}
-	for loc := uint64(1); 16*sh.count < growLoad*(minMappedTable/slotBytes-1); loc++ {
-		if 16*(sh.count+1) > growLoad*len(sh.table) {
-			sh.resize(tableSizeAfter(len(sh.table)))
-			if i := sh.checkOrder(); i >= 0 {
-				t.Fatalf("after a rebuild to %d slots, slot %d is out of order", len(sh.table), i)
+	huge := hugePage / slotBytes
+	for _, tc := range []struct{ from, to, want int }{
+		{minTableSlots, minMappedTable/slotBytes - 1, minMappedTable / slotBytes},
+		{huge, 2*huge + huge/8, 3 * huge}, // just past the growth to three
+	} {
+		rng := rand.New(rand.NewPCG(7, uint64(tc.from)))
+		sh := slotTable(tc.from)
+		sh.arena = newArena(0, nil)
+		tags := map[uint64]uint64{}
+		wrapped := 0 // rebuilds that left a run wrapped around
+		for loc := uint64(1); 16*sh.count < growLoad*tc.to; loc++ {
+			if 16*(sh.count+1) > growLoad*len(sh.table) {
+				sh.resize(tableSizeAfter(len(sh.table)))
+				if i := sh.checkOrder(); i >= 0 {
+					t.Fatalf("after a rebuild to %d slots, slot %d is out of order", len(sh.table), i)
+				}
+				if v := sh.table[0]; v != 0 && sh.distance(v, 0) > 0 {
+					wrapped++
+				}
+			}
+			tag := rng.Uint64N(1 << tagBits)
+			if rng.IntN(64) == 0 {
+				tag = 1<<tagBits - 1 - rng.Uint64N(1<<tagBits/128) // twice as dense there
+			}
+			sh.insertSlot(slotValue(tag, loc))
+			tags[loc] = tag
+		}
+		for loc, tag := range tags {
+			if sh.slotOf(loc, tag<<locBits) < 0 {
+				t.Fatalf("location %d lost in the rebuilds from %d to %d slots", loc, tc.from, len(sh.table))
 			}
 		}
-		tag := rng.Uint64N(1 << tagBits)
-		sh.insertSlot(slotValue(tag, loc))
-		tags[loc] = tag
-	}
-	for loc, tag := range tags {
-		if sh.slotOf(loc, tag<<locBits) < 0 {
-			t.Fatalf("location %d lost in the rebuilds to %d slots", loc, len(sh.table))
+		if len(sh.table) != tc.want {
+			t.Fatalf("from %d slots: %d after the rebuilds, want %d", tc.from, len(sh.table), tc.want)
+		}
+		if wrapped == 0 {
+			t.Fatalf("from %d slots: no rebuild left a run wrapped around the table's end", tc.from)
 		}
 	}
 }
