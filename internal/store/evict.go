@@ -39,34 +39,53 @@ import (
 // unless clients still ask for it.
 //
 // The ghost (ghost.go) remembers the keys probation dropped, a 12-bit mark
-// each, as many as the budget holds entries of the reference workload: its
-// bytes are counted in the budget from the start, and it is made when the
-// shard first drops an entry from probation. It forgets them oldest first,
-// in buckets of ten marks. Entries over trustedSize bytes are remembered
-// only tentatively but for a chance of trustedSize/size: a tentative key
-// asked again goes through probation once more, remembered in full when
-// dropped again. A large entry asked twice costs main the bytes of several
-// small ones asked as often; one asked three times is as likely to be asked
-// again. A tentative mark takes a lane of its bucket without moving the
-// others, so that the keys remembered in full last as many drops of such
+// each, about five for every four entries of the reference workload the
+// budget holds: its bytes are counted in the budget from the start, and it
+// is made when the shard first drops an entry from probation. It forgets
+// them oldest first, in buckets of ten marks. Entries over trustedSize bytes
+// are remembered only tentatively but for a chance of trustedSize/size: a
+// tentative key asked again goes through probation once more, remembered in
+// full when dropped again. A large entry asked twice costs main the bytes of
+// several small ones asked as often; one asked three times is as likely to
+// be asked again. A tentative mark takes a lane of its bucket without moving
+// the others, so that the keys remembered in full last as many drops of such
 // keys however many large names probation drops between them.
 //
-// Passing a chunk works on that one chunk. Entries move
-// between chunks only to main's newest chunk, which a walk visits after
-// every other (Walk).
+// Passing a chunk works on that one chunk. Entries move between chunks only
+// to main's newest chunk, which a walk visits after every other (Walk).
 //
-// The probation share, the ghost's size and trustedSize were chosen on the
-// traces of bench/trace (BENCHMARKS.md). The names of a flood asked again
-// and those of a scan of the same names come back after about as many
-// drops, so that no length of the ghost keeps the ones and forgets the
-// others: a shorter ghost forgets the hottest names of a flood between
-// their asks, and readmits too few of a scan's names to hold any; a longer
-// one, or a larger trustedSize, readmits more of them than main holds until
-// they are asked again, pushing out names asked more often. What tells them
-// apart is the flood's large names, asked once: they take no lifetime from
-// the marks of the names asked again, while their own tentative marks,
+// A key the ghost remembers in full goes to main only if it was asked again
+// within a readmitShare-th of main's turn, the time an entry spends in main
+// from one pass of its chunk to the next, which an entry not hit in it does
+// not outlive. Time here is the ghost's clock, the marks it has pushed, so
+// that a mark's lane tells its age (ghost.go); main's turn is its chunks
+// times the mean ticks between two of its passes. A key asked again later
+// than that goes through probation once more, its mark the newest when
+// probation drops it again: in main it would likely have been dropped before
+// its next ask, pushing out names asked more often on its way. So a name
+// asked about once per turn of main, of a Zipf tail or of a scan of the same
+// names, comes back to main only when asked twice close together, and main,
+// turning the slower for it, keeps longer the names it holds: more of a
+// scan's names stay in main from one scan to the next, as W-TinyLFU keeps
+// them, whose sketch refuses the names asked less often than those they
+// would push out. Before main's first pass its turn is unknown, and the
+// ghost readmits every key it remembers in full.
+//
+// The probation share, the ghost's size, trustedSize and readmitShare were
+// chosen on the traces of bench/trace (BENCHMARKS.md). The names of a flood
+// asked again and those of a scan of the same names come back after about as
+// many drops, so that no length of the ghost alone keeps the ones and
+// forgets the others: a shorter ghost forgets the hottest names of a flood
+// between their asks, and readmits too few of a scan's names to hold any; a
+// longer one, or a larger trustedSize, readmits more of them than main holds
+// until they are asked again, pushing out names asked more often. What tells
+// them apart is the flood's large names, asked once: they take no lifetime
+// from the marks of the names asked again, while their own tentative marks,
 // pushed off by the next marks in full, last too short a time for a scan's
-// large names to come back through them.
+// large names to come back through them. The gate on main's turn lets the
+// ghost be longer than that tension allowed without it (a mark for 128 bytes
+// rather than 160): the keys a longer ghost would readmit only for main to
+// drop them unasked are those it sends through probation again.
 const (
 	probationQ = iota
 	mainQ
@@ -81,24 +100,36 @@ const (
 	minProbation   = 1
 
 	// ghostBytes is the budget for each byte of the ghost: a mark, a byte
-	// and a half, for every 160 bytes, about what an entry of the
-	// reference workload takes with its index slot.
-	ghostBytes = 100
+	// and a half, for every 128 bytes, about four fifths of what an entry
+	// of the reference workload takes with its index slot.
+	ghostBytes = 85
 
 	// trustedSize is the largest entry the ghost remembers in full at its
 	// first drop.
 	trustedSize = 192
+
+	// readmitShare: a key the ghost remembers in full goes to main only if
+	// it was asked again within this share of main's turn.
+	readmitShare = 5
 )
 
 // queue is a FIFO of chunks: ids holds them from head on, oldest first.
 // pushed counts the chunks ever queued: the chunk at position k from the
 // head was the (pushed-n+k)-th, so that a walk can tell the chunks queued
 // since it passed.
+//
+// The queues also keep the clocks of readmission from the ghost: probation's
+// ticks counts the marks the ghost pushed (ghost.go); main's ticks is that
+// count when main last passed a chunk, and its gap the mean ticks between
+// two of its passes, in 256ths.
 type queue struct {
 	ids    []uint16
 	head   int
 	n      int
 	pushed uint64
+
+	ticks uint64
+	gap   uint64
 }
 
 // at returns the k-th oldest chunk of q.
@@ -148,7 +179,43 @@ func (sh *shard) dequeue(q int) int {
 	qu.n--
 	sh.in[c] = noQueue
 	sh.forget(c)
+	if q == mainQ {
+		sh.passedMain()
+	}
 	return c
+}
+
+// tick counts a mark the ghost pushed.
+func (sh *shard) tick() { sh.queues[probationQ].ticks++ }
+
+// passedMain times a pass of main's oldest chunk on the ghost's clock: the
+// mean of the gaps between passes moves a sixteenth of the way to this one.
+func (sh *shard) passedMain() {
+	m, now := &sh.queues[mainQ], sh.queues[probationQ].ticks
+	m.gap += (now-m.ticks)<<8/16 - m.gap/16
+	m.ticks = now
+}
+
+// mainTurn returns main's turn in ticks of the ghost's clock: its chunks,
+// and the one it passes, times the mean ticks between two passes.
+func (sh *shard) mainTurn() uint64 {
+	m := &sh.queues[mainQ]
+	return m.gap * uint64(m.n+1) >> 8
+}
+
+// readmit reports whether the key of hash h, whose entry probation dropped,
+// goes to main: when the ghost remembers it in full, and it was asked again
+// within a readmitShare-th of main's turn or main has not passed a chunk
+// yet. The ghost forgets it either way (recall).
+func (sh *shard) readmit(h uint64) bool {
+	age := sh.recallAge(h)
+	if age < 0 {
+		return false
+	}
+	if sh.queues[mainQ].gap == 0 {
+		return true
+	}
+	return uint64(age)*uint64(len(sh.ghost)/ghostBucketWords)*readmitShare <= sh.mainTurn()
 }
 
 func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
@@ -162,7 +229,7 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 		// Asked again: a refresh, or an answer fetched again. It keeps
 		// the hits of the entry it replaces.
 		q, freq = mainQ, max(freq, sh.at(sh.table[i]).Freq())
-	} else if sh.recall(h) {
+	} else if sh.readmit(h) {
 		q = mainQ
 	}
 	moves := sh.slotMoves

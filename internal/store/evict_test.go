@@ -365,3 +365,107 @@ func TestWalkWhilePromoting(t *testing.T) {
 	}
 	checkShards(t, s)
 }
+
+// TestReadmitWithinTurn: a key the ghost remembers in full goes to main
+// when asked again within a readmitShare-th of main's turn, through
+// probation again when asked later, and to main whatever its age before
+// main has a turn measured.
+func TestReadmitWithinTurn(t *testing.T) {
+	s, err := New(MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.shards) != 1 {
+		t.Fatalf("%d shards, want 1", len(s.shards))
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	late, lkey := testEntry(t, b, "late.example.org.", 1, 3600, KindSuccess)
+	late = append(entry.Entry(nil), late...) // the builder's buffer is reused
+	early, ekey := testEntry(t, b, "early.example.org.", 1, 3600, KindSuccess)
+	// Dropped from probation, then three keys of its bucket after it: its
+	// mark is in lane 3, three pushes into its bucket old.
+	age := func(e entry.Entry, key []byte) {
+		t.Helper()
+		s.Put(e, 0)
+		s.passProbation()
+		h := s.Hash(key)
+		for j := range 3 {
+			sh.remember(h^uint64(j+1)<<17, trustedSize) // another fingerprint, the same bucket
+		}
+	}
+	age(late, lkey)
+	// Main's turn: a readmitShare-th of it is about 2.2 pushes into a
+	// bucket, under the mark's age.
+	buckets := uint64(len(sh.ghost) / ghostBucketWords)
+	m := &sh.queues[mainQ]
+	m.gap = (2*buckets*readmitShare + buckets) << 8 / uint64(m.n+1)
+	if turn := sh.mainTurn(); turn < 2*buckets*readmitShare || turn >= 3*buckets*readmitShare {
+		t.Fatalf("main's turn is %d ticks, want [%d, %d)", turn, 2*buckets*readmitShare, 3*buckets*readmitShare)
+	}
+	s.Put(late, 0)
+	if q := s.queueOf(lkey); q != probationQ {
+		t.Fatalf("a key asked again after a %d-th of main's turn went to queue %d, want probation", readmitShare, q)
+	}
+	// Dropped again, asked again at once: to main.
+	s.passProbation()
+	s.Put(late, 0)
+	if q := s.queueOf(lkey); q != mainQ {
+		t.Fatalf("a key asked again at once went to queue %d, want main", q)
+	}
+
+	// Before main's first pass, any age.
+	age(early, ekey)
+	m.gap = 0
+	s.Put(early, 0)
+	if q := s.queueOf(ekey); q != mainQ {
+		t.Fatalf("with main's turn unknown, a key asked again went to queue %d, want main", q)
+	}
+	checkShards(t, s)
+}
+
+// TestMainTurn: main's turn is its chunks, and the one passed, times the
+// mean ticks of the ghost's clock between two passes of main, which the
+// passes of its oldest chunk measure.
+func TestMainTurn(t *testing.T) {
+	sh := ghostShard(t)
+	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
+	for range 200 {
+		p.ticks += 100
+		sh.passedMain()
+	}
+	want := 100 * uint64(m.n+1)
+	if turn := sh.mainTurn(); turn < want*98/100 || turn > want {
+		t.Errorf("main's turn %d ticks after passes 100 ticks apart, want about %d", turn, want)
+	}
+	for range 200 {
+		p.ticks += 10
+		sh.passedMain()
+	}
+	want = 10 * uint64(m.n+1)
+	if turn := sh.mainTurn(); turn < want || turn > want*102/100 {
+		t.Errorf("main's turn %d ticks after passes 10 ticks apart, want about %d", turn, want)
+	}
+
+	// A store whose main passes chunks times them.
+	s, err := New(MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	for i := range 30_000 {
+		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i%15_000), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		if i%3 == 0 {
+			s.touch(key)
+		}
+	}
+	sh = &s.shards[0]
+	if sh.queues[mainQ].pushed <= uint64(sh.allocated) || sh.queues[probationQ].ticks == 0 {
+		t.Fatalf("main queued %d chunks of %d, the ghost ticked %d times: the workload made no pass of main", sh.queues[mainQ].pushed, sh.allocated, sh.queues[probationQ].ticks)
+	}
+	if sh.queues[mainQ].gap == 0 || sh.mainTurn() == 0 {
+		t.Errorf("main passed chunks, its turn is not timed: gap %d, turn %d", sh.queues[mainQ].gap, sh.mainTurn())
+	}
+	checkShards(t, s)
+}

@@ -14,6 +14,10 @@ package store
 // coming back after a fixed number of drops, is forgotten or remembered as
 // a whole rather than in part.
 //
+// The ghost's clock ticks at every push: a mark's lane is its age in
+// pushes into its bucket, about one in every bucket count of the clock's
+// ticks (evict.go compares it with main's turn).
+//
 // A tentative mark takes the place of the oldest tentative or free one,
 // where it is, and never that of a key remembered in full; it moves no
 // other mark. So a flood of large names asked once neither makes the ghost
@@ -123,8 +127,10 @@ func (sh *shard) remember(h uint64, size int) {
 	switch k := b.find(m &^ ghostKnown); {
 	case k >= 0:
 		b.push(k, m|b.lane(k)&ghostKnown)
+		sh.tick()
 	case m&ghostKnown != 0:
 		b.push(ghostLanes-1, m)
+		sh.tick()
 	default:
 		if k = b.tentativeRoom(); k >= 0 {
 			b.set(k, m)
@@ -144,19 +150,26 @@ func (sh *shard) toss() uint64 {
 // recall reports whether the ghost remembers the key of hash h in full, and
 // forgets it; a key remembered tentatively is remembered in full from now,
 // its mark the newest, as the key was asked again.
-func (sh *shard) recall(h uint64) bool {
+func (sh *shard) recall(h uint64) bool { return sh.recallAge(h) >= 0 }
+
+// recallAge is recall, returning the lane of the key's mark, -1 when the
+// ghost does not remember it in full. A bucket takes about one mark in
+// every len(ghost)/ghostBucketWords the ghost pushes, so that a mark in
+// lane k has been in the ghost about k times that many ticks of its clock.
+func (sh *shard) recallAge(h uint64) int {
 	if sh.ghost == nil {
-		return false
+		return -1
 	}
 	b, m := sh.ghostBucket(h), ghostMark(h)
 	k := b.find(m)
 	if k < 0 {
-		return false
+		return -1
 	}
 	if b.lane(k)&ghostKnown != 0 {
 		b.cut(k)
-		return true
+		return k
 	}
 	b.push(k, m|ghostKnown)
-	return false
+	sh.tick()
+	return -1
 }

@@ -201,3 +201,58 @@ func TestGhostFalseRecalls(t *testing.T) {
 		t.Errorf("%d false recalls in %d asks (%.5f), want some and at most %.5f", falses, asks, rate, most)
 	}
 }
+
+// TestGhostRecallAge: a recall tells the lane of the key's mark, its age in
+// pushes into its bucket, and the ghost's clock ticks at every push, not at
+// a tentative mark set in place nor at a recall that forgets a mark.
+func TestGhostRecallAge(t *testing.T) {
+	sh := ghostShard(t)
+	hs := bucketMates(ghostLanes + 2)
+	for _, h := range hs[:ghostLanes] {
+		sh.remember(h, trustedSize)
+	}
+	if got := sh.queues[probationQ].ticks; got != ghostLanes {
+		t.Errorf("the clock ticked %d times for %d marks pushed", got, ghostLanes)
+	}
+	// The oldest first: a recall frees its lane, moving no younger mark.
+	for i, h := range hs[:ghostLanes] {
+		if age := sh.recallAge(h); age != ghostLanes-1-i {
+			t.Errorf("key %d of %d recalled at age %d, want %d", i, ghostLanes, age, ghostLanes-1-i)
+		}
+	}
+	if got := sh.queues[probationQ].ticks; got != ghostLanes {
+		t.Errorf("recalls moved the clock to %d, want %d", got, ghostLanes)
+	}
+	if age := sh.recallAge(hs[0]); age != -1 {
+		t.Errorf("a key recalled already recalled at age %d, want -1", age)
+	}
+
+	// Newest first: each recall leaves the next at lane 0.
+	for _, h := range hs[:3] {
+		sh.remember(h, trustedSize)
+	}
+	for i := 2; i >= 0; i-- {
+		if age := sh.recallAge(hs[i]); age != 0 {
+			t.Errorf("the newest key recalled at age %d, want 0", age)
+		}
+	}
+
+	// A tentative mark: no tick when set, -1 and a tick when asked again
+	// (pushed in full), then recalled at its age.
+	large := 1 << 47 // trusted once in 65,536 draws
+	before := sh.queues[probationQ].ticks
+	sh.remember(hs[ghostLanes], large)
+	if got := sh.queues[probationQ].ticks; got != before {
+		t.Errorf("a tentative mark moved the clock by %d", got-before)
+	}
+	if age := sh.recallAge(hs[ghostLanes]); age != -1 {
+		t.Errorf("a key remembered tentatively recalled at age %d, want -1", age)
+	}
+	if got := sh.queues[probationQ].ticks; got != before+1 {
+		t.Errorf("a tentative mark pushed in full moved the clock by %d, want 1", got-before)
+	}
+	sh.remember(hs[ghostLanes+1], trustedSize)
+	if age := sh.recallAge(hs[ghostLanes]); age != 1 {
+		t.Errorf("a key remembered in full on its second ask recalled at age %d, want 1", age)
+	}
+}
