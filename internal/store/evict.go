@@ -117,19 +117,11 @@ const (
 // pushed counts the chunks ever queued: the chunk at position k from the
 // head was the (pushed-n+k)-th, so that a walk can tell the chunks queued
 // since it passed.
-//
-// The queues also keep the clocks of readmission from the ghost: probation's
-// ticks counts the marks the ghost pushed (ghost.go); main's ticks is that
-// count when main last passed a chunk, and its gap the mean ticks between
-// two of its passes, in 256ths.
 type queue struct {
 	ids    []uint16
 	head   int
 	n      int
 	pushed uint64
-
-	ticks uint64
-	gap   uint64
 }
 
 // at returns the k-th oldest chunk of q.
@@ -186,21 +178,19 @@ func (sh *shard) dequeue(q int) int {
 }
 
 // tick counts a mark the ghost pushed.
-func (sh *shard) tick() { sh.queues[probationQ].ticks++ }
+func (sh *shard) tick() { sh.ghostClock++ }
 
 // passedMain times a pass of main's oldest chunk on the ghost's clock: the
 // mean of the gaps between passes moves a sixteenth of the way to this one.
 func (sh *shard) passedMain() {
-	m, now := &sh.queues[mainQ], sh.queues[probationQ].ticks
-	m.gap += (now-m.ticks)<<8/16 - m.gap/16
-	m.ticks = now
+	sh.mainGap += (sh.ghostClock-sh.mainPassed)<<8/16 - sh.mainGap/16
+	sh.mainPassed = sh.ghostClock
 }
 
 // mainTurn returns main's turn in ticks of the ghost's clock: its chunks,
 // and the one it passes, times the mean ticks between two passes.
 func (sh *shard) mainTurn() uint64 {
-	m := &sh.queues[mainQ]
-	return m.gap * uint64(m.n+1) >> 8
+	return sh.mainGap * uint64(sh.queues[mainQ].n+1) >> 8
 }
 
 // readmit reports whether the key of hash h, whose entry probation dropped,
@@ -212,7 +202,7 @@ func (sh *shard) readmit(h uint64) bool {
 	if age < 0 {
 		return false
 	}
-	if sh.queues[mainQ].gap == 0 {
+	if sh.mainGap == 0 {
 		return true
 	}
 	return uint64(age)*uint64(len(sh.ghost)/ghostBucketWords)*readmitShare <= sh.mainTurn()

@@ -398,8 +398,7 @@ func TestReadmitWithinTurn(t *testing.T) {
 	// Main's turn: a readmitShare-th of it is about 2.2 pushes into a
 	// bucket, under the mark's age.
 	buckets := uint64(len(sh.ghost) / ghostBucketWords)
-	m := &sh.queues[mainQ]
-	m.gap = (2*buckets*readmitShare + buckets) << 8 / uint64(m.n+1)
+	sh.mainGap = (2*buckets*readmitShare + buckets) << 8 / uint64(sh.queues[mainQ].n+1)
 	if turn := sh.mainTurn(); turn < 2*buckets*readmitShare || turn >= 3*buckets*readmitShare {
 		t.Fatalf("main's turn is %d ticks, want [%d, %d)", turn, 2*buckets*readmitShare, 3*buckets*readmitShare)
 	}
@@ -416,7 +415,7 @@ func TestReadmitWithinTurn(t *testing.T) {
 
 	// Before main's first pass, any age.
 	age(early, ekey)
-	m.gap = 0
+	sh.mainGap = 0
 	s.Put(early, 0)
 	if q := s.queueOf(ekey); q != mainQ {
 		t.Fatalf("with main's turn unknown, a key asked again went to queue %d, want main", q)
@@ -429,9 +428,9 @@ func TestReadmitWithinTurn(t *testing.T) {
 // passes of its oldest chunk measure.
 func TestMainTurn(t *testing.T) {
 	sh := ghostShard(t)
-	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
+	m := &sh.queues[mainQ]
 	for range 200 {
-		p.ticks += 100
+		sh.ghostClock += 100
 		sh.passedMain()
 	}
 	want := 100 * uint64(m.n+1)
@@ -439,7 +438,7 @@ func TestMainTurn(t *testing.T) {
 		t.Errorf("main's turn %d ticks after passes 100 ticks apart, want about %d", turn, want)
 	}
 	for range 200 {
-		p.ticks += 10
+		sh.ghostClock += 10
 		sh.passedMain()
 	}
 	want = 10 * uint64(m.n+1)
@@ -461,11 +460,11 @@ func TestMainTurn(t *testing.T) {
 		}
 	}
 	sh = &s.shards[0]
-	if sh.queues[mainQ].pushed <= uint64(sh.allocated) || sh.queues[probationQ].ticks == 0 {
-		t.Fatalf("main queued %d chunks of %d, the ghost ticked %d times: the workload made no pass of main", sh.queues[mainQ].pushed, sh.allocated, sh.queues[probationQ].ticks)
+	if sh.queues[mainQ].pushed <= uint64(sh.allocated) || sh.ghostClock == 0 {
+		t.Fatalf("main queued %d chunks of %d, the ghost ticked %d times: the workload made no pass of main", sh.queues[mainQ].pushed, sh.allocated, sh.ghostClock)
 	}
-	if sh.queues[mainQ].gap == 0 || sh.mainTurn() == 0 {
-		t.Errorf("main passed chunks, its turn is not timed: gap %d, turn %d", sh.queues[mainQ].gap, sh.mainTurn())
+	if sh.mainGap == 0 || sh.mainTurn() == 0 {
+		t.Errorf("main passed chunks, its turn is not timed: gap %d, turn %d", sh.mainGap, sh.mainTurn())
 	}
 	checkShards(t, s)
 }

@@ -211,7 +211,7 @@ func TestGhostRecallAge(t *testing.T) {
 	for _, h := range hs[:ghostLanes] {
 		sh.remember(h, trustedSize)
 	}
-	if got := sh.queues[probationQ].ticks; got != ghostLanes {
+	if got := sh.ghostClock; got != ghostLanes {
 		t.Errorf("the clock ticked %d times for %d marks pushed", got, ghostLanes)
 	}
 	// The oldest first: a recall frees its lane, moving no younger mark.
@@ -220,7 +220,7 @@ func TestGhostRecallAge(t *testing.T) {
 			t.Errorf("key %d of %d recalled at age %d, want %d", i, ghostLanes, age, ghostLanes-1-i)
 		}
 	}
-	if got := sh.queues[probationQ].ticks; got != ghostLanes {
+	if got := sh.ghostClock; got != ghostLanes {
 		t.Errorf("recalls moved the clock to %d, want %d", got, ghostLanes)
 	}
 	if age := sh.recallAge(hs[0]); age != -1 {
@@ -240,15 +240,15 @@ func TestGhostRecallAge(t *testing.T) {
 	// A tentative mark: no tick when set, -1 and a tick when asked again
 	// (pushed in full), then recalled at its age.
 	large := 1 << 47 // trusted once in 65,536 draws
-	before := sh.queues[probationQ].ticks
+	before := sh.ghostClock
 	sh.remember(hs[ghostLanes], large)
-	if got := sh.queues[probationQ].ticks; got != before {
+	if got := sh.ghostClock; got != before {
 		t.Errorf("a tentative mark moved the clock by %d", got-before)
 	}
 	if age := sh.recallAge(hs[ghostLanes]); age != -1 {
 		t.Errorf("a key remembered tentatively recalled at age %d, want -1", age)
 	}
-	if got := sh.queues[probationQ].ticks; got != before+1 {
+	if got := sh.ghostClock; got != before+1 {
 		t.Errorf("a tentative mark pushed in full moved the clock by %d, want 1", got-before)
 	}
 	sh.remember(hs[ghostLanes+1], trustedSize)

@@ -100,6 +100,11 @@ type shard struct {
 	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
+	// The clocks of readmission from the ghost (evict.go): the marks the
+	// ghost has pushed, that count when main last passed a chunk, and the
+	// mean count between two of main's passes, in 256ths.
+	ghostClock, mainPassed, mainGap uint64
+
 	table     []uint64 // open addressing in Robin Hood order (index.go)
 	count     int      // entries in table
 	slotMoves uint64   // deletions, displacing inserts and rebuilds, which move slots
