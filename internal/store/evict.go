@@ -198,7 +198,7 @@ func (sh *shard) mainTurn() uint64 {
 // within a readmitShare-th of main's turn or main has not passed a chunk
 // yet. The ghost forgets it either way (recall).
 func (sh *shard) readmit(h uint64) bool {
-	age := sh.recallAge(h)
+	age := sh.recall(h)
 	if age < 0 {
 		return false
 	}

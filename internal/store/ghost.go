@@ -147,16 +147,13 @@ func (sh *shard) toss() uint64 {
 	return sh.coin >> 48
 }
 
-// recall reports whether the ghost remembers the key of hash h in full, and
-// forgets it; a key remembered tentatively is remembered in full from now,
-// its mark the newest, as the key was asked again.
-func (sh *shard) recall(h uint64) bool { return sh.recallAge(h) >= 0 }
-
-// recallAge is recall, returning the lane of the key's mark, -1 when the
-// ghost does not remember it in full. A bucket takes about one mark in
-// every len(ghost)/ghostBucketWords the ghost pushes, so that a mark in
-// lane k has been in the ghost about k times that many ticks of its clock.
-func (sh *shard) recallAge(h uint64) int {
+// recall returns the age of the key of hash h in the ghost, the lane of its
+// mark, and forgets it; -1 when the ghost does not remember it in full, and
+// a key remembered tentatively is remembered in full from now, its mark the
+// newest, as the key was asked again. A bucket takes about one mark in every
+// len(ghost)/ghostBucketWords the ghost pushes, so that a mark in lane k has
+// been in the ghost about k times that many ticks of its clock.
+func (sh *shard) recall(h uint64) int {
 	if sh.ghost == nil {
 		return -1
 	}

@@ -40,7 +40,7 @@ func TestGhostRemembersInOrder(t *testing.T) {
 	for _, h := range hs {
 		sh.remember(h, trustedSize)
 	}
-	recalled := func(i int) bool { return sh.recall(hs[i]) }
+	recalled := func(i int) bool { return sh.recall(hs[i]) >= 0 }
 	for i := range 3 {
 		if recalled(i) {
 			t.Errorf("key %d of %d dropped into a bucket of %d lanes recalled", i, len(hs), ghostLanes)
@@ -119,10 +119,10 @@ func TestGhostTentative(t *testing.T) {
 	tentative := 0
 	for _, h := range hs[:ghostLanes] {
 		sh.remember(h, large)
-		if !sh.recall(h) { // asked again: remembered in full from now
+		if sh.recall(h) < 0 { // asked again: remembered in full from now
 			tentative++
 			sh.remember(h, large) // dropped again
-			if !sh.recall(h) {
+			if sh.recall(h) < 0 {
 				t.Fatal("a tentative key asked again, then dropped again, is not recalled")
 			}
 		}
@@ -141,7 +141,7 @@ func TestGhostTentative(t *testing.T) {
 		sh.remember(hs[ghostLanes+rng.IntN(ghostLanes)], 1<<47)
 	}
 	for i, h := range hs[:ghostLanes] {
-		if !sh.recall(h) {
+		if sh.recall(h) < 0 {
 			t.Errorf("key %d, remembered in full, forgotten in a flood of tentative ones", i)
 		}
 	}
@@ -156,7 +156,7 @@ func TestGhostTentative(t *testing.T) {
 		}
 	}
 	for i, h := range hs[:ghostLanes] {
-		if !sh.recall(h) {
+		if sh.recall(h) < 0 {
 			t.Errorf("key %d, remembered in full between tentative ones, forgotten", i)
 		}
 	}
@@ -179,7 +179,7 @@ func TestGhostFalseRecalls(t *testing.T) {
 	}
 	recalled := 0
 	for _, h := range kept {
-		if sh.recall(h) {
+		if sh.recall(h) >= 0 {
 			recalled++
 		}
 	}
@@ -191,7 +191,7 @@ func TestGhostFalseRecalls(t *testing.T) {
 	const asks = 200_000
 	falses := 0
 	for range asks {
-		if sh.recall(rng.Uint64()) {
+		if sh.recall(rng.Uint64()) >= 0 {
 			falses++
 		}
 	}
@@ -216,14 +216,14 @@ func TestGhostRecallAge(t *testing.T) {
 	}
 	// The oldest first: a recall frees its lane, moving no younger mark.
 	for i, h := range hs[:ghostLanes] {
-		if age := sh.recallAge(h); age != ghostLanes-1-i {
+		if age := sh.recall(h); age != ghostLanes-1-i {
 			t.Errorf("key %d of %d recalled at age %d, want %d", i, ghostLanes, age, ghostLanes-1-i)
 		}
 	}
 	if got := sh.ghostClock; got != ghostLanes {
 		t.Errorf("recalls moved the clock to %d, want %d", got, ghostLanes)
 	}
-	if age := sh.recallAge(hs[0]); age != -1 {
+	if age := sh.recall(hs[0]); age != -1 {
 		t.Errorf("a key recalled already recalled at age %d, want -1", age)
 	}
 
@@ -232,7 +232,7 @@ func TestGhostRecallAge(t *testing.T) {
 		sh.remember(h, trustedSize)
 	}
 	for i := 2; i >= 0; i-- {
-		if age := sh.recallAge(hs[i]); age != 0 {
+		if age := sh.recall(hs[i]); age != 0 {
 			t.Errorf("the newest key recalled at age %d, want 0", age)
 		}
 	}
@@ -245,14 +245,14 @@ func TestGhostRecallAge(t *testing.T) {
 	if got := sh.ghostClock; got != before {
 		t.Errorf("a tentative mark moved the clock by %d", got-before)
 	}
-	if age := sh.recallAge(hs[ghostLanes]); age != -1 {
+	if age := sh.recall(hs[ghostLanes]); age != -1 {
 		t.Errorf("a key remembered tentatively recalled at age %d, want -1", age)
 	}
 	if got := sh.ghostClock; got != before+1 {
 		t.Errorf("a tentative mark pushed in full moved the clock by %d, want 1", got-before)
 	}
 	sh.remember(hs[ghostLanes+1], trustedSize)
-	if age := sh.recallAge(hs[ghostLanes]); age != 1 {
+	if age := sh.recall(hs[ghostLanes]); age != 1 {
 		t.Errorf("a key remembered in full on its second ask recalled at age %d, want 1", age)
 	}
 }
