@@ -111,7 +111,7 @@ func (c *Cache) SetRawWrites(on bool) { c.plan.raw, c.plan.rotate = on, false }
 type scratch struct {
 	q       query
 	name    [dnsmsg.MaxNameLen]byte
-	key     []byte // lowercased wire qname and keyTail bytes
+	key     []byte // the cache key (entry.AppendKey)
 	probe   []byte // a key derived from key for a lookup
 	opts    []byte // the request's EDNS options echoed in the reply
 	replies replyBuffers

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"crypto/sha256"
 	"fmt"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
@@ -95,9 +96,5 @@ func (c *Cache) takeOver(block string) bool {
 // the entry format: a snapshot, a peer's stream or a shared tier's value
 // written under others is not read.
 func (c *Cache) fingerprint() snapshot.Fingerprint {
-	return snapshot.Fingerprint(sha256.Sum256([]byte(fmt.Sprintf("compactcache entries %d %+v", entryFormat, c.contents()))))
+	return snapshot.Fingerprint(sha256.Sum256([]byte(fmt.Sprintf("compactcache entries %d %+v", entry.Format, c.contents()))))
 }
-
-// entryFormat changes with the entry format (internal/entry), so that a
-// build does not read the entries of another.
-const entryFormat = 2

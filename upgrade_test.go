@@ -89,10 +89,11 @@ func storedEntry(t *testing.T, c *Cache, name string, qtype uint16) entry.Entry 
 
 // dnssecRecords counts the records of e that only DO clients get.
 func dnssecRecords(e entry.Entry) int {
-	n, off := 0, e.RecordsStart()
+	n := 0
+	off, counts := e.Records()
 	var r entry.Record
-	for s := range 3 {
-		for range e.Count(s) {
+	for _, c := range counts {
+		for range c {
 			off = e.Record(off, &r)
 			if r.Flags&entry.RecDNSSEC != 0 {
 				n++

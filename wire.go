@@ -126,12 +126,12 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	msg = binary.BigEndian.AppendUint16(msg, q.qclass)
 
 	var counts [3]int
-	off := e.RecordsStart()
+	off, stored := e.Records()
 	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
 	for s := range counts {
 		var prevType uint16
 		var prevOwner []byte
-		n := e.Count(s)
+		n := stored[s]
 		var order []int
 		if rotate && n > 1 {
 			order, off = b.rotation(e, off, n)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )
 
@@ -31,7 +32,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := e.RecordsStart()
+	off, _ := e.Records()
 	for i, ttl := range ttls {
 		var r entry.Record
 		next := e.Record(off, &r)
@@ -152,5 +153,35 @@ func TestRotationAsLoadbalance(t *testing.T) {
 	r := new(dns.Msg)
 	if err := r.Unpack(b.appendReply(&q, e, replyForm{})); err != nil || r.Answer[0].Header().Rrtype != dns.TypeA || r.Answer[4].Header().Rrtype != dns.TypeCNAME {
 		t.Errorf("a reply not rotated is in another order than the upstream's: %v, %v", r.Answer, err)
+	}
+}
+
+// BenchmarkAppendReply writes hits of the reference workload's entries, which
+// lie in the processor's caches: the reply writer's own cost, apart from the
+// store's reads.
+func BenchmarkAppendReply(b *testing.B) {
+	const n = 64
+	builder := entry.NewBuilder()
+	var entries []entry.Entry
+	var queries []query
+	for i := range n {
+		m := workload.Reply(i, workload.Plain)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, dns.ClassINET, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := builder.Build(m, key, m.Question[0].Name, 1, 3600, 0, 0, config.DefaultMaxEntry)
+		if err != nil {
+			b.Fatal(err)
+		}
+		entries = append(entries, append(entry.Entry(nil), e...))
+		queries = append(queries, query{id: uint16(i), name: append([]byte(nil), e.QName()...), qtype: e.QType(), qclass: dns.ClassINET, limit: dns.MaxMsgSize})
+	}
+	rb := newReplyBuffers()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		rb.appendReply(&queries[i], entries[i], replyForm{age: 1})
+		i = (i + 1) % n
 	}
 }

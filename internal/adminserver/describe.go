@@ -50,14 +50,15 @@ func Describe(e entry.Entry, now, grace int64) admin.Entry {
 		Hits:      e.Popularity(),
 	}
 	d.Name, _, _ = dns.UnpackDomainName(qname, 0)
+	at = entry.SuffixAt(k)
 	switch {
 	case flags&entry.KeyECS != 0:
-		d.ECS, d.ECSMatch = subnetString(k[at+1], k[at+2], k[at+3:]), "scope"
+		d.ECS, d.ECSMatch = subnetString(k[at], k[at+1], k[at+2:]), "scope"
 		if flags&entry.KeyExact != 0 {
 			d.ECSMatch = "exact"
 		}
 	case flags&entry.KeySourceZero != 0:
-		d.ECS, d.ECSMatch = subnetString(k[at+1], 0, nil), "source0"
+		d.ECS, d.ECSMatch = subnetString(k[at], 0, nil), "source0"
 	}
 	age := max(0, now-int64(e.Stored()))
 	d.TTLLeft = d.TTL - age
@@ -66,9 +67,9 @@ func Describe(e entry.Entry, now, grace int64) admin.Entry {
 
 	var r entry.Record
 	var wire []byte
-	off := e.RecordsStart()
+	off, counts := e.Records()
 	for s, to := range [3]*[]string{&d.Answer, &d.Ns, &d.Extra} {
-		for range e.Count(s) {
+		for range counts[s] {
 			off = e.Record(off, &r)
 			owner := r.Owner
 			if owner == nil {

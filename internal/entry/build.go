@@ -73,12 +73,14 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
 	buf[offNameLen] = byte(nameLen)
 	buf = append(buf, key...)
+	body := len(buf)
+	buf = append(buf, make([]byte, countsLen)...)
 	start := len(buf)
 
 	qtype := binary.BigEndian.Uint16(key[nameLen:])
-	qclass := binary.BigEndian.Uint16(key[nameLen+2:])
+	qclass := keyClass(key, nameLen)
 	var refused error // the first record the entry cannot take
-	keepDNSSEC, left := flags&FlagDNSSEC != 0, false
+	keepDNSSEC, left, plain := flags&FlagDNSSEC != 0, false, true
 	for s, rrs := range [3][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		kept := 0
 		for _, rr := range rrs {
@@ -102,24 +104,58 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 			if proof && r.TTL < ttl {
 				flags |= FlagShortProof
 			}
-			buf = layRecord(buf, &r, s, qname, qtype, qclass, ttl)
+			rf := recordFlags(&r, s, qname, qtype, qclass, ttl)
+			plain = plain && s == 0 && rf == plainFlags && fitsPlain(qtype, r.Rdata)
+			buf = layRecord(buf, &r, rf)
 			if len(buf)-start > limit {
 				refused = ErrTooLarge
 			}
 			kept++
 		}
-		binary.LittleEndian.PutUint16(buf[offCounts+2*s:], uint16(kept))
+		binary.LittleEndian.PutUint16(buf[body+2*s:], uint16(kept))
 	}
 	if !left {
 		flags |= FlagDNSSEC
+	}
+	if plain {
+		buf = toPlain(buf, body, qtype)
+		flags |= FlagPlain
 	}
 	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with FlagShortProof and FlagDNSSEC, known now
 	b.buf = buf
 	if refused != nil {
 		return nil, refused
 	}
-	binary.LittleEndian.PutUint32(buf[OffSize:], uint32(len(buf)))
+	putSize(buf)
 	return Entry(buf), nil
+}
+
+// fitsPlain reports whether a plain record of type t may hold rd: one of a
+// type of fixed rdata length must have that length.
+func fitsPlain(t uint16, rd []byte) bool {
+	n := fixedRdlen(t)
+	return n == 0 || len(rd) == n
+}
+
+// toPlain rewrites the body at body of the entry buf, counts and records of
+// the record format whose every record is plain, as plain records, and
+// returns the shorter entry. Each plain record is shorter than the record it
+// is made from, so the rewrite runs in place, front to back.
+func toPlain(buf []byte, body int, qtype uint16) []byte {
+	fixed := fixedRdlen(qtype) > 0
+	w := body
+	for r := body + countsLen; r < len(buf); {
+		r++ // the record's flags: plainFlags
+		n := int(binary.BigEndian.Uint16(buf[r:]))
+		if fixed {
+			r += 2
+		} else {
+			n += 2 // the rdata's length, kept
+		}
+		w += copy(buf[w:], buf[r:r+n])
+		r += n
+	}
+	return buf[:w]
 }
 
 // checkPackable returns the error Msg.PackBuffer would return for the parts
@@ -189,9 +225,9 @@ func rdataNamesWhole(t uint16, rd []byte) bool {
 	return ok
 }
 
-// layRecord lays r out in the record format of entry.go, for an entry of
-// TTL ttl. An owner of nil is the qname, as in entry.record.
-func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) []byte {
+// recordFlags returns the flags of r in the record format of entry.go, for
+// an entry of TTL ttl. An owner of nil is the qname, as in entry.record.
+func recordFlags(r *Record, section int, qname []byte, qtype, qclass uint16, ttl uint32) byte {
 	var flags byte
 	if r.Owner == nil || dnsmsg.EqualFoldWire(r.Owner, qname) {
 		flags |= RecOwnerIsQname
@@ -208,6 +244,12 @@ func layRecord(buf []byte, r *Record, section int, qname []byte, qtype, qclass u
 	if dnsmsg.WireTTL(r.TTL) >= ttl {
 		flags |= RecTTLIsEntry
 	}
+	return flags
+}
+
+// layRecord appends r in the record format of entry.go, with flags as
+// recordFlags gives them.
+func layRecord(buf []byte, r *Record, flags byte) []byte {
 	buf = append(buf, flags)
 	if flags&RecOwnerIsQname == 0 {
 		buf = append(buf, r.Owner...)

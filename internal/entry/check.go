@@ -20,7 +20,7 @@ func Check(b []byte) error {
 	if len(b) > MaxLen {
 		return fmt.Errorf("%d bytes, over the %d an entry can have", len(b), MaxLen)
 	}
-	if size := int(binary.LittleEndian.Uint32(b[OffSize:])); size != len(b) {
+	if size := SizeAt(b); size != len(b) {
 		return fmt.Errorf("size field %d, %d bytes", size, len(b))
 	}
 	nameLen := int(b[offNameLen])
@@ -32,12 +32,21 @@ func Check(b []byte) error {
 		return err
 	}
 	e := Entry(b)
-	off := offKey + kl
-	if e.Flags()&FlagMeta != 0 {
-		return checkList(b[off:], b[offKey+nameLen+keyTail-1])
+	body := offKey + kl
+	switch f := e.Flags(); {
+	case f&FlagMeta != 0 && f&FlagPlain != 0:
+		return errors.New("a variant list flagged as plain records")
+	case f&FlagMeta != 0:
+		return checkList(b[body:], b[offKey+nameLen+keyTail-1])
+	case f&FlagPlain != 0:
+		return checkPlain(b[body:], e.QType())
 	}
-	for s := range 3 {
-		for range e.Count(s) {
+	if body+countsLen > len(b) {
+		return errors.New("section counts cut short")
+	}
+	off, counts := e.Records()
+	for s, n := range counts {
+		for range n {
 			if off, err = checkRecord(b, off); err != nil {
 				return fmt.Errorf("section %d: %w", s, err)
 			}
@@ -45,6 +54,31 @@ func Check(b []byte) error {
 	}
 	if off != len(b) {
 		return fmt.Errorf("%d bytes past the records", len(b)-off)
+	}
+	return nil
+}
+
+// checkPlain checks the plain records of type qtype in body (Entry.Record
+// without the trust).
+func checkPlain(body []byte, qtype uint16) error {
+	if n := fixedRdlen(qtype); n > 0 {
+		if len(body)%n != 0 {
+			return fmt.Errorf("plain records of %d bytes, not a multiple of %d", len(body), n)
+		}
+		return nil
+	}
+	for off := 0; off < len(body); {
+		if off+2 > len(body) {
+			return errors.New("record cut short")
+		}
+		end := off + 2 + int(binary.BigEndian.Uint16(body[off:]))
+		if end > len(body) {
+			return errors.New("rdata past the entry")
+		}
+		if !rdataNamesWhole(qtype, body[off+2:end]) {
+			return errBadRdata
+		}
+		off = end
 	}
 	return nil
 }
@@ -57,6 +91,12 @@ func checkKey(k []byte, nameLen int) (int, error) {
 		return 0, errors.New("key cut short")
 	}
 	flags := k[n-1]
+	if flags&KeyClass != 0 {
+		if len(k) < n+2 {
+			return 0, errors.New("key cut short of its class")
+		}
+		n += 2
+	}
 	switch {
 	case flags&KeyECS != 0:
 		if len(k) < n+2 {

@@ -1,7 +1,6 @@
 package entry
 
 import (
-	"encoding/binary"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"testing"
 
@@ -35,10 +34,18 @@ func builtEntries(tb testing.TB, n int) []Entry {
 // walk reads e as the trusted readers do: every record, and the names of
 // the rdata the reply writer compresses.
 func walk(e Entry) {
+	e.QClass()
+	e.Scope()
+	if e.Flags()&FlagMeta != 0 {
+		l := e.List()
+		for i := range l.Count() {
+			l.Item(i)
+		}
+	}
 	var r Record
-	off := e.RecordsStart()
-	for s := range 3 {
-		for range e.Count(s) {
+	off, counts := e.Records()
+	for _, n := range counts {
+		for range n {
 			off = e.Record(off, &r)
 			switch r.Type {
 			case dns.TypeCNAME, dns.TypeNS, dns.TypePTR:
@@ -62,24 +69,39 @@ func TestCheckTakesBuiltEntries(t *testing.T) {
 }
 
 func TestCheckRefusesDamage(t *testing.T) {
-	good := builtEntries(t, 1)[1] // CNAME and DNSSEC records
+	built := builtEntries(t, 2)
+	counted := built[2] // CNAME and DNSSEC records
+	plainTXT, plainA := built[0], built[1]
+	if counted.Flags()&FlagPlain != 0 || plainA.QType() != dns.TypeA || plainTXT.QType() != dns.TypeTXT {
+		t.Fatalf("the workload's first entries are not a plain A, a plain TXT and a counted entry")
+	}
 	for _, tc := range []struct {
 		name   string
+		good   Entry
 		damage func(Entry) Entry
 	}{
-		{"cut", func(e Entry) Entry { e = e[:len(e)-3]; binary.LittleEndian.PutUint32(e, uint32(len(e))); return e }},
-		{"size field", func(e Entry) Entry { binary.LittleEndian.PutUint32(e, uint32(len(e)+1)); return e }},
-		{"name length", func(e Entry) Entry { e[offNameLen]++; return e }},
-		{"record count", func(e Entry) Entry { binary.LittleEndian.PutUint16(e[offCounts:], uint16(e.Count(0)+1)); return e }},
-		{"label past the name", func(e Entry) Entry { e[offKey] = 63; return e }},
-		{"header only", func(e Entry) Entry { e = e[:headerLen]; binary.LittleEndian.PutUint32(e, uint32(len(e))); return e }},
+		{"cut", counted, func(e Entry) Entry { e = e[:len(e)-3]; putSize(e); return e }},
+		{"size field", counted, func(e Entry) Entry { setSize(e, len(e)+1); return e }},
+		{"name length", counted, func(e Entry) Entry { e[offNameLen]++; return e }},
+		{"record count", counted, func(e Entry) Entry { e[e.body()]++; return e }},
+		{"counts cut", counted, func(e Entry) Entry { e = e[:e.body()+countsLen-1]; putSize(e); return e }},
+		{"label past the name", counted, func(e Entry) Entry { e[offKey] = 63; return e }},
+		{"header only", counted, func(e Entry) Entry { e = e[:headerLen]; putSize(e); return e }},
+		{"class cut", counted, func(e Entry) Entry { e[offKey+e.nameLen()+keyTail-1] |= KeyClass; return e }},
+		{"plain A cut", plainA, func(e Entry) Entry { e = e[:len(e)-1]; putSize(e); return e }},
+		{"plain TXT cut", plainTXT, func(e Entry) Entry { e = e[:len(e)-1]; putSize(e); return e }},
+		{"plain TXT length", plainTXT, func(e Entry) Entry { e[e.body()+1]++; return e }},
+		{"plain list", plainA, func(e Entry) Entry { e[offFlags+1] |= FlagMeta >> 8; return e }},
 	} {
-		e := tc.damage(append(Entry(nil), good...))
+		e := tc.damage(append(Entry(nil), tc.good...))
 		if err := Check(e); err == nil {
 			t.Errorf("%s: the check passes a damaged entry", tc.name)
 		}
 	}
 }
+
+// setSize sets e's size field to n, whatever its length.
+func setSize(e Entry, n int) { e[0], e[1], e[2] = byte(n), byte(n>>8), byte(n>>16) }
 
 // FuzzCheck: whatever the bytes, an entry Check passes can be walked by the
 // trusted readers without running off its end.
@@ -89,7 +111,7 @@ func FuzzCheck(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) >= 4 {
-			binary.LittleEndian.PutUint32(b, uint32(len(b))) // past the size check
+			putSize(b) // past the size check
 		}
 		if Check(b) != nil {
 			return

@@ -9,8 +9,12 @@ package entry
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
+	"math/bits"
+	"net"
+
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/miekg/dns"
 )
 
 // An entry is one cached response packed into bytes. It lives in a shard's
@@ -21,45 +25,61 @@ import (
 // names and rdata stay in DNS wire format so a hit copies them verbatim.
 //
 //	offset  size  field
-//	0       4     size of the entry, header included
+//	0       3     size of the entry, header included
+//	3       1     N: length of the qname in wire form
 //	4       4     stored: unix seconds when the response was stored
 //	8       4     ttl: the entry's TTL in seconds, already clamped; fixed
 //	              once the entry is built, since records that drop their
 //	              own TTL (recTTLIsEntry) read it back from here
-//	12      2     flags: rcode (low 3 bits), DNSSEC, AA, RA, AD, denial, ...
-//	14      2     answer count
-//	16      2     authority count
-//	18      2     additional count
-//	20      2     last hit: seconds after stored, saturating
-//	22      2     hits in the current popularity window, saturating
-//	24      1     N: length of the qname in wire form
-//	25      K     key: lowercased wire qname, qtype, qclass (big endian), key
-//	              flags, and for ECS the suffix the flags announce (ecs.go)
-//	25+K    ...   records, see record below
+//	12      2     flags: rcode (low 2 bits), plain, DNSSEC, AA, RA, AD, ...
+//	14      2     last hit: seconds after stored, saturating
+//	16      2     hits in the current popularity window, saturating
+//	18      K     key: lowercased wire qname, qtype (big endian), key
+//	              flags, the qclass when not IN (KeyClass), and for ECS
+//	              the suffix the flags announce (key.go)
+//	18+K    ...   the body: the answer, authority and additional counts
+//	              (2 bytes each) and the records, see record below; the
+//	              plain records alone with FlagPlain; the variant list of a
+//	              FlagMeta entry (key.go)
+//
+// FlagPlain is the common answer: only records of the question's name, type
+// and class in the answer section, with the entry's TTL and none that only
+// DO clients get. Such records are stored as their rdata alone, after its
+// 2-byte length unless the type fixes the length (A, AAAA: fixedRdlen), and
+// their count is what the body holds: the counts and each record's flags
+// would repeat what the question says.
 const (
 	OffSize    = 0
+	offNameLen = 3
 	offStored  = 4
 	offTTL     = 8
 	offFlags   = 12
-	offCounts  = 14
-	offLastHit = 20
-	offHits    = 22
-	offNameLen = 24
-	offKey     = 25
+	offLastHit = 14
+	offHits    = 16
+	offKey     = 18
 
 	headerLen = offKey
-	keyTail   = 5 // qtype, qclass, key flags after the qname
+	keyTail   = 3 // qtype and key flags after the qname
+	countsLen = 6 // the three section counts of a body that has them
+	sizeMask  = 1<<24 - 1
 
 	// maxEntryLen bounds any entry: the largest DNS message, the header and
 	// the longest key. Arena chunks are sized to hold one such entry.
-	MaxLen = 64<<10 + headerLen + MaxKeyLen
+	MaxLen = 64<<10 + headerLen + MaxKeyLen + countsLen
 )
+
+// Format numbers the layout below, so that a build does not read the
+// entries of another: snapshots and a shared tier's values name it in their
+// fingerprint.
+const Format = 3
 
 // Entry flags.
 const (
 	// FlagRcodeMask: the cache stores NOERROR, SERVFAIL and NXDOMAIN only
-	// (classify), so three bits hold every rcode an entry has.
-	FlagRcodeMask = 0x0007
+	// (classify), so two bits hold every rcode an entry has.
+	FlagRcodeMask = 0x0003
+	// FlagPlain: the body is plain records (see the layout above).
+	FlagPlain = 1 << 2
 	// FlagDNSSEC: the entry holds every record the upstream sent, the
 	// DNSSEC ones that only DO clients get (DNSSECOnly) included, and so
 	// serves DO clients as well as the others. Without it, the entry was
@@ -114,6 +134,10 @@ const (
 	// the answer serves only queries that give as many as it had (RFC 7871
 	// 7.3.1).
 	KeyExact = 1 << 5
+	// KeyClass marks a question of a class other than IN, which the key
+	// goes on with after the flags; the key of an IN question leaves its
+	// class out.
+	KeyClass = 1 << 6
 )
 
 // Record flags. A record is
@@ -143,27 +167,80 @@ var ErrTooLarge = errors.New("entry larger than the per-entry limit")
 
 type Entry []byte
 
-func (e Entry) Size() int         { return int(binary.LittleEndian.Uint32(e[OffSize:])) }
-func (e Entry) Stored() uint32    { return binary.LittleEndian.Uint32(e[offStored:]) }
-func (e Entry) TTL() uint32       { return binary.LittleEndian.Uint32(e[offTTL:]) }
-func (e Entry) Flags() uint16     { return binary.LittleEndian.Uint16(e[offFlags:]) }
-func (e Entry) Count(s int) int   { return int(binary.LittleEndian.Uint16(e[offCounts+2*s:])) }
-func (e Entry) denial() bool      { return e.Flags()&FlagDenial != 0 }
-func (e Entry) Rcode() int        { return int(e.Flags() & FlagRcodeMask) }
-func (e Entry) nameLen() int      { return int(e[offNameLen]) }
-func (e Entry) Key() []byte       { return e[offKey : offKey+keyLen(e[offKey:], e.nameLen())] }
-func (e Entry) QName() []byte     { return e[offKey : offKey+e.nameLen()] }
-func (e Entry) RecordsStart() int { return offKey + keyLen(e[offKey:], e.nameLen()) }
+// SizeAt returns the size of the entry at the start of b.
+func SizeAt(b []byte) int { return int(binary.LittleEndian.Uint32(b[OffSize:]) & sizeMask) }
+
+// putSize sets the size of the entry b, which is len(b).
+func putSize(b []byte) {
+	n := len(b)
+	b[OffSize], b[OffSize+1], b[OffSize+2] = byte(n), byte(n>>8), byte(n>>16)
+}
+
+func (e Entry) Size() int      { return SizeAt(e) }
+func (e Entry) Stored() uint32 { return binary.LittleEndian.Uint32(e[offStored:]) }
+func (e Entry) TTL() uint32    { return binary.LittleEndian.Uint32(e[offTTL:]) }
+func (e Entry) Flags() uint16  { return binary.LittleEndian.Uint16(e[offFlags:]) }
+func (e Entry) denial() bool   { return e.Flags()&FlagDenial != 0 }
+func (e Entry) Rcode() int     { return int(e.Flags() & FlagRcodeMask) }
+func (e Entry) nameLen() int   { return int(e[offNameLen]) }
+func (e Entry) Key() []byte    { return e[offKey:e.body()] }
+func (e Entry) QName() []byte  { return e[offKey : offKey+e.nameLen()] }
+func (e Entry) body() int      { return offKey + keyLen(e[offKey:], e.nameLen()) }
 
 // HoldsDNSSEC reports whether e serves DO clients: it holds the DNSSEC
 // records the upstream sent (FlagDNSSEC).
 func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
 
+// Records returns the offset of e's first record (Record) and how many
+// records each section holds: the answer, authority and additional.
+func (e Entry) Records() (off int, counts [3]int) {
+	off = e.body()
+	switch f := e.Flags(); {
+	case f&FlagPlain != 0:
+		counts[0] = plainCount(e[off:e.Size()], e.QType())
+	case f&FlagMeta == 0:
+		for s := range counts {
+			counts[s] = int(binary.LittleEndian.Uint16(e[off+2*s:]))
+		}
+		off += countsLen
+	}
+	return off, counts
+}
+
+// plainCount returns how many plain records of type qtype body holds.
+func plainCount(body []byte, qtype uint16) int {
+	if n := fixedRdlen(qtype); n > 0 {
+		// n is a power of two: a shift, not a division on every hit.
+		return len(body) >> bits.TrailingZeros(uint(n))
+	}
+	n := 0
+	for off := 0; off < len(body); n++ {
+		off += 2 + int(binary.BigEndian.Uint16(body[off:]))
+	}
+	return n
+}
+
+// fixedRdlen returns the rdata length that every record of type t has, whose
+// plain records are stored without it, or 0 when their lengths vary.
+func fixedRdlen(t uint16) int {
+	switch t {
+	case dns.TypeA:
+		return net.IPv4len
+	case dns.TypeAAAA:
+		return net.IPv6len
+	}
+	return 0
+}
+
 // keyLen returns the length of the key at the start of b, whose qname is
-// nameLen bytes: the key flags say which suffix follows them.
+// nameLen bytes: the key flags say what follows them.
 func keyLen(b []byte, nameLen int) int {
 	n := nameLen + keyTail
-	switch flags := b[n-1]; {
+	flags := b[n-1]
+	if flags&KeyClass != 0 {
+		n += 2
+	}
+	switch {
 	case flags&KeyECS != 0:
 		n += 2 + dnsmsg.PrefixBytes(int(b[n+1])) // family, prefix length, address
 	case flags&(KeyScopes|KeySourceZero) != 0:
@@ -178,9 +255,7 @@ func (e Entry) QType() uint16 {
 }
 
 // QClass is the class of the entry's question.
-func (e Entry) QClass() uint16 {
-	return binary.BigEndian.Uint16(e[offKey+e.nameLen()+2:])
-}
+func (e Entry) QClass() uint16 { return keyClass(e[offKey:], e.nameLen()) }
 
 // ProofTTL returns the entry's lifetime for DO clients: its TTL, or less when
 // it holds DNSSEC records (those that only DO clients get) that expire first.
@@ -190,9 +265,10 @@ func (e Entry) ProofTTL() uint32 {
 		return ttl
 	}
 	var r Record
-	off, qtype := e.RecordsStart(), e.QType()
-	for s := range 3 {
-		for range e.Count(s) {
+	off, counts := e.Records()
+	qtype := e.QType()
+	for s, n := range counts {
+		for range n {
 			off = e.Record(off, &r)
 			if r.Flags&RecDNSSEC != 0 && !AskedFor(r.Type, s, qtype) {
 				ttl = min(ttl, r.TTL)
@@ -267,8 +343,27 @@ type Record struct {
 // next. The entry was built by builder, so the lengths are trusted. It sets
 // r's fields one by one: a record built whole and copied out is read back
 // 16 bytes at a time from its narrower stores, a store-forwarding stall on
-// every record of every reply.
+// every record of every reply. Plain records, most of those a hit reads,
+// are read here and the others in a call of their own.
 func (e Entry) Record(off int, r *Record) int {
+	if e.Flags()&FlagPlain == 0 {
+		return e.formatRecord(off, r)
+	}
+	r.Flags, r.Owner, r.Type, r.Class, r.TTL = plainFlags, nil, e.QType(), e.QClass(), e.TTL()
+	rdlen := fixedRdlen(r.Type)
+	if rdlen == 0 {
+		rdlen = int(binary.BigEndian.Uint16(e[off:]))
+		off += 2
+	}
+	r.Rdata = e[off : off+rdlen]
+	return off + rdlen
+}
+
+// plainFlags are the flags a plain record would have in the record format.
+const plainFlags = RecOwnerIsQname | recTypeIsQtype | recClassIsQclass | RecTTLIsEntry
+
+// formatRecord is Record for a record in the record format.
+func (e Entry) formatRecord(off int, r *Record) int {
 	r.Flags, r.Owner, r.Type, r.Class = e[off], nil, e.QType(), e.QClass()
 	off++
 	if r.Flags&RecOwnerIsQname == 0 {

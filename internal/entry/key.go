@@ -13,24 +13,28 @@ import (
 const ScopesLen = (128 + 8) / 8
 
 const (
-	// maxKeyLen is the longest key: a name, the key tail and an ECS suffix.
-	MaxKeyLen = dnsmsg.MaxNameLen + keyTail + 2 + 16
+	// maxKeyLen is the longest key: a name, the key tail, a class and an
+	// ECS suffix.
+	MaxKeyLen = dnsmsg.MaxNameLen + keyTail + 2 + 2 + 16
 )
 
 // AppendKey appends the cache key of a question: the lowercased wire qname,
-// qtype, qclass and the key flags, CD among them. The DO bit is not part of
-// it: entries keep DNSSEC records and the reply writer drops them for DO=0
-// clients.
+// qtype, the key flags, CD among them, and a class other than IN. The DO
+// bit is not part of it: entries keep DNSSEC records and the reply writer
+// drops them for DO=0 clients.
 func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
 	off := len(b)
 	b = append(b, qname...)
 	dnsmsg.LowerInPlace(b[off:])
-	b = append(b, byte(qtype>>8), byte(qtype), byte(qclass>>8), byte(qclass))
+	b = append(b, byte(qtype>>8), byte(qtype))
 	var flags byte
 	if cd {
 		flags |= KeyCD
 	}
-	return append(b, flags)
+	if qclass == dns.ClassINET {
+		return append(b, flags)
+	}
+	return append(b, flags|KeyClass, byte(qclass>>8), byte(qclass))
 }
 
 // KeyFor returns the cache key of a question whose name is in presentation
@@ -51,8 +55,27 @@ func withFlagsTo(dst, base []byte, flags byte) []byte {
 	return dst
 }
 
+// keyClass returns the class of the key k, whose qname is nameLen bytes.
+func keyClass(k []byte, nameLen int) uint16 {
+	at := nameLen + keyTail
+	if k[at-1]&KeyClass == 0 {
+		return dns.ClassINET
+	}
+	return binary.BigEndian.Uint16(k[at:])
+}
+
 // FlagsAt returns the offset of the key flags in a key.
 func FlagsAt(key []byte) int { return dnsmsg.WireNameLen(key) + keyTail - 1 }
+
+// SuffixAt returns the offset in key of what its flags announce after the
+// class: the family of an ECS key, and its prefix length and address.
+func SuffixAt(key []byte) int {
+	f := FlagsAt(key)
+	if key[f]&KeyClass != 0 {
+		return f + 3
+	}
+	return f + 1
+}
 
 // VariantKey appends to dst the key of the variant of base for the subnet
 // addr/prefix, with flags besides keyECS.
@@ -75,11 +98,10 @@ func ScopesKey(dst, base []byte, family uint16) []byte {
 // reply is echoed with.
 func (e Entry) Scope() uint8 {
 	k := e.Key()
-	f := FlagsAt(k)
-	if k[f]&KeyECS == 0 {
+	if k[FlagsAt(k)]&KeyECS == 0 {
 		return 0
 	}
-	return k[f+2]
+	return k[SuffixAt(k)+1]
 }
 
 // The list of a name's variants, the records of its keyScopes entry:
@@ -109,7 +131,7 @@ const (
 // List is the records of a keyScopes entry.
 type List []byte
 
-func (e Entry) List() List { return List(e[e.RecordsStart():]) }
+func (e Entry) List() List { return List(e[e.body():e.Size()]) }
 
 func (l List) Bits() *[ScopesLen]byte  { return (*[ScopesLen]byte)(l[listBits:]) }
 func (l List) Exact() *[ScopesLen]byte { return (*[ScopesLen]byte)(l[listExact:]) }
@@ -164,9 +186,9 @@ type Variant struct {
 // VariantOf returns the variant e stores; e must be one.
 func VariantOf(e Entry) Variant {
 	k := e.Key()
-	f := FlagsAt(k)
-	v := Variant{Exact: k[f]&KeyExact != 0, Prefix: k[f+2]}
-	copy(v.Addr[:], k[f+3:])
+	at := SuffixAt(k)
+	v := Variant{Exact: k[FlagsAt(k)]&KeyExact != 0, Prefix: k[at+1]}
+	copy(v.Addr[:], k[at+2:])
 	return v
 }
 
@@ -224,7 +246,7 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 	binary.LittleEndian.PutUint32(buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
 	binary.LittleEndian.PutUint16(buf[offFlags:], FlagMeta)
-	binary.LittleEndian.PutUint64(buf[offCounts:], 0) // no sections; last hit, hits
+	binary.LittleEndian.PutUint32(buf[offLastHit:], 0) // last hit and hits
 	buf[offNameLen] = byte(dnsmsg.WireNameLen(base))
 	buf = ScopesKey(buf, base, family)
 	at := len(buf)
@@ -243,7 +265,7 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 	l.setItem(n, v)
 	l.set(n+1, 0)
 	l.index()
-	binary.LittleEndian.PutUint32(buf[OffSize:], uint32(len(buf)))
+	putSize(buf)
 	b.meta = buf
 	return Entry(buf)
 }

@@ -110,7 +110,7 @@ type frames struct {
 func (b *frames) cut(w io.Writer) error {
 	start, size := 0, len(b.head)+b.scanned // the frame: head, then cur[start:off]
 	for off := b.scanned; off < len(b.cur); {
-		n := int(binary.LittleEndian.Uint32(b.cur[off:]))
+		n := entry.SizeAt(b.cur[off:])
 		if size+n > maxFrame {
 			if err := writeFrame(w, b.head, b.cur[start:off]); err != nil {
 				return err
@@ -219,7 +219,7 @@ func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace i
 	var size int64
 	for _, b := range frames {
 		for off := 0; off < len(b); {
-			n := int(binary.LittleEndian.Uint32(b[off:]))
+			n := entry.SizeAt(b[off:])
 			e := entry.Entry(b[off : off+n])
 			off += n
 			if e.Expires()+grace < now {
@@ -273,7 +273,7 @@ func checkFrame(b []byte) (int, error) {
 		if len(b)-off < 4 {
 			return 0, errors.New("an entry cut short")
 		}
-		n := int(binary.LittleEndian.Uint32(b[off:]))
+		n := entry.SizeAt(b[off:])
 		if n < 4 || n > len(b)-off {
 			return 0, fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
 		}

@@ -167,7 +167,7 @@ func TestReadRefusesDamage(t *testing.T) {
 		{"an entry's structure, checksum right", func(b []byte) []byte {
 			n := binary.LittleEndian.Uint32(b[headerLen:])
 			blk := b[firstFrame : firstFrame+int(n)]
-			blk[24] = 250 // the first entry's name length
+			blk[3] = 250 // the first entry's name length (internal/entry)
 			binary.LittleEndian.PutUint32(b[headerLen+4:], crc32.Checksum(blk, castagnoli))
 			return b
 		}, ErrDamaged},

@@ -107,7 +107,8 @@ func TestArenaKeptWhileShardHeld(t *testing.T) {
 			t.Fatal("entry gone while its shard is held")
 		}
 		var r entry.Record
-		e.Record(e.RecordsStart(), &r)
+		off, _ := e.Records()
+		e.Record(off, &r)
 		v := r.Rdata[3]
 		sh.mu.Unlock()
 		if v != 7 {

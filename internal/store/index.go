@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math/bits"
 	"slices"
 
@@ -99,7 +98,7 @@ func (sh *shard) slotOf(loc uint64, h uint64) int {
 func (sh *shard) at(v uint64) entry.Entry {
 	loc := v&locMask - 1
 	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
-	n := binary.LittleEndian.Uint32(b[entry.OffSize:])
+	n := entry.SizeAt(b)
 	return entry.Entry(b[:n:n])
 }
 

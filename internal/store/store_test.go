@@ -45,7 +45,8 @@ func (s *Store) lookup(key []byte) (val uint32, ok bool) {
 		return 0, false
 	}
 	var r entry.Record
-	e.Record(e.RecordsStart(), &r)
+	off, _ := e.Records()
+	e.Record(off, &r)
 	return binary.BigEndian.Uint32(r.Rdata), true
 }
 

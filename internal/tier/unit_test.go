@@ -183,16 +183,16 @@ func TestKeys(t *testing.T) {
 // flushes. A change of them is a change of format, for every replica at
 // once.
 func TestKeysStable(t *testing.T) {
-	cacheKey := []byte("\x03www\x07example\x03org\x00\x00\x01\x00\x01\x00")
+	cacheKey := []byte("\x03www\x07example\x03org\x00\x00\x01\x00") // A, flags 0: class IN left out
 	for _, tc := range []struct {
 		k                                 keyer
 		key, all, negative, zone, flushes string
 		tag                               string
 	}{
-		{newKeyer([]byte(testSecret), [32]byte{1}), "cc:PMwf4mfZo5FK:{WYhqtUBJ}sThWlWiSy7hZBefYoWq6tQ", "cc:PMwf4mfZo5FK:e:all:saLVMLsXX8uB_6ciKCk_fA",
-			"cc:PMwf4mfZo5FK:e:negative:Q63niFddetrGxhTIgmia9w", "cc:PMwf4mfZo5FK:e:zone:0teGqUoyu8Pl1j5Gyv1c7w", "cc:PMwf4mfZo5FK:flushes", "39c1f0ef71b0bc749bcd67efd4fba776"},
-		{newKeyer(nil, [32]byte{1}), "cc:yqHPJrdd1x1L:{yBqBob6l}qz-CcFrjxxd5UH8P9fU4Xw", "cc:yqHPJrdd1x1L:e:all:nj-0qi7g7kJlS03pTRqyvw",
-			"cc:yqHPJrdd1x1L:e:negative:hUYrZNv0BxTMEe_d47hejQ", "cc:yqHPJrdd1x1L:e:zone:un_t-bDwWVaPAyFVhGegEw", "cc:yqHPJrdd1x1L:flushes", "0deecee278efb875df58f0124df50bff"},
+		{newKeyer([]byte(testSecret), [32]byte{1}), "cc:PMwf4mfZo5FK:{lSCIOAFK}6KgteIVkN4Lhu2bby4wu9A", "cc:PMwf4mfZo5FK:e:all:saLVMLsXX8uB_6ciKCk_fA",
+			"cc:PMwf4mfZo5FK:e:negative:Q63niFddetrGxhTIgmia9w", "cc:PMwf4mfZo5FK:e:zone:0teGqUoyu8Pl1j5Gyv1c7w", "cc:PMwf4mfZo5FK:flushes", "3dca553476f02524c45965d71c1a9ec2"},
+		{newKeyer(nil, [32]byte{1}), "cc:yqHPJrdd1x1L:{TtOaO1Tj}ZD0xoaHYge9qBGzYAOEhvg", "cc:yqHPJrdd1x1L:e:all:nj-0qi7g7kJlS03pTRqyvw",
+			"cc:yqHPJrdd1x1L:e:negative:hUYrZNv0BxTMEe_d47hejQ", "cc:yqHPJrdd1x1L:e:zone:un_t-bDwWVaPAyFVhGegEw", "cc:yqHPJrdd1x1L:flushes", "341783d2f853f9ed68436b5b5dfd7c0f"},
 	} {
 		k := tc.k
 		key := k.key(cacheKey)

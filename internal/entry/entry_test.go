@@ -1,0 +1,106 @@
+package entry
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// TestPlainRecords: an entry of records that only repeat the question's
+// name, type, class and the entry's TTL, all answers, is stored as their
+// rdata alone (FlagPlain), and every entry reads back the records it was
+// built from, in each section.
+func TestPlainRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		qtype  uint16
+		qclass uint16
+		rcode  int
+		rrs    [3][]string
+		plain  bool
+		body   int // the bytes after the key
+	}{
+		{"A", dns.TypeA, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN A 192.0.2.1", "q. 300 IN A 192.0.2.2", "q. 300 IN A 192.0.2.3"}}, true, 3 * 4},
+		{"AAAA", dns.TypeAAAA, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN AAAA 2001:db8::1", "q. 300 IN AAAA 2001:db8::2"}}, true, 2 * 16},
+		{"TXT", dns.TypeTXT, dns.ClassINET, dns.RcodeSuccess, [3][]string{{`q. 300 IN TXT "a"`, `q. 300 IN TXT "bc" "d"`}}, true, 2 + 2 + 2 + 5},
+		{"MX", dns.TypeMX, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN MX 10 mx.q."}}, true, 2 + 2 + 6},
+		{"CH TXT", dns.TypeTXT, dns.ClassCHAOS, dns.RcodeSuccess, [3][]string{{`q. 300 CH TXT "x"`}}, true, 2 + 2},
+		{"SERVFAIL", dns.TypeA, dns.ClassINET, dns.RcodeServerFailure, [3][]string{}, true, 0},
+		{"a TTL of its own", dns.TypeA, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN A 192.0.2.1", "q. 30 IN A 192.0.2.2"}}, false, 0},
+		{"through a CNAME", dns.TypeA, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN CNAME r.", "r. 300 IN A 192.0.2.1"}}, false, 0},
+		{"with additional", dns.TypeMX, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN MX 10 mx.q."}, nil, {"mx.q. 300 IN A 192.0.2.1"}}, false, 0},
+		{"denial", dns.TypeA, dns.ClassINET, dns.RcodeNameError, [3][]string{nil, {"q. 300 IN SOA ns.q. h.q. 1 2 3 4 300"}}, false, 0},
+		{"signed", dns.TypeA, dns.ClassINET, dns.RcodeSuccess, [3][]string{{"q. 300 IN A 192.0.2.1", "q. 300 IN RRSIG A 13 1 300 20300101000000 20200101000000 1 q. AAAA"}}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(dns.Msg)
+			m.Question = []dns.Question{{Name: "q.", Qtype: tc.qtype, Qclass: tc.qclass}}
+			m.Response, m.Rcode = true, tc.rcode
+			sections := [3]*[]dns.RR{&m.Answer, &m.Ns, &m.Extra}
+			for s, texts := range tc.rrs {
+				for _, text := range texts {
+					rr, err := dns.NewRR(text)
+					if err != nil {
+						t.Fatal(err)
+					}
+					*sections[s] = append(*sections[s], rr)
+				}
+			}
+			key, err := KeyFor("q.", tc.qtype, tc.qclass, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewBuilder().Build(m, key, "q.", 1, 300, 0, uint16(tc.rcode)|FlagDNSSEC, 1<<16) // every record kept
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Check(e); err != nil {
+				t.Fatal(err)
+			}
+			if plain := e.Flags()&FlagPlain != 0; plain != tc.plain {
+				t.Fatalf("plain %v, want %v", plain, tc.plain)
+			}
+			if tc.plain && e.Size()-e.body() != tc.body {
+				t.Errorf("a plain body of %d bytes, want %d", e.Size()-e.body(), tc.body)
+			}
+			if e.QClass() != tc.qclass || e.Rcode() != tc.rcode || !bytes.Equal(e.Key(), key) {
+				t.Errorf("class %d, rcode %d, key %x; want %d, %d, %x", e.QClass(), e.Rcode(), e.Key(), tc.qclass, tc.rcode, key)
+			}
+			off, counts := e.Records()
+			for s, want := range sections {
+				if counts[s] != len(*want) {
+					t.Fatalf("section %d: %d records, want %d", s, counts[s], len(*want))
+				}
+				for _, rr := range *want {
+					var r Record
+					off = e.Record(off, &r)
+					if got := recordText(t, r, e.QName()); got != rr.String() {
+						t.Errorf("section %d: record %s, want %s", s, got, rr)
+					}
+				}
+			}
+			if off != e.Size() {
+				t.Errorf("records end at %d, the entry at %d", off, e.Size())
+			}
+		})
+	}
+}
+
+// recordText returns r in presentation form, with its own TTL or else the
+// entry's, which in TestPlainRecords is every record's.
+func recordText(t *testing.T, r Record, qname []byte) string {
+	t.Helper()
+	owner := r.Owner
+	if owner == nil {
+		owner = qname
+	}
+	wire := append([]byte(nil), owner...)
+	wire = append(wire, byte(r.Type>>8), byte(r.Type), byte(r.Class>>8), byte(r.Class), byte(r.TTL>>24), byte(r.TTL>>16), byte(r.TTL>>8), byte(r.TTL), byte(len(r.Rdata)>>8), byte(len(r.Rdata)))
+	wire = append(wire, r.Rdata...)
+	rr, _, err := dns.UnpackRR(wire, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rr.String()
+}
