@@ -64,10 +64,10 @@ func reply(i int, signed bool) *dns.Msg {
 		m.Ns = []dns.RR{&dns.SOA{Hdr: hdr(zone, dns.TypeSOA), Ns: "ns1." + zone, Mbox: "hostmaster." + zone,
 			Serial: 2026010101, Refresh: 7200, Retry: 3600, Expire: 1209600, Minttl: workload.TTL}}
 	} else {
-		// The entry is the header, the key (the name and five bytes), and
-		// one record: a flags byte, the rdata length and the rdata.
+		// The entry is the header, the key (the name, the type and the key
+		// flags), and one plain record: the rdata length and the rdata.
 		want := minSized + rand.New(rand.NewPCG(uint64(i), 7)).IntN(maxSized-minSized+1)
-		rdata := max(2, want-entryHeader-(len(q.Name)+1+5)-3)
+		rdata := max(2, want-entryHeader-(len(q.Name)+1+3)-2)
 		txt := &dns.TXT{Hdr: hdr(q.Name, dns.TypeTXT)}
 		for rdata > 0 {
 			n := min(rdata, 256) - 1 // a string is its length byte and up to 255 bytes
@@ -82,7 +82,7 @@ func reply(i int, signed bool) *dns.Msg {
 }
 
 // entryHeader is the bytes of an entry before its key (internal/entry).
-const entryHeader = 25
+const entryHeader = 18
 
 // sizer returns the bytes the store keeps for an entry: built from the
 // reply as the plugin's miss path builds it, for clients without DO (its
