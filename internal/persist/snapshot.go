@@ -164,7 +164,7 @@ func Load(ca Cache, path string) {
 	l, err := read(ca, f)
 	switch {
 	case errors.Is(err, snapshot.ErrSettings):
-		log.Infof("Snapshot %s: written under other cache settings, starting cold", path)
+		log.Infof("Snapshot %s: written under other cache settings or by a build of another entry format, starting cold", path)
 	case err != nil:
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
 		aside := path + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)

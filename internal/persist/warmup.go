@@ -89,7 +89,7 @@ func (wc *Warmup) Start(ca Cache, block string) {
 		l, err := wc.fill(ca, block)
 		switch {
 		case errors.Is(err, snapshot.ErrSettings):
-			log.Infof("Warm-up of %s from %s: the peer's cache settings differ, starting cold", block, wc.url)
+			log.Infof("Warm-up of %s from %s: the peer's cache settings or entry format differ, starting cold", block, wc.url)
 		case err != nil:
 			cachemetrics.SnapshotErrors.WithLabelValues(wc.url, "warmup").Inc()
 			log.Warningf("Warm-up of %s from %s: starting cold: %v", block, wc.url, err)

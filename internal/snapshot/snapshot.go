@@ -51,7 +51,7 @@ type Fingerprint [32]byte
 var (
 	ErrNotSnapshot = errors.New("not a compactcache snapshot")
 	ErrVersion     = errors.New("a snapshot of another format version")
-	ErrSettings    = errors.New("a snapshot of other cache settings")
+	ErrSettings    = errors.New("a snapshot of other cache settings or another entry format")
 	ErrDamaged     = errors.New("a damaged snapshot")
 )
 
