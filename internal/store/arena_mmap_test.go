@@ -6,6 +6,7 @@ import (
 	"github.com/compactcache/compactcache/internal/entry"
 
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -477,5 +478,44 @@ func TestRegionTablesInHugePages(t *testing.T) {
 	}
 	if rss, huge := residence(t, st.regions[0].mapping); rss != 5*hugePage || huge != 5*hugePage {
 		t.Fatalf("a region of five huge pages: %d bytes resident, %d in huge pages; want all of it, in huge pages", rss, huge)
+	}
+}
+
+// TestSharedTablesHoldAStep has the eight shards of a store of 512 MiB
+// grow their tables from 64 KiB to 1.25 MiB in turn, in many orders, each
+// new table handed out before the old one is taken back, as resize does:
+// the old size's pages and the new size's fit in the pages set aside, so
+// that every table lies in a region throughout.
+func TestSharedTablesHoldAStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		st := newSharedTables(512 << 20)
+		arenas := make([]*arena, 8)
+		tables := make([][]uint64, 8)
+		for i := range arenas {
+			arenas[i] = newArena(1, st)
+		}
+		for n := minMappedTable / slotBytes; n <= 5*hugePage/8/slotBytes; n = tableSizeAfter(n) {
+			for _, i := range rng.Perm(len(arenas)) {
+				a := arenas[i]
+				next := a.table(n)
+				if a.tables[len(a.tables)-1].region == nil {
+					t.Fatalf("round %d: a table of %d slots mapped alone, %d of %d pages counted", round, n, st.pages, st.maxPages)
+				}
+				if tables[i] != nil {
+					a.free(tables[i])
+				}
+				tables[i] = next
+			}
+		}
+		if st.pages != 5 {
+			t.Fatalf("round %d: eight tables of 1.25 MiB in %d pages, want 5", round, st.pages)
+		}
+		for _, a := range arenas {
+			a.release()
+		}
+		if st.pages != 0 || len(st.regions) != 0 {
+			t.Fatalf("round %d: released, %d pages counted, %d regions left", round, st.pages, len(st.regions))
+		}
 	}
 }
