@@ -241,11 +241,11 @@ func (a *arena) freeChunk(i, n int) {
 	a.holes = append(a.holes, page)
 }
 
-// mappedTable is a table and the mapping it lies in, or the shared huge
-// page it lies in.
+// mappedTable is a table and the mapping it lies in, or the shared region
+// it lies in.
 type mappedTable struct {
 	mapping, table []byte
-	page           *tablePage
+	region         *tableRegion
 }
 
 // table returns a zeroed table of n slots. A table of a huge page or more
@@ -265,8 +265,8 @@ func (a *arena) table(n int) []uint64 {
 		return make([]uint64, n)
 	}
 	a.tables = append(a.tables, t)
-	if t.page != nil {
-		a.hold(int64(size)) // offHeap counts the shared page whole
+	if t.region != nil {
+		a.hold(int64(size)) // offHeap counts the region's pages whole
 	} else {
 		a.add(int64(size))
 	}
@@ -277,28 +277,28 @@ func (a *arena) table(n int) []uint64 {
 type tablePlace int
 
 const (
-	onHeap       tablePlace = iota // too small to be worth a mapping
-	inSharedPage                   // in a huge page shared with other shards' tables
-	mappedAlone                    // in a mapping of its own
+	onHeap      tablePlace = iota // too small to be worth a mapping
+	inRegion                      // in huge pages shared with other shards' tables
+	mappedAlone                   // in a mapping of its own
 )
 
 // placeOf returns where a table of size bytes goes: the smallest on the
-// heap, those under a huge page in the shared pages of a store that has
+// heap, those under a huge page in the shared regions of a store that has
 // them, the rest in mappings of their own.
 func (a *arena) placeOf(size int) tablePlace {
 	switch {
 	case size < minMappedTable:
 		return onHeap
-	case size < hugePage && a.shared != nil:
-		return inSharedPage
+	case inRegions(size) && a.shared != nil:
+		return inRegion
 	}
 	return mappedAlone
 }
 
 // mapTable maps a table of size bytes where place says; a table for the
-// shared pages that finds no room in them is mapped on its own.
+// shared regions that finds no room in them is mapped on its own.
 func (a *arena) mapTable(size int, place tablePlace) (mappedTable, bool) {
-	if place == inSharedPage {
+	if place == inRegion {
 		if t, ok := a.shared.get(size); ok {
 			return t, true
 		}
@@ -316,7 +316,7 @@ func (a *arena) mapTable(size int, place tablePlace) (mappedTable, bool) {
 
 // mapsAlone reports whether a table of size bytes is mapped on its own, so
 // that while a resize fills it the table it replaces stays mapped beside it.
-// A table meant for the shared pages that finds them full is mapped alone
+// A table meant for the shared regions that finds them full is mapped alone
 // too, for less than a huge page, which this does not count.
 func (a *arena) mapsAlone(size int) bool { return a.placeOf(size) == mappedAlone }
 
@@ -347,7 +347,7 @@ func (a *arena) release() {
 }
 
 func (a *arena) unmap(mt mappedTable) {
-	if mt.page != nil {
+	if mt.region != nil {
 		a.shared.put(mt)
 		a.hold(-int64(len(mt.table)))
 		return
@@ -363,8 +363,8 @@ func (a *arena) add(n int64) {
 	offHeap.Add(n)
 }
 
-// hold counts n more bytes for the arena alone: a table in a shared page,
-// which offHeap counts whole.
+// hold counts n more bytes for the arena alone: a table in a shared region,
+// whose pages offHeap counts whole.
 func (a *arena) hold(n int64) {
 	a.mu.Lock()
 	a.held += n
@@ -372,7 +372,7 @@ func (a *arena) hold(n int64) {
 }
 
 // mapped returns the bytes the arena holds: its chunks handed out and its
-// tables (offHeap counts a shared table's page instead).
+// tables (offHeap counts a shared table's pages instead).
 func (a *arena) mapped() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -399,22 +399,39 @@ func mmap(n int) ([]byte, error) {
 }
 
 // sharedTables hands out the mapped tables smaller than a huge page to the
-// shards of one store, from huge pages that each hold tables of one size.
-// A store of a million entries on 16 cores has 64 tables of 256 KiB, one a
-// shard (shardCount): on pages of their own, the miss's probe of a cold
-// table slot is a TLB miss, whose page walk under virtualisation costs more
-// than the read itself, and whose entries push out those of the rest of the
-// server.
+// shards of one store, from regions of whole huge pages that each hold
+// tables of one size. A store of a million entries on 16 cores has 64 tables
+// of 256 KiB, one a shard (shardCount): on pages of their own, the miss's
+// probe of a cold table slot is a TLB miss, whose page walk under
+// virtualisation costs more than the read itself, and whose entries push out
+// those of the rest of the server.
+//
+// A region holds a whole number of tables too (regionPages): one huge page
+// for tables of a power of two, five for eight tables of 1.25 MiB, so that
+// the sizes tableSizeAfter puts between 1 MiB and a huge page lie in huge
+// pages as well, with none of a region's pages part used once its tables are
+// all handed out.
 //
 // A page's free part is resident but in no shard's count: tables of one
-// size fill a page as the shards reach that size, and leave holes in it as
-// they outgrow it, until the last one leaves and the page is unmapped. So
-// that memory stays within the budget, at most maxPages pages are mapped,
-// and the store takes them out of its shards' budgets (reserve); a table
-// that finds no room in them is mapped on its own.
+// size fill a region as the shards reach that size, and leave holes in it as
+// they outgrow it. So that memory stays within the budget, at most maxPages
+// pages hold tables, and the store takes them out of its shards' budgets
+// (reserve); a table that finds no room in them is mapped on its own.
+//
+// Only the pages a table handed out lies in count against maxPages: the
+// others are never written, or given back once the last table in them
+// leaves. Counting whole regions would be simpler, but when the shards
+// outgrow one size together, the regions of the size they leave and of the
+// size they take would both count whole until the last shard had moved: for
+// eight shards stepping from 1 MiB to 1.25 MiB, four pages and five where the
+// tables need at most seven. For every table to stay in huge pages, the
+// reserve would have to be about a region larger, and the reserve is taken
+// out of the shards' budgets: a full store would hold fewer entries for good
+// to pay for one step of its growth.
 type sharedTables struct {
 	mu       sync.Mutex
-	pages    []*tablePage
+	regions  []*tableRegion
+	pages    int // the regions' huge pages that hold a table handed out
 	maxPages int
 }
 
@@ -425,7 +442,7 @@ const (
 	minSharedTables = sharedShare * hugePage
 )
 
-// newSharedTables returns the shared table pages for a store of capacity
+// newSharedTables returns the shared table regions for a store of capacity
 // bytes, or nil when its tables are to be mapped on their own.
 func newSharedTables(capacity int64) *sharedTables {
 	if capacity < minSharedTables {
@@ -443,78 +460,144 @@ func (st *sharedTables) reserve() int64 {
 	return int64(st.maxPages) * hugePage
 }
 
-// tablePage is a huge page of tables of one size.
-type tablePage struct {
-	mapping []byte // a huge page more than the page, for alignment
-	page    []byte // the huge page
+// regionTables is the most tables a region holds: the bits of
+// tableRegion.used.
+const regionTables = 32
+
+// regionPages returns the huge pages of a region of tables of size bytes,
+// the fewest that hold a whole number of them: the odd factor of size, as a
+// huge page is a power of two larger than the table.
+func regionPages(size int) int { return size >> bits.TrailingZeros(uint(size)) }
+
+// inRegions reports whether tables of size bytes go in regions: smaller than
+// a huge page, and few enough to a region.
+func inRegions(size int) bool {
+	return size > 0 && size < hugePage && regionPages(size)*hugePage/size <= regionTables
+}
+
+// tableRegion is whole huge pages of tables of one size.
+type tableRegion struct {
+	mapping []byte // a huge page more than the region, for alignment
+	region  []byte // regionPages(size) huge pages
 	size    int    // the bytes of each table
 	used    uint32 // bit i: the table at i*size is handed out
 }
 
+// pages returns the first and last huge page that table i lies in.
+func (r *tableRegion) pages(i int) (first, last int) {
+	return i * r.size / hugePage, ((i+1)*r.size - 1) / hugePage
+}
+
+// inUse reports whether a table handed out lies in page p.
+func (r *tableRegion) inUse(p int) bool {
+	for i := p * hugePage / r.size; i*r.size < (p+1)*hugePage; i++ {
+		if r.used&(1<<i) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// cost returns the pages that handing out table i, free, adds to those
+// counted: the pages it lies in that hold no table handed out.
+func (r *tableRegion) cost(i int) int {
+	first, last := r.pages(i)
+	n := 0
+	for p := first; p <= last; p++ {
+		if !r.inUse(p) {
+			n++
+		}
+	}
+	return n
+}
+
 // get returns a zeroed table of size bytes.
 func (st *sharedTables) get(size int) (mappedTable, bool) {
-	t, p := st.take(size)
-	if p == nil {
+	t, r := st.take(size)
+	if r == nil {
 		return mappedTable{}, false
 	}
 	// Zeroed outside the lock, which other shards' resizes wait on: the
-	// slot is this caller's alone once taken.
-	clear(t) // what a table that had the slot left
-	return mappedTable{table: t, page: p}, true
+	// table is this caller's alone once taken.
+	clear(t) // what a table that had the place left
+	return mappedTable{table: t, region: r}, true
 }
 
 // take marks a free table of size bytes handed out and returns it and its
-// page; no page when there is no room and none may be mapped.
-func (st *sharedTables) take(size int) ([]byte, *tablePage) {
+// region; no region when there is no room within maxPages.
+func (st *sharedTables) take(size int) ([]byte, *tableRegion) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	p := st.pageWithRoom(size)
-	if p == nil {
+	r, i := st.room(size)
+	if r == nil {
 		return nil, nil
 	}
-	i := bits.TrailingZeros32(^p.used)
-	p.used |= 1 << i
-	return p.page[i*size : (i+1)*size : (i+1)*size], p
+	n := r.cost(i)
+	st.pages += n
+	offHeap.Add(int64(n) * hugePage)
+	r.used |= 1 << i
+	return r.region[i*size : (i+1)*size : (i+1)*size], r
 }
 
-// pageWithRoom returns a page with a free table of size bytes, mapping one
-// if none has.
-func (st *sharedTables) pageWithRoom(size int) *tablePage {
-	// The bits of a full page: 32 tables of 64 KiB shift the one out of
-	// the uint32, and 0 - 1 sets all 32 (Go defines shifts past the width).
-	full := uint32(1)<<(hugePage/size) - 1
-	for _, p := range st.pages {
-		if p.size == size && p.used != full {
-			return p
+// room returns a free table of size bytes whose pages fit within maxPages:
+// of those in the regions mapped, one that adds the fewest pages, so that the
+// tables of a size keep to the pages already resident; else the first of a
+// region it maps.
+func (st *sharedTables) room(size int) (*tableRegion, int) {
+	var best *tableRegion
+	at, cost := 0, 0
+	for _, r := range st.regions {
+		if r.size != size {
+			continue
+		}
+		for i := range len(r.region) / size {
+			if r.used&(1<<i) != 0 {
+				continue
+			}
+			if c := r.cost(i); best == nil || c < cost {
+				best, at, cost = r, i, c
+			}
 		}
 	}
-	if len(st.pages) == st.maxPages {
-		return nil
+	switch {
+	case best != nil && st.pages+cost <= st.maxPages:
+		return best, at
+	case st.pages+1 > st.maxPages: // the first table of a region lies in one page
+		return nil, 0
 	}
-	m, page, err := mapHugeAligned(hugePage, syscall.MADV_HUGEPAGE)
+	m, region, err := mapHugeAligned(regionPages(size)*hugePage, syscall.MADV_HUGEPAGE)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
-	p := &tablePage{mapping: m, page: page, size: size}
-	st.pages = append(st.pages, p)
-	offHeap.Add(hugePage)
-	return p
+	r := &tableRegion{mapping: m, region: region, size: size}
+	st.regions = append(st.regions, r)
+	return r, 0
 }
 
-// put takes back t, unmapping its page once no table is left in it.
+// put takes back t, giving back the pages no table handed out lies in any
+// more: the region is unmapped once no table is left in it.
 func (st *sharedTables) put(t mappedTable) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	p := t.page
-	i := int(uintptr(unsafe.Pointer(&t.table[0]))-uintptr(unsafe.Pointer(&p.page[0]))) / p.size
-	p.used &^= 1 << i
-	if p.used != 0 {
-		return
-	}
-	// A page that fails to unmap stays listed, empty, for the next table
-	// of its size: the pages mapped stay within maxPages.
-	if syscall.Munmap(p.mapping) == nil {
+	r := t.region
+	i := int(uintptr(unsafe.Pointer(&t.table[0]))-uintptr(unsafe.Pointer(&r.region[0]))) / r.size
+	r.used &^= 1 << i
+	// A region that fails to unmap stays listed for the next table of its
+	// size, its free pages given back like those of a region in use: what
+	// is not counted is not resident.
+	unmapped := r.used == 0 && syscall.Munmap(r.mapping) == nil
+	first, last := r.pages(i)
+	for p := first; p <= last; p++ {
+		if r.inUse(p) {
+			continue
+		}
+		if !unmapped {
+			syscall.Madvise(r.region[p*hugePage:(p+1)*hugePage], syscall.MADV_DONTNEED)
+		}
+		st.pages--
 		offHeap.Add(-hugePage)
-		st.pages = slices.DeleteFunc(st.pages, func(q *tablePage) bool { return q == p })
+	}
+	if unmapped {
+		st.regions = slices.DeleteFunc(st.regions, func(q *tableRegion) bool { return q == r })
 	}
 }

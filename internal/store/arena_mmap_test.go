@@ -6,6 +6,7 @@ import (
 	"github.com/compactcache/compactcache/internal/entry"
 
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -188,10 +189,11 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 	before := OffHeapBytes()
 	ta, tb := a.table(slots), b.table(slots)
 	ta[0], tb[slots-1] = 1, 1
-	if len(st.pages) != 1 || OffHeapBytes()-before != hugePage {
-		t.Fatalf("two tables of %d bytes: %d huge pages, %d bytes mapped; want 1, %d", minMappedTable, len(st.pages), OffHeapBytes()-before, hugePage)
+	if len(st.regions) != 1 || st.pages != 1 || OffHeapBytes()-before != hugePage {
+		t.Fatalf("two tables of %d bytes: %d regions, %d huge pages, %d bytes mapped; want 1, 1, %d",
+			minMappedTable, len(st.regions), st.pages, OffHeapBytes()-before, hugePage)
 	}
-	page := st.pages[0].mapping
+	page := st.regions[0].mapping
 	if _, huge := residence(t, page); huge != hugePage {
 		t.Fatalf("the shared page has %d bytes in huge pages; want %d", huge, hugePage)
 	}
@@ -201,22 +203,22 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 
 	a.free(ta)
 	again := a.table(slots)
-	if again[0] != 0 || len(st.pages) != 1 {
-		t.Fatalf("a table handed out again: first slot %d, %d pages; want 0, 1", again[0], len(st.pages))
+	if again[0] != 0 || st.pages != 1 {
+		t.Fatalf("a table handed out again: first slot %d, %d pages; want 0, 1", again[0], st.pages)
 	}
-	st.maxPages = len(st.pages)
+	st.maxPages = st.pages
 	own := b.table(2 * slots)
-	if len(st.pages) != 1 || b.tables[len(b.tables)-1].page != nil || b.mapped() != 3*minMappedTable {
+	if st.pages != 1 || b.tables[len(b.tables)-1].region != nil || b.mapped() != 3*minMappedTable {
 		t.Fatalf("a table past the shared pages: %d pages, shared %v, %d bytes counted; want 1, on its own, %d",
-			len(st.pages), b.tables[len(b.tables)-1].page != nil, b.mapped(), 3*minMappedTable)
+			st.pages, b.tables[len(b.tables)-1].region != nil, b.mapped(), 3*minMappedTable)
 	}
 	own[0] = 1
 	mapped := OffHeapBytes()
 	a.release()
 	b.release()
-	if unmapped := mapped - OffHeapBytes(); len(st.pages) != 0 || a.mapped() != 0 || b.mapped() != 0 || unmapped != hugePage+2*minMappedTable {
-		t.Fatalf("after release: %d pages, %d and %d bytes counted, %d unmapped; want none, %d unmapped",
-			len(st.pages), a.mapped(), b.mapped(), unmapped, hugePage+2*minMappedTable)
+	if unmapped := mapped - OffHeapBytes(); len(st.regions) != 0 || st.pages != 0 || a.mapped() != 0 || b.mapped() != 0 || unmapped != hugePage+2*minMappedTable {
+		t.Fatalf("after release: %d regions, %d pages, %d and %d bytes counted, %d unmapped; want none, %d unmapped",
+			len(st.regions), st.pages, a.mapped(), b.mapped(), unmapped, hugePage+2*minMappedTable)
 	}
 	if rss, _ := residence(t, page); rss != 0 {
 		t.Fatalf("after release the page has %d bytes resident", rss)
@@ -330,7 +332,7 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 		evicted += ev.Evicted[KindSuccess] + ev.Refused[KindSuccess]
 		if i%1000 == 0 && !shared {
 			for j := range s.shards {
-				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].page != nil {
+				if ts := s.shards[j].arena.tables; len(ts) > 0 && ts[len(ts)-1].region != nil {
 					shared = true
 				}
 			}
@@ -343,13 +345,177 @@ func TestSharedTablesWithinBudget(t *testing.T) {
 	if evicted == 0 {
 		t.Fatalf("320000 entries fit in %d bytes: the budget was never reached", s.capacity)
 	}
-	if len(st.pages) > st.maxPages {
-		t.Fatalf("%d shared pages mapped, %d set aside", len(st.pages), st.maxPages)
+	if st.pages > st.maxPages {
+		t.Fatalf("%d shared pages mapped, %d set aside", st.pages, st.maxPages)
 	}
 	if held, limit := s.Usage().Held, s.capacity-st.reserve(); held > limit {
 		t.Fatalf("the shards hold %d bytes, more than the %d the reserve leaves them", held, limit)
 	}
 	if mapped := OffHeapBytes() - before; mapped > s.capacity {
 		t.Fatalf("%d bytes mapped for a store of %d", mapped, s.capacity)
+	}
+}
+
+// TestRegionPages checks the regions tables of each size go in: the fewest
+// huge pages that hold a whole number of them, and no more tables than a
+// region's bitmask has bits.
+func TestRegionPages(t *testing.T) {
+	const k = 1 << 10
+	tests := []struct {
+		size, pages, tables int
+		inRegions           bool
+	}{
+		{64 * k, 1, 32, true},
+		{256 * k, 1, 8, true},
+		{1024 * k, 1, 2, true},
+		{768 * k, 3, 8, true},
+		{1280 * k, 5, 8, true},
+		{1536 * k, 3, 4, true},
+		{1792 * k, 7, 8, true},
+		{320 * k, 5, 32, true},  // 5 * 64 KiB
+		{1152 * k, 9, 16, true}, // 9 * 128 KiB
+		{32 * k, 1, 64, false},  // more tables than bits
+		{96 * k, 3, 64, false},
+		{2048 * k, 1, 1, false}, // a huge page: mapped alone
+	}
+	for _, tt := range tests {
+		pages := regionPages(tt.size)
+		if tables := pages * hugePage / tt.size; pages != tt.pages || tables != tt.tables || tables*tt.size != pages*hugePage {
+			t.Errorf("tables of %d KiB: regions of %d huge pages holding %d; want %d holding %d", tt.size/k, pages, tables, tt.pages, tt.tables)
+		}
+		if got := inRegions(tt.size); got != tt.inRegions {
+			t.Errorf("inRegions(%d KiB) = %v, want %v", tt.size/k, got, tt.inRegions)
+		}
+	}
+	for n := minMappedTable / slotBytes; n < hugePage/slotBytes; n = tableSizeAfter(n) {
+		if !inRegions(n * slotBytes) {
+			t.Errorf("tables of %d slots, a size tableSizeAfter makes, are not held in regions", n)
+		}
+	}
+}
+
+// TestRegionTakeAndPut hands out the tables of 1.25 MiB of eight arenas and
+// a ninth, and takes them back: the eight fill one region of five huge pages,
+// each page counted once the first table in it is handed out, the ninth
+// maps a second region; a page no table lies in any more is given back, and
+// a region unmapped with its last table, until nothing is counted.
+func TestRegionTakeAndPut(t *testing.T) {
+	const slots = 5 * hugePage / 8 / slotBytes
+	st := &sharedTables{maxPages: 16}
+	settleOffHeap()
+	before := OffHeapBytes()
+	var arenas []*arena
+	var tables [][]uint64
+	// A table spans one page or two; the page counts after each take.
+	for i, pages := range []int{1, 2, 2, 3, 4, 4, 5, 5, 6} {
+		a := newArena(1, st)
+		tab := a.table(slots)
+		tab[0], tab[slots-1] = 1, 1
+		arenas, tables = append(arenas, a), append(tables, tab)
+		if a.tables[0].region == nil || a.mapped() != slots*slotBytes {
+			t.Fatalf("table %d: in a region %v, %d bytes counted; want in one, %d", i, a.tables[0].region != nil, a.mapped(), slots*slotBytes)
+		}
+		if st.pages != pages || OffHeapBytes()-before != int64(pages)*hugePage {
+			t.Fatalf("%d tables handed out: %d pages counted, %d bytes mapped; want %d pages", i+1, st.pages, OffHeapBytes()-before, pages)
+		}
+	}
+	if len(st.regions) != 2 || st.regions[0].used != 0xff || st.regions[1].used != 1 {
+		t.Fatalf("nine tables of 1.25 MiB: %d regions; want the first full, the second holding one", len(st.regions))
+	}
+	region := st.regions[0].region
+	for i := range 8 {
+		if want := unsafe.Pointer(&region[i*slots*slotBytes]); unsafe.Pointer(&tables[i][0]) != want {
+			t.Fatalf("table %d does not lie at its place in the region", i)
+		}
+	}
+
+	// The order they are taken back in, and the pages counted after each.
+	steps := []struct{ table, pages int }{
+		{8, 5}, // the second region's last table: unmapped
+		{1, 5}, // its pages hold tables 0 and 2
+		{0, 4}, // page 0 holds none now
+		{3, 4},
+		{2, 3}, // page 1
+		{7, 3},
+		{5, 3},
+		{6, 2}, // page 4
+		{4, 0}, // the region's last: unmapped
+	}
+	for _, s := range steps {
+		arenas[s.table].release()
+		if st.pages != s.pages || OffHeapBytes()-before != int64(s.pages)*hugePage || arenas[s.table].mapped() != 0 {
+			t.Fatalf("table %d taken back: %d pages counted, %d bytes mapped, %d in its arena; want %d pages, none",
+				s.table, st.pages, OffHeapBytes()-before, arenas[s.table].mapped(), s.pages)
+		}
+		if len(st.regions) > 0 {
+			rss, _ := residence(t, region)
+			if want := st.pages * hugePage; rss > want {
+				t.Fatalf("table %d taken back: %d bytes of the region resident, %d counted", s.table, rss, want)
+			}
+		}
+	}
+	if len(st.regions) != 0 {
+		t.Fatalf("every table taken back: %d regions left mapped", len(st.regions))
+	}
+}
+
+// TestRegionTablesInHugePages has eight shards take tables of 1.25 MiB and
+// write them: the region's five pages are all resident, in huge pages.
+func TestRegionTablesInHugePages(t *testing.T) {
+	requireHugePages(t, false)
+	const slots = 5 * hugePage / 8 / slotBytes
+	st := &sharedTables{maxPages: 8}
+	for range 8 {
+		a := newArena(1, st)
+		defer a.release()
+		tab := a.table(slots)
+		for i := range tab {
+			tab[i] = 1
+		}
+	}
+	if len(st.regions) != 1 || st.pages != 5 {
+		t.Fatalf("eight tables of 1.25 MiB: %d regions, %d pages; want 1, 5", len(st.regions), st.pages)
+	}
+	if rss, huge := residence(t, st.regions[0].mapping); rss != 5*hugePage || huge != 5*hugePage {
+		t.Fatalf("a region of five huge pages: %d bytes resident, %d in huge pages; want all of it, in huge pages", rss, huge)
+	}
+}
+
+// TestSharedTablesHoldAStep has the eight shards of a store of 512 MiB
+// grow their tables from 64 KiB to 1.25 MiB in turn, in many orders, each
+// new table handed out before the old one is taken back, as resize does:
+// the old size's pages and the new size's fit in the pages set aside, so
+// that every table lies in a region throughout.
+func TestSharedTablesHoldAStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		st := newSharedTables(512 << 20)
+		arenas := make([]*arena, 8)
+		tables := make([][]uint64, 8)
+		for i := range arenas {
+			arenas[i] = newArena(1, st)
+		}
+		for n := minMappedTable / slotBytes; n <= 5*hugePage/8/slotBytes; n = tableSizeAfter(n) {
+			for _, i := range rng.Perm(len(arenas)) {
+				a := arenas[i]
+				next := a.table(n)
+				if a.tables[len(a.tables)-1].region == nil {
+					t.Fatalf("round %d: a table of %d slots mapped alone, %d of %d pages counted", round, n, st.pages, st.maxPages)
+				}
+				if tables[i] != nil {
+					a.free(tables[i])
+				}
+				tables[i] = next
+			}
+		}
+		if st.pages != 5 {
+			t.Fatalf("round %d: eight tables of 1.25 MiB in %d pages, want 5", round, st.pages)
+		}
+		for _, a := range arenas {
+			a.release()
+		}
+		if st.pages != 0 || len(st.regions) != 0 {
+			t.Fatalf("round %d: released, %d pages counted, %d regions left", round, st.pages, len(st.regions))
+		}
 	}
 }

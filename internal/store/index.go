@@ -175,20 +175,30 @@ func (sh *shard) checkOrder() int {
 }
 
 // tableSizeAfter returns the slots of the table that replaces one of n:
-// twice as many up to a huge page, then a quarter more, rounded up to whole
-// huge pages. Small tables double, since every rebuild moves all their slots
-// and small steps would move each several times while a shard fills; large
-// ones, which hold most of a large store's index, grow in steps that keep
-// them nearly as full as they may be. A table that lay partly in small pages
-// would cost a page fault every 4 KiB as it is filled, several microseconds
-// each on a virtual machine.
+// twice as many up to half a huge page; then a quarter more, rounded up to
+// an eighth of a huge page, up to a huge page; then a quarter more, rounded
+// up to whole huge pages. Small tables double, since every rebuild moves all
+// their slots and small steps would move each several times while a shard
+// fills; large ones, which hold most of a large store's index, grow in steps
+// that keep them nearly as full as they may be. The steps between half a huge
+// page and a whole one are sizes the store's shared regions hold in huge
+// pages (inRegions), and the larger tables are mapped alone in whole huge
+// pages: a table that lay partly in small pages would cost a page fault
+// every 4 KiB as it is filled, several microseconds each on a virtual
+// machine, and most of its probes would miss the TLB.
 func tableSizeAfter(n int) int {
 	huge := hugePage / slotBytes
-	if n < huge {
+	switch {
+	case n < huge/2:
 		return 2 * n
+	case n < huge:
+		return min(roundUp(n+n/4, huge/8), huge)
 	}
-	return (n + n/4 + huge - 1) / huge * huge
+	return roundUp(n+n/4, huge)
 }
+
+// roundUp returns n rounded up to a multiple of step.
+func roundUp(n, step int) int { return (n + step - 1) / step * step }
 
 // makeTableRoom keeps the table at most growLoad sixteenths full while the
 // budget allows it to grow, and at most fullLoad sixteenths otherwise, when

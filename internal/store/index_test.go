@@ -9,11 +9,14 @@ func TestTableSizeAfter(t *testing.T) {
 	huge := hugePage / slotBytes
 	tests := []struct{ n, want int }{
 		{256, 512},
-		{huge / 2, huge},
-		{huge, 2 * huge},     // 1.25 huge pages, rounded up
-		{2 * huge, 3 * huge}, // 2.5, rounded up
-		{4 * huge, 5 * huge}, // a quarter more: whole huge pages
-		{5 * huge, 7 * huge}, // 6.25, rounded up
+		{huge / 4, huge / 2},
+		{huge / 2, 5 * huge / 8},     // a quarter more: 1.25 MiB
+		{5 * huge / 8, 7 * huge / 8}, // 1.5625 MiB, rounded up to an eighth
+		{7 * huge / 8, huge},         // 2.1875 MiB: at most a huge page
+		{huge, 2 * huge},             // 1.25 huge pages, rounded up
+		{2 * huge, 3 * huge},         // 2.5, rounded up
+		{4 * huge, 5 * huge},         // a quarter more: whole huge pages
+		{5 * huge, 7 * huge},         // 6.25, rounded up
 		{16 * huge, 20 * huge},
 	}
 	for _, tt := range tests {
@@ -23,7 +26,10 @@ func TestTableSizeAfter(t *testing.T) {
 	}
 	for n := minTableSlots; n < 1<<28; n = tableSizeAfter(n) {
 		next := tableSizeAfter(n)
-		if n < huge && next != 2*n || n >= huge && (next%huge != 0 || 4*next < 5*n || next-n > n/4+huge) {
+		switch {
+		case n < huge/2 && next != 2*n,
+			n >= huge/2 && n < huge && (next%(huge/8) != 0 || next > huge || 4*next < 5*n && next != huge),
+			n >= huge && (next%huge != 0 || 4*next < 5*n || next-n > n/4+huge):
 			t.Fatalf("%d slots grow to %d", n, next)
 		}
 		if n*slotBytes >= minMappedTable && n*slotBytes%minMappedTable != 0 {
@@ -92,18 +98,22 @@ func TestIndexRobinHood(t *testing.T) {
 }
 
 // TestIndexResizeKeepsSlots checks that rebuilds keep every slot, in order:
-// doubling from the smallest table to the largest kept on the heap, and
-// growing in whole huge pages from one huge page to three; tags
+// doubling from the smallest table to the largest kept on the heap, growing
+// by eighths of a huge page from half of one, and in whole huge pages from
+// one huge page to three; tags
 // crowd the table's end, so that runs wrap around to its start.
 func TestIndexResizeKeepsSlots(t *testing.T) {
 	huge := hugePage / slotBytes
 	for _, tc := range []struct{ from, to, want int }{
 		{minTableSlots, minMappedTable/slotBytes - 1, minMappedTable / slotBytes},
 		{huge, 2*huge + huge/8, 3 * huge}, // just past the growth to three
+		// From 1 MiB to 1.25 and 1.75, in the regions of a large store.
+		{huge / 2, 3 * huge / 4, 7 * huge / 8},
 	} {
 		rng := rand.New(rand.NewPCG(7, uint64(tc.from)))
 		sh := slotTable(tc.from)
-		sh.arena = newArena(0, nil)
+		sh.arena = newArena(0, newSharedTables(1<<30))
+		defer sh.arena.release()
 		tags := map[uint64]uint64{}
 		wrapped := 0 // rebuilds that left a run wrapped around
 		for loc := uint64(1); 16*sh.count < growLoad*tc.to; loc++ {
