@@ -223,16 +223,14 @@ func plainCount(body []byte, qtype uint16) int {
 // fixedRdlen returns the rdata length that every record of type t has, whose
 // plain records are stored without it, or 0 when their lengths vary.
 func fixedRdlen(t uint16) int {
-	if int(t) < len(fixedRdlens) {
-		return int(fixedRdlens[t])
+	switch t {
+	case dns.TypeA:
+		return net.IPv4len
+	case dns.TypeAAAA:
+		return net.IPv6len
 	}
 	return 0
 }
-
-// fixedRdlens is fixedRdlen's table: a lookup, where a switch on the type
-// would be a branch that a stream of hits on entries of mixed types
-// mispredicts.
-var fixedRdlens = [dns.TypeAAAA + 1]uint8{dns.TypeA: net.IPv4len, dns.TypeAAAA: net.IPv6len}
 
 // keyLen returns the length of the key at the start of b, whose qname is
 // nameLen bytes: the key flags say what follows them.
@@ -352,15 +350,11 @@ func (e Entry) Record(off int, r *Record) int {
 		return e.formatRecord(off, r)
 	}
 	r.Flags, r.Owner, r.Type, r.Class, r.TTL = plainFlags, nil, e.QType(), e.QClass(), e.TTL()
-	// The length is read whether the type fixes it or not (a record of a
-	// fixed length is at least 2 bytes), so that the choice is a
-	// conditional move, not a branch mispredicted on mixed types.
-	rdlen, stored := fixedRdlen(r.Type), int(binary.BigEndian.Uint16(e[off:]))
-	skip := 0
+	rdlen := fixedRdlen(r.Type)
 	if rdlen == 0 {
-		rdlen, skip = stored, 2
+		rdlen = int(binary.BigEndian.Uint16(e[off:]))
+		off += 2
 	}
-	off += skip
 	r.Rdata = e[off : off+rdlen]
 	return off + rdlen
 }
