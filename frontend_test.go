@@ -67,14 +67,16 @@ func TestFrontendServesHitsItself(t *testing.T) {
 	const zone = "hits.frontend.test."
 	u := newUpstream()
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
-	fe := freePort(t)
-	startCoreDNS(t, zone+`:0 {
+	up := startUpstream(t, u)
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
 	bind 127.0.0.1
 	compactcache {
-		frontend `+fe+`
+		frontend ` + fe + `
 	}
-	forward . `+startUpstream(t, u)+`
-}`)
+	forward . ` + up + `
+}`
+	})
 	hits, chain := frontendCount(zone, "hit"), frontendCount(zone, "chain")
 	successHits := func() float64 {
 		return seriesValue(t, "coredns_compactcache_hits_total", map[string]string{"server": "dns://127.0.0.1:0", "type": "success", "zones": zone, "view": ""})
@@ -108,8 +110,8 @@ func TestFrontendServesHitsItself(t *testing.T) {
 func TestFrontendRepliesAsServer(t *testing.T) {
 	t.Parallel()
 	u := exampleUpstream()
-	fe := freePort(t)
-	udp, _ := startCoreDNS(t, cacheCorefile(startUpstream(t, u), "frontend "+fe))
+	up := startUpstream(t, u)
+	fe, udp, _ := startFrontend(t, func(fe string) string { return cacheCorefile(up, "frontend "+fe) })
 
 	msg := func(name string, qtype uint16, edit func(m *dns.Msg)) []byte {
 		m := test.Case{Qname: name, Qtype: qtype}.Msg()
@@ -208,9 +210,11 @@ func TestFrontendServesStale(t *testing.T) {
 	t.Parallel()
 	u := newUpstream()
 	u.add("s.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("s.example.org. 1 IN A 192.0.2.7")}, nil, nil)
-	fe := freePort(t)
+	up := startUpstream(t, u)
 	// MINTTL 0: the entry lives as long as its record's TTL of 1 second.
-	startCoreDNS(t, cacheCorefile(startUpstream(t, u), "success 10000 3600 0", "serve_stale 1h", "frontend "+fe))
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return cacheCorefile(up, "success 10000 3600 0", "serve_stale 1h", "frontend "+fe)
+	})
 	req := test.Case{Qname: "s.example.org.", Qtype: dns.TypeA}.Msg()
 	req.SetEdns0(1232, false)
 	exchangeUDP(t, fe, req)
@@ -287,18 +291,20 @@ func TestFrontendShedsLoad(t *testing.T) {
 			return m.SetReply(r)
 		})
 	}
-	fe := freePort(t)
-	startCoreDNS(t, zone+`:0 {
+	up := startUpstream(t, u)
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
 	bind 127.0.0.1
 	compactcache {
-		frontend `+fe+` {
+		frontend ` + fe + ` {
 			inflight 1
 		}
 	}
-	forward . `+startUpstream(t, u)+` {
+	forward . ` + up + ` {
 		max_concurrent 10
 	}
-}`)
+}`
+	})
 	shed := frontendCount(zone, "shed")
 	for i, n := range []string{"a", "b", "c", "d", "e"} {
 		m := test.Case{Qname: n + "." + zone, Qtype: dns.TypeA}.Msg()
@@ -322,8 +328,10 @@ func TestFrontendShedsLoad(t *testing.T) {
 // TestFrontendLogsSampledHits: `log 2` logs every second hit of a socket.
 func TestFrontendLogsSampledHits(t *testing.T) {
 	logs := captureLog(t)
-	fe := freePort(t)
-	startCoreDNS(t, cacheCorefile(startUpstream(t, exampleUpstream()), "frontend "+fe+" {\n\t\t\tsockets 1\n\t\t\tlog 2\n\t\t}"))
+	up := startUpstream(t, exampleUpstream())
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return cacheCorefile(up, "frontend "+fe+" {\n\t\t\tsockets 1\n\t\t\tlog 2\n\t\t}")
+	})
 	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
 	for range 5 { // a miss, then 4 hits
 		exchangeUDP(t, fe, req)
@@ -512,8 +520,9 @@ func TestFrontendSocketLoopAllocatesNothing(t *testing.T) {
 }
 
 func testFrontendSocketLoopAllocatesNothing(t *testing.T, up, before string) {
-	fe := freePort(t)
-	udp, _ := startCoreDNS(t, strings.Replace(cacheCorefile(up, "frontend "+fe), "\tcompactcache", "\t"+before+"\n\tcompactcache", 1))
+	fe, udp, _ := startFrontend(t, func(fe string) string {
+		return strings.Replace(cacheCorefile(up, "frontend "+fe), "\tcompactcache", "\t"+before+"\n\tcompactcache", 1)
+	})
 	req := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, fe, req) // the miss
 	pkt, _ := req.Pack()
@@ -611,15 +620,17 @@ func TestFrontendHonoursBufsize(t *testing.T) {
 		big = append(big, test.TXT(fmt.Sprintf(`big.example.org. 300 IN TXT "record %02d of a set too large for 512 bytes"`, i)))
 	}
 	u.add("big.example.org.", dns.TypeTXT, dns.RcodeSuccess, big, nil, nil)
-	fe := freePort(t)
-	udp, _ := startCoreDNS(t, `.:0 {
+	up := startUpstream(t, u)
+	fe, udp, _ := startFrontend(t, func(fe string) string {
+		return `.:0 {
 	bind 127.0.0.1
 	bufsize 512
 	compactcache {
-		frontend `+fe+`
+		frontend ` + fe + `
 	}
-	forward . `+startUpstream(t, u)+`
-}`)
+	forward . ` + up + `
+}`
+	})
 	req := new(dns.Msg).SetQuestion("big.example.org.", dns.TypeTXT)
 	req.SetEdns0(4096, false)
 	exchangeUDP(t, udp, req) // the miss

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -41,7 +42,14 @@ func (c corefileInput) ServerType() string { return "dns" }
 // addresses of its first server. The instance stops when the test ends.
 func startCoreDNS(t *testing.T, corefile string) (udp, tcp string) {
 	t.Helper()
-	srvs := startInstance(t, corefile).Servers()
+	return serverAddrs(t, startInstance(t, corefile), corefile)
+}
+
+// serverAddrs returns the UDP and TCP addresses of inst's first server,
+// started from corefile.
+func serverAddrs(t *testing.T, inst *caddy.Instance, corefile string) (udp, tcp string) {
+	t.Helper()
+	srvs := inst.Servers()
 	if len(srvs) == 0 {
 		t.Fatalf("CoreDNS started no server\nCorefile:\n%s", corefile)
 	}
@@ -266,25 +274,48 @@ func (m cacheMode) start(t *testing.T, up string, options ...string) (udp, tcp s
 	if !m.frontend {
 		return startCoreDNS(t, cacheCorefile(up, options...))
 	}
-	// The front end binds its GOMAXPROCS sockets with SO_REUSEPORT too: a
-	// server of another test that took the port first, after freePort let
-	// it go, would share it silently. Counted, the front end starts again
-	// elsewhere, as startCorefile does for CoreDNS's own servers.
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return cacheCorefile(up, append(options, "frontend "+fe)...)
+	})
+	return fe, fe
+}
+
+// startFrontend starts CoreDNS from the Corefile that corefile makes for a
+// front end at fe, a free port, and returns fe and the server's UDP and TCP
+// addresses. The front end binds its sockets with SO_REUSEPORT too: a server
+// of another test that took the port first, after freePort let it go, would
+// share it silently. Counted, the front end starts again elsewhere, as
+// startCorefile does for CoreDNS's own servers.
+func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp string) {
+	t.Helper()
 	for try := 1; ; try++ {
-		addr := freePort(t)
-		corefile := cacheCorefile(up, append(options, "frontend "+addr)...)
-		inst, err := startCorefile(corefile)
+		fe = freePort(t)
+		text := corefile(fe)
+		inst, err := startCorefile(text)
 		if err != nil {
-			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
+			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
-		if n := testenv.UDPSockets(addr); n > runtime.GOMAXPROCS(0) && try < 10 {
+		if testenv.UDPSockets(fe) > frontendSockets(text) && try < 10 {
 			inst.Stop()
 			continue
 		}
 		t.Cleanup(func() { inst.Stop() })
-		return addr, addr
+		udp, tcp = serverAddrs(t, inst, text)
+		return fe, udp, tcp
 	}
 }
+
+// frontendSockets returns the sockets the front end of corefile opens: its
+// sockets setting, GOMAXPROCS by default.
+func frontendSockets(corefile string) int {
+	if m := socketsSetting.FindStringSubmatch(corefile); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+var socketsSetting = regexp.MustCompile(`\bsockets (\d+)`)
 
 // checkEcho fails unless r echoes the question of req exactly, 0x20 case
 // included, and owners that equal the qname in any case are written in the
