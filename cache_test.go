@@ -423,7 +423,7 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 			replies <- rec.msg
 		}()
 	}
-	releaseFlight(t, c, release, &wg)
+	releaseFlight(t, c, release, &wg, clients-1)
 	if n := u.count("a.example.org.", dns.TypeA); n != 1 {
 		t.Fatalf("%d concurrent clients made %d upstream queries, want 1", clients, n)
 	}
@@ -461,12 +461,14 @@ func TestPassedOnRcodes(t *testing.T) {
 	}
 }
 
-// releaseFlight waits for the clients of wg to wait on c's one flight, then
+// releaseFlight waits for waiters clients of wg to wait on c's one flight, then
 // lets its upstream answer (release) and waits for the clients.
-func releaseFlight(t *testing.T, c *Cache, release chan struct{}, wg *sync.WaitGroup) {
+func releaseFlight(t *testing.T, c *Cache, release chan struct{}, wg *sync.WaitGroup, waiters int) {
 	t.Helper()
-	await(t, "every client to wait", func() bool { return c.flights.InFlight() == 1 })
-	time.Sleep(50 * time.Millisecond) // let the last goroutines reach the flight
+	await(t, "every client to wait", func() bool {
+		flights, joined := c.flights.Waiting()
+		return flights == 1 && joined == waiters
+	})
 	close(release)
 	wg.Wait()
 }
@@ -516,7 +518,7 @@ func TestWaitersGetAnUncachedReply(t *testing.T) {
 			}
 		}()
 	}
-	releaseFlight(t, c, release, &wg)
+	releaseFlight(t, c, release, &wg, clients-1)
 	if n := u.count("uncached.example.org.", dns.TypeA); n != 1 {
 		t.Errorf("%d concurrent clients made %d upstream queries, want 1", clients, n)
 	}
@@ -558,7 +560,7 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 		rcode, err := ask()
 		waited <- result{rcode, err}
 	}()
-	await(t, "the waiter to join the flight", func() bool { _, waited := c.flights.Waiting(); return waited })
+	await(t, "the waiter to join the flight", func() bool { _, waiters := c.flights.Waiting(); return waiters > 0 })
 	close(release)
 	if p := <-panicked; p == nil {
 		t.Fatal("the leader's ServeDNS returned: the next plugin's panic was lost")

@@ -324,7 +324,7 @@ func testConcurrentMissesDOApart(t *testing.T, doFirst bool) {
 		client(i%2 == 0)
 	}
 	await(t, "the clients to join the flights", func() bool {
-		return c.flights.InFlight() == 2 && func() bool { _, w := c.flights.Waiting(); return w }()
+		return c.flights.InFlight() == 2 && func() bool { _, w := c.flights.Waiting(); return w > 0 }()
 	})
 	time.Sleep(50 * time.Millisecond) // let the last goroutines reach their flights
 	first, second := 0, 1             // fetches[0] is without DO

@@ -43,6 +43,7 @@ type Flight struct {
 	key    uint64
 	dnssec bool    // led by a DO client: the entry it stores serves DO clients too
 	next   *Flight // the next flight in its list
+	joined int     // the requests that wait for it
 	Done   chan struct{}
 	Reply  *dns.Msg
 	Rcode  int
@@ -70,6 +71,7 @@ func (fs *Flights) Join(key uint64, dnssec bool, lead *Flight) (*Flight, bool) {
 		if f.Done == nil {
 			f.Done = make(chan struct{})
 		}
+		f.joined++
 		return f, false
 	}
 	*lead = Flight{key: key, dnssec: dnssec, next: l.head}
@@ -104,17 +106,16 @@ func (fs *Flights) InFlight() int {
 	return n
 }
 
-// Waiting returns the flights in flight, and whether a request waits on
-// one of them.
-func (fs *Flights) Waiting() (n int, waited bool) {
+// Waiting returns the flights in flight, and the requests waiting on them.
+func (fs *Flights) Waiting() (flights, waiters int) {
 	for i := range fs.lists {
 		l := &fs.lists[i]
 		l.mu.Lock()
 		for f := l.head; f != nil; f = f.next {
-			n++
-			waited = waited || f.Done != nil
+			flights++
+			waiters += f.joined
 		}
 		l.mu.Unlock()
 	}
-	return n, waited
+	return flights, waiters
 }
