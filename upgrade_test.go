@@ -324,10 +324,10 @@ func testConcurrentMissesDOApart(t *testing.T, doFirst bool) {
 		client(i%2 == 0)
 	}
 	await(t, "the clients to join the flights", func() bool {
-		return c.flights.InFlight() == 2 && func() bool { _, w := c.flights.Waiting(); return w > 0 }()
+		flights, joined := c.flights.Waiting()
+		return flights == 2 && joined == 20
 	})
-	time.Sleep(50 * time.Millisecond) // let the last goroutines reach their flights
-	first, second := 0, 1             // fetches[0] is without DO
+	first, second := 0, 1 // fetches[0] is without DO
 	if doFirst {
 		first, second = 1, 0
 	}

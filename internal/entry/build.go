@@ -45,8 +45,9 @@ func (b *Builder) OtherKey(key []byte) []byte {
 // TTL ttl whose records are kept with TTLs of at least floor (MINTTL, as the
 // stock cache serves them: a record served with TTL 0 while the entry lives
 // would defeat every cache behind this one); limit bounds the bytes of the
-// records. key starts with the lowercased wire qname and the
-// keyTail bytes, as appendKey makes it. Each record is packed on its own
+// records. key is the entry's key as AppendKey and the variant keys make
+// it: the lowercased wire qname, the qtype and flags, the class when not IN,
+// any ECS suffix. Each record is packed on its own
 // (packRR), so that m's header and question are not packed at all; build
 // still fails wherever Msg.PackBuffer would, and its other errors come in
 // record order after those. asked is the request's question name, which
@@ -119,7 +120,7 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 	}
 	if plain {
 		buf = toPlain(buf, body, qtype)
-		flags |= FlagPlain
+		flags |= flagPlain
 	}
 	binary.LittleEndian.PutUint16(buf[offFlags:], flags) // with FlagShortProof and FlagDNSSEC, known now
 	b.buf = buf

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/miekg/dns"
 )
 
 // Check reports whether b is an entry the readers of entries can walk: the
@@ -33,12 +35,17 @@ func Check(b []byte) error {
 	}
 	e := Entry(b)
 	body := offKey + kl
+	list := b[offKey+nameLen+keyTail-1]&KeyScopes != 0
 	switch f := e.Flags(); {
-	case f&FlagMeta != 0 && f&FlagPlain != 0:
+	case list != (f&FlagMeta != 0):
+		// The readers of a variant list find it by its key and read it
+		// as the flag says.
+		return errors.New("a variant list's key and flag disagree")
+	case f&FlagMeta != 0 && f&flagPlain != 0:
 		return errors.New("a variant list flagged as plain records")
 	case f&FlagMeta != 0:
-		return checkList(b[body:], b[offKey+nameLen+keyTail-1])
-	case f&FlagPlain != 0:
+		return checkList(b[body:])
+	case f&flagPlain != 0:
 		return checkPlain(b[body:], e.QType())
 	}
 	if body+countsLen > len(b) {
@@ -91,9 +98,12 @@ func checkKey(k []byte, nameLen int) (int, error) {
 		return 0, errors.New("key cut short")
 	}
 	flags := k[n-1]
-	if flags&KeyClass != 0 {
+	if flags&keyNotIN != 0 {
 		if len(k) < n+2 {
 			return 0, errors.New("key cut short of its class")
+		}
+		if binary.BigEndian.Uint16(k[n:]) == dns.ClassINET {
+			return 0, errors.New("a key that names class IN, which keys leave out")
 		}
 		n += 2
 	}
@@ -119,12 +129,8 @@ func checkKey(k []byte, nameLen int) (int, error) {
 	return n, nil
 }
 
-// checkList checks the records of a variant list (key.go's layout); flags
-// are its key's, which must be those of a list.
-func checkList(l []byte, flags byte) error {
-	if flags&KeyScopes == 0 {
-		return errors.New("bookkeeping entry that is not a variant list")
-	}
+// checkList checks the records of a variant list (key.go's layout).
+func checkList(l []byte) error {
 	if len(l) < listItems {
 		return errors.New("variant list cut short")
 	}

@@ -35,14 +35,14 @@ import (
 //	14      2     last hit: seconds after stored, saturating
 //	16      2     hits in the current popularity window, saturating
 //	18      K     key: lowercased wire qname, qtype (big endian), key
-//	              flags, the qclass when not IN (KeyClass), and for ECS
+//	              flags, the qclass when not IN (keyNotIN), and for ECS
 //	              the suffix the flags announce (key.go)
 //	18+K    ...   the body: the answer, authority and additional counts
 //	              (2 bytes each) and the records, see record below; the
-//	              plain records alone with FlagPlain; the variant list of a
+//	              plain records alone with flagPlain; the variant list of a
 //	              FlagMeta entry (key.go)
 //
-// FlagPlain is the common answer: only records of the question's name, type
+// flagPlain is the common answer: only records of the question's name, type
 // and class in the answer section, with the entry's TTL and none that only
 // DO clients get. Such records are stored as their rdata alone, after its
 // 2-byte length unless the type fixes the length (A, AAAA: fixedRdlen), and
@@ -63,8 +63,9 @@ const (
 	countsLen = 6 // the three section counts of a body that has them
 	sizeMask  = 1<<24 - 1
 
-	// maxEntryLen bounds any entry: the largest DNS message, the header and
-	// the longest key. Arena chunks are sized to hold one such entry.
+	// MaxLen bounds any entry: the largest DNS message, the header, the
+	// longest key and the section counts. Arena chunks are sized to hold one
+	// such entry.
 	MaxLen = 64<<10 + headerLen + MaxKeyLen + countsLen
 )
 
@@ -78,8 +79,8 @@ const (
 	// FlagRcodeMask: the cache stores NOERROR, SERVFAIL and NXDOMAIN only
 	// (classify), so two bits hold every rcode an entry has.
 	FlagRcodeMask = 0x0003
-	// FlagPlain: the body is plain records (see the layout above).
-	FlagPlain = 1 << 2
+	// flagPlain: the body is plain records (see the layout above).
+	flagPlain = 1 << 2
 	// FlagDNSSEC: the entry holds every record the upstream sent, the
 	// DNSSEC ones that only DO clients get (DNSSECOnly) included, and so
 	// serves DO clients as well as the others. Without it, the entry was
@@ -134,10 +135,10 @@ const (
 	// the answer serves only queries that give as many as it had (RFC 7871
 	// 7.3.1).
 	KeyExact = 1 << 5
-	// KeyClass marks a question of a class other than IN, which the key
+	// keyNotIN marks a question of a class other than IN, which the key
 	// goes on with after the flags; the key of an IN question leaves its
 	// class out.
-	KeyClass = 1 << 6
+	keyNotIN = 1 << 6
 )
 
 // Record flags. A record is
@@ -196,7 +197,7 @@ func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
 func (e Entry) Records() (off int, counts [3]int) {
 	off = e.body()
 	switch f := e.Flags(); {
-	case f&FlagPlain != 0:
+	case f&flagPlain != 0:
 		counts[0] = plainCount(e[off:e.Size()], e.QType())
 	case f&FlagMeta == 0:
 		for s := range counts {
@@ -221,7 +222,8 @@ func plainCount(body []byte, qtype uint16) int {
 }
 
 // fixedRdlen returns the rdata length that every record of type t has, whose
-// plain records are stored without it, or 0 when their lengths vary.
+// plain records are stored without it, or 0 when their lengths vary. Each
+// is a power of two (plainCount shifts by it; TestFixedRdlens).
 func fixedRdlen(t uint16) int {
 	switch t {
 	case dns.TypeA:
@@ -235,12 +237,8 @@ func fixedRdlen(t uint16) int {
 // keyLen returns the length of the key at the start of b, whose qname is
 // nameLen bytes: the key flags say what follows them.
 func keyLen(b []byte, nameLen int) int {
-	n := nameLen + keyTail
-	flags := b[n-1]
-	if flags&KeyClass != 0 {
-		n += 2
-	}
-	switch {
+	n := suffixAt(b, nameLen)
+	switch flags := b[nameLen+keyTail-1]; {
 	case flags&KeyECS != 0:
 		n += 2 + dnsmsg.PrefixBytes(int(b[n+1])) // family, prefix length, address
 	case flags&(KeyScopes|KeySourceZero) != 0:
@@ -340,13 +338,14 @@ type Record struct {
 }
 
 // Record parses the record at off into r and returns the offset of the
-// next. The entry was built by builder, so the lengths are trusted. It sets
+// next. The entry was built by builder or passed Check, so the lengths are
+// trusted. It sets
 // r's fields one by one: a record built whole and copied out is read back
 // 16 bytes at a time from its narrower stores, a store-forwarding stall on
 // every record of every reply. Plain records, most of those a hit reads,
 // are read here and the others in a call of their own.
 func (e Entry) Record(off int, r *Record) int {
-	if e.Flags()&FlagPlain == 0 {
+	if e.Flags()&flagPlain == 0 {
 		return e.formatRecord(off, r)
 	}
 	r.Flags, r.Owner, r.Type, r.Class, r.TTL = plainFlags, nil, e.QType(), e.QClass(), e.TTL()

@@ -9,7 +9,7 @@ import (
 
 // TestPlainRecords: an entry of records that only repeat the question's
 // name, type, class and the entry's TTL, all answers, is stored as their
-// rdata alone (FlagPlain), and every entry reads back the records it was
+// rdata alone (flagPlain), and every entry reads back the records it was
 // built from, in each section.
 func TestPlainRecords(t *testing.T) {
 	for _, tc := range []struct {
@@ -58,7 +58,7 @@ func TestPlainRecords(t *testing.T) {
 			if err := Check(e); err != nil {
 				t.Fatal(err)
 			}
-			if plain := e.Flags()&FlagPlain != 0; plain != tc.plain {
+			if plain := e.Flags()&flagPlain != 0; plain != tc.plain {
 				t.Fatalf("plain %v, want %v", plain, tc.plain)
 			}
 			if tc.plain && e.Size()-e.body() != tc.body {
@@ -103,4 +103,14 @@ func recordText(t *testing.T, r Record, qname []byte) string {
 		t.Fatal(err)
 	}
 	return rr.String()
+}
+
+// TestFixedRdlens: plainCount counts a body of fixed-length records by a
+// shift, so every fixed length must be a power of two.
+func TestFixedRdlens(t *testing.T) {
+	for ty := range 1 << 16 {
+		if n := fixedRdlen(uint16(ty)); n&(n-1) != 0 {
+			t.Errorf("type %d: fixed rdata length %d, not a power of two", ty, n)
+		}
+	}
 }

@@ -13,7 +13,7 @@ import (
 const ScopesLen = (128 + 8) / 8
 
 const (
-	// maxKeyLen is the longest key: a name, the key tail, a class and an
+	// MaxKeyLen is the longest key: a name, the key tail, a class and an
 	// ECS suffix.
 	MaxKeyLen = dnsmsg.MaxNameLen + keyTail + 2 + 2 + 16
 )
@@ -34,7 +34,7 @@ func AppendKey(b, qname []byte, qtype, qclass uint16, cd bool) []byte {
 	if qclass == dns.ClassINET {
 		return append(b, flags)
 	}
-	return append(b, flags|KeyClass, byte(qclass>>8), byte(qclass))
+	return append(b, flags|keyNotIN, byte(qclass>>8), byte(qclass))
 }
 
 // KeyFor returns the cache key of a question whose name is in presentation
@@ -58,10 +58,20 @@ func withFlagsTo(dst, base []byte, flags byte) []byte {
 // keyClass returns the class of the key k, whose qname is nameLen bytes.
 func keyClass(k []byte, nameLen int) uint16 {
 	at := nameLen + keyTail
-	if k[at-1]&KeyClass == 0 {
+	if k[at-1]&keyNotIN == 0 {
 		return dns.ClassINET
 	}
 	return binary.BigEndian.Uint16(k[at:])
+}
+
+// suffixAt returns the offset in the key k, whose qname is nameLen bytes,
+// of what its flags announce after the class.
+func suffixAt(k []byte, nameLen int) int {
+	n := nameLen + keyTail
+	if k[n-1]&keyNotIN != 0 {
+		n += 2
+	}
+	return n
 }
 
 // FlagsAt returns the offset of the key flags in a key.
@@ -69,13 +79,7 @@ func FlagsAt(key []byte) int { return dnsmsg.WireNameLen(key) + keyTail - 1 }
 
 // SuffixAt returns the offset in key of what its flags announce after the
 // class: the family of an ECS key, and its prefix length and address.
-func SuffixAt(key []byte) int {
-	f := FlagsAt(key)
-	if key[f]&KeyClass != 0 {
-		return f + 3
-	}
-	return f + 1
-}
+func SuffixAt(key []byte) int { return suffixAt(key, dnsmsg.WireNameLen(key)) }
 
 // VariantKey appends to dst the key of the variant of base for the subnet
 // addr/prefix, with flags besides keyECS.
@@ -97,11 +101,11 @@ func ScopesKey(dst, base []byte, family uint16) []byte {
 // Scope returns the prefix length an entry was stored for: the scope its
 // reply is echoed with.
 func (e Entry) Scope() uint8 {
-	k := e.Key()
-	if k[FlagsAt(k)]&KeyECS == 0 {
+	k, n := e[offKey:], e.nameLen()
+	if k[n+keyTail-1]&KeyECS == 0 {
 		return 0
 	}
-	return k[SuffixAt(k)+1]
+	return k[suffixAt(k, n)+1]
 }
 
 // The list of a name's variants, the records of its keyScopes entry:
@@ -185,9 +189,9 @@ type Variant struct {
 
 // VariantOf returns the variant e stores; e must be one.
 func VariantOf(e Entry) Variant {
-	k := e.Key()
-	at := SuffixAt(k)
-	v := Variant{Exact: k[FlagsAt(k)]&KeyExact != 0, Prefix: k[at+1]}
+	k, n := e.Key(), e.nameLen()
+	at := suffixAt(k, n)
+	v := Variant{Exact: k[n+keyTail-1]&KeyExact != 0, Prefix: k[at+1]}
 	copy(v.Addr[:], k[at+2:])
 	return v
 }

@@ -43,7 +43,7 @@ type Flight struct {
 	key    uint64
 	dnssec bool    // led by a DO client: the entry it stores serves DO clients too
 	next   *Flight // the next flight in its list
-	joined int     // the requests that wait for it
+	joined int     // the requests that joined it, to wait for it
 	Done   chan struct{}
 	Reply  *dns.Msg
 	Rcode  int
@@ -106,7 +106,8 @@ func (fs *Flights) InFlight() int {
 	return n
 }
 
-// Waiting returns the flights in flight, and the requests waiting on them.
+// Waiting returns the flights in flight, and the requests that joined them to
+// wait for them.
 func (fs *Flights) Waiting() (flights, waiters int) {
 	for i := range fs.lists {
 		l := &fs.lists[i]

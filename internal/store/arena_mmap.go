@@ -470,7 +470,7 @@ const regionTables = 32
 func regionPages(size int) int { return size >> bits.TrailingZeros(uint(size)) }
 
 // inRegions reports whether tables of size bytes go in regions: smaller than
-// a huge page, and few enough to a region.
+// a huge page, and few enough to a region for the bits of tableRegion.used.
 func inRegions(size int) bool {
 	return size > 0 && size < hugePage && regionPages(size)*hugePage/size <= regionTables
 }

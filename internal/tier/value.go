@@ -27,10 +27,10 @@ import (
 // so that blocks of other settings, or of another entry format, never read
 // each other's values; slot hashes the question's name and type, so that
 // every variant of a question lands on one Redis Cluster slot and one
-// lookup reads them in a single round trip; id hashes the whole cache key. Without a secret the
-// hashes are plain SHA-256: a value then carries only a checksum against
-// damage, and anyone who can write to Redis can forge answers (the log
-// says so at startup).
+// lookup reads them in a single round trip; id hashes the whole cache key.
+// Without a secret the hashes are plain SHA-256: a value then carries only a
+// checksum against damage, and anyone who can write to Redis can forge
+// answers (the log says so at startup).
 
 const (
 	tagLen  = 16
