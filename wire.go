@@ -126,7 +126,8 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	msg = binary.BigEndian.AppendUint16(msg, q.qclass)
 
 	var counts [3]int
-	off, stored := e.Records()
+	var stored [3]int
+	off := e.Records(&stored)
 	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
 	for s := range counts {
 		var prevType uint16

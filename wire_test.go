@@ -32,7 +32,7 @@ func TestRecordTTLsKeptBelowTheEntrys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, _ := e.Records()
+	off := e.Records(new([3]int))
 	for i, ttl := range ttls {
 		var r entry.Record
 		next := e.Record(off, &r)

@@ -67,7 +67,8 @@ func Describe(e entry.Entry, now, grace int64) admin.Entry {
 
 	var r entry.Record
 	var wire []byte
-	off, counts := e.Records()
+	var counts [3]int
+	off := e.Records(&counts)
 	for s, to := range [3]*[]string{&d.Answer, &d.Ns, &d.Extra} {
 		for range counts[s] {
 			off = e.Record(off, &r)

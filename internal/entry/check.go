@@ -51,7 +51,8 @@ func Check(b []byte) error {
 	if body+countsLen > len(b) {
 		return errors.New("section counts cut short")
 	}
-	off, counts := e.Records()
+	var counts [3]int
+	off := e.Records(&counts)
 	for s, n := range counts {
 		for range n {
 			if off, err = checkRecord(b, off); err != nil {

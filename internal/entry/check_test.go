@@ -48,7 +48,8 @@ func walk(e Entry) {
 		}
 	}
 	var r Record
-	off, counts := e.Records()
+	var counts [3]int
+	off := e.Records(&counts)
 	for _, n := range counts {
 		for range n {
 			off = e.Record(off, &r)

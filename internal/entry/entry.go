@@ -192,10 +192,14 @@ func (e Entry) body() int      { return offKey + keyLen(e[offKey:], e.nameLen())
 // records the upstream sent (FlagDNSSEC).
 func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }
 
-// Records returns the offset of e's first record (Record) and how many
-// records each section holds: the answer, authority and additional.
-func (e Entry) Records() (off int, counts [3]int) {
+// Records sets counts to how many records each section of e holds (the
+// answer, authority and additional) and returns the offset of the first
+// (Record). The counts go to the caller's array: an array returned by value
+// travels through memory under Go's calling convention, a store and a load
+// on every hit.
+func (e Entry) Records(counts *[3]int) (off int) {
 	off = e.body()
+	*counts = [3]int{}
 	switch f := e.Flags(); {
 	case f&flagPlain != 0:
 		counts[0] = plainCount(e[off:e.Size()], e.QType())
@@ -205,7 +209,7 @@ func (e Entry) Records() (off int, counts [3]int) {
 		}
 		off += countsLen
 	}
-	return off, counts
+	return off
 }
 
 // plainCount returns how many plain records of type qtype body holds.
@@ -263,8 +267,8 @@ func (e Entry) ProofTTL() uint32 {
 		return ttl
 	}
 	var r Record
-	off, counts := e.Records()
-	qtype := e.QType()
+	var counts [3]int
+	off, qtype := e.Records(&counts), e.QType()
 	for s, n := range counts {
 		for range n {
 			off = e.Record(off, &r)

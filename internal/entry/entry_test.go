@@ -67,7 +67,8 @@ func TestPlainRecords(t *testing.T) {
 			if e.QClass() != tc.qclass || e.Rcode() != tc.rcode || !bytes.Equal(e.Key(), key) {
 				t.Errorf("class %d, rcode %d, key %x; want %d, %d, %x", e.QClass(), e.Rcode(), e.Key(), tc.qclass, tc.rcode, key)
 			}
-			off, counts := e.Records()
+			var counts [3]int
+			off := e.Records(&counts)
 			for s, want := range sections {
 				if counts[s] != len(*want) {
 					t.Fatalf("section %d: %d records, want %d", s, counts[s], len(*want))

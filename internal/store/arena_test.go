@@ -107,7 +107,7 @@ func TestArenaKeptWhileShardHeld(t *testing.T) {
 			t.Fatal("entry gone while its shard is held")
 		}
 		var r entry.Record
-		off, _ := e.Records()
+		off := e.Records(new([3]int))
 		e.Record(off, &r)
 		v := r.Rdata[3]
 		sh.mu.Unlock()

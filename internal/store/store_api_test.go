@@ -64,7 +64,7 @@ func TestWalkVisitsEachLiveEntryOnce(t *testing.T) {
 			name := string(e.QName())
 			seen[name]++
 			var r entry.Record
-			off, _ := e.Records()
+			off := e.Records(new([3]int))
 			e.Record(off, &r)
 			if got := uint32(r.Rdata[0])<<24 | uint32(r.Rdata[1])<<16 | uint32(r.Rdata[2])<<8 | uint32(r.Rdata[3]); got != live[wireToText(name)] {
 				t.Errorf("%s: visited version %d, the live one is %d", wireToText(name), got, live[wireToText(name)])

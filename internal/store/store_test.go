@@ -45,7 +45,7 @@ func (s *Store) lookup(key []byte) (val uint32, ok bool) {
 		return 0, false
 	}
 	var r entry.Record
-	off, _ := e.Records()
+	off := e.Records(new([3]int))
 	e.Record(off, &r)
 	return binary.BigEndian.Uint32(r.Rdata), true
 }
