@@ -370,6 +370,17 @@ func TestWalkWhilePromoting(t *testing.T) {
 // when asked again within a readmitShare-th of main's turn, through
 // probation again when asked later, and to main whatever its age before
 // main has a turn measured.
+// otherMark returns a hash of h's ghost bucket whose mark is the j-th after
+// h's: another fingerprint, never h's and never 0, which ghostMark would
+// turn into one that two hashes share.
+func otherMark(h uint64, j int) uint64 {
+	m := ghostMark(h) + uint64(j+1)*2 // marks are even: bit 0 is ghostKnown
+	if m > ghostLane {
+		m -= ghostLane - 1
+	}
+	return h&^(ghostLane<<16) | m<<16
+}
+
 func TestReadmitWithinTurn(t *testing.T) {
 	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
@@ -391,7 +402,7 @@ func TestReadmitWithinTurn(t *testing.T) {
 		s.passProbation()
 		h := s.Hash(key)
 		for j := range 3 {
-			sh.remember(h^uint64(j+1)<<17, trustedSize) // another fingerprint, the same bucket
+			sh.remember(otherMark(h, j), trustedSize)
 		}
 	}
 	age(late, lkey)
