@@ -528,22 +528,21 @@ func (st *sharedTables) get(size int) (mappedTable, bool) {
 func (st *sharedTables) take(size int) ([]byte, *tableRegion) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	r, i := st.room(size)
+	r, i, n := st.room(size)
 	if r == nil {
 		return nil, nil
 	}
-	n := r.cost(i)
 	st.pages += n
 	offHeap.Add(int64(n) * hugePage)
 	r.used |= 1 << i
 	return r.region[i*size : (i+1)*size : (i+1)*size], r
 }
 
-// room returns a free table of size bytes whose pages fit within maxPages:
-// of those in the regions mapped, one that adds the fewest pages, so that the
-// tables of a size keep to the pages already resident; else the first of a
-// region it maps.
-func (st *sharedTables) room(size int) (*tableRegion, int) {
+// room returns a free table of size bytes whose pages fit within maxPages,
+// and the pages it adds to those counted: of those in the regions mapped,
+// one that adds the fewest, so that the tables of a size keep to the pages
+// already resident; else the first of a region it maps.
+func (st *sharedTables) room(size int) (*tableRegion, int, int) {
 	var best *tableRegion
 	at, cost := 0, 0
 	for _, r := range st.regions {
@@ -561,17 +560,17 @@ func (st *sharedTables) room(size int) (*tableRegion, int) {
 	}
 	switch {
 	case best != nil && st.pages+cost <= st.maxPages:
-		return best, at
+		return best, at, cost
 	case st.pages+1 > st.maxPages: // the first table of a region lies in one page
-		return nil, 0
+		return nil, 0, 0
 	}
 	m, region, err := mapHugeAligned(regionPages(size)*hugePage, syscall.MADV_HUGEPAGE)
 	if err != nil {
-		return nil, 0
+		return nil, 0, 0
 	}
 	r := &tableRegion{mapping: m, region: region, size: size}
 	st.regions = append(st.regions, r)
-	return r, 0
+	return r, 0, r.cost(0)
 }
 
 // put takes back t, giving back the pages no table handed out lies in any
