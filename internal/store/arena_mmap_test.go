@@ -53,6 +53,34 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 		rss, huge, hugePage)
 }
 
+// TestChunksArePopulated: a chunk is resident whole when it is handed out,
+// before anything is written to it, and nothing beyond it is; so is a table
+// mapped alone in small pages.
+func TestChunksArePopulated(t *testing.T) {
+	probe, err := mmap(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = syscall.Madvise(probe, madvisePopulateWrite)
+	syscall.Munmap(probe)
+	if err != nil {
+		t.Skipf("MADV_POPULATE_WRITE: %v (Linux 5.14 or later)", err)
+	}
+	a := newArena(2*hugePage/chunkSize, nil)
+	defer a.release()
+	a.chunk(0, chunkSize)
+	a.chunk(1, minShortChunk)
+	if rss, _ := residence(t, a.mapping); rss != chunkSize+minShortChunk {
+		t.Errorf("chunks of %d and %d bytes handed out, nothing written: %d bytes resident", chunkSize, minShortChunk, rss)
+	}
+	const slots = minMappedTable / 8
+	a.table(slots)
+	mt := a.tables[len(a.tables)-1]
+	if rss, _ := residence(t, mt.mapping); rss != minMappedTable {
+		t.Errorf("a table of %d bytes mapped alone, nothing written: %d bytes resident", minMappedTable, rss)
+	}
+}
+
 // TestCollapseTurnWaitsOutGrowth: a collapse waits while stores hand out
 // chunks, until collapseEvery after the last collapse or after the page was
 // taken, whichever is later, and runs once none has been handed out for
