@@ -330,10 +330,18 @@ func (a *arena) mapTable(size int, place tablePlace) (mappedTable, bool) {
 }
 
 // mapsAlone reports whether a table of size bytes is mapped on its own, so
-// that while a resize fills it the table it replaces stays mapped beside it.
-// A table meant for the shared regions that finds them full is mapped alone
-// too, for less than a huge page, which this does not count.
-func (a *arena) mapsAlone(size int) bool { return a.placeOf(size) == mappedAlone }
+// that while a resize fills it the table it replaces stays mapped beside it:
+// a table too large for the shared regions, or one meant for them that finds
+// no room there.
+func (a *arena) mapsAlone(size int) bool {
+	switch a.placeOf(size) {
+	case mappedAlone:
+		return true
+	case inRegion:
+		return !a.shared.fits(size)
+	}
+	return false
+}
 
 // free unmaps t, a table that resize replaced, if it was mapped.
 func (a *arena) free(t []uint64) {
@@ -553,13 +561,21 @@ func (st *sharedTables) take(size int) ([]byte, *tableRegion) {
 	return r.region[i*size : (i+1)*size : (i+1)*size], r
 }
 
-// room returns a free table of size bytes whose pages fit within maxPages,
-// and the pages it adds to those counted: of those in the regions mapped,
-// one that adds the fewest, so that the tables of a size keep to the pages
-// already resident; else the first of a region it maps.
-func (st *sharedTables) room(size int) (*tableRegion, int, int) {
-	var best *tableRegion
-	at, cost := 0, 0
+// fits reports whether a table of size bytes would find room in the regions
+// now.
+func (st *sharedTables) fits(size int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r, _, _, fresh := st.choose(size)
+	return r != nil || fresh
+}
+
+// choose returns a free table of size bytes in the regions mapped whose pages
+// fit within maxPages, and the pages it adds to those counted: one that adds
+// the fewest, so that the tables of a size keep to the pages already
+// resident. Where none does, fresh reports whether the first table of a new
+// region would fit.
+func (st *sharedTables) choose(size int) (best *tableRegion, at, cost int, fresh bool) {
 	for _, r := range st.regions {
 		if r.size != size {
 			continue
@@ -573,17 +589,24 @@ func (st *sharedTables) room(size int) (*tableRegion, int, int) {
 			}
 		}
 	}
-	switch {
-	case best != nil && st.pages+cost <= st.maxPages:
-		return best, at, cost
-	case st.pages+1 > st.maxPages: // the first table of a region lies in one page
-		return nil, 0, 0
+	if best != nil && st.pages+cost <= st.maxPages {
+		return best, at, cost, false
+	}
+	return nil, 0, 0, st.pages+1 <= st.maxPages // a region's first table lies in one page
+}
+
+// room returns the table choose picks, mapping a new region for it where
+// choose found room only there.
+func (st *sharedTables) room(size int) (*tableRegion, int, int) {
+	r, at, cost, fresh := st.choose(size)
+	if !fresh {
+		return r, at, cost
 	}
 	m, region, err := mapHugeAligned(regionPages(size)*hugePage, syscall.MADV_HUGEPAGE)
 	if err != nil {
 		return nil, 0, 0
 	}
-	r := &tableRegion{mapping: m, region: region, size: size}
+	r = &tableRegion{mapping: m, region: region, size: size}
 	st.regions = append(st.regions, r)
 	return r, 0, r.cost(0)
 }

@@ -422,6 +422,35 @@ func TestRegionPages(t *testing.T) {
 	}
 }
 
+// TestMapsAloneWhenRegionsFull: a table meant for the shared regions is
+// mapped alone once they have no room for it, and mapsAlone says so before
+// the resize, so that the shard counts the old table beside it.
+func TestMapsAloneWhenRegionsFull(t *testing.T) {
+	const size = 5 * hugePage / 8 // 1.25 MiB: eight to a region of five pages
+	st := &sharedTables{maxPages: 5}
+	var arenas []*arena
+	defer func() {
+		for _, a := range arenas {
+			a.release()
+		}
+	}()
+	for i := range 9 {
+		a := newArena(1, st)
+		arenas = append(arenas, a)
+		alone := a.mapsAlone(size)
+		if want := i == 8; alone != want {
+			t.Fatalf("%d tables in the regions: mapsAlone = %v, want %v", i, alone, want)
+		}
+		a.table(size / slotBytes)
+		if inRegion := a.tables[0].region != nil; inRegion == alone {
+			t.Fatalf("table %d: in a region %v, where mapsAlone said %v", i, inRegion, alone)
+		}
+	}
+	if got := arenas[0].mapsAlone(hugePage); !got {
+		t.Error("a table of a huge page is not mapped alone")
+	}
+}
+
 // TestRegionTakeAndPut hands out the tables of 1.25 MiB of eight arenas and
 // a ninth, and takes them back: the eight fill one region of five huge pages,
 // each page counted once the first table in it is handed out, the ninth
