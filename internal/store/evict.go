@@ -145,6 +145,7 @@ func (sh *shard) initQueues(rings int) {
 		sh.in[c] = noQueue
 	}
 	sh.place = make([]uint16, rings)
+	sh.turning = -1
 	sh.probation = min(max(rings*probationShare/100, minProbation), rings/2)
 	sh.coin = 0x9e3779b97f4a7c15
 }
@@ -246,13 +247,21 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 
 // reserve returns a place for n bytes at the end of queue q: in its newest
 // chunk, in a chunk allocated while the budget allows, or in room that
-// passing a chunk makes.
+// passing entries makes.
 func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 	for {
-		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= len(sh.chunks[t]) {
-			off = int(sh.used[t])
-			sh.used[t] += uint32(n)
-			return t, off
+		if t := sh.queues[q].tail(); t >= 0 {
+			if t != sh.turning {
+				if int(sh.used[t])+n <= len(sh.chunks[t]) {
+					off = int(sh.used[t])
+					sh.used[t] += uint32(n)
+					return t, off
+				}
+			} else if sh.front+n <= sh.back {
+				off = sh.front
+				sh.front += n
+				return t, off
+			}
 		}
 		if c, size := sh.allocated, sh.nextChunkSize(); c < len(sh.chunks) && size > 0 {
 			sh.chunks[c] = sh.arena.chunk(c, size)
@@ -261,8 +270,59 @@ func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 			sh.enqueue(q, c)
 			continue
 		}
+		if q == probationQ && sh.turn(n, now, d) {
+			continue
+		}
 		sh.makeRoom(q, now, d)
 	}
+}
+
+// turnRoom is the least room turn makes at a time, so that the inserts
+// into a turning chunk do not each take a turn of their own.
+const turnRoom = 4 << 10
+
+// turn makes room for n bytes at the end of probation, where passing its
+// oldest chunk whole would leave it empty at the end of the queue, to fill
+// again: about half a chunk of the budget holding no entry on average. It
+// moves that chunk to the end of the queue as it is and passes its entries
+// one at a time, oldest first, as the entries written at its start need
+// their room; once it has passed them all the chunk is an ordinary one,
+// holding the newer entries. It reports false where makeRoom is to pass a
+// chunk instead: where probation takes a chunk from main, main has none, or
+// another chunk of probation is turning.
+func (sh *shard) turn(n int, now int64, d *Displaced) bool {
+	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
+	c := p.tail()
+	if c != sh.turning {
+		if sh.turning >= 0 || p.n == 0 || m.n == 0 || p.n < sh.probation && m.n > 1 {
+			return false
+		}
+		c = sh.dequeue(probationQ)
+		sh.enqueue(probationQ, c)
+		sh.turning, sh.front, sh.back = c, 0, 0
+	}
+	sh.forget(c)
+	sh.back, _ = sh.passSpan(c, probationQ, sh.back, min(sh.front+max(n, turnRoom), int(sh.used[c])), false, 0, now, d)
+	if sh.back >= int(sh.used[c]) {
+		sh.used[c] = uint32(sh.front)
+		sh.turning = -1
+	}
+	return true
+}
+
+// spans returns the parts of chunk c that hold entries, older first:
+// [a0, a1) and [b0, b1).
+func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
+	if c == sh.turning {
+		return sh.back, int(sh.used[c]), 0, sh.front
+	}
+	return 0, int(sh.used[c]), 0, 0
+}
+
+// filled returns the bytes of chunk c that hold entries, live or not.
+func (sh *shard) filled(c int) int {
+	a0, a1, b0, b1 := sh.spans(c)
+	return a1 - a0 + b1 - b0
 }
 
 // minShortChunk is the least a shard's last chunk may hold when its budget
@@ -343,7 +403,7 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 	spare := 0
 	for k := range sh.allocated {
 		if b := sh.chunks[k]; b != nil {
-			spare += len(b) - int(sh.used[k])
+			spare += len(b) - sh.filled(k)
 		}
 	}
 	if spare < size {
@@ -361,9 +421,28 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 // kept stay, compacted to its front, with inPlace, and move to the end of
 // main otherwise; the others are dropped.
 func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
+	a0, a1, b0, b1 := sh.spans(c)
+	if inPlace {
+		// The span at the chunk's start first, so that compacting
+		// overwrites only entries already passed.
+		a0, a1, b0, b1 = b0, b1, a0, a1
+	}
+	if c == sh.turning {
+		sh.turning = -1
+	}
+	_, w := sh.passSpan(c, q, a0, a1, inPlace, 0, now, d)
+	_, w = sh.passSpan(c, q, b0, b1, inPlace, w, now, d)
+	sh.used[c] = uint32(w)
+}
+
+// passSpan passes the entries of chunk c, of queue q, that start at off and
+// on before until: each is dropped or spends one of its hits and stays,
+// compacted to w on with inPlace, moved to the end of main otherwise. It
+// returns the offset past the last entry passed, and w past the last one
+// compacted.
+func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, d *Displaced) (int, int) {
 	b := sh.chunks[c]
-	end, w := int(sh.used[c]), 0
-	for off := 0; off < end; {
+	for off < until {
 		e := entry.Entry(b[off:])
 		n := e.Size()
 		h := keyHash(sh.seed, e.Key())
@@ -404,7 +483,7 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 		}
 		off += n
 	}
-	sh.used[c] = uint32(w)
+	return off, w
 }
 
 // drop removes the entry e in slot i for room, counting it in counted.
@@ -461,21 +540,36 @@ func (sh *shard) scanFor(k, q, c, off int, d *Displaced) bool {
 		qu := &sh.queues[q]
 		from = (int(sh.place[c]) - qu.head + len(qu.ids)) % len(qu.ids)
 	}
-	for ; q < numQueues; q, from, off = q+1, 0, 0 {
+	if c < 0 {
+		off = -1
+	}
+	for ; q < numQueues; q, from, off = q+1, 0, -1 {
 		qu := &sh.queues[q]
-		for at := from; at < qu.n; at, off = at+1, 0 {
+		for at := from; at < qu.n; at, off = at+1, -1 {
 			c := qu.at(at)
-			for off < int(sh.used[c]) {
-				e := entry.Entry(sh.chunks[c][off:])
-				next := off + e.Size()
-				if KindOf(e) == k {
-					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
-						sh.drop(i, e, &d.Evicted)
-						sh.cursor[k] = position{chunk: c, off: next, valid: true}
-						return true
+			a0, a1, b0, b1 := sh.spans(c)
+			spans := [2][2]int{{a0, a1}, {b0, b1}}
+			switch {
+			case off < 0:
+			case off >= a0:
+				spans[0][0] = off
+			default: // in the newer span of a turning chunk
+				spans[0] = [2]int{}
+				spans[1][0] = off
+			}
+			for _, span := range spans {
+				for off := span[0]; off < span[1]; {
+					e := entry.Entry(sh.chunks[c][off:])
+					next := off + e.Size()
+					if KindOf(e) == k {
+						if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
+							sh.drop(i, e, &d.Evicted)
+							sh.cursor[k] = position{chunk: c, off: next, valid: true}
+							return true
+						}
 					}
+					off = next
 				}
-				off = next
 			}
 		}
 	}
@@ -513,6 +607,11 @@ func (sh *shard) checkQueues() error {
 	for k, pos := range sh.cursor {
 		if pos.valid && sh.in[pos.chunk] == noQueue {
 			return fmt.Errorf("the cursor of kind %d is valid in chunk %d, in no queue", k, pos.chunk)
+		}
+	}
+	if c := sh.turning; c >= 0 {
+		if c >= len(sh.chunks) || sh.in[c] != probationQ || sh.front > sh.back || sh.back > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
+			return fmt.Errorf("chunk %d turns in queue %d: front %d, back %d, used %d", c, sh.in[c], sh.front, sh.back, sh.used[c])
 		}
 	}
 	if sh.ghost != nil && len(sh.ghost) != sh.ghostLen {

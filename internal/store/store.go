@@ -100,6 +100,12 @@ type shard struct {
 	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
+	// Probation's chunk while it turns an entry at a time (evict.go), -1
+	// when none does: it holds entries in [back, used), the older, and in
+	// [0, front), written since its turn began; front <= back.
+	turning     int
+	front, back int
+
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
 	// mean count between two of main's passes, in 256ths.
@@ -403,19 +409,22 @@ func (s *Store) Paced(rest time.Duration) Walker {
 // walkChunk visits the live entries of chunk c; the caller holds sh.mu.
 func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
 	b := sh.chunks[c]
-	for off := 0; off < int(sh.used[c]); {
-		e := entry.Entry(b[off:])
-		e = e[:e.Size():e.Size()]
-		i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key()))
-		off += len(e)
-		if i < 0 {
-			continue // garbage: replaced or removed
-		}
-		lent := sh.lend(e)
-		remove := visit(lent)
-		sh.takeBack(e, lent)
-		if remove {
-			sh.remove(i, e)
+	a0, a1, b0, b1 := sh.spans(c)
+	for _, span := range [2][2]int{{a0, a1}, {b0, b1}} {
+		for off := span[0]; off < span[1]; {
+			e := entry.Entry(b[off:])
+			e = e[:e.Size():e.Size()]
+			i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key()))
+			off += len(e)
+			if i < 0 {
+				continue // garbage: replaced or removed
+			}
+			lent := sh.lend(e)
+			remove := visit(lent)
+			sh.takeBack(e, lent)
+			if remove {
+				sh.remove(i, e)
+			}
 		}
 	}
 }
