@@ -11,11 +11,16 @@ import (
 // chunks take the shard's chunks between them:
 //
 //   - probation, where new entries are appended. When it needs room, its
-//     oldest chunk is passed: the entries hit since they were stored are
+//     oldest entries are passed: the entries hit since they were stored are
 //     promoted to main, the others dropped (refused admission, counted apart
 //     from evictions) and their keys remembered in the ghost. So a name
 //     asked once, by a scan, a crawler or a flood of random names, holds its
 //     bytes for a short while and never pushes out the names asked again.
+//     Probation passes its oldest chunk an entry at a time (turn): the
+//     chunk moves to the end of the queue as it is, new entries are written
+//     from its start on, and its entries pass a few KiB ahead of them, so
+//     that probation's chunks hold entries throughout rather than one of
+//     them starting empty after each pass.
 //   - main, where promoted entries go, and new entries whose key the ghost
 //     remembers (asked again since probation dropped it), and entries that
 //     replace one of the same key (a refresh, an answer fetched again). When
@@ -26,7 +31,7 @@ import (
 // As in S3-FIFO, whose queues evict only once the cache is full, probation
 // holds what main does not use: it gives main its oldest chunk whenever
 // main needs one, as long as it keeps probationShare of the chunks, and
-// passes its own oldest chunk otherwise, copying what it promotes to main's
+// turns its own oldest chunk otherwise, copying what it promotes to main's
 // newest chunk, whose room main makes by passing its own oldest.
 //
 // Each entry counts its hits, 0 to 3, in two bits of its header
@@ -52,7 +57,9 @@ import (
 // keys however many large names probation drops between them.
 //
 // Passing a chunk works on that one chunk. Entries move between chunks only
-// to main's newest chunk, which a walk visits after every other (Walk).
+// to main's newest chunk, which a walk visits after every other (Walk); a
+// turning chunk holds the entries written since its turn began in [0,
+// front) and the older ones not yet passed in [back, used) (spans).
 //
 // A key the ghost remembers in full goes to main only if it was asked again
 // within a readmitShare-th of main's turn, the time an entry spends in main

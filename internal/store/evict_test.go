@@ -99,6 +99,86 @@ func TestProbationRefusesOneOffs(t *testing.T) {
 	}
 }
 
+// TestProbationTurns fills stores far past their budget with names asked
+// once, among which a hot set is asked throughout, and checks as it goes
+// that probation's chunks hold entries in all but the room its turning
+// chunk makes at a time (turnRoom, and less than an entry at the end of
+// each chunk), rather than a chunk left empty by each pass; and that what
+// the store holds stays consistent while entries pass from the middle of
+// a chunk, under a cap on a kind too, whose evictions search the chunks.
+func TestProbationTurns(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		procs    int
+		capacity int64
+		limits   PerKind
+	}{
+		{"one shard", 1, MinCapacity, PerKind{}},
+		{"two shards", 1, 4 * MinCapacity, PerKind{}},
+		{"probation keeps two chunks", 1, 10 * MinCapacity, PerKind{}},
+		{"denial cap", 1, 4 * MinCapacity, PerKind{KindDenial: 2000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := newStoreOn(tc.procs, tc.capacity, tc.limits, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := entry.NewBuilder()
+			var hot [][]byte
+			for i := range 2000 {
+				e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
+				s.Put(e, 0)
+				hot = append(hot, key)
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			n := int(tc.capacity / 32) // about three budgets of entries
+			turned := false
+			for i := range n {
+				kind := KindSuccess
+				if i%3 == 0 {
+					kind = KindDenial
+				}
+				e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kind)
+				s.Put(e, 0)
+				if key := hot[rng.IntN(len(hot))]; i%2 == 0 {
+					if _, ok := s.lookup(key); ok {
+						s.touch(key)
+					} else {
+						e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
+						s.Put(e, 0)
+					}
+				}
+				if i < n/2 || i%101 != 0 {
+					continue // the stores fill over about the first budget
+				}
+				for k := range s.shards {
+					sh := &s.shards[k]
+					p := &sh.queues[probationQ]
+					empty := 0
+					for at := range p.n {
+						c := p.at(at)
+						empty += len(sh.chunks[c]) - sh.filled(c)
+					}
+					if most := turnRoom + 256*p.n; empty > most {
+						t.Fatalf("after %d names, shard %d: probation's %d chunks hold no entry in %d bytes, want at most %d (main %d chunks; turning chunk %d, front %d, back %d)", i, k, p.n, empty, most, sh.queues[mainQ].n, sh.turning, sh.front, sh.back)
+					}
+					turned = turned || sh.turning >= 0
+				}
+				if i%2020 == 0 {
+					checkShards(t, s)
+				}
+			}
+			checkShards(t, s)
+			if !turned {
+				t.Error("no chunk turned")
+			}
+			if l := tc.limits[KindDenial]; l > 0 && s.Usage().Kinds[KindDenial] > l+len(s.shards) {
+				t.Errorf("%d denial entries, cap %d", s.Usage().Kinds[KindDenial], l)
+			}
+		})
+	}
+}
+
 // passProbation passes every chunk of probation in every shard, as a flood
 // of new names would.
 func (s *Store) passProbation() {

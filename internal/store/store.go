@@ -185,9 +185,9 @@ const shardsPerProc = 4
 const targetShardBudget = 64 << 20
 
 // minShardChunks is the fewest chunks a shard is made with where the budget
-// allows. Each of a shard's two queues has a newest chunk partly filled and
-// passes a whole chunk at a time, and a shard has an index table, a ghost
-// and a budget that is seldom a whole number of chunks: the fewer its
+// allows. A shard's main queue has a newest chunk partly filled and passes
+// a whole chunk at a time, and a shard has an index table, a ghost and a
+// budget that is seldom a whole number of chunks: the fewer its
 // chunks, the less of its budget holds entries, and the lower the hit
 // rate of a store of few large shards against one of many small ones
 // (bench/trace).
@@ -352,8 +352,8 @@ type Cursor struct {
 // is not an eviction). It returns the cursor to resume from, and false once
 // every shard has been walked. Each shard's chunks are visited in the order
 // of its queues, probation's then main's, oldest first: entries move only
-// to main's newest chunk (evict.go), and a chunk passed is queued again as
-// its queue's newest, so that every entry stored when the walk began is
+// to main's newest chunk (evict.go), and a chunk passed or turned is queued
+// again as its queue's newest, so that every entry stored when the walk began is
 // visited unless it is evicted or replaced meanwhile, and one moved while
 // the walk runs may be visited twice. Entries stored after the walk passed
 // their place are not visited.
