@@ -16,11 +16,6 @@ import (
 //     from evictions) and their keys remembered in the ghost. So a name
 //     asked once, by a scan, a crawler or a flood of random names, holds its
 //     bytes for a short while and never pushes out the names asked again.
-//     Probation passes its oldest chunk an entry at a time (turn): the
-//     chunk moves to the end of the queue as it is, new entries are written
-//     from its start on, and its entries pass a few KiB ahead of them, so
-//     that probation's chunks hold entries throughout rather than one of
-//     them starting empty after each pass.
 //   - main, where promoted entries go, and new entries whose key the ghost
 //     remembers (asked again since probation dropped it), and entries that
 //     replace one of the same key (a refresh, an answer fetched again). When
@@ -31,8 +26,14 @@ import (
 // As in S3-FIFO, whose queues evict only once the cache is full, probation
 // holds what main does not use: it gives main its oldest chunk whenever
 // main needs one, as long as it keeps probationShare of the chunks, and
-// turns its own oldest chunk otherwise, copying what it promotes to main's
+// passes its own oldest chunk otherwise, copying what it promotes to main's
 // newest chunk, whose room main makes by passing its own oldest.
+//
+// A queue passes such a chunk an entry at a time (turn): the chunk moves to
+// the end of the queue as it is, new entries are written from its start on,
+// and its entries pass a few KiB ahead of them, so that every chunk holds
+// entries throughout, rather than one of each queue starting again with all
+// the room its pass freed.
 //
 // Each entry counts its hits, 0 to 3, in two bits of its header
 // (entry.Freq): a hit is one write to the entry the hit has just read, under
@@ -152,7 +153,7 @@ func (sh *shard) initQueues(rings int) {
 		sh.in[c] = noQueue
 	}
 	sh.place = make([]uint16, rings)
-	sh.turning = -1
+	sh.turning = [numQueues]int{-1, -1}
 	sh.probation = min(max(rings*probationShare/100, minProbation), rings/2)
 	sh.coin = 0x9e3779b97f4a7c15
 }
@@ -258,15 +259,15 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 	for {
 		if t := sh.queues[q].tail(); t >= 0 {
-			if t != sh.turning {
+			if t != sh.turning[q] {
 				if int(sh.used[t])+n <= len(sh.chunks[t]) {
 					off = int(sh.used[t])
 					sh.used[t] += uint32(n)
 					return t, off
 				}
-			} else if sh.front+n <= sh.back {
-				off = sh.front
-				sh.front += n
+			} else if sh.front[q]+n <= sh.back[q] {
+				off = sh.front[q]
+				sh.front[q] += n
 				return t, off
 			}
 		}
@@ -277,7 +278,7 @@ func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 			sh.enqueue(q, c)
 			continue
 		}
-		if q == probationQ && sh.turn(n, now, d) {
+		if sh.turn(q, n, now, d) {
 			continue
 		}
 		sh.makeRoom(q, now, d)
@@ -288,31 +289,52 @@ func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 // into a turning chunk do not each take a turn of their own.
 const turnRoom = 4 << 10
 
-// turn makes room for n bytes at the end of probation, where passing its
-// oldest chunk whole would leave it empty at the end of the queue, to fill
-// again: about half a chunk of the budget holding no entry on average. It
-// moves that chunk to the end of the queue as it is and passes its entries
-// one at a time, oldest first, as the entries written at its start need
-// their room; once it has passed them all the chunk is an ordinary one,
-// holding the newer entries. It reports false where makeRoom is to pass a
-// chunk instead: where probation takes a chunk from main, main has none, or
-// another chunk of probation is turning.
-func (sh *shard) turn(n int, now int64, d *Displaced) bool {
+// turn makes room for n bytes at the end of queue q by turning the chunk
+// that makeRoom would pass whole: passed whole, it would start again at
+// the end of its queue with all the room its pass freed, to fill again,
+// about half of that holding no entry on average. Turned, it moves to the
+// end of q as it is, and its entries pass one at a time, oldest first, as
+// the entries written at its start need their room: probation's leave it
+// for main or are dropped; in main, those kept are compacted to the front,
+// among the new ones. Once it has passed them all the chunk is an ordinary
+// one. It reports false where makeRoom is to pass a chunk instead: where
+// probation takes a chunk from main or main has none, and where another
+// chunk of q is turning, or would be passed.
+func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
-	c := p.tail()
-	if c != sh.turning {
-		if sh.turning >= 0 || p.n == 0 || m.n == 0 || p.n < sh.probation && m.n > 1 {
+	c := sh.queues[q].tail()
+	if c < 0 || c != sh.turning[q] {
+		from := q
+		switch {
+		case sh.turning[q] >= 0 || m.n == 0:
 			return false
+		case q == probationQ && (p.n == 0 || p.n < sh.probation && m.n > 1):
+			return false
+		case q == mainQ && p.n > sh.probation:
+			// Probation's oldest chunk passes to main, as in makeRoom.
+			if p.at(0) == sh.turning[probationQ] {
+				return false
+			}
+			from = probationQ
 		}
-		c = sh.dequeue(probationQ)
-		sh.enqueue(probationQ, c)
-		sh.turning, sh.front, sh.back = c, 0, 0
+		c = sh.dequeue(from)
+		sh.enqueue(q, c)
+		sh.turning[q], sh.front[q], sh.back[q], sh.from[q] = c, 0, 0, from
 	}
 	sh.forget(c)
-	sh.back, _ = sh.passSpan(c, probationQ, sh.back, min(sh.front+max(n, turnRoom), int(sh.used[c])), false, 0, now, d)
-	if sh.back >= int(sh.used[c]) {
-		sh.used[c] = uint32(sh.front)
-		sh.turning = -1
+	want := max(n, turnRoom)
+	for sh.back[q]-sh.front[q] < want && sh.back[q] < int(sh.used[c]) {
+		// Main keeps what it passes in place, probation moves it to main.
+		until := min(sh.front[q]+want, int(sh.used[c]))
+		var w int
+		sh.back[q], w = sh.passSpan(c, sh.from[q], sh.back[q], until, q == mainQ, sh.front[q], now, d)
+		if q == mainQ {
+			sh.front[q] = w
+		}
+	}
+	if sh.back[q] >= int(sh.used[c]) {
+		sh.used[c] = uint32(sh.front[q])
+		sh.turning[q] = -1
 	}
 	return true
 }
@@ -320,8 +342,10 @@ func (sh *shard) turn(n int, now int64, d *Displaced) bool {
 // spans returns the parts of chunk c that hold entries, older first:
 // [a0, a1) and [b0, b1).
 func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
-	if c == sh.turning {
-		return sh.back, int(sh.used[c]), 0, sh.front
+	for q := range numQueues {
+		if c == sh.turning[q] {
+			return sh.back[q], int(sh.used[c]), 0, sh.front[q]
+		}
 	}
 	return 0, int(sh.used[c]), 0, 0
 }
@@ -427,18 +451,28 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 // pass empties chunk c, the oldest of queue q, taken out of it: the entries
 // kept stay, compacted to its front, with inPlace, and move to the end of
 // main otherwise; the others are dropped.
+//
+// A turning chunk's older span passes as entries of the queue it turned
+// from, the newer as entries of q.
 func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 	a0, a1, b0, b1 := sh.spans(c)
+	qa := q
+	for x := range numQueues {
+		if c == sh.turning[x] {
+			qa = sh.from[x]
+			sh.turning[x] = -1
+		}
+	}
+	w := 0
 	if inPlace {
 		// The span at the chunk's start first, so that compacting
 		// overwrites only entries already passed.
-		a0, a1, b0, b1 = b0, b1, a0, a1
+		_, w = sh.passSpan(c, q, b0, b1, true, w, now, d)
+		_, w = sh.passSpan(c, qa, a0, a1, true, w, now, d)
+	} else {
+		sh.passSpan(c, qa, a0, a1, false, 0, now, d)
+		sh.passSpan(c, q, b0, b1, false, 0, now, d)
 	}
-	if c == sh.turning {
-		sh.turning = -1
-	}
-	_, w := sh.passSpan(c, q, a0, a1, inPlace, 0, now, d)
-	_, w = sh.passSpan(c, q, b0, b1, inPlace, w, now, d)
 	sh.used[c] = uint32(w)
 }
 
@@ -616,9 +650,12 @@ func (sh *shard) checkQueues() error {
 			return fmt.Errorf("the cursor of kind %d is valid in chunk %d, in no queue", k, pos.chunk)
 		}
 	}
-	if c := sh.turning; c >= 0 {
-		if c >= len(sh.chunks) || sh.in[c] != probationQ || sh.front > sh.back || sh.back > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
-			return fmt.Errorf("chunk %d turns in queue %d: front %d, back %d, used %d", c, sh.in[c], sh.front, sh.back, sh.used[c])
+	for q, c := range sh.turning {
+		if c < 0 {
+			continue
+		}
+		if c >= len(sh.chunks) || sh.in[c] != uint8(q) || sh.front[q] > sh.back[q] || sh.back[q] > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
+			return fmt.Errorf("chunk %d turns in queue %d from %d, in queue %d: front %d, back %d, used %d", c, q, sh.from[q], sh.in[c], sh.front[q], sh.back[q], sh.used[c])
 		}
 	}
 	if sh.ghost != nil && len(sh.ghost) != sh.ghostLen {

@@ -99,14 +99,15 @@ func TestProbationRefusesOneOffs(t *testing.T) {
 	}
 }
 
-// TestProbationTurns fills stores far past their budget with names asked
-// once, among which a hot set is asked throughout, and checks as it goes
-// that probation's chunks hold entries in all but the room its turning
-// chunk makes at a time (turnRoom, and less than an entry at the end of
-// each chunk), rather than a chunk left empty by each pass; and that what
-// the store holds stays consistent while entries pass from the middle of
-// a chunk, under a cap on a kind too, whose evictions search the chunks.
-func TestProbationTurns(t *testing.T) {
+// TestQueuesTurn fills stores far past their budget with names asked
+// once, among which a hot set is asked throughout and a warm set, larger
+// than main holds, now and then, and checks as it goes that each queue's
+// chunks hold entries in all but the room its turning chunk makes at a
+// time (turnRoom, and less than an entry at the end of each chunk), rather
+// than the room each pass of a whole chunk frees; and that what the store
+// holds stays consistent while entries pass from the middle of a chunk,
+// under a cap on a kind too, whose evictions search the chunks.
+func TestQueuesTurn(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		procs    int
@@ -130,9 +131,18 @@ func TestProbationTurns(t *testing.T) {
 				s.Put(e, 0)
 				hot = append(hot, key)
 			}
+			ask := func(name string) {
+				_, key := testEntry(t, b, name, 1, 3600, KindSuccess)
+				if _, ok := s.lookup(key); ok {
+					s.touch(key)
+					return
+				}
+				e, _ := testEntry(t, b, name, 1, 3600, KindSuccess)
+				s.Put(e, 0)
+			}
 			rng := rand.New(rand.NewPCG(3, 4))
-			n := int(tc.capacity / 32) // about three budgets of entries
-			turned := false
+			n := int(tc.capacity / 32) // about three budgets of names asked once
+			var turned [numQueues]bool
 			for i := range n {
 				kind := KindSuccess
 				if i%3 == 0 {
@@ -140,37 +150,36 @@ func TestProbationTurns(t *testing.T) {
 				}
 				e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kind)
 				s.Put(e, 0)
-				if key := hot[rng.IntN(len(hot))]; i%2 == 0 {
-					if _, ok := s.lookup(key); ok {
-						s.touch(key)
-					} else {
-						e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
-						s.Put(e, 0)
-					}
+				if i%2 == 0 {
+					ask(dnsName(hot[rng.IntN(len(hot))]))
+				} else {
+					ask(fmt.Sprintf("warm%d.example.org.", rng.IntN(n/4)))
 				}
 				if i < n/2 || i%101 != 0 {
 					continue // the stores fill over about the first budget
 				}
 				for k := range s.shards {
 					sh := &s.shards[k]
-					p := &sh.queues[probationQ]
-					empty := 0
-					for at := range p.n {
-						c := p.at(at)
-						empty += len(sh.chunks[c]) - sh.filled(c)
+					for q := range numQueues {
+						qu := &sh.queues[q]
+						empty := 0
+						for at := range qu.n {
+							c := qu.at(at)
+							empty += len(sh.chunks[c]) - sh.filled(c)
+						}
+						if most := turnRoom + 256*qu.n; empty > most {
+							t.Fatalf("after %d names, shard %d: queue %d's %d chunks hold no entry in %d bytes, want at most %d (turning chunk %d, front %d, back %d)", i, k, q, qu.n, empty, most, sh.turning[q], sh.front[q], sh.back[q])
+						}
+						turned[q] = turned[q] || sh.turning[q] >= 0
 					}
-					if most := turnRoom + 256*p.n; empty > most {
-						t.Fatalf("after %d names, shard %d: probation's %d chunks hold no entry in %d bytes, want at most %d (main %d chunks; turning chunk %d, front %d, back %d)", i, k, p.n, empty, most, sh.queues[mainQ].n, sh.turning, sh.front, sh.back)
-					}
-					turned = turned || sh.turning >= 0
 				}
 				if i%2020 == 0 {
 					checkShards(t, s)
 				}
 			}
 			checkShards(t, s)
-			if !turned {
-				t.Error("no chunk turned")
+			if turned != [numQueues]bool{true, true} {
+				t.Errorf("probation turned %t, main %t", turned[probationQ], turned[mainQ])
 			}
 			if l := tc.limits[KindDenial]; l > 0 && s.Usage().Kinds[KindDenial] > l+len(s.shards) {
 				t.Errorf("%d denial entries, cap %d", s.Usage().Kinds[KindDenial], l)

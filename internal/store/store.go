@@ -100,11 +100,11 @@ type shard struct {
 	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
-	// Probation's chunk while it turns an entry at a time (evict.go), -1
-	// when none does: it holds entries in [back, used), the older, and in
-	// [0, front), written since its turn began; front <= back.
-	turning     int
-	front, back int
+	// Each queue's chunk that turns an entry at a time (evict.go), -1 where
+	// none does: it holds entries in [back, used), the older, passed as
+	// entries of queue from, and in [0, front), written since its turn
+	// began; front <= back.
+	turning, front, back, from [numQueues]int
 
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
@@ -185,12 +185,11 @@ const shardsPerProc = 4
 const targetShardBudget = 64 << 20
 
 // minShardChunks is the fewest chunks a shard is made with where the budget
-// allows. A shard's main queue has a newest chunk partly filled and passes
-// a whole chunk at a time, and a shard has an index table, a ghost and a
-// budget that is seldom a whole number of chunks: the fewer its
-// chunks, the less of its budget holds entries, and the lower the hit
-// rate of a store of few large shards against one of many small ones
-// (bench/trace).
+// allows. A shard has an index table, a ghost and a budget that is seldom
+// a whole number of chunks, and its queues' turning chunks leave a few KiB
+// empty (evict.go): the fewer its chunks, the less of its budget holds
+// entries, and the lower the hit rate of a store of few large shards
+// against one of many small ones (bench/trace).
 const minShardChunks = 32
 
 // shardCount returns the number of shards, a power of two, of a store of
