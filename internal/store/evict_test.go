@@ -188,6 +188,77 @@ func TestQueuesTurn(t *testing.T) {
 	}
 }
 
+// TestWalkWhileTurning walks a full store in which both queues turn their
+// chunks while names are stored and asked between the walk's chunks: every
+// entry stored when the walk began and still there at its end is visited.
+func TestWalkWhileTurning(t *testing.T) {
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	rng := rand.New(rand.NewPCG(5, 6))
+	next := 0
+	stored := map[string]bool{} // names stored again during the walk
+	step := func() {
+		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", next), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		next++
+		name := fmt.Sprintf("warm%d.example.org.", rng.IntN(10_000))
+		if next%2 == 0 {
+			name = fmt.Sprintf("hot%d.example.org.", rng.IntN(1000))
+		}
+		_, key := testEntry(t, b, name, 1, 3600, KindSuccess)
+		if _, ok := s.lookup(key); ok {
+			s.touch(key)
+		} else {
+			e, _ := testEntry(t, b, name, 1, 3600, KindSuccess)
+			s.Put(e, 0)
+			stored[string(key)] = true
+		}
+	}
+	for range 60_000 {
+		step()
+	}
+	atStart := map[string]bool{}
+	for c, more := (Cursor{}), true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			atStart[string(e.Key())] = true
+			return false
+		})
+	}
+	clear(stored)
+	visited := map[string]bool{}
+	var turned [numQueues]bool
+	for c, more := (Cursor{}), true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			visited[string(e.Key())] = true
+			return false
+		})
+		for range 100 {
+			step()
+			for k := range s.shards {
+				for q := range numQueues {
+					turned[q] = turned[q] || s.shards[k].turning[q] >= 0
+				}
+			}
+		}
+	}
+	if turned != [numQueues]bool{true, true} {
+		t.Fatalf("during the walk, probation turned %t, main %t", turned[probationQ], turned[mainQ])
+	}
+	missed := 0
+	for key := range atStart {
+		if _, ok := s.lookup([]byte(key)); ok && !visited[key] && !stored[key] {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d entries stored before the walk and there after it were not visited", missed)
+	}
+	checkShards(t, s)
+}
+
 // passProbation passes every chunk of probation in every shard, as a flood
 // of new names would.
 func (s *Store) passProbation() {

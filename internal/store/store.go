@@ -352,10 +352,10 @@ type Cursor struct {
 // every shard has been walked. Each shard's chunks are visited in the order
 // of its queues, probation's then main's, oldest first: entries move only
 // to main's newest chunk (evict.go), and a chunk passed or turned is queued
-// again as its queue's newest, so that every entry stored when the walk began is
-// visited unless it is evicted or replaced meanwhile, and one moved while
-// the walk runs may be visited twice. Entries stored after the walk passed
-// their place are not visited.
+// again as its queue's newest, so that every entry stored when the walk
+// began is visited unless it is evicted or replaced meanwhile, and one
+// moved while the walk runs may be visited twice. Entries stored after the
+// walk passed their place are not visited.
 func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
 	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
 		sh := &s.shards[c.shard]
