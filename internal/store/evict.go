@@ -402,10 +402,19 @@ func (sh *shard) makeRoom(q int, now int64, d *Displaced) {
 }
 
 // shed drops entries when the index table is full and may not grow: from
-// probation, or from main when probation holds nothing to pass.
+// probation, or from main when probation holds nothing to pass. Probation
+// turns a few KiB of entries further where it can, rather than pass a
+// whole chunk, which would leave the chunk's bytes empty until the inserts
+// fill them again, with the table at its most the while.
 func (sh *shard) shed(now int64, d *Displaced) {
 	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
-		sh.makeRoom(probationQ, now, d)
+		gap := 0
+		if c := p.tail(); c == sh.turning[probationQ] {
+			gap = sh.back[probationQ] - sh.front[probationQ]
+		}
+		if !sh.turn(probationQ, gap+turnRoom, now, d) {
+			sh.makeRoom(probationQ, now, d)
+		}
 		return
 	}
 	sh.makeRoom(mainQ, now, d)

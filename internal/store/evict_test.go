@@ -188,6 +188,50 @@ func TestQueuesTurn(t *testing.T) {
 	}
 }
 
+// TestShedTurns fills a store whose entries are small for the table the
+// budget lets it have: the table, not the chunks, is what limits the
+// entries, and the store drops entries to insert more. Probation turns a
+// few KiB further each time, so that the table stays about as full as it
+// may be, rather than passing a whole chunk, whose thousands of entries
+// would leave the table that much emptier until the inserts refill it.
+func TestShedTurns(t *testing.T) {
+	// Entries of about 50 bytes fill a table of 32,768 slots in about 1.5
+	// MiB; growing it takes 256 KiB more (512 KiB where the old table stays
+	// mapped while the new one fills), which 1.875 MiB does not hold.
+	s, err := newStoreOn(1, 15*MinCapacity/8, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	rng := rand.New(rand.NewPCG(7, 8))
+	bound := false
+	for i := range 200_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("c%d.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		_, key := testEntry(t, b, fmt.Sprintf("h%d.org.", rng.IntN(2000)), 1, 3600, KindSuccess)
+		if _, ok := s.lookup(key); ok {
+			s.touch(key)
+		} else {
+			e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+		}
+		full := fullLoad * len(sh.table) / 16
+		if !bound || i < 100_000 {
+			// The first drops come before main holds a chunk.
+			bound = bound || sh.count+1 >= full && sh.held+sh.growthRoom() > sh.budget
+			continue
+		}
+		if sh.count < full-600 {
+			t.Fatalf("after %d names, the table holds %d entries, %d under its most (probation %d chunks, main %d)", i, sh.count, full-sh.count, sh.queues[probationQ].n, sh.queues[mainQ].n)
+		}
+	}
+	if !bound {
+		t.Fatalf("the table never filled: %d entries in %d slots", sh.count, len(sh.table))
+	}
+	checkShards(t, s)
+}
+
 // TestWalkWhileTurning walks a full store in which both queues turn their
 // chunks while names are stored and asked between the walk's chunks: every
 // entry stored when the walk began and still there at its end is visited.
