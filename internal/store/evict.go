@@ -11,7 +11,7 @@ import (
 // chunks take the shard's chunks between them:
 //
 //   - probation, where new entries are appended. When it needs room, its
-//     oldest chunk is passed: the entries hit since they were stored are
+//     oldest entries are passed: the entries hit since they were stored are
 //     promoted to main, the others dropped (refused admission, counted apart
 //     from evictions) and their keys remembered in the ghost. So a name
 //     asked once, by a scan, a crawler or a flood of random names, holds its
@@ -28,6 +28,12 @@ import (
 // main needs one, as long as it keeps probationShare of the chunks, and
 // passes its own oldest chunk otherwise, copying what it promotes to main's
 // newest chunk, whose room main makes by passing its own oldest.
+//
+// A queue passes such a chunk an entry at a time (turn): the chunk moves to
+// the end of the queue as it is, new entries are written from its start on,
+// and its entries pass a few KiB ahead of them, so that every chunk holds
+// entries throughout, rather than one of each queue starting again with all
+// the room its pass freed.
 //
 // Each entry counts its hits, 0 to 3, in two bits of its header
 // (entry.Freq): a hit is one write to the entry the hit has just read, under
@@ -52,7 +58,9 @@ import (
 // keys however many large names probation drops between them.
 //
 // Passing a chunk works on that one chunk. Entries move between chunks only
-// to main's newest chunk, which a walk visits after every other (Walk).
+// to main's newest chunk, which a walk visits after every other (Walk); a
+// turning chunk holds the entries written since its turn began in [0,
+// front) and the older ones not yet passed in [back, used) (spans).
 //
 // A key the ghost remembers in full goes to main only if it was asked again
 // within a readmitShare-th of main's turn, the time an entry spends in main
@@ -145,6 +153,7 @@ func (sh *shard) initQueues(rings int) {
 		sh.in[c] = noQueue
 	}
 	sh.place = make([]uint16, rings)
+	sh.turning = [numQueues]int{-1, -1}
 	sh.probation = min(max(rings*probationShare/100, minProbation), rings/2)
 	sh.coin = 0x9e3779b97f4a7c15
 }
@@ -246,13 +255,21 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 
 // reserve returns a place for n bytes at the end of queue q: in its newest
 // chunk, in a chunk allocated while the budget allows, or in room that
-// passing a chunk makes.
+// passing entries makes.
 func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 	for {
-		if t := sh.queues[q].tail(); t >= 0 && int(sh.used[t])+n <= len(sh.chunks[t]) {
-			off = int(sh.used[t])
-			sh.used[t] += uint32(n)
-			return t, off
+		if t := sh.queues[q].tail(); t >= 0 {
+			if t != sh.turning[q] {
+				if int(sh.used[t])+n <= len(sh.chunks[t]) {
+					off = int(sh.used[t])
+					sh.used[t] += uint32(n)
+					return t, off
+				}
+			} else if sh.front[q]+n <= sh.back[q] {
+				off = sh.front[q]
+				sh.front[q] += n
+				return t, off
+			}
 		}
 		if c, size := sh.allocated, sh.nextChunkSize(); c < len(sh.chunks) && size > 0 {
 			sh.chunks[c] = sh.arena.chunk(c, size)
@@ -261,8 +278,82 @@ func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 			sh.enqueue(q, c)
 			continue
 		}
+		if sh.turn(q, n, now, d) {
+			continue
+		}
 		sh.makeRoom(q, now, d)
 	}
+}
+
+// turnRoom is the least room turn makes at a time, so that the inserts
+// into a turning chunk do not each take a turn of their own.
+const turnRoom = 4 << 10
+
+// turn makes room for n bytes at the end of queue q by turning the chunk
+// that makeRoom would pass whole: passed whole, it would start again at
+// the end of its queue with all the room its pass freed, to fill again,
+// about half of that holding no entry on average. Turned, it moves to the
+// end of q as it is, and its entries pass one at a time, oldest first, as
+// the entries written at its start need their room: probation's leave it
+// for main or are dropped; in main, those kept are compacted to the front,
+// among the new ones. Once it has passed them all the chunk is an ordinary
+// one. It reports false where makeRoom is to pass a chunk instead: where
+// probation takes a chunk from main or main has none, and where another
+// chunk of q is turning, or would be passed.
+func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
+	p, m := &sh.queues[probationQ], &sh.queues[mainQ]
+	c := sh.queues[q].tail()
+	if c < 0 || c != sh.turning[q] {
+		from := q
+		switch {
+		case sh.turning[q] >= 0 || m.n == 0:
+			return false
+		case q == probationQ && (p.n == 0 || p.n < sh.probation && m.n > 1):
+			return false
+		case q == mainQ && p.n > sh.probation:
+			// Probation's oldest chunk passes to main, as in makeRoom.
+			if p.at(0) == sh.turning[probationQ] {
+				return false
+			}
+			from = probationQ
+		}
+		c = sh.dequeue(from)
+		sh.enqueue(q, c)
+		sh.turning[q], sh.front[q], sh.back[q], sh.from[q] = c, 0, 0, from
+	}
+	sh.forget(c)
+	want := max(n, turnRoom)
+	for sh.back[q]-sh.front[q] < want && sh.back[q] < int(sh.used[c]) {
+		// Main keeps what it passes in place, probation moves it to main.
+		until := min(sh.front[q]+want, int(sh.used[c]))
+		var w int
+		sh.back[q], w = sh.passSpan(c, sh.from[q], sh.back[q], until, q == mainQ, sh.front[q], now, d)
+		if q == mainQ {
+			sh.front[q] = w
+		}
+	}
+	if sh.back[q] >= int(sh.used[c]) {
+		sh.used[c] = uint32(sh.front[q])
+		sh.turning[q] = -1
+	}
+	return true
+}
+
+// spans returns the parts of chunk c that hold entries, older first:
+// [a0, a1) and [b0, b1).
+func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
+	for q := range numQueues {
+		if c == sh.turning[q] {
+			return sh.back[q], int(sh.used[c]), 0, sh.front[q]
+		}
+	}
+	return 0, int(sh.used[c]), 0, 0
+}
+
+// filled returns the bytes of chunk c that hold entries, live or not.
+func (sh *shard) filled(c int) int {
+	a0, a1, b0, b1 := sh.spans(c)
+	return a1 - a0 + b1 - b0
 }
 
 // minShortChunk is the least a shard's last chunk may hold when its budget
@@ -311,10 +402,19 @@ func (sh *shard) makeRoom(q int, now int64, d *Displaced) {
 }
 
 // shed drops entries when the index table is full and may not grow: from
-// probation, or from main when probation holds nothing to pass.
+// probation, or from main when probation holds nothing to pass. Probation
+// turns a few KiB of entries further where it can, rather than pass a
+// whole chunk, which would leave the chunk's bytes empty until the inserts
+// fill them again, with the table at its most the while.
 func (sh *shard) shed(now int64, d *Displaced) {
 	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
-		sh.makeRoom(probationQ, now, d)
+		gap := 0
+		if c := p.tail(); c == sh.turning[probationQ] {
+			gap = sh.back[probationQ] - sh.front[probationQ]
+		}
+		if !sh.turn(probationQ, gap+turnRoom, now, d) {
+			sh.makeRoom(probationQ, now, d)
+		}
 		return
 	}
 	sh.makeRoom(mainQ, now, d)
@@ -343,7 +443,7 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 	spare := 0
 	for k := range sh.allocated {
 		if b := sh.chunks[k]; b != nil {
-			spare += len(b) - int(sh.used[k])
+			spare += len(b) - sh.filled(k)
 		}
 	}
 	if spare < size {
@@ -360,10 +460,39 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 // pass empties chunk c, the oldest of queue q, taken out of it: the entries
 // kept stay, compacted to its front, with inPlace, and move to the end of
 // main otherwise; the others are dropped.
+//
+// A turning chunk's older span passes as entries of the queue it turned
+// from, the newer as entries of q.
 func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
+	a0, a1, b0, b1 := sh.spans(c)
+	qa := q
+	for x := range numQueues {
+		if c == sh.turning[x] {
+			qa = sh.from[x]
+			sh.turning[x] = -1
+		}
+	}
+	w := 0
+	if inPlace {
+		// The span at the chunk's start first, so that compacting
+		// overwrites only entries already passed.
+		_, w = sh.passSpan(c, q, b0, b1, true, w, now, d)
+		_, w = sh.passSpan(c, qa, a0, a1, true, w, now, d)
+	} else {
+		sh.passSpan(c, qa, a0, a1, false, 0, now, d)
+		sh.passSpan(c, q, b0, b1, false, 0, now, d)
+	}
+	sh.used[c] = uint32(w)
+}
+
+// passSpan passes the entries of chunk c, of queue q, that start at off and
+// on before until: each is dropped or spends one of its hits and stays,
+// compacted to w on with inPlace, moved to the end of main otherwise. It
+// returns the offset past the last entry passed, and w past the last one
+// compacted.
+func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, d *Displaced) (int, int) {
 	b := sh.chunks[c]
-	end, w := int(sh.used[c]), 0
-	for off := 0; off < end; {
+	for off < until {
 		e := entry.Entry(b[off:])
 		n := e.Size()
 		h := keyHash(sh.seed, e.Key())
@@ -404,7 +533,7 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 		}
 		off += n
 	}
-	sh.used[c] = uint32(w)
+	return off, w
 }
 
 // drop removes the entry e in slot i for room, counting it in counted.
@@ -461,21 +590,36 @@ func (sh *shard) scanFor(k, q, c, off int, d *Displaced) bool {
 		qu := &sh.queues[q]
 		from = (int(sh.place[c]) - qu.head + len(qu.ids)) % len(qu.ids)
 	}
-	for ; q < numQueues; q, from, off = q+1, 0, 0 {
+	if c < 0 {
+		off = -1
+	}
+	for ; q < numQueues; q, from, off = q+1, 0, -1 {
 		qu := &sh.queues[q]
-		for at := from; at < qu.n; at, off = at+1, 0 {
+		for at := from; at < qu.n; at, off = at+1, -1 {
 			c := qu.at(at)
-			for off < int(sh.used[c]) {
-				e := entry.Entry(sh.chunks[c][off:])
-				next := off + e.Size()
-				if KindOf(e) == k {
-					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
-						sh.drop(i, e, &d.Evicted)
-						sh.cursor[k] = position{chunk: c, off: next, valid: true}
-						return true
+			a0, a1, b0, b1 := sh.spans(c)
+			spans := [2][2]int{{a0, a1}, {b0, b1}}
+			switch {
+			case off < 0:
+			case off >= a0:
+				spans[0][0] = off
+			default: // in the newer span of a turning chunk
+				spans[0] = [2]int{}
+				spans[1][0] = off
+			}
+			for _, span := range spans {
+				for off := span[0]; off < span[1]; {
+					e := entry.Entry(sh.chunks[c][off:])
+					next := off + e.Size()
+					if KindOf(e) == k {
+						if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
+							sh.drop(i, e, &d.Evicted)
+							sh.cursor[k] = position{chunk: c, off: next, valid: true}
+							return true
+						}
 					}
+					off = next
 				}
-				off = next
 			}
 		}
 	}
@@ -513,6 +657,14 @@ func (sh *shard) checkQueues() error {
 	for k, pos := range sh.cursor {
 		if pos.valid && sh.in[pos.chunk] == noQueue {
 			return fmt.Errorf("the cursor of kind %d is valid in chunk %d, in no queue", k, pos.chunk)
+		}
+	}
+	for q, c := range sh.turning {
+		if c < 0 {
+			continue
+		}
+		if c >= len(sh.chunks) || sh.in[c] != uint8(q) || sh.front[q] > sh.back[q] || sh.back[q] > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
+			return fmt.Errorf("chunk %d turns in queue %d from %d, in queue %d: front %d, back %d, used %d", c, q, sh.from[q], sh.in[c], sh.front[q], sh.back[q], sh.used[c])
 		}
 	}
 	if sh.ghost != nil && len(sh.ghost) != sh.ghostLen {

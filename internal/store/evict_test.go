@@ -99,6 +99,210 @@ func TestProbationRefusesOneOffs(t *testing.T) {
 	}
 }
 
+// TestQueuesTurn fills stores far past their budget with names asked
+// once, among which a hot set is asked throughout and a warm set, larger
+// than main holds, now and then, and checks as it goes that each queue's
+// chunks hold entries in all but the room its turning chunk makes at a
+// time (turnRoom, and less than an entry at the end of each chunk), rather
+// than the room each pass of a whole chunk frees; and that what the store
+// holds stays consistent while entries pass from the middle of a chunk,
+// under a cap on a kind too, whose evictions search the chunks.
+func TestQueuesTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		procs    int
+		capacity int64
+		limits   PerKind
+	}{
+		{"one shard", 1, MinCapacity, PerKind{}},
+		{"two shards", 1, 4 * MinCapacity, PerKind{}},
+		{"probation keeps two chunks", 1, 10 * MinCapacity, PerKind{}},
+		{"denial cap", 1, 4 * MinCapacity, PerKind{KindDenial: 2000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := newStoreOn(tc.procs, tc.capacity, tc.limits, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := entry.NewBuilder()
+			var hot [][]byte
+			for i := range 2000 {
+				e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
+				s.Put(e, 0)
+				hot = append(hot, key)
+			}
+			ask := func(name string) {
+				_, key := testEntry(t, b, name, 1, 3600, KindSuccess)
+				if _, ok := s.lookup(key); ok {
+					s.touch(key)
+					return
+				}
+				e, _ := testEntry(t, b, name, 1, 3600, KindSuccess)
+				s.Put(e, 0)
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			n := int(tc.capacity / 32) // about three budgets of names asked once
+			var turned [numQueues]bool
+			for i := range n {
+				kind := KindSuccess
+				if i%3 == 0 {
+					kind = KindDenial
+				}
+				e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kind)
+				s.Put(e, 0)
+				if i%2 == 0 {
+					ask(dnsName(hot[rng.IntN(len(hot))]))
+				} else {
+					ask(fmt.Sprintf("warm%d.example.org.", rng.IntN(n/4)))
+				}
+				if i < n/2 || i%101 != 0 {
+					continue // the stores fill over about the first budget
+				}
+				for k := range s.shards {
+					sh := &s.shards[k]
+					for q := range numQueues {
+						qu := &sh.queues[q]
+						empty := 0
+						for at := range qu.n {
+							c := qu.at(at)
+							empty += len(sh.chunks[c]) - sh.filled(c)
+						}
+						if most := turnRoom + 256*qu.n; empty > most {
+							t.Fatalf("after %d names, shard %d: queue %d's %d chunks hold no entry in %d bytes, want at most %d (turning chunk %d, front %d, back %d)", i, k, q, qu.n, empty, most, sh.turning[q], sh.front[q], sh.back[q])
+						}
+						turned[q] = turned[q] || sh.turning[q] >= 0
+					}
+				}
+				if i%2020 == 0 {
+					checkShards(t, s)
+				}
+			}
+			checkShards(t, s)
+			if turned != [numQueues]bool{true, true} {
+				t.Errorf("probation turned %t, main %t", turned[probationQ], turned[mainQ])
+			}
+			if l := tc.limits[KindDenial]; l > 0 && s.Usage().Kinds[KindDenial] > l+len(s.shards) {
+				t.Errorf("%d denial entries, cap %d", s.Usage().Kinds[KindDenial], l)
+			}
+		})
+	}
+}
+
+// TestShedTurns fills a store whose entries are small for the table the
+// budget lets it have: the table, not the chunks, is what limits the
+// entries, and the store drops entries to insert more. Probation turns a
+// few KiB further each time, so that the table stays about as full as it
+// may be, rather than passing a whole chunk, whose thousands of entries
+// would leave the table that much emptier until the inserts refill it.
+func TestShedTurns(t *testing.T) {
+	// Entries of about 50 bytes fill a table of 32,768 slots in about 1.5
+	// MiB; growing it takes 256 KiB more (512 KiB where the old table stays
+	// mapped while the new one fills), which 1.875 MiB does not hold.
+	s, err := newStoreOn(1, 15*MinCapacity/8, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	rng := rand.New(rand.NewPCG(7, 8))
+	bound := false
+	for i := range 200_000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("c%d.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		_, key := testEntry(t, b, fmt.Sprintf("h%d.org.", rng.IntN(2000)), 1, 3600, KindSuccess)
+		if _, ok := s.lookup(key); ok {
+			s.touch(key)
+		} else {
+			e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
+			s.Put(e, 0)
+		}
+		full := fullLoad * len(sh.table) / 16
+		if !bound || i < 100_000 {
+			// The first drops come before main holds a chunk.
+			bound = bound || sh.count+1 >= full && sh.held+sh.growthRoom() > sh.budget
+			continue
+		}
+		if sh.count < full-600 {
+			t.Fatalf("after %d names, the table holds %d entries, %d under its most (probation %d chunks, main %d)", i, sh.count, full-sh.count, sh.queues[probationQ].n, sh.queues[mainQ].n)
+		}
+	}
+	if !bound {
+		t.Fatalf("the table never filled: %d entries in %d slots", sh.count, len(sh.table))
+	}
+	checkShards(t, s)
+}
+
+// TestWalkWhileTurning walks a full store in which both queues turn their
+// chunks while names are stored and asked between the walk's chunks: every
+// entry stored when the walk began and still there at its end is visited.
+func TestWalkWhileTurning(t *testing.T) {
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	rng := rand.New(rand.NewPCG(5, 6))
+	next := 0
+	stored := map[string]bool{} // names stored again during the walk
+	step := func() {
+		e, _ := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", next), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		next++
+		name := fmt.Sprintf("warm%d.example.org.", rng.IntN(10_000))
+		if next%2 == 0 {
+			name = fmt.Sprintf("hot%d.example.org.", rng.IntN(1000))
+		}
+		_, key := testEntry(t, b, name, 1, 3600, KindSuccess)
+		if _, ok := s.lookup(key); ok {
+			s.touch(key)
+		} else {
+			e, _ := testEntry(t, b, name, 1, 3600, KindSuccess)
+			s.Put(e, 0)
+			stored[string(key)] = true
+		}
+	}
+	for range 60_000 {
+		step()
+	}
+	atStart := map[string]bool{}
+	for c, more := (Cursor{}), true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			atStart[string(e.Key())] = true
+			return false
+		})
+	}
+	clear(stored)
+	visited := map[string]bool{}
+	var turned [numQueues]bool
+	for c, more := (Cursor{}), true; more; {
+		c, more = s.Walk(c, func(e entry.Entry) bool {
+			visited[string(e.Key())] = true
+			return false
+		})
+		for range 100 {
+			step()
+			for k := range s.shards {
+				for q := range numQueues {
+					turned[q] = turned[q] || s.shards[k].turning[q] >= 0
+				}
+			}
+		}
+	}
+	if turned != [numQueues]bool{true, true} {
+		t.Fatalf("during the walk, probation turned %t, main %t", turned[probationQ], turned[mainQ])
+	}
+	missed := 0
+	for key := range atStart {
+		if _, ok := s.lookup([]byte(key)); ok && !visited[key] && !stored[key] {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d entries stored before the walk and there after it were not visited", missed)
+	}
+	checkShards(t, s)
+}
+
 // passProbation passes every chunk of probation in every shard, as a flood
 // of new names would.
 func (s *Store) passProbation() {

@@ -100,6 +100,12 @@ type shard struct {
 	ghostLen  int      // the ghost's words, counted in held from the start
 	coin      uint64
 
+	// Each queue's chunk that turns an entry at a time (evict.go), -1 where
+	// none does: it holds entries in [back, used), the older, passed as
+	// entries of queue from, and in [0, front), written since its turn
+	// began; front <= back.
+	turning, front, back, from [numQueues]int
+
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
 	// mean count between two of main's passes, in 256ths.
@@ -179,12 +185,11 @@ const shardsPerProc = 4
 const targetShardBudget = 64 << 20
 
 // minShardChunks is the fewest chunks a shard is made with where the budget
-// allows. Each of a shard's two queues has a newest chunk partly filled and
-// passes a whole chunk at a time, and a shard has an index table, a ghost
-// and a budget that is seldom a whole number of chunks: the fewer its
-// chunks, the less of its budget holds entries, and the lower the hit
-// rate of a store of few large shards against one of many small ones
-// (bench/trace).
+// allows. A shard has an index table, a ghost and a budget that is seldom
+// a whole number of chunks, and its queues' turning chunks leave a few KiB
+// empty (evict.go): the fewer its chunks, the less of its budget holds
+// entries, and the lower the hit rate of a store of few large shards
+// against one of many small ones (bench/trace).
 const minShardChunks = 32
 
 // shardCount returns the number of shards, a power of two, of a store of
@@ -346,11 +351,11 @@ type Cursor struct {
 // is not an eviction). It returns the cursor to resume from, and false once
 // every shard has been walked. Each shard's chunks are visited in the order
 // of its queues, probation's then main's, oldest first: entries move only
-// to main's newest chunk (evict.go), and a chunk passed is queued again as
-// its queue's newest, so that every entry stored when the walk began is
-// visited unless it is evicted or replaced meanwhile, and one moved while
-// the walk runs may be visited twice. Entries stored after the walk passed
-// their place are not visited.
+// to main's newest chunk (evict.go), and a chunk passed or turned is queued
+// again as its queue's newest, so that every entry stored when the walk
+// began is visited unless it is evicted or replaced meanwhile, and one
+// moved while the walk runs may be visited twice. Entries stored after the
+// walk passed their place are not visited.
 func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
 	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
 		sh := &s.shards[c.shard]
@@ -403,19 +408,22 @@ func (s *Store) Paced(rest time.Duration) Walker {
 // walkChunk visits the live entries of chunk c; the caller holds sh.mu.
 func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
 	b := sh.chunks[c]
-	for off := 0; off < int(sh.used[c]); {
-		e := entry.Entry(b[off:])
-		e = e[:e.Size():e.Size()]
-		i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key()))
-		off += len(e)
-		if i < 0 {
-			continue // garbage: replaced or removed
-		}
-		lent := sh.lend(e)
-		remove := visit(lent)
-		sh.takeBack(e, lent)
-		if remove {
-			sh.remove(i, e)
+	a0, a1, b0, b1 := sh.spans(c)
+	for _, span := range [2][2]int{{a0, a1}, {b0, b1}} {
+		for off := span[0]; off < span[1]; {
+			e := entry.Entry(b[off:])
+			e = e[:e.Size():e.Size()]
+			i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key()))
+			off += len(e)
+			if i < 0 {
+				continue // garbage: replaced or removed
+			}
+			lent := sh.lend(e)
+			remove := visit(lent)
+			sh.takeBack(e, lent)
+			if remove {
+				sh.remove(i, e)
+			}
 		}
 	}
 }
