@@ -332,7 +332,9 @@ func (a *arena) mapTable(size int, place tablePlace) (mappedTable, bool) {
 // mapsAlone reports whether a table of size bytes is mapped on its own, so
 // that while a resize fills it the table it replaces stays mapped beside it:
 // a table too large for the shared regions, or one meant for them that finds
-// no room there.
+// no room there now. Another shard may take the last room before this one's
+// resize maps its table: that table is then mapped alone with the old one
+// beside it uncounted, until the resize ends.
 func (a *arena) mapsAlone(size int) bool {
 	switch a.placeOf(size) {
 	case mappedAlone:

@@ -350,6 +350,11 @@ func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
 	return 0, int(sh.used[c]), 0, 0
 }
 
+// isTurning reports whether chunk c is turning in either queue.
+func (sh *shard) isTurning(c int) bool {
+	return c == sh.turning[probationQ] || c == sh.turning[mainQ]
+}
+
 // filled returns the bytes of chunk c that hold entries, live or not.
 func (sh *shard) filled(c int) int {
 	a0, a1, b0, b1 := sh.spans(c)

@@ -232,6 +232,60 @@ func TestShedTurns(t *testing.T) {
 	checkShards(t, s)
 }
 
+// TestWalkVisitsUnmovedOnce walks a full shard a chunk at a time with puts
+// between the chunks, so that both queues turn chunks the walk has already
+// visited and meets them again as their queue's newest: no entry that was
+// never asked again, and so never kept by a pass (which moves it to main's
+// end, if only to its own place), is visited twice.
+func TestWalkVisitsUnmovedOnce(t *testing.T) {
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	next := 0
+	asked := map[string]bool{}
+	put := func() {
+		e, key := testEntry(t, b, fmt.Sprintf("c%d.org.", next), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		if next%3 == 0 {
+			s.touch(key) // asked again: kept, so main fills and turns too
+			asked[string(key)] = true
+		}
+		next++
+	}
+	for range 60_000 {
+		put()
+	}
+	at := map[string]uint64{}
+	twice, turned := 0, 0
+	visit := func(e entry.Entry) bool {
+		h := s.Hash(e.Key())
+		loc := sh.table[sh.find(e.Key(), h)] & locMask
+		if prev, ok := at[string(e.Key())]; ok && prev == loc && !asked[string(e.Key())] {
+			twice++
+		}
+		at[string(e.Key())] = loc
+		return false
+	}
+	for c, more := s.Walk(Cursor{}, visit); more; c, more = s.Walk(c, visit) {
+		for range 500 {
+			put()
+		}
+		if sh.isTurning(sh.queues[probationQ].tail()) || sh.isTurning(sh.queues[mainQ].tail()) {
+			turned++
+		}
+		checkShards(t, s)
+	}
+	if turned == 0 {
+		t.Fatal("no chunk turned during the walk: the test needs them to")
+	}
+	if twice > 0 {
+		t.Fatalf("%d entries visited twice at the same place", twice)
+	}
+}
+
 // TestWalkWhileTurning walks a full store in which both queues turn their
 // chunks while names are stored and asked between the walk's chunks: every
 // entry stored when the walk began and still there at its end is visited.

@@ -86,7 +86,7 @@ type shard struct {
 
 	arena  *arena   // where chunks and tables come from (arena.go)
 	chunks [][]byte // nil where no chunk is allocated
-	used   []uint32 // bytes written in each chunk
+	used   []uint32 // bytes written in each chunk; a turning chunk's older span ends there (spans)
 
 	// The eviction policy's state (evict.go): the chunks in each queue, in
 	// order, and the queue and place each allocated chunk is in; chunks are
@@ -342,7 +342,8 @@ func (s *Store) Remove(key []byte) {
 // Cursor is where a walk of the store resumes; its zero value starts one.
 type Cursor struct {
 	shard, queue int
-	seq          uint64 // the first chunk of the queue not visited, as queue.pushed counts them
+	seq          uint64   // the first chunk of the queue not visited, as queue.pushed counts them
+	seen         []uint64 // bit c: the shard's chunk c was visited, at an earlier place in its queues
 }
 
 // Walk visits the entries of the next chunk of the store from c on, with its
@@ -356,10 +357,17 @@ type Cursor struct {
 // began is visited unless it is evicted or replaced meanwhile, and one
 // moved while the walk runs may be visited twice. Entries stored after the
 // walk passed their place are not visited.
+//
+// A turning chunk met again keeps in its older span entries that were there
+// when the walk visited it before, and that have not moved since: only its
+// newer span is visited then.
 func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
 	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
 		sh := &s.shards[c.shard]
 		sh.mu.Lock()
+		if c.seen == nil {
+			c.seen = make([]uint64, (len(sh.chunks)+63)/64)
+		}
 		for ; c.queue < numQueues; c.queue, c.seq = c.queue+1, 0 {
 			qu := &sh.queues[c.queue]
 			first := qu.pushed - uint64(qu.n)
@@ -367,7 +375,9 @@ func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor,
 				chunk := qu.at(int(c.seq - first))
 				c.seq++
 				if sh.used[chunk] > 0 {
-					sh.walkChunk(chunk, visit)
+					again := c.seen[chunk/64]&(1<<(chunk%64)) != 0
+					c.seen[chunk/64] |= 1 << (chunk % 64)
+					sh.walkChunk(chunk, !again, visit)
 					sh.mu.Unlock()
 					return c, true
 				}
@@ -405,10 +415,14 @@ func (s *Store) Paced(rest time.Duration) Walker {
 	}
 }
 
-// walkChunk visits the live entries of chunk c; the caller holds sh.mu.
-func (sh *shard) walkChunk(c int, visit func(e entry.Entry) bool) {
+// walkChunk visits the live entries of chunk c, but for those of a turning
+// chunk's older span unless older; the caller holds sh.mu.
+func (sh *shard) walkChunk(c int, older bool, visit func(e entry.Entry) bool) {
 	b := sh.chunks[c]
 	a0, a1, b0, b1 := sh.spans(c)
+	if !older && sh.isTurning(c) {
+		a0, a1 = 0, 0
+	}
 	for _, span := range [2][2]int{{a0, a1}, {b0, b1}} {
 		for off := span[0]; off < span[1]; {
 			e := entry.Entry(b[off:])
