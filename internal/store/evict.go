@@ -293,8 +293,9 @@ const turnRoom = 4 << 10
 // that makeRoom would pass whole: passed whole, it would start again at
 // the end of its queue with all the room its pass freed, to fill again,
 // about half of that holding no entry on average. Turned, it moves to the
-// end of q as it is, and its entries pass one at a time, oldest first, as
-// the entries written at its start need their room: probation's leave it
+// end of q as it is, and its entries pass oldest first, at least turnRoom
+// bytes of them at a time, as the entries written at its start need their
+// room: probation's leave it
 // for main or are dropped; in main, those kept are compacted to the front,
 // among the new ones. Once it has passed them all the chunk is an ordinary
 // one. It reports false where makeRoom is to pass a chunk instead: where
@@ -339,20 +340,23 @@ func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 	return true
 }
 
+// turningIn returns the queue chunk c is turning in, or -1.
+func (sh *shard) turningIn(c int) int {
+	for q := range numQueues {
+		if c == sh.turning[q] {
+			return q
+		}
+	}
+	return -1
+}
+
 // spans returns the parts of chunk c that hold entries, older first:
 // [a0, a1) and [b0, b1).
 func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
-	for q := range numQueues {
-		if c == sh.turning[q] {
-			return sh.back[q], int(sh.used[c]), 0, sh.front[q]
-		}
+	if q := sh.turningIn(c); q >= 0 {
+		return sh.back[q], int(sh.used[c]), 0, sh.front[q]
 	}
 	return 0, int(sh.used[c]), 0, 0
-}
-
-// isTurning reports whether chunk c is turning in either queue.
-func (sh *shard) isTurning(c int) bool {
-	return c == sh.turning[probationQ] || c == sh.turning[mainQ]
 }
 
 // filled returns the bytes of chunk c that hold entries, live or not.
@@ -410,7 +414,7 @@ func (sh *shard) makeRoom(q int, now int64, d *Displaced) {
 // probation, or from main when probation holds nothing to pass. Probation
 // turns a few KiB of entries further where it can, rather than pass a
 // whole chunk, which would leave the chunk's bytes empty until the inserts
-// fill them again, with the table at its most the while.
+// fill them again while the table stays full.
 func (sh *shard) shed(now int64, d *Displaced) {
 	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
 		gap := 0
@@ -471,11 +475,9 @@ func (sh *shard) giveUpChunk(now int64, d *Displaced) bool {
 func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 	a0, a1, b0, b1 := sh.spans(c)
 	qa := q
-	for x := range numQueues {
-		if c == sh.turning[x] {
-			qa = sh.from[x]
-			sh.turning[x] = -1
-		}
+	if x := sh.turningIn(c); x >= 0 {
+		qa = sh.from[x]
+		sh.turning[x] = -1
 	}
 	w := 0
 	if inPlace {

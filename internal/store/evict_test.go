@@ -273,7 +273,7 @@ func TestWalkVisitsUnmovedOnce(t *testing.T) {
 		for range 500 {
 			put()
 		}
-		if sh.isTurning(sh.queues[probationQ].tail()) || sh.isTurning(sh.queues[mainQ].tail()) {
+		if sh.turning[probationQ] >= 0 || sh.turning[mainQ] >= 0 {
 			turned++
 		}
 		checkShards(t, s)

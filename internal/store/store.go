@@ -420,7 +420,7 @@ func (s *Store) Paced(rest time.Duration) Walker {
 func (sh *shard) walkChunk(c int, older bool, visit func(e entry.Entry) bool) {
 	b := sh.chunks[c]
 	a0, a1, b0, b1 := sh.spans(c)
-	if !older && sh.isTurning(c) {
+	if !older && sh.turningIn(c) >= 0 {
 		a0, a1 = 0, 0
 	}
 	for _, span := range [2][2]int{{a0, a1}, {b0, b1}} {
