@@ -28,10 +28,10 @@ func filledStore(t *testing.T) ([]*arena, int64) {
 	var want int64
 	for i := range s.shards {
 		sh := &s.shards[i]
-		if len(sh.table)*8 < minMappedTable {
-			t.Fatalf("shard %d: table of %d slots is on the heap; fill more", i, len(sh.table))
+		if len(sh.table.b) < minMappedTable {
+			t.Fatalf("shard %d: table of %d bytes is on the heap; fill more", i, len(sh.table.b))
 		}
-		want += int64(len(sh.table)) * 8
+		want += int64(len(sh.table.b))
 		for _, c := range sh.chunks {
 			if c != nil {
 				want += chunkSize
