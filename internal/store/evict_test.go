@@ -198,7 +198,7 @@ func TestQueuesTurn(t *testing.T) {
 // would leave the table that much emptier until the inserts refill it.
 func TestShedTurns(t *testing.T) {
 	// Entries of about 50 bytes fill a table of 128 KiB (21,845 slots of
-	// 6 bytes) in about 1 MiB; growing it takes 128 KiB more (256 KiB where
+	// 6 bytes) in about 1 MiB; growing it takes 64 KiB more (192 KiB where
 	// the old table stays mapped while the new one fills), which 1.1875 MiB
 	// does not hold.
 	s, err := newStoreOn(1, 19*MinCapacity/16, PerKind{}, 0)
@@ -535,7 +535,7 @@ func TestShortLastChunk(t *testing.T) {
 	if got := sh.nextChunkSize(); got != 0 {
 		t.Errorf("a short chunk of %d bytes where the table could grow", got)
 	}
-	sh.resize(128 << 10) // a table that could not grow in less than a chunk
+	sh.resize(256 << 10) // a table that could not grow in less than a chunk
 	for _, tc := range []struct {
 		room int64
 		want int
@@ -559,7 +559,7 @@ func TestShortLastChunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 30_000 {
+		for i := range 50_000 {
 			e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
 			s.Put(e, 0)
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"math/bits"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -171,22 +172,28 @@ func (sh *shard) checkOrder() int {
 }
 
 // tableSizeAfter returns the bytes of the table that replaces one of size
-// bytes: twice as many up to half a huge page; then a quarter more, rounded
-// up to an eighth of a huge page, up to a huge page; then a quarter more,
-// rounded up to whole huge pages. Small tables double, since every rebuild
-// moves all their slots and small steps would move each several times while
-// a shard fills; large ones, which hold most of a large store's index, grow
-// in steps that keep them nearly as full as they may be. The steps between
-// half a huge page and a whole one are sizes the store's shared regions hold
-// in huge pages (inRegions), and the larger tables are mapped alone in whole
-// huge pages: a table that lay partly in small pages would cost a page fault
+// bytes: twice as many up to 128 KiB; then the next size of the form 2^k or
+// 3<<k (a half or a third more) up to half a huge page; then a quarter more,
+// rounded up to an eighth of a huge page, up to a huge page; then a quarter
+// more, rounded up to whole huge pages. The smallest tables double, since
+// every rebuild moves all their slots and small steps would move each several
+// times while a shard fills; larger ones, which take a share of a small
+// store's budget and hold most of a large store's index, grow in steps that
+// keep them nearly as full as they may be. The steps under a huge page are
+// multiples of minMappedTable that the store's shared regions hold in huge
+// pages (inRegions), and the larger tables are mapped alone in whole huge
+// pages: a table that lay partly in small pages would cost a page fault
 // every 4 KiB as it is filled, several microseconds each on a virtual
 // machine, and most of its probes would miss the TLB. The sizes are the
 // same whatever the width of the slots: a table of narrower ones holds more.
 func tableSizeAfter(size int) int {
 	switch {
-	case size < hugePage/2:
+	case size < 2*minMappedTable:
 		return 2 * size
+	case size < hugePage/2 && size&(size-1) == 0:
+		return size + size/2
+	case size < hugePage/2:
+		return 1 << bits.Len(uint(size))
 	case size < hugePage:
 		return min(roundUp(size+size/4, hugePage/8), hugePage)
 	}

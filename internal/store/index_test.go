@@ -9,7 +9,11 @@ func TestTableSizeAfter(t *testing.T) {
 	const huge = hugePage
 	tests := []struct{ n, want int }{
 		{minTableBytes, 2 * minTableBytes},
-		{huge / 4, huge / 2},
+		{minMappedTable, 2 * minMappedTable},
+		{huge / 16, 3 * huge / 32}, // 128 KiB, a half more
+		{3 * huge / 32, huge / 8},  // a third more
+		{huge / 4, 3 * huge / 8},
+		{3 * huge / 8, huge / 2},
 		{huge / 2, 5 * huge / 8},     // a quarter more: 1.25 MiB
 		{5 * huge / 8, 7 * huge / 8}, // 1.5625 MiB, rounded up to an eighth
 		{7 * huge / 8, huge},         // 2.1875 MiB: at most a huge page
@@ -27,7 +31,8 @@ func TestTableSizeAfter(t *testing.T) {
 	for n := minTableBytes; n < 1<<31; n = tableSizeAfter(n) {
 		next := tableSizeAfter(n)
 		switch {
-		case n < huge/2 && next != 2*n,
+		case n < 2*minMappedTable && next != 2*n,
+			n >= 2*minMappedTable && n < huge/2 && next != n+n/2 && 3*next != 4*n,
 			n >= huge/2 && n < huge && (next%(huge/8) != 0 || next > huge || 4*next < 5*n && next != huge),
 			n >= huge && (next%huge != 0 || 4*next < 5*n || next-n > n/4+huge):
 			t.Fatalf("%d bytes grow to %d", n, next)
@@ -124,23 +129,21 @@ func testRobinHood(t *testing.T, f slotFormat, n int) {
 	}
 }
 
-// TestIndexResizeKeepsSlots checks that rebuilds keep every slot, in order:
-// doubling from the smallest table to the largest kept on the heap, growing
-// by eighths of a huge page from half of one, and in whole huge pages from
-// one huge page to three; tags
-// crowd the table's end, so that runs wrap around to its start.
+// TestIndexResizeKeepsSlots checks that rebuilds keep every slot, in order,
+// in slots of each width: doubling from the smallest table to the largest
+// kept on the heap, growing by eighths of a huge page from half of one, and
+// in whole huge pages from one huge page to three; tags crowd the table's
+// end, so that runs wrap around to its start.
 func TestIndexResizeKeepsSlots(t *testing.T) {
 	const huge = hugePage
 	for _, f := range testFormats {
-		for _, tc := range []struct{ from, to, want int }{
-			{minTableBytes, minMappedTable - 8, minMappedTable},
-			{huge, 2*huge + huge/8, 3 * huge}, // just past the growth to three
-			// From 1 MiB to 1.25 and 1.75, in the regions of a large store.
-			{huge / 2, 3 * huge / 4, 7 * huge / 8},
-		} {
-			testResizeKeepsSlots(t, f, tc.from, tc.to, tc.want)
-		}
+		testResizeKeepsSlots(t, f, minTableBytes, minMappedTable-8, minMappedTable)
+		// From 1 MiB to 1.25 and 1.75, in the regions of a large store.
+		testResizeKeepsSlots(t, f, huge/2, 3*huge/4, 7*huge/8)
 	}
+	// Just past the growth to three huge pages, the slowest case under the
+	// race detector, in the narrowest slots alone.
+	testResizeKeepsSlots(t, testFormats[0], huge, 2*huge+huge/8, 3*huge)
 }
 
 // testResizeKeepsSlots fills a table of from bytes of format f until it
