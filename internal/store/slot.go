@@ -18,11 +18,15 @@ import (
 // another key's costs a read of that entry, most often a cache miss.
 // The width is the narrowest, of 6, 7 and 8 bytes, whose tag keeps that
 // many bits (slotFormatFor); 8 where none does.
+//
+// The shifts below are masked to 63, which they never exceed, so that the
+// compiler need not make a shift by 64 or more come out as zero.
 type slotFormat struct {
 	width    int    // bytes a slot takes
 	locBits  uint   // the bits of the location plus one, the low ones
 	tagShift uint   // 64 minus the tag's bits: a tag is the hash's top bits
 	mask     uint64 // the slot's 8*width bits
+	locMask  uint64 // the location's bits
 }
 
 // tagMargin is the bits a tag keeps beyond those a home takes.
@@ -34,6 +38,7 @@ func newSlotFormat(width int, locBits uint) slotFormat {
 		locBits:  locBits,
 		tagShift: 64 - (8*uint(width) - locBits),
 		mask:     ^uint64(0) >> (64 - 8*width),
+		locMask:  1<<locBits - 1,
 	}
 }
 
@@ -54,11 +59,11 @@ func slotFormatFor(budget int64) slotFormat {
 }
 
 // tagBits returns the bits of the tag.
-func (f slotFormat) tagBits() int { return 64 - int(f.tagShift) }
+func (f *slotFormat) tagBits() int { return 64 - int(f.tagShift) }
 
 // tagBitsFor returns the bits a tag should keep in a shard of budget bytes:
 // those of the largest table its slots could have, and tagMargin more.
-func (f slotFormat) tagBitsFor(budget int64) int {
+func (f *slotFormat) tagBitsFor(budget int64) int {
 	return bits.Len(uint(f.largestTable(budget))) + tagMargin
 }
 
@@ -66,7 +71,7 @@ func (f slotFormat) tagBitsFor(budget int64) int {
 // bytes could have. A table grows only when growLoad sixteenths full, and
 // only where the budget holds its entries and the larger table; an entry
 // takes at least entry.MinLen bytes.
-func (f slotFormat) largestTable(budget int64) int {
+func (f *slotFormat) largestTable(budget int64) int {
 	size := minTableBytes
 	for {
 		next := tableSizeAfter(size)
@@ -81,7 +86,7 @@ func (f slotFormat) largestTable(budget int64) int {
 // slotsIn returns the slots a table of size bytes holds. A slot is read as
 // the 8 bytes at its start, one unaligned load, and masked to its width: the
 // last slot's load reads 8-width bytes past it, which the table must hold.
-func (f slotFormat) slotsIn(size int) int { return (size-8)/f.width + 1 }
+func (f *slotFormat) slotsIn(size int) int { return (size-8)/f.width + 1 }
 
 // indexTable is a shard's index table (index.go): n slots of the format's
 // width, little endian, in b.
@@ -115,23 +120,23 @@ func (t *indexTable) move(dst, src, n int) {
 }
 
 // slot returns the slot value of an entry whose hash is h at loc.
-func (f slotFormat) slot(h, loc uint64) uint64 { return h>>f.tagShift<<f.locBits | loc + 1 }
+func (f *slotFormat) slot(h, loc uint64) uint64 { return f.tagOf(h)<<(f.locBits&63) | loc + 1 }
 
 // tagOf returns the tag of hash h, tag the tag of slot value v.
-func (f slotFormat) tagOf(h uint64) uint64 { return h >> f.tagShift }
-func (f slotFormat) tag(v uint64) uint64   { return v >> f.locBits }
+func (f *slotFormat) tagOf(h uint64) uint64 { return h >> (f.tagShift & 63) }
+func (f *slotFormat) tag(v uint64) uint64   { return v >> (f.locBits & 63) }
 
 // loc returns the location that slot value v holds.
-func (f slotFormat) loc(v uint64) uint64 { return v&(1<<f.locBits-1) - 1 }
+func (f *slotFormat) loc(v uint64) uint64 { return v&f.locMask - 1 }
 
 // relocate points slot i at loc, keeping its tag.
 func (t *indexTable) relocate(i int, loc uint64) {
-	t.store(i, t.load(i)>>t.locBits<<t.locBits|loc+1)
+	t.store(i, t.load(i)&^t.locMask|loc+1)
 }
 
 // home returns the slot where a probe for tag starts: the tag scaled to the
 // table's length, so that homes keep the order of tags whatever the length.
 func (t *indexTable) home(tag uint64) int {
-	hi, _ := bits.Mul64(tag<<t.tagShift, uint64(t.n))
+	hi, _ := bits.Mul64(tag<<(t.tagShift&63), uint64(t.n))
 	return int(hi)
 }
