@@ -3,7 +3,6 @@ package store
 import (
 	"github.com/compactcache/compactcache/internal/entry"
 
-	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -18,12 +17,7 @@ func filledStore(t *testing.T) ([]*arena, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := entry.NewBuilder()
-	for i := range 60_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
-		s.Put(e, 0)
-	}
-	checkShards(t, s)
+	putNames(t, s, 60_000)
 	var arenas []*arena
 	var want int64
 	for i := range s.shards {

@@ -35,7 +35,7 @@ func (sh *shard) home(tag uint64) int { return sh.table.home(tag) }
 
 // distance returns how far slot i, holding v, lies past v's home.
 func (sh *shard) distance(v uint64, i int) int {
-	d := i - sh.table.home(sh.table.tag(v))
+	d := i - sh.home(sh.table.tag(v))
 	if d < 0 {
 		d += sh.table.n
 	}
@@ -179,9 +179,9 @@ func (sh *shard) checkOrder() int {
 // every rebuild moves all their slots and small steps would move each several
 // times while a shard fills; larger ones, which take a share of a small
 // store's budget and hold most of a large store's index, grow in steps that
-// keep them nearly as full as they may be. The steps under a huge page are
-// multiples of minMappedTable that the store's shared regions hold in huge
-// pages (inRegions), and the larger tables are mapped alone in whole huge
+// keep them nearly as full as they may be. The sizes from minMappedTable to
+// a huge page are multiples of it that the store's shared regions hold in
+// huge pages (inRegions), and the larger tables are mapped alone in whole huge
 // pages: a table that lay partly in small pages would cost a page fault
 // every 4 KiB as it is filled, several microseconds each on a virtual
 // machine, and most of its probes would miss the TLB. The sizes are the
@@ -250,7 +250,7 @@ func (sh *shard) resize(size int) {
 	t := &sh.table
 	next, last := 0, 0 // the slot after those placed in order, and the last one's home
 	place := func(v uint64) {
-		h := t.home(t.tag(v))
+		h := sh.home(t.tag(v))
 		if p := max(h, next); h >= last && p < t.n && t.load(p) == 0 {
 			t.store(p, v)
 			sh.count++

@@ -69,12 +69,7 @@ func TestLastChunkFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := entry.NewBuilder()
-	for i := range 400_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
-		s.Put(e, 0)
-	}
-	checkShards(t, s)
+	putNames(t, s, 400_000)
 	for k := range s.shards {
 		sh := &s.shards[k]
 		f := sh.table.slotFormat

@@ -63,6 +63,17 @@ func (s *Store) touch(key []byte) {
 // checkShards verifies the invariants every operation must keep: each slot
 // locates a live entry whose key hashes to the slot's bits, the counts add
 // up, and no shard holds more than its budget.
+// putNames stores n names, n0.example.org. on, and checks the shards.
+func putNames(t *testing.T, s *Store, n int) {
+	t.Helper()
+	b := entry.NewBuilder()
+	for i := range n {
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
+		s.Put(e, 0)
+	}
+	checkShards(t, s)
+}
+
 func checkShards(t *testing.T, s *Store) {
 	t.Helper()
 	if err := s.Check(); err != nil {
