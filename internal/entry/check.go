@@ -16,7 +16,7 @@ import (
 // process (a snapshot file), which the trusted readers must never meet
 // malformed: they walk names and records without bounds checks.
 func Check(b []byte) error {
-	if len(b) < headerLen+1+keyTail {
+	if len(b) < MinLen {
 		return errors.New("shorter than a header and a key")
 	}
 	if len(b) > MaxLen {

@@ -63,6 +63,10 @@ const (
 	countsLen = 6 // the three section counts of a body that has them
 	sizeMask  = 1<<24 - 1
 
+	// MinLen is the fewest bytes an entry takes: a header and the key of
+	// the root name.
+	MinLen = headerLen + 1 + keyTail
+
 	// MaxLen bounds any entry: the largest DNS message, the header, the
 	// longest key and the section counts. Arena chunks are sized to hold one
 	// such entry.

@@ -18,7 +18,7 @@ import (
 // of the program, however large the cache.
 //
 // The budget accounting (shard.held) does not change with where the memory
-// is: a chunk counts chunkSize and a table 8 bytes a slot either way.
+// is: a chunk counts chunkSize and a table its bytes either way.
 
 // minMappedTable is the smallest table, in bytes, that is mapped: a multiple
 // of every page size Linux uses (4 KiB to 64 KiB), so that a mapping holds
@@ -27,7 +27,7 @@ import (
 const minMappedTable = 64 << 10
 
 // hugePage is a transparent huge page with 4 KiB base pages (amd64, arm64).
-// The table lengths (tableSizeAfter) follow it in every build, so that a
+// The table sizes (tableSizeAfter) follow it in every build, so that a
 // store holds as many entries in a given budget on the heap as mapped.
 const hugePage = 2 << 20
 

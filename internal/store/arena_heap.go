@@ -25,9 +25,9 @@ func (*arena) chunk(_, n int) []byte { return make([]byte, n) }
 
 func (*arena) freeChunk(int, int) {}
 
-func (*arena) table(n int) []uint64 { return make([]uint64, n) }
+func (*arena) table(size int) []byte { return make([]byte, size) }
 
-func (*arena) free([]uint64) {}
+func (*arena) free([]byte) {}
 
 // mapsAlone is false: the table a resize replaces is garbage on the heap.
 func (*arena) mapsAlone(int) bool { return false }

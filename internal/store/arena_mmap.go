@@ -260,21 +260,20 @@ type mappedTable struct {
 	region         *tableRegion
 }
 
-// table returns a zeroed table of n slots. A table of a huge page or more
+// table returns a zeroed table of size bytes. A table of a huge page or more
 // is a whole number of huge pages, each written to within the resize that
 // fills it (slots land at random), so it lies in huge pages at no cost in
 // memory beyond what the accounting counts, and a probe of a large store
 // seldom misses the TLB. Smaller tables do too where the store shares huge
 // pages among its shards' tables (sharedTables).
-func (a *arena) table(n int) []uint64 {
-	size := n * 8
+func (a *arena) table(size int) []byte {
 	place := a.placeOf(size)
 	if place == onHeap {
-		return make([]uint64, n)
+		return make([]byte, size)
 	}
 	t, ok := a.mapTable(size, place)
 	if !ok {
-		return make([]uint64, n)
+		return make([]byte, size)
 	}
 	a.tables = append(a.tables, t)
 	if t.region != nil {
@@ -282,7 +281,7 @@ func (a *arena) table(n int) []uint64 {
 	} else {
 		a.add(int64(size))
 	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(&t.table[0])), n)
+	return t.table
 }
 
 // tablePlace is where a table lies.
@@ -346,9 +345,9 @@ func (a *arena) mapsAlone(size int) bool {
 }
 
 // free unmaps t, a table that resize replaced, if it was mapped.
-func (a *arena) free(t []uint64) {
+func (a *arena) free(t []byte) {
 	for i, mt := range a.tables {
-		if unsafe.Pointer(&mt.table[0]) == unsafe.Pointer(&t[0]) {
+		if &mt.table[0] == &t[0] {
 			a.unmap(mt)
 			a.tables = append(a.tables[:i], a.tables[i+1:]...)
 			return

@@ -73,8 +73,7 @@ func TestChunksArePopulated(t *testing.T) {
 	if rss, _ := residence(t, a.mapping); rss != chunkSize+minShortChunk {
 		t.Errorf("chunks of %d and %d bytes handed out, nothing written: %d bytes resident", chunkSize, minShortChunk, rss)
 	}
-	const slots = minMappedTable / 8
-	a.table(slots)
+	a.table(minMappedTable)
 	mt := a.tables[len(a.tables)-1]
 	if rss, _ := residence(t, mt.mapping); rss != minMappedTable {
 		t.Errorf("a table of %d bytes mapped alone, nothing written: %d bytes resident", minMappedTable, rss)
@@ -168,18 +167,17 @@ func TestCollapseTurnSkipsDroppedStores(t *testing.T) {
 }
 
 // TestArenaLargeTableInHugePages maps a table of two huge pages, writes a
-// slot in each, and checks that both are huge pages: all of the table
+// byte in each, and checks that both are huge pages: all of the table
 // resident, as the accounting counts it, and nothing more.
 func TestArenaLargeTableInHugePages(t *testing.T) {
 	requireHugePages(t, false)
 	a := newArena(1, nil)
 	defer a.release()
-	slots := 2 * hugePage / 8
-	tab := a.table(slots)
-	tab[0], tab[slots-1] = 1, 1
+	tab := a.table(2 * hugePage)
+	tab[0], tab[len(tab)-1] = 1, 1
 	mt := a.tables[0]
 	if rss, huge := residence(t, mt.mapping); huge != 2*hugePage || rss != 2*hugePage {
-		t.Fatalf("a table of %d bytes, a slot written in each huge page: %d bytes resident, %d in huge pages; want all of it, in huge pages",
+		t.Fatalf("a table of %d bytes, a byte written in each huge page: %d bytes resident, %d in huge pages; want all of it, in huge pages",
 			2*hugePage, rss, huge)
 	}
 	if got := a.mapped(); got != 2*hugePage {
@@ -210,13 +208,13 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 	}
 
 	a, b := newArena(1, st), newArena(1, st)
-	slots := minMappedTable / 8
+	const size = minMappedTable
 	// OffHeapBytes is the process's: the stores earlier tests dropped are
 	// unmapped first, so that only these arenas move it.
 	settleOffHeap()
 	before := OffHeapBytes()
-	ta, tb := a.table(slots), b.table(slots)
-	ta[0], tb[slots-1] = 1, 1
+	ta, tb := a.table(size), b.table(size)
+	ta[0], tb[size-1] = 1, 1
 	if len(st.regions) != 1 || st.pages != 1 || OffHeapBytes()-before != hugePage {
 		t.Fatalf("two tables of %d bytes: %d regions, %d huge pages, %d bytes mapped; want 1, 1, %d",
 			minMappedTable, len(st.regions), st.pages, OffHeapBytes()-before, hugePage)
@@ -230,12 +228,12 @@ func TestSharedTablesShareHugePages(t *testing.T) {
 	}
 
 	a.free(ta)
-	again := a.table(slots)
+	again := a.table(size)
 	if again[0] != 0 || st.pages != 1 {
-		t.Fatalf("a table handed out again: first slot %d, %d pages; want 0, 1", again[0], st.pages)
+		t.Fatalf("a table handed out again: first byte %d, %d pages; want 0, 1", again[0], st.pages)
 	}
 	st.maxPages = st.pages
-	own := b.table(2 * slots)
+	own := b.table(2 * size)
 	if st.pages != 1 || b.tables[len(b.tables)-1].region != nil || b.mapped() != 3*minMappedTable {
 		t.Fatalf("a table past the shared pages: %d pages, shared %v, %d bytes counted; want 1, on its own, %d",
 			st.pages, b.tables[len(b.tables)-1].region != nil, b.mapped(), 3*minMappedTable)
@@ -415,9 +413,9 @@ func TestRegionPages(t *testing.T) {
 			t.Errorf("inRegions(%d KiB) = %v, want %v", tt.size/k, got, tt.inRegions)
 		}
 	}
-	for n := minMappedTable / slotBytes; n < hugePage/slotBytes; n = tableSizeAfter(n) {
-		if !inRegions(n * slotBytes) {
-			t.Errorf("tables of %d slots, a size tableSizeAfter makes, are not held in regions", n)
+	for n := minMappedTable; n < hugePage; n = tableSizeAfter(n) {
+		if !inRegions(n) {
+			t.Errorf("tables of %d bytes, a size tableSizeAfter makes, are not held in regions", n)
 		}
 	}
 }
@@ -441,7 +439,7 @@ func TestMapsAloneWhenRegionsFull(t *testing.T) {
 		if want := i == 8; alone != want {
 			t.Fatalf("%d tables in the regions: mapsAlone = %v, want %v", i, alone, want)
 		}
-		a.table(size / slotBytes)
+		a.table(size)
 		if inRegion := a.tables[0].region != nil; inRegion == alone {
 			t.Fatalf("table %d: in a region %v, where mapsAlone said %v", i, inRegion, alone)
 		}
@@ -457,20 +455,20 @@ func TestMapsAloneWhenRegionsFull(t *testing.T) {
 // maps a second region; a page no table lies in any more is given back, and
 // a region unmapped with its last table, until nothing is counted.
 func TestRegionTakeAndPut(t *testing.T) {
-	const slots = 5 * hugePage / 8 / slotBytes
+	const size = 5 * hugePage / 8
 	st := &sharedTables{maxPages: 16}
 	settleOffHeap()
 	before := OffHeapBytes()
 	var arenas []*arena
-	var tables [][]uint64
+	var tables [][]byte
 	// A table spans one page or two; the page counts after each take.
 	for i, pages := range []int{1, 2, 2, 3, 4, 4, 5, 5, 6} {
 		a := newArena(1, st)
-		tab := a.table(slots)
-		tab[0], tab[slots-1] = 1, 1
+		tab := a.table(size)
+		tab[0], tab[size-1] = 1, 1
 		arenas, tables = append(arenas, a), append(tables, tab)
-		if a.tables[0].region == nil || a.mapped() != slots*slotBytes {
-			t.Fatalf("table %d: in a region %v, %d bytes counted; want in one, %d", i, a.tables[0].region != nil, a.mapped(), slots*slotBytes)
+		if a.tables[0].region == nil || a.mapped() != size {
+			t.Fatalf("table %d: in a region %v, %d bytes counted; want in one, %d", i, a.tables[0].region != nil, a.mapped(), size)
 		}
 		if st.pages != pages || OffHeapBytes()-before != int64(pages)*hugePage {
 			t.Fatalf("%d tables handed out: %d pages counted, %d bytes mapped; want %d pages", i+1, st.pages, OffHeapBytes()-before, pages)
@@ -481,7 +479,7 @@ func TestRegionTakeAndPut(t *testing.T) {
 	}
 	region := st.regions[0].region
 	for i := range 8 {
-		if want := unsafe.Pointer(&region[i*slots*slotBytes]); unsafe.Pointer(&tables[i][0]) != want {
+		if &region[i*size] != &tables[i][0] {
 			t.Fatalf("table %d does not lie at its place in the region", i)
 		}
 	}
@@ -520,12 +518,11 @@ func TestRegionTakeAndPut(t *testing.T) {
 // write them: the region's five pages are all resident, in huge pages.
 func TestRegionTablesInHugePages(t *testing.T) {
 	requireHugePages(t, false)
-	const slots = 5 * hugePage / 8 / slotBytes
 	st := &sharedTables{maxPages: 8}
 	for range 8 {
 		a := newArena(1, st)
 		defer a.release()
-		tab := a.table(slots)
+		tab := a.table(5 * hugePage / 8)
 		for i := range tab {
 			tab[i] = 1
 		}
@@ -548,16 +545,16 @@ func TestSharedTablesHoldAStep(t *testing.T) {
 	for round := range 20 {
 		st := newSharedTables(512 << 20)
 		arenas := make([]*arena, 8)
-		tables := make([][]uint64, 8)
+		tables := make([][]byte, 8)
 		for i := range arenas {
 			arenas[i] = newArena(1, st)
 		}
-		for n := minMappedTable / slotBytes; n <= 5*hugePage/8/slotBytes; n = tableSizeAfter(n) {
+		for n := minMappedTable; n <= 5*hugePage/8; n = tableSizeAfter(n) {
 			for _, i := range rng.Perm(len(arenas)) {
 				a := arenas[i]
 				next := a.table(n)
 				if a.tables[len(a.tables)-1].region == nil {
-					t.Fatalf("round %d: a table of %d slots mapped alone, %d of %d pages counted", round, n, st.pages, st.maxPages)
+					t.Fatalf("round %d: a table of %d bytes mapped alone, %d of %d pages counted", round, n, st.pages, st.maxPages)
 				}
 				if tables[i] != nil {
 					a.free(tables[i])

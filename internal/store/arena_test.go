@@ -3,7 +3,6 @@ package store
 import (
 	"github.com/compactcache/compactcache/internal/entry"
 
-	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -18,20 +17,15 @@ func filledStore(t *testing.T) ([]*arena, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := entry.NewBuilder()
-	for i := range 60_000 {
-		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
-		s.Put(e, 0)
-	}
-	checkShards(t, s)
+	putNames(t, s, 60_000)
 	var arenas []*arena
 	var want int64
 	for i := range s.shards {
 		sh := &s.shards[i]
-		if len(sh.table)*8 < minMappedTable {
-			t.Fatalf("shard %d: table of %d slots is on the heap; fill more", i, len(sh.table))
+		if len(sh.table.b) < minMappedTable {
+			t.Fatalf("shard %d: table of %d bytes is on the heap; fill more", i, len(sh.table.b))
 		}
-		want += int64(len(sh.table)) * 8
+		want += int64(len(sh.table.b))
 		for _, c := range sh.chunks {
 			if c != nil {
 				want += chunkSize

@@ -227,7 +227,7 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 	if i >= 0 {
 		// Asked again: a refresh, or an answer fetched again. It keeps
 		// the hits of the entry it replaces.
-		q, freq = mainQ, max(freq, sh.at(sh.table[i]).Freq())
+		q, freq = mainQ, max(freq, sh.at(sh.table.load(i)).Freq())
 	} else if sh.readmit(h) {
 		q = mainQ
 	}
@@ -236,14 +236,14 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 	stored := entry.Entry(sh.chunks[chunk][off : off+len(e)])
 	copy(stored, e)
 	stored.SetFreq(freq)
-	v := h>>locBits<<locBits | location(chunk, off) + 1
+	v := sh.table.slot(h, location(chunk, off))
 
 	if sh.slotMoves != moves {
 		i = sh.find(e.Key(), h) // making room dropped entries, and maybe the old one
 	}
 	if i >= 0 {
-		sh.tally(sh.at(sh.table[i]), -1)
-		sh.table[i] = v
+		sh.tally(sh.at(sh.table.load(i)), -1)
+		sh.table.store(i, v)
 	} else {
 		sh.insertSlot(v)
 	}
@@ -524,7 +524,7 @@ func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, 
 			}
 			if inPlace {
 				copy(b[w:], b[off:off+n])
-				sh.table[i] = sh.table[i]>>locBits<<locBits | location(c, w) + 1
+				sh.table.relocate(i, location(c, w))
 				w += n
 				break
 			}
@@ -536,7 +536,7 @@ func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, 
 				// slots, maybe the entry's.
 				i = sh.slotOf(location(c, off), h)
 			}
-			sh.table[i] = sh.table[i]>>locBits<<locBits | location(mc, mo) + 1
+			sh.table.relocate(i, location(mc, mo))
 		}
 		off += n
 	}

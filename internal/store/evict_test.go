@@ -21,7 +21,7 @@ func (s *Store) queueOf(key []byte) int {
 	if i < 0 {
 		return noQueue
 	}
-	return int(sh.in[(sh.table[i]&locMask-1)>>chunkBits])
+	return int(sh.in[sh.table.loc(sh.table.load(i))>>chunkBits])
 }
 
 // bigEntry builds an entry for name with a TXT record of size bytes.
@@ -116,7 +116,9 @@ func TestQueuesTurn(t *testing.T) {
 	}{
 		{"one shard", 1, MinCapacity, PerKind{}},
 		{"two shards", 1, 4 * MinCapacity, PerKind{}},
-		{"probation keeps two chunks", 1, 10 * MinCapacity, PerKind{}},
+		// Two shards of 48 chunks, whose tables grow ahead of the
+		// chunks: the queues' room is what this test is about.
+		{"probation keeps two chunks", 1, 12 * MinCapacity, PerKind{}},
 		{"denial cap", 1, 4 * MinCapacity, PerKind{KindDenial: 2000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,10 +197,11 @@ func TestQueuesTurn(t *testing.T) {
 // may be, rather than passing a whole chunk, whose thousands of entries
 // would leave the table that much emptier until the inserts refill it.
 func TestShedTurns(t *testing.T) {
-	// Entries of about 50 bytes fill a table of 32,768 slots in about 1.5
-	// MiB; growing it takes 256 KiB more (512 KiB where the old table stays
-	// mapped while the new one fills), which 1.875 MiB does not hold.
-	s, err := newStoreOn(1, 15*MinCapacity/8, PerKind{}, 0)
+	// Entries of about 50 bytes fill a table of 128 KiB (21,845 slots of
+	// 6 bytes) in about 1 MiB; growing it takes 64 KiB more (192 KiB where
+	// the old table stays mapped while the new one fills), which 1.1875 MiB
+	// does not hold.
+	s, err := newStoreOn(1, 19*MinCapacity/16, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +219,7 @@ func TestShedTurns(t *testing.T) {
 			e, _ := testEntry(t, b, dnsName(key), 1, 3600, KindSuccess)
 			s.Put(e, 0)
 		}
-		full := fullLoad * len(sh.table) / 16
+		full := fullLoad * sh.table.n / 16
 		if !bound || i < 100_000 {
 			// The first drops come before main holds a chunk.
 			bound = bound || sh.count+1 >= full && sh.held+sh.growthRoom() > sh.budget
@@ -227,7 +230,7 @@ func TestShedTurns(t *testing.T) {
 		}
 	}
 	if !bound {
-		t.Fatalf("the table never filled: %d entries in %d slots", sh.count, len(sh.table))
+		t.Fatalf("the table never filled: %d entries in %d slots", sh.count, sh.table.n)
 	}
 	checkShards(t, s)
 }
@@ -262,7 +265,7 @@ func TestWalkVisitsUnmovedOnce(t *testing.T) {
 	twice, turned := 0, 0
 	visit := func(e entry.Entry) bool {
 		h := s.Hash(e.Key())
-		loc := sh.table[sh.find(e.Key(), h)] & locMask
+		loc := sh.table.loc(sh.table.load(sh.find(e.Key(), h)))
 		if prev, ok := at[string(e.Key())]; ok && prev == loc && !asked[string(e.Key())] {
 			twice++
 		}
@@ -493,7 +496,7 @@ func TestGiveUpChunkForTable(t *testing.T) {
 		s.Put(e, 0)
 	}
 	sh := &s.shards[0]
-	slots := len(sh.table)
+	slots := sh.table.n
 	if sh.budget-sh.held >= chunkSize {
 		t.Fatalf("large entries left %d bytes of the budget: the test needs the chunks to take it", sh.budget-sh.held)
 	}
@@ -502,8 +505,8 @@ func TestGiveUpChunkForTable(t *testing.T) {
 		s.Put(e, 0)
 	}
 	checkShards(t, s)
-	if len(sh.table) <= slots || sh.count <= slots*7/8 {
-		t.Fatalf("the table went from %d to %d slots, %d entries: it did not grow for the small entries", slots, len(sh.table), sh.count)
+	if sh.table.n <= slots || sh.count <= slots*7/8 {
+		t.Fatalf("the table went from %d to %d slots, %d entries: it did not grow for the small entries", slots, sh.table.n, sh.count)
 	}
 	released := 0
 	for c := range sh.allocated {
@@ -532,7 +535,7 @@ func TestShortLastChunk(t *testing.T) {
 	if got := sh.nextChunkSize(); got != 0 {
 		t.Errorf("a short chunk of %d bytes where the table could grow", got)
 	}
-	sh.resize(16 << 10) // a table that could not grow in less than a chunk
+	sh.resize(256 << 10) // a table that could not grow in less than a chunk
 	for _, tc := range []struct {
 		room int64
 		want int
@@ -556,7 +559,7 @@ func TestShortLastChunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 30_000 {
+		for i := range 50_000 {
 			e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
 			s.Put(e, 0)
 		}

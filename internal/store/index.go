@@ -3,18 +3,17 @@ package store
 import (
 	"bytes"
 	"math/bits"
-	"slices"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
 
-// A shard's index is an open addressing table of uint64 slots, linear
-// probing in Robin Hood order: a slot's home is its tag (the hash bits above
-// locBits) scaled to the table's length, and an insert that meets a slot
-// nearer its own home than the new one is to its own takes that slot and
-// moves the other on. So every run of slots is in order of home, a probe for
-// a missing key stops at the first slot whose home lies past its own, and the
-// table can be kept seven eighths full with short probes either way.
+// A shard's index is an open addressing table of slots (slot.go), linear
+// probing in Robin Hood order: a slot's home is its tag scaled to the table's
+// length, and an insert that meets a slot nearer its own home than the new
+// one is to its own takes that slot and moves the other on. So every run of
+// slots is in order of home, a probe for a missing key stops at the first
+// slot whose home lies past its own, and the table can be kept seven eighths
+// full with short probes either way.
 //
 // Scaling the tag (rather than masking it) lets a table have any length, so
 // that a large one grows by about a quarter at a time (tableSizeAfter), not
@@ -22,35 +21,30 @@ import (
 // length, so that a rebuild reads the old table and writes the new one front
 // to back.
 const (
-	tagBits = 64 - locBits
-
 	// Entries a table takes before it grows, and before entries are dropped
 	// for room where the budget does not let it grow, in sixteenths.
 	growLoad = 14
 	fullLoad = 15
+
+	// minTableBytes is the size of a shard's first table.
+	minTableBytes = 2 << 10
 )
 
-// slotBytes is what each slot of the index table costs.
-const slotBytes = 8
-
 // home returns the slot where a probe for tag starts.
-func (sh *shard) home(tag uint64) int {
-	hi, _ := bits.Mul64(tag<<(64-tagBits), uint64(len(sh.table)))
-	return int(hi)
-}
+func (sh *shard) home(tag uint64) int { return sh.table.home(tag) }
 
 // distance returns how far slot i, holding v, lies past v's home.
 func (sh *shard) distance(v uint64, i int) int {
-	d := i - sh.home(v>>locBits)
+	d := i - sh.home(sh.table.tag(v))
 	if d < 0 {
-		d += len(sh.table)
+		d += sh.table.n
 	}
 	return d
 }
 
 // next returns the slot after i.
 func (sh *shard) next(i int) int {
-	if i++; i == len(sh.table) {
+	if i++; i == sh.table.n {
 		return 0
 	}
 	return i
@@ -58,14 +52,14 @@ func (sh *shard) next(i int) int {
 
 // find returns the table index of key's slot, or -1.
 func (sh *shard) find(key []byte, h uint64) int {
-	tag := h >> locBits
+	tag := sh.table.tagOf(h)
 	i := sh.home(tag)
 	for d := 0; ; d++ {
-		v := sh.table[i]
+		v := sh.table.load(i)
 		if v == 0 {
 			return -1
 		}
-		if v>>locBits == tag && bytes.Equal(sh.at(v).Key(), key) {
+		if sh.table.tag(v) == tag && bytes.Equal(sh.at(v).Key(), key) {
 			return i
 		}
 		if sh.distance(v, i) < d {
@@ -78,13 +72,13 @@ func (sh *shard) find(key []byte, h uint64) int {
 // slotOf returns the table index of the slot that locates the entry at loc,
 // or -1 when the entry is garbage (replaced or evicted).
 func (sh *shard) slotOf(loc uint64, h uint64) int {
-	i := sh.home(h >> locBits)
+	i := sh.home(sh.table.tagOf(h))
 	for d := 0; ; d++ {
-		v := sh.table[i]
+		v := sh.table.load(i)
 		if v == 0 {
 			return -1
 		}
-		if v&locMask == loc+1 {
+		if sh.table.loc(v) == loc {
 			return i
 		}
 		if sh.distance(v, i) < d {
@@ -96,7 +90,7 @@ func (sh *shard) slotOf(loc uint64, h uint64) int {
 
 // at returns the entry a slot value locates.
 func (sh *shard) at(v uint64) entry.Entry {
-	loc := v&locMask - 1
+	loc := sh.table.loc(v)
 	b := sh.chunks[loc>>chunkBits][loc&(chunkSize-1):]
 	n := entry.SizeAt(b)
 	return entry.Entry(b[:n:n])
@@ -108,48 +102,50 @@ func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(
 // for it would stop, and the rest of that run moves on a slot, each one
 // further from its home: a copy, rather than a swap at every slot.
 func (sh *shard) insertSlot(v uint64) {
-	i := sh.home(v >> locBits)
-	for d := 0; sh.table[i] != 0 && sh.distance(sh.table[i], i) >= d; d++ {
+	t := &sh.table
+	i := sh.home(t.tag(v))
+	for d := 0; t.load(i) != 0 && sh.distance(t.load(i), i) >= d; d++ {
 		i = sh.next(i)
 	}
-	if sh.table[i] != 0 {
+	if t.load(i) != 0 {
 		sh.shiftOn(i)
 		sh.slotMoves++
 	}
-	sh.table[i] = v
+	t.store(i, v)
 	sh.count++
 }
 
 // shiftOn moves the slots from i up to the next empty one on by one, leaving
 // slot i free.
 func (sh *shard) shiftOn(i int) {
-	t := sh.table
+	t := &sh.table
 	j := i
-	for t[j] != 0 {
-		if j++; j == len(t) {
+	for t.load(j) != 0 {
+		if j++; j == t.n {
 			// The run wraps around: its part at the start moves on,
 			// the last slot's value becomes the first's.
 			k := 0
-			for t[k] != 0 {
+			for t.load(k) != 0 {
 				k++
 			}
-			copy(t[1:k+1], t[:k])
-			t[0] = t[len(t)-1]
-			copy(t[i+1:], t[i:len(t)-1])
+			t.move(1, 0, k)
+			t.store(0, t.load(t.n-1))
+			t.move(i+1, i, t.n-1-i)
 			return
 		}
 	}
-	copy(t[i+1:j+1], t[i:j])
+	t.move(i+1, i, j-i)
 }
 
 // deleteSlot empties slot i, moving the rest of its run back a slot until a
 // slot at its home, so that lookups need no tombstones.
 func (sh *shard) deleteSlot(i int) {
-	for j := sh.next(i); sh.table[j] != 0 && sh.distance(sh.table[j], j) > 0; j = sh.next(j) {
-		sh.table[i] = sh.table[j]
+	t := &sh.table
+	for j := sh.next(i); t.load(j) != 0 && sh.distance(t.load(j), j) > 0; j = sh.next(j) {
+		t.store(i, t.load(j))
 		i = j
 	}
-	sh.table[i] = 0
+	t.store(i, 0)
 	sh.count--
 	sh.slotMoves++
 }
@@ -157,8 +153,9 @@ func (sh *shard) deleteSlot(i int) {
 // checkOrder reports the first slot out of Robin Hood order, or -1: a slot
 // past its home whose predecessor is empty or lies further past its own.
 func (sh *shard) checkOrder() int {
-	n := len(sh.table)
-	for i, v := range sh.table {
+	t := &sh.table
+	for i := range t.n {
+		v := t.load(i)
 		if v == 0 {
 			continue
 		}
@@ -166,35 +163,41 @@ func (sh *shard) checkOrder() int {
 		if d == 0 {
 			continue
 		}
-		p := (i + n - 1) % n
-		if w := sh.table[p]; w == 0 || sh.distance(w, p)+1 < d {
+		p := (i + t.n - 1) % t.n
+		if w := t.load(p); w == 0 || sh.distance(w, p)+1 < d {
 			return i
 		}
 	}
 	return -1
 }
 
-// tableSizeAfter returns the slots of the table that replaces one of n:
-// twice as many up to half a huge page; then a quarter more, rounded up to
-// an eighth of a huge page, up to a huge page; then a quarter more, rounded
-// up to whole huge pages. Small tables double, since every rebuild moves all
-// their slots and small steps would move each several times while a shard
-// fills; large ones, which hold most of a large store's index, grow in steps
-// that keep them nearly as full as they may be. The steps between half a huge
-// page and a whole one are sizes the store's shared regions hold in huge
-// pages (inRegions), and the larger tables are mapped alone in whole huge
+// tableSizeAfter returns the bytes of the table that replaces one of size
+// bytes: twice as many up to 128 KiB; then the next size of the form 2^k or
+// 3<<k (a half or a third more) up to half a huge page; then a quarter more,
+// rounded up to an eighth of a huge page, up to a huge page; then a quarter
+// more, rounded up to whole huge pages. The smallest tables double, since
+// every rebuild moves all their slots and small steps would move each several
+// times while a shard fills; larger ones, which take a share of a small
+// store's budget and hold most of a large store's index, grow in steps that
+// keep them nearly as full as they may be. The sizes from minMappedTable to
+// a huge page are multiples of it that the store's shared regions hold in
+// huge pages (inRegions), and the larger tables are mapped alone in whole huge
 // pages: a table that lay partly in small pages would cost a page fault
 // every 4 KiB as it is filled, several microseconds each on a virtual
-// machine, and most of its probes would miss the TLB.
-func tableSizeAfter(n int) int {
-	huge := hugePage / slotBytes
+// machine, and most of its probes would miss the TLB. The sizes are the
+// same whatever the width of the slots: a table of narrower ones holds more.
+func tableSizeAfter(size int) int {
 	switch {
-	case n < huge/2:
-		return 2 * n
-	case n < huge:
-		return min(roundUp(n+n/4, huge/8), huge)
+	case size < 2*minMappedTable:
+		return 2 * size
+	case size < hugePage/2 && size&(size-1) == 0:
+		return size + size/2
+	case size < hugePage/2:
+		return 1 << bits.Len(uint(size))
+	case size < hugePage:
+		return min(roundUp(size+size/4, hugePage/8), hugePage)
 	}
-	return roundUp(n+n/4, huge)
+	return roundUp(size+size/4, hugePage)
 }
 
 // roundUp returns n rounded up to a multiple of step.
@@ -205,12 +208,12 @@ func roundUp(n, step int) int { return (n + step - 1) / step * step }
 // it gives up a chunk for it where the chunks have room to spare
 // (giveUpChunk), and drops entries where they do not (shed).
 func (sh *shard) makeTableRoom(now int64, d *Displaced) {
-	for 16*(sh.count+1) > growLoad*len(sh.table) {
+	for 16*(sh.count+1) > growLoad*sh.table.n {
 		if sh.held+sh.growthRoom() <= sh.budget {
-			sh.resize(tableSizeAfter(len(sh.table)))
+			sh.resize(tableSizeAfter(len(sh.table.b)))
 			continue
 		}
-		if 16*(sh.count+1) <= fullLoad*len(sh.table) {
+		if 16*(sh.count+1) <= fullLoad*sh.table.n {
 			return // fuller, rather than drop entries the chunks hold
 		}
 		if sh.giveUpChunk(now, d) {
@@ -225,49 +228,53 @@ func (sh *shard) makeTableRoom(now int64, d *Displaced) {
 // stays mapped beside it while it is filled, so that the shard is within its
 // budget throughout.
 func (sh *shard) growthRoom() int64 {
-	n := tableSizeAfter(len(sh.table))
-	grow := int64(n-len(sh.table)) * slotBytes
-	if sh.arena.mapsAlone(n * slotBytes) {
-		return grow + int64(len(sh.table))*slotBytes
+	size := len(sh.table.b)
+	next := tableSizeAfter(size)
+	if sh.arena.mapsAlone(next) {
+		return int64(next)
 	}
-	return grow
+	return int64(next - size)
 }
 
-// resize rebuilds the table with n slots. The old table's runs are in order
-// of home, so of tag, and so of home in the new table too, but for slots that
-// share an old home: read from an empty slot on, most land at their home or
-// just past the one before, with no probe; the few out of order, and those
-// whose run would pass the end, take insertSlot.
-func (sh *shard) resize(n int) {
+// resize rebuilds the table in one of size bytes. The old table's runs are
+// in order of home, so of tag, and so of home in the new table too, but for
+// slots that share an old home: read from an empty slot on, most land at
+// their home or just past the one before, with no probe; the few out of
+// order, and those whose run would pass the end, take insertSlot.
+func (sh *shard) resize(size int) {
 	old := sh.table
-	sh.held += int64(n-len(old)) * slotBytes
-	sh.table = sh.arena.table(n)
+	sh.held += int64(size - len(old.b))
+	sh.table = newIndexTable(sh.arena.table(size), old.slotFormat)
 	sh.slotMoves++
 	sh.count = 0
+	t := &sh.table
 	next, last := 0, 0 // the slot after those placed in order, and the last one's home
 	place := func(v uint64) {
-		h := sh.home(v >> locBits)
-		if p := max(h, next); h >= last && p < n && sh.table[p] == 0 {
-			sh.table[p] = v
+		h := sh.home(t.tag(v))
+		if p := max(h, next); h >= last && p < t.n && t.load(p) == 0 {
+			t.store(p, v)
 			sh.count++
 			next, last = p+1, h
 			return
 		}
 		sh.insertSlot(v)
-		for next < n && sh.table[next] != 0 {
+		for next < t.n && t.load(next) != 0 {
 			next++ // the insert moved the slots placed on
 		}
 	}
-	start := slices.Index(old, 0) // a table is never full
-	for _, v := range old[start:] {
-		if v != 0 {
+	start := 0
+	for old.load(start) != 0 {
+		start++ // a table is never full
+	}
+	for i := start; i < old.n; i++ {
+		if v := old.load(i); v != 0 {
 			place(v)
 		}
 	}
-	for _, v := range old[:start] {
-		if v != 0 {
+	for i := range start {
+		if v := old.load(i); v != 0 {
 			place(v)
 		}
 	}
-	sh.arena.free(old)
+	sh.arena.free(old.b)
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // The store keeps entries as bytes in per-shard arenas and finds them through
-// per-shard open addressing tables of uint64. Neither holds a Go pointer per
+// per-shard open addressing tables of integers. Neither holds a Go pointer per
 // entry, so garbage collection costs the same with ten entries or ten million.
 //
 // A shard's arena is a set of fixed-size chunks, allocated as the shard fills
@@ -33,16 +33,12 @@ const (
 	chunkBits = 17
 	chunkSize = 1 << chunkBits // holds one maxEntryLen entry
 
+	// An entry's location is its chunk's index, then its offset in the
+	// chunk; an index slot holds it (slot.go).
 	chunkIndexBits = 16
 	maxChunks      = 1 << chunkIndexBits
 
-	// An index slot is the entry's hash bits above locBits, then its
-	// location (chunk index, offset) plus one, so that zero means empty.
-	locBits = chunkBits + chunkIndexBits
-	locMask = 1<<locBits - 1
-
-	minTableSlots = 1 << 8
-	maxShards     = 64
+	maxShards = 64
 
 	// MinCapacity is the smallest byte budget a store accepts: one shard
 	// of a few chunks and a small index.
@@ -111,9 +107,9 @@ type shard struct {
 	// mean count between two of main's passes, in 256ths.
 	ghostClock, mainPassed, mainGap uint64
 
-	table     []uint64 // open addressing in Robin Hood order (index.go)
-	count     int      // entries in table
-	slotMoves uint64   // deletions, displacing inserts and rebuilds, which move slots
+	table     indexTable // open addressing in Robin Hood order (index.go)
+	count     int        // entries in table
+	slotMoves uint64     // deletions, displacing inserts and rebuilds, which move slots
 
 	kinds    PerKind            // entries per kind
 	variants int                // entries tailored to a client subnet (ECS)
@@ -150,16 +146,18 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 	n := shardCount(capacity, procs)
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits}
 	tables := newSharedTables(capacity)
+	budget := (capacity - tables.reserve()) / int64(n)
+	slots := slotFormatFor(budget)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.seed = s.seed
-		sh.budget = (capacity - tables.reserve()) / int64(n)
+		sh.budget = budget
 		rings := int(sh.budget / chunkSize)
 		sh.chunks = make([][]byte, rings)
 		sh.used = make([]uint32, rings)
 		sh.initQueues(rings)
 		sh.arena = newArena(rings, tables)
-		sh.table = sh.arena.table(minTableSlots)
+		sh.table = newIndexTable(sh.arena.table(minTableBytes), slots)
 		sh.grace = grace
 		for k, l := range limits {
 			if l > 0 {
@@ -167,7 +165,7 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 			}
 		}
 		sh.ghostLen = ghostWords(sh.budget)
-		sh.held = sh.overhead() + minTableSlots*slotBytes + int64(sh.ghostLen)*8
+		sh.held = sh.overhead() + minTableBytes + int64(sh.ghostLen)*8
 	}
 	s.releaseWhenUnreachable()
 	return s, nil
@@ -334,7 +332,7 @@ func (s *Store) Remove(key []byte) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
 		if i := sh.find(key, h); i >= 0 {
-			sh.remove(i, sh.at(sh.table[i]))
+			sh.remove(i, sh.at(sh.table.load(i)))
 		}
 	})
 }
@@ -500,13 +498,14 @@ func (s *Store) Check() error {
 // bytes the shard holds.
 func (sh *shard) check(s *Store) (int64, error) {
 	n, kinds, variants := 0, PerKind{}, 0
-	for _, v := range sh.table {
+	for i := range sh.table.n {
+		v := sh.table.load(i)
 		if v == 0 {
 			continue
 		}
 		n++
 		e := sh.at(v)
-		if h := s.Hash(e.Key()); h>>locBits != v>>locBits {
+		if h := s.Hash(e.Key()); sh.table.tagOf(h) != sh.table.tag(v) {
 			return 0, errors.New("slot hash bits do not match the entry's key")
 		}
 		kinds[KindOf(e)]++
@@ -515,7 +514,7 @@ func (sh *shard) check(s *Store) (int64, error) {
 		}
 	}
 	if i := sh.checkOrder(); i >= 0 {
-		return 0, fmt.Errorf("slot %d of %d is out of Robin Hood order", i, len(sh.table))
+		return 0, fmt.Errorf("slot %d of %d is out of Robin Hood order", i, sh.table.n)
 	}
 	if n != sh.count || kinds != sh.kinds || variants != sh.variants {
 		return 0, fmt.Errorf("%d slots, %v kinds, %d variants; the shard says %d, %v, %d", n, kinds, variants, sh.count, sh.kinds, sh.variants)
@@ -526,7 +525,7 @@ func (sh *shard) check(s *Store) (int64, error) {
 			chunks += int64(len(c))
 		}
 	}
-	held := chunks + int64(len(sh.table))*slotBytes + int64(sh.ghostLen)*8 + sh.overhead()
+	held := chunks + int64(len(sh.table.b)) + int64(sh.ghostLen)*8 + sh.overhead()
 	if held != sh.held || held > sh.budget {
 		return 0, fmt.Errorf("holds %d bytes, accounted %d, budget %d", held, sh.held, sh.budget)
 	}
@@ -546,7 +545,7 @@ func (sh *shard) overhead() int64 {
 // must not use the entry after releasing it.
 func (sh *shard) get(key []byte, h uint64) entry.Entry {
 	if i := sh.find(key, h); i >= 0 {
-		return sh.at(sh.table[i])
+		return sh.at(sh.table.load(i))
 	}
 	return nil
 }

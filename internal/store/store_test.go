@@ -63,6 +63,17 @@ func (s *Store) touch(key []byte) {
 // checkShards verifies the invariants every operation must keep: each slot
 // locates a live entry whose key hashes to the slot's bits, the counts add
 // up, and no shard holds more than its budget.
+// putNames stores n names, n0.example.org. on, and checks the shards.
+func putNames(t *testing.T, s *Store, n int) {
+	t.Helper()
+	b := entry.NewBuilder()
+	for i := range n {
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
+		s.Put(e, 0)
+	}
+	checkShards(t, s)
+}
+
 func checkShards(t *testing.T, s *Store) {
 	t.Helper()
 	if err := s.Check(); err != nil {
@@ -287,24 +298,24 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 	}
 	// fill stores entries of shard 0 until the next one grows its table.
 	fill := func() {
-		for 16*(sh.count+1) <= growLoad*len(sh.table) {
+		for 16*(sh.count+1) <= growLoad*sh.table.n {
 			next()
 		}
 	}
-	for fill(); tableSizeAfter(len(sh.table))*slotBytes < hugePage; fill() {
+	for fill(); tableSizeAfter(len(sh.table.b)) < hugePage; fill() {
 		next() // grows a table under a huge page
 	}
 
-	slots := len(sh.table)
-	added, both := int64(tableSizeAfter(slots)-slots)*8, int64(tableSizeAfter(slots))*8
+	size, slots := len(sh.table.b), sh.table.n
+	added, both := int64(tableSizeAfter(size)-size), int64(tableSizeAfter(size))
 	sh.budget = sh.held + added // room for the new table's added bytes, not beside the old one
 	// Past growLoad: the table fills up to fullLoad rather than grow, then
 	// entries are evicted.
 	for range slots / 8 {
 		next()
 	}
-	if len(sh.table) != slots {
-		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, len(sh.table), sh.budget-sh.held, both)
+	if sh.table.n != slots {
+		t.Fatalf("the table grew from %d to %d slots with room for %d bytes more, its rebuild needing %d", slots, sh.table.n, sh.budget-sh.held, both)
 	}
 	if 16*sh.count > fullLoad*slots || 16*sh.count <= growLoad*slots {
 		t.Fatalf("%d entries in %d slots: want more than %d sixteenths, no more than %d", sh.count, slots, growLoad, fullLoad)
@@ -313,8 +324,8 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 	fill()
 	sh.budget = sh.held + both
 	next()
-	if len(sh.table) != tableSizeAfter(slots) {
-		t.Fatalf("the table did not grow from %d slots with room for both tables", slots)
+	if len(sh.table.b) != tableSizeAfter(size) {
+		t.Fatalf("the table did not grow from %d bytes with room for both tables", size)
 	}
 	checkShards(t, s)
 }
