@@ -573,3 +573,32 @@ func TestSharedTablesHoldAStep(t *testing.T) {
 		}
 	}
 }
+
+// TestShardAtBudgetAsksNoRegions: a shard at its budget, whose table stays
+// past growLoad, learns that it may not grow without asking the shared
+// regions, whose lock every shard of the store takes.
+func TestShardAtBudgetAsksNoRegions(t *testing.T) {
+	s, err := New(64<<20, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putNames(t, s, 40_000)
+	sh := &s.shards[0]
+	if next := tableSizeAfter(len(sh.table.b)); sh.arena.placeOf(next) != inRegion {
+		t.Fatalf("the next table, of %d bytes, is not meant for the regions: fill less", next)
+	}
+	sh.budget = sh.held
+	st := sh.arena.shared
+	st.mu.Lock()
+	done := make(chan bool, 1)
+	go func() { done <- sh.mayGrow() }()
+	select {
+	case grows := <-done:
+		if grows {
+			t.Error("a shard at its budget may grow its table")
+		}
+	case <-time.After(time.Second):
+		t.Error("a shard at its budget waited for the regions' lock to learn that its table may not grow")
+	}
+	st.mu.Unlock()
+}

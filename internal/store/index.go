@@ -209,7 +209,7 @@ func roundUp(n, step int) int { return (n + step - 1) / step * step }
 // (giveUpChunk), and drops entries where they do not (shed).
 func (sh *shard) makeTableRoom(now int64, d *Displaced) {
 	for 16*(sh.count+1) > growLoad*sh.table.n {
-		if sh.held+sh.growthRoom() <= sh.budget {
+		if sh.mayGrow() {
 			sh.resize(tableSizeAfter(len(sh.table.b)))
 			continue
 		}
@@ -221,6 +221,16 @@ func (sh *shard) makeTableRoom(now int64, d *Displaced) {
 		}
 		sh.shed(now, d)
 	}
+}
+
+// mayGrow reports whether the budget holds the table grown. The bytes the
+// larger table adds are weighed first: a shard at its budget, whose table
+// stays between growLoad and fullLoad, has no room for them, and would
+// otherwise ask the shared regions, under their store-wide lock, whether
+// the table would be mapped alone, on every insert.
+func (sh *shard) mayGrow() bool {
+	size := len(sh.table.b)
+	return sh.held+int64(tableSizeAfter(size)-size) <= sh.budget && sh.held+sh.growthRoom() <= sh.budget
 }
 
 // growthRoom is the budget that growing the table takes: the bytes it adds,
