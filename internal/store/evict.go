@@ -41,7 +41,7 @@ import (
 // chunks but the ghost. An entry expired beyond the serve-stale window is
 // dropped whatever its hits. An expired one within it, kept only for
 // serve_stale, survives a pass only if it was hit since the last, and leaves
-// it with no hit to spend: it holds its bytes for at most one more turn
+// it with no hit to spend: it holds its bytes for at most one more round
 // unless clients still ask for it.
 //
 // The ghost (ghost.go) remembers the keys probation dropped, a 12-bit mark
@@ -63,20 +63,20 @@ import (
 // front) and the older ones not yet passed in [back, used) (spans).
 //
 // A key the ghost remembers in full goes to main only if it was asked again
-// within a readmitShare-th of main's turn, the time an entry spends in main
+// within a readmitShare-th of main's round, the time an entry spends in main
 // from one pass of its chunk to the next, which an entry not hit in it does
 // not outlive. Time here is the ghost's clock, the marks it has pushed, so
-// that a mark's lane tells its age (ghost.go); main's turn is its chunks
+// that a mark's lane tells its age (ghost.go); main's round is its chunks
 // times the mean ticks between two of its passes. A key asked again later
 // than that goes through probation once more, its mark the newest when
 // probation drops it again: in main it would likely have been dropped before
 // its next ask, pushing out names asked more often on its way. So a name
-// asked about once per turn of main, of a Zipf tail or of a scan of the same
+// asked about once per round of main, of a Zipf tail or of a scan of the same
 // names, comes back to main only when asked twice close together, and main,
 // turning the slower for it, keeps longer the names it holds: more of a
 // scan's names stay in main from one scan to the next, as W-TinyLFU keeps
 // them, whose sketch refuses the names asked less often than those they
-// would push out. Before main's first pass its turn is unknown, and the
+// would push out. Before main's first pass its round is unknown, and the
 // ghost readmits every key it remembers in full.
 //
 // The probation share, the ghost's size, trustedSize and readmitShare were
@@ -90,7 +90,7 @@ import (
 // them apart is the flood's large names, asked once: they take no lifetime
 // from the marks of the names asked again, while their own tentative marks,
 // pushed off by the next marks in full, last too short a time for a scan's
-// large names to come back through them. The gate on main's turn lets the
+// large names to come back through them. The gate on main's round lets the
 // ghost be longer than that tension allowed without it (a mark for 128 bytes
 // rather than 160): the keys a longer ghost would readmit only for main to
 // drop them unasked are those it sends through probation again.
@@ -117,7 +117,7 @@ const (
 	trustedSize = 192
 
 	// readmitShare: a key the ghost remembers in full goes to main only if
-	// it was asked again within this share of main's turn.
+	// it was asked again within this share of main's round.
 	readmitShare = 5
 )
 
@@ -196,15 +196,15 @@ func (sh *shard) passedMain() {
 	sh.mainPassed = sh.ghostClock
 }
 
-// mainTurn returns main's turn in ticks of the ghost's clock: its chunks,
+// mainRound returns main's round in ticks of the ghost's clock: its chunks,
 // and the one it passes, times the mean ticks between two passes.
-func (sh *shard) mainTurn() uint64 {
+func (sh *shard) mainRound() uint64 {
 	return sh.mainGap * uint64(sh.queues[mainQ].n+1) >> 8
 }
 
 // readmit reports whether the key of hash h, whose entry probation dropped,
 // goes to main: when the ghost remembers it in full, and it was asked again
-// within a readmitShare-th of main's turn or main has not passed a chunk
+// within a readmitShare-th of main's round or main has not passed a chunk
 // yet. The ghost forgets it either way (recall).
 func (sh *shard) readmit(h uint64) bool {
 	age := sh.recall(h)
@@ -214,7 +214,7 @@ func (sh *shard) readmit(h uint64) bool {
 	if sh.mainGap == 0 {
 		return true
 	}
-	return uint64(age)*uint64(len(sh.ghost)/ghostBucketWords)*readmitShare <= sh.mainTurn()
+	return uint64(age)*uint64(len(sh.ghost)/ghostBucketWords)*readmitShare <= sh.mainRound()
 }
 
 func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
@@ -517,7 +517,7 @@ func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, 
 		default:
 			// A hit spent, whether it stays in main or leaves probation
 			// for it; none left to an expired entry, which needs a hit to
-			// stay another turn.
+			// stay another round.
 			e.SetFreq(f - 1)
 			if now > e.Expires() {
 				e.SetFreq(0)

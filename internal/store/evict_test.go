@@ -627,10 +627,10 @@ func TestWalkWhilePromoting(t *testing.T) {
 	checkShards(t, s)
 }
 
-// TestReadmitWithinTurn: a key the ghost remembers in full goes to main
-// when asked again within a readmitShare-th of main's turn, through
+// TestReadmitWithinRound: a key the ghost remembers in full goes to main
+// when asked again within a readmitShare-th of main's round, through
 // probation again when asked later, and to main whatever its age before
-// main has a turn measured.
+// main has a round measured.
 // otherMark returns a hash of h's ghost bucket whose mark is the j-th after
 // h's: another fingerprint, never h's and never 0, which ghostMark would
 // turn into one that two hashes share.
@@ -642,7 +642,7 @@ func otherMark(h uint64, j int) uint64 {
 	return h&^(ghostLane<<16) | m<<16
 }
 
-func TestReadmitWithinTurn(t *testing.T) {
+func TestReadmitWithinRound(t *testing.T) {
 	s, err := New(MinCapacity, PerKind{}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -667,16 +667,16 @@ func TestReadmitWithinTurn(t *testing.T) {
 		}
 	}
 	age(late, lkey)
-	// Main's turn: a readmitShare-th of it is about 2.2 pushes into a
+	// Main's round: a readmitShare-th of it is about 2.2 pushes into a
 	// bucket, under the mark's age.
 	buckets := uint64(len(sh.ghost) / ghostBucketWords)
 	sh.mainGap = (2*buckets*readmitShare + buckets) << 8 / uint64(sh.queues[mainQ].n+1)
-	if turn := sh.mainTurn(); turn < 2*buckets*readmitShare || turn >= 3*buckets*readmitShare {
-		t.Fatalf("main's turn is %d ticks, want [%d, %d)", turn, 2*buckets*readmitShare, 3*buckets*readmitShare)
+	if round := sh.mainRound(); round < 2*buckets*readmitShare || round >= 3*buckets*readmitShare {
+		t.Fatalf("main's round is %d ticks, want [%d, %d)", round, 2*buckets*readmitShare, 3*buckets*readmitShare)
 	}
 	s.Put(late, 0)
 	if q := s.queueOf(lkey); q != probationQ {
-		t.Fatalf("a key asked again after a %d-th of main's turn went to queue %d, want probation", readmitShare, q)
+		t.Fatalf("a key asked again after a %d-th of main's round went to queue %d, want probation", readmitShare, q)
 	}
 	// Dropped again, asked again at once: to main.
 	s.passProbation()
@@ -690,15 +690,15 @@ func TestReadmitWithinTurn(t *testing.T) {
 	sh.mainGap = 0
 	s.Put(early, 0)
 	if q := s.queueOf(ekey); q != mainQ {
-		t.Fatalf("with main's turn unknown, a key asked again went to queue %d, want main", q)
+		t.Fatalf("with main's round unknown, a key asked again went to queue %d, want main", q)
 	}
 	checkShards(t, s)
 }
 
-// TestMainTurn: main's turn is its chunks, and the one passed, times the
+// TestMainRound: main's round is its chunks, and the one passed, times the
 // mean ticks of the ghost's clock between two passes of main, which the
 // passes of its oldest chunk measure.
-func TestMainTurn(t *testing.T) {
+func TestMainRound(t *testing.T) {
 	sh := ghostShard(t)
 	m := &sh.queues[mainQ]
 	for range 200 {
@@ -706,16 +706,16 @@ func TestMainTurn(t *testing.T) {
 		sh.passedMain()
 	}
 	want := 100 * uint64(m.n+1)
-	if turn := sh.mainTurn(); turn < want*98/100 || turn > want {
-		t.Errorf("main's turn %d ticks after passes 100 ticks apart, want about %d", turn, want)
+	if round := sh.mainRound(); round < want*98/100 || round > want {
+		t.Errorf("main's round %d ticks after passes 100 ticks apart, want about %d", round, want)
 	}
 	for range 200 {
 		sh.ghostClock += 10
 		sh.passedMain()
 	}
 	want = 10 * uint64(m.n+1)
-	if turn := sh.mainTurn(); turn < want || turn > want*102/100 {
-		t.Errorf("main's turn %d ticks after passes 10 ticks apart, want about %d", turn, want)
+	if round := sh.mainRound(); round < want || round > want*102/100 {
+		t.Errorf("main's round %d ticks after passes 10 ticks apart, want about %d", round, want)
 	}
 
 	// A store whose main passes chunks times them.
@@ -735,8 +735,8 @@ func TestMainTurn(t *testing.T) {
 	if sh.queues[mainQ].pushed <= uint64(sh.allocated) || sh.ghostClock == 0 {
 		t.Fatalf("main queued %d chunks of %d, the ghost ticked %d times: the workload made no pass of main", sh.queues[mainQ].pushed, sh.allocated, sh.ghostClock)
 	}
-	if sh.mainGap == 0 || sh.mainTurn() == 0 {
-		t.Errorf("main passed chunks, its turn is not timed: gap %d, turn %d", sh.mainGap, sh.mainTurn())
+	if sh.mainGap == 0 || sh.mainRound() == 0 {
+		t.Errorf("main passed chunks, its round is not timed: gap %d, round %d", sh.mainGap, sh.mainRound())
 	}
 	checkShards(t, s)
 }

@@ -16,7 +16,7 @@ package store
 //
 // The ghost's clock ticks at every push: a mark's lane is its age in
 // pushes into its bucket, about one in every bucket count of the clock's
-// ticks (evict.go compares it with main's turn).
+// ticks (evict.go compares it with main's round).
 //
 // A tentative mark takes the place of the oldest tentative or free one,
 // where it is, and never that of a key remembered in full; it moves no
