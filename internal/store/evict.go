@@ -60,7 +60,7 @@ import (
 // Passing a chunk works on that one chunk. Entries move between chunks only
 // to main's newest chunk, which a walk visits after every other (Walk); a
 // turning chunk holds the entries written since its turn began in [0,
-// front) and the older ones not yet passed in [back, used) (spans).
+// newEnd) and the older ones not yet passed in [oldStart, used) (spans).
 //
 // A key the ghost remembers in full goes to main only if it was asked again
 // within a readmitShare-th of main's round, the time an entry spends in main
@@ -265,9 +265,9 @@ func (sh *shard) reserve(q, n int, now int64, d *Displaced) (chunk, off int) {
 					sh.used[t] += uint32(n)
 					return t, off
 				}
-			} else if sh.front[q]+n <= sh.back[q] {
-				off = sh.front[q]
-				sh.front[q] += n
+			} else if sh.newEnd[q]+n <= sh.oldStart[q] {
+				off = sh.newEnd[q]
+				sh.newEnd[q] += n
 				return t, off
 			}
 		}
@@ -320,21 +320,21 @@ func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 		}
 		c = sh.dequeue(from)
 		sh.enqueue(q, c)
-		sh.turning[q], sh.front[q], sh.back[q], sh.from[q] = c, 0, 0, from
+		sh.turning[q], sh.newEnd[q], sh.oldStart[q], sh.from[q] = c, 0, 0, from
 	}
 	sh.forget(c)
 	want := max(n, turnRoom)
-	for sh.back[q]-sh.front[q] < want && sh.back[q] < int(sh.used[c]) {
+	for sh.oldStart[q]-sh.newEnd[q] < want && sh.oldStart[q] < int(sh.used[c]) {
 		// Main keeps what it passes in place, probation moves it to main.
-		until := min(sh.front[q]+want, int(sh.used[c]))
+		until := min(sh.newEnd[q]+want, int(sh.used[c]))
 		var w int
-		sh.back[q], w = sh.passSpan(c, sh.from[q], sh.back[q], until, q == mainQ, sh.front[q], now, d)
+		sh.oldStart[q], w = sh.passSpan(c, sh.from[q], sh.oldStart[q], until, q == mainQ, sh.newEnd[q], now, d)
 		if q == mainQ {
-			sh.front[q] = w
+			sh.newEnd[q] = w
 		}
 	}
-	if sh.back[q] >= int(sh.used[c]) {
-		sh.used[c] = uint32(sh.front[q])
+	if sh.oldStart[q] >= int(sh.used[c]) {
+		sh.used[c] = uint32(sh.newEnd[q])
 		sh.turning[q] = -1
 	}
 	return true
@@ -354,7 +354,7 @@ func (sh *shard) turningIn(c int) int {
 // [a0, a1) and [b0, b1).
 func (sh *shard) spans(c int) (a0, a1, b0, b1 int) {
 	if q := sh.turningIn(c); q >= 0 {
-		return sh.back[q], int(sh.used[c]), 0, sh.front[q]
+		return sh.oldStart[q], int(sh.used[c]), 0, sh.newEnd[q]
 	}
 	return 0, int(sh.used[c]), 0, 0
 }
@@ -419,7 +419,7 @@ func (sh *shard) shed(now int64, d *Displaced) {
 	if p := &sh.queues[probationQ]; p.n > 0 && sh.used[p.at(0)] > 0 {
 		gap := 0
 		if c := p.tail(); c == sh.turning[probationQ] {
-			gap = sh.back[probationQ] - sh.front[probationQ]
+			gap = sh.oldStart[probationQ] - sh.newEnd[probationQ]
 		}
 		if !sh.turn(probationQ, gap+turnRoom, now, d) {
 			sh.makeRoom(probationQ, now, d)
@@ -670,8 +670,8 @@ func (sh *shard) checkQueues() error {
 		if c < 0 {
 			continue
 		}
-		if c >= len(sh.chunks) || sh.in[c] != uint8(q) || sh.front[q] > sh.back[q] || sh.back[q] > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
-			return fmt.Errorf("chunk %d turns in queue %d from %d, in queue %d: front %d, back %d, used %d", c, q, sh.from[q], sh.in[c], sh.front[q], sh.back[q], sh.used[c])
+		if c >= len(sh.chunks) || sh.in[c] != uint8(q) || sh.newEnd[q] > sh.oldStart[q] || sh.oldStart[q] > int(sh.used[c]) || int(sh.used[c]) > len(sh.chunks[c]) {
+			return fmt.Errorf("chunk %d turns in queue %d from %d, in queue %d: newEnd %d, oldStart %d, used %d", c, q, sh.from[q], sh.in[c], sh.newEnd[q], sh.oldStart[q], sh.used[c])
 		}
 	}
 	if sh.ghost != nil && len(sh.ghost) != sh.ghostLen {

@@ -170,7 +170,7 @@ func TestQueuesTurn(t *testing.T) {
 							empty += len(sh.chunks[c]) - sh.filled(c)
 						}
 						if most := turnRoom + 256*qu.n; empty > most {
-							t.Fatalf("after %d names, shard %d: queue %d's %d chunks hold no entry in %d bytes, want at most %d (turning chunk %d, front %d, back %d)", i, k, q, qu.n, empty, most, sh.turning[q], sh.front[q], sh.back[q])
+							t.Fatalf("after %d names, shard %d: queue %d's %d chunks hold no entry in %d bytes, want at most %d (turning chunk %d, front %d, back %d)", i, k, q, qu.n, empty, most, sh.turning[q], sh.newEnd[q], sh.oldStart[q])
 						}
 						turned[q] = turned[q] || sh.turning[q] >= 0
 					}

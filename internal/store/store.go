@@ -97,10 +97,10 @@ type shard struct {
 	coin      uint64
 
 	// Each queue's chunk that turns an entry at a time (evict.go), -1 where
-	// none does: it holds entries in [back, used), the older, passed as
-	// entries of queue from, and in [0, front), written since its turn
-	// began; front <= back.
-	turning, front, back, from [numQueues]int
+	// none does: it holds entries in [oldStart, used), the older, passed as
+	// entries of queue from, and in [0, newEnd), written since its turn
+	// began; newEnd <= oldStart.
+	turning, newEnd, oldStart, from [numQueues]int
 
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
