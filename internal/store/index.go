@@ -30,12 +30,9 @@ const (
 	minTableBytes = 2 << 10
 )
 
-// home returns the slot where a probe for tag starts.
-func (sh *shard) home(tag uint64) int { return sh.table.home(tag) }
-
 // distance returns how far slot i, holding v, lies past v's home.
 func (sh *shard) distance(v uint64, i int) int {
-	d := i - sh.home(sh.table.tag(v))
+	d := i - sh.table.home(sh.table.tag(v))
 	if d < 0 {
 		d += sh.table.n
 	}
@@ -53,7 +50,7 @@ func (sh *shard) next(i int) int {
 // find returns the table index of key's slot, or -1.
 func (sh *shard) find(key []byte, h uint64) int {
 	tag := sh.table.tagOf(h)
-	i := sh.home(tag)
+	i := sh.table.home(tag)
 	for d := 0; ; d++ {
 		v := sh.table.load(i)
 		if v == 0 {
@@ -72,7 +69,7 @@ func (sh *shard) find(key []byte, h uint64) int {
 // slotOf returns the table index of the slot that locates the entry at loc,
 // or -1 when the entry is garbage (replaced or evicted).
 func (sh *shard) slotOf(loc uint64, h uint64) int {
-	i := sh.home(sh.table.tagOf(h))
+	i := sh.table.home(sh.table.tagOf(h))
 	for d := 0; ; d++ {
 		v := sh.table.load(i)
 		if v == 0 {
@@ -103,7 +100,7 @@ func location(chunk, off int) uint64 { return uint64(chunk)<<chunkBits | uint64(
 // further from its home: a copy, rather than a swap at every slot.
 func (sh *shard) insertSlot(v uint64) {
 	t := &sh.table
-	i := sh.home(t.tag(v))
+	i := sh.table.home(t.tag(v))
 	for d := 0; t.load(i) != 0 && sh.distance(t.load(i), i) >= d; d++ {
 		i = sh.next(i)
 	}
@@ -260,7 +257,7 @@ func (sh *shard) resize(size int) {
 	t := &sh.table
 	next, last := 0, 0 // the slot after those placed in order, and the last one's home
 	place := func(v uint64) {
-		h := sh.home(t.tag(v))
+		h := sh.table.home(t.tag(v))
 		if p := max(h, next); h >= last && p < t.n && t.load(p) == 0 {
 			t.store(p, v)
 			sh.count++

@@ -147,7 +147,7 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), capacity: capacity, limits: limits}
 	tables := newSharedTables(capacity)
 	budget := (capacity - tables.reserve()) / int64(n)
-	slots := slotFormatFor(budget)
+	format := slotFormatFor(budget)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.seed = s.seed
@@ -157,7 +157,7 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 		sh.used = make([]uint32, rings)
 		sh.initQueues(rings)
 		sh.arena = newArena(rings, tables)
-		sh.table = newIndexTable(sh.arena.table(minTableBytes), slots)
+		sh.table = newIndexTable(sh.arena.table(minTableBytes), format)
 		sh.grace = grace
 		for k, l := range limits {
 			if l > 0 {
