@@ -573,60 +573,81 @@ func (sh *shard) forget(c int) {
 }
 
 // evictOldest drops the oldest live entry of kind k, for the per-kind entry
-// caps of the stock cache: the first in probation's chunks, oldest first,
-// then in main's. The cursor makes repeated calls walk the chunks once
-// rather than once per call. A valid cursor's chunk is in a queue: scanFor
-// sets it to a queued chunk, and the chunk leaves its queue only through
-// dequeue, which forgets it (checkQueues checks this).
+// caps of the stock cache: the first in probation, oldest first, then in
+// main. The cursor makes repeated calls walk the chunks once rather than
+// once per call. A valid cursor's chunk is in a queue: scanFor sets it to a
+// queued chunk, and the chunk leaves its queue only through dequeue, which
+// forgets it (checkQueues checks this), as does each step of its turn.
 func (sh *shard) evictOldest(k int, d *Displaced) {
-	pos := sh.cursor[k]
-	if pos.valid && sh.scanFor(k, int(sh.in[pos.chunk]), pos.chunk, pos.off, d) {
-		return
+	if pos := sh.cursor[k]; pos.valid {
+		q := int(sh.in[pos.chunk])
+		if sh.scanFor(k, q, sh.segmentOf(q, pos), pos.off, d) {
+			return
+		}
 	}
-	if !sh.scanFor(k, probationQ, -1, 0, d) {
+	if !sh.scanFor(k, probationQ, olderSpan, 0, d) {
 		sh.cursor[k].valid = false
 	}
 }
 
-// scanFor drops the first live entry of kind k from chunk c at offset off
-// on, c in queue q (or from q's oldest chunk, c = -1), through the later
-// chunks of q and of the queues after it, and reports whether it found one.
-func (sh *shard) scanFor(k, q, c, off int, d *Displaced) bool {
-	from := 0
-	if c >= 0 {
-		qu := &sh.queues[q]
-		from = (int(sh.place[c]) - qu.head + len(qu.ids)) % len(qu.ids)
+// A queue's entries, oldest first, are in segments: the older span of its
+// turning chunk, which was the queue's oldest chunk when its turn began,
+// then each chunk in queue order, the turning chunk's newer span in its
+// place. olderSpan is the first segment; segment i >= 0 is the queue's
+// i-th chunk.
+const olderSpan = -1
+
+// segment returns the chunk and the offsets [from, to) of segment seg of
+// queue q; chunk -1 for an older span of a queue with no turning chunk.
+func (sh *shard) segment(q, seg int) (c, from, to int) {
+	t := sh.turning[q]
+	switch {
+	case seg == olderSpan && t < 0:
+		return -1, 0, 0
+	case seg == olderSpan:
+		return t, sh.oldStart[q], int(sh.used[t])
 	}
-	if c < 0 {
-		off = -1
+	c = sh.queues[q].at(seg)
+	if c == t {
+		return c, 0, sh.newEnd[q]
 	}
-	for ; q < numQueues; q, from, off = q+1, 0, -1 {
-		qu := &sh.queues[q]
-		for at := from; at < qu.n; at, off = at+1, -1 {
-			c := qu.at(at)
-			a0, a1, b0, b1 := sh.spans(c)
-			spans := [2][2]int{{a0, a1}, {b0, b1}}
-			switch {
-			case off < 0:
-			case off >= a0:
-				spans[0][0] = off
-			default: // in the newer span of a turning chunk
-				spans[0] = [2]int{}
-				spans[1][0] = off
+	return c, 0, int(sh.used[c])
+}
+
+// segmentOf returns the segment of queue q that pos, a cursor into one of
+// its chunks, points into. A cursor into a turning chunk's older span is
+// past oldStart, one into its newer span at most at newEnd, which is not
+// past oldStart.
+func (sh *shard) segmentOf(q int, pos position) int {
+	if pos.chunk == sh.turning[q] && pos.off > sh.newEnd[q] {
+		return olderSpan
+	}
+	qu := &sh.queues[q]
+	return (int(sh.place[pos.chunk]) - qu.head + len(qu.ids)) % len(qu.ids)
+}
+
+// scanFor drops the first live entry of kind k from segment seg of queue q,
+// at offset off on (off 0: from the segment's start), through the later
+// segments of q and of the queues after it, and reports whether it found
+// one.
+func (sh *shard) scanFor(k, q, seg, off int, d *Displaced) bool {
+	for ; q < numQueues; q, seg, off = q+1, olderSpan, 0 {
+		for ; seg < sh.queues[q].n; seg, off = seg+1, 0 {
+			c, from, to := sh.segment(q, seg)
+			if c < 0 {
+				continue
 			}
-			for _, span := range spans {
-				for off := span[0]; off < span[1]; {
-					e := entry.Entry(sh.chunks[c][off:])
-					next := off + e.Size()
-					if KindOf(e) == k {
-						if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
-							sh.drop(i, e, &d.Evicted)
-							sh.cursor[k] = position{chunk: c, off: next, valid: true}
-							return true
-						}
+			for off = max(off, from); off < to; {
+				e := entry.Entry(sh.chunks[c][off:])
+				next := off + e.Size()
+				if KindOf(e) == k {
+					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
+						sh.drop(i, e, &d.Evicted)
+						sh.cursor[k] = position{chunk: c, off: next, valid: true}
+						return true
 					}
-					off = next
 				}
+				off = next
 			}
 		}
 	}

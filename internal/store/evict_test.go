@@ -190,6 +190,60 @@ func TestQueuesTurn(t *testing.T) {
 	}
 }
 
+// TestEvictOldestTurning: the cap on a kind evicts its oldest entry. While
+// probation turns a chunk, that entry is in the chunk's older span, which
+// sits at the queue's end behind the chunks written after it, not in the
+// chunk at the queue's head.
+func TestEvictOldestTurning(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	var keys [][]byte
+	room := func() int { return sh.oldStart[probationQ] - sh.newEnd[probationQ] }
+	for len(keys) < 1_000_000 {
+		e, key := testEntry(t, b, fmt.Sprintf("d%d.example.org.", len(keys)), 1, 3600, KindDenial)
+		s.Put(e, 0)
+		keys = append(keys, key)
+		// Stop where probation turns a chunk with older entries left in it,
+		// behind another chunk of probation, and with room for the next
+		// entry, so that the put below turns nothing and only the cap
+		// evicts.
+		if c := sh.turning[probationQ]; c >= 0 && sh.queues[probationQ].n > 1 &&
+			sh.oldStart[probationQ] < int(sh.used[c]) && room() >= 2*len(e) {
+			break
+		}
+	}
+	if sh.turning[probationQ] < 0 {
+		t.Fatal("probation never turned a chunk")
+	}
+	oldest := -1
+	live := make([]bool, len(keys))
+	for i, key := range keys {
+		if _, live[i] = s.lookup(key); live[i] && oldest < 0 {
+			oldest = i
+		}
+	}
+	sh.limits[KindDenial] = sh.kinds[KindDenial]
+	e, key := testEntry(t, b, "last.example.org.", 1, 3600, KindDenial)
+	s.Put(e, 0)
+	if _, ok := s.lookup(key); !ok {
+		t.Fatal("the new entry is not stored")
+	}
+	var gone []int
+	for i, key := range keys {
+		if _, ok := s.lookup(key); live[i] && !ok {
+			gone = append(gone, i)
+		}
+	}
+	if len(gone) != 1 || gone[0] != oldest {
+		t.Fatalf("the cap evicted entries %v, want the oldest, %d", gone, oldest)
+	}
+	checkShards(t, s)
+}
+
 // TestShedTurns fills a store whose entries are small for the table the
 // budget lets it have: the table, not the chunks, is what limits the
 // entries, and the store drops entries to insert more. Probation turns a
