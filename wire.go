@@ -129,6 +129,13 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	var stored [3]int
 	off := e.Records(&stored)
 	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
+	if e.Plain() && !dnsmsg.Compressible(e.QType()) && stored[0] > 0 {
+		// One RRset, which cut keeps or drops whole: one mark does.
+		marks = append(marks, mark{off: len(msg), section: 0, setHead: true})
+		msg = b.appendPlain(msg, e, off, stored[0], rotate, tv.of(e.TTL(), e.TTL()))
+		counts[0] = stored[0]
+		stored[0] = 0
+	}
 	for s := range counts {
 		var prevType uint16
 		var prevOwner []byte
@@ -176,6 +183,34 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	binary.BigEndian.PutUint16(msg[8:], uint16(counts[1]))
 	binary.BigEndian.PutUint16(msg[10:], uint16(counts[2]))
 	b.msg, b.marks = msg, marks
+	return msg
+}
+
+// appendPlain writes the n plain records of e, from off on, whose names are
+// not compressed: each the question's name as a pointer, its type and class,
+// TTL ttl and its rdata as stored; in rotation's order when rotate is set.
+// It is the loop of appendReply without what other records need.
+func (b *replyBuffers) appendPlain(msg []byte, e entry.Entry, off, n int, rotate bool, ttl uint32) []byte {
+	var head [10]byte // all but RDLENGTH
+	head[0], head[1] = qnamePointer[0], qnamePointer[1]
+	binary.BigEndian.PutUint16(head[2:], e.QType())
+	binary.BigEndian.PutUint16(head[4:], e.QClass())
+	binary.BigEndian.PutUint32(head[6:], ttl)
+	var order []int
+	if rotate && n > 1 {
+		order, _ = b.rotation(e, off, n)
+	}
+	var r entry.Record
+	for i := range n {
+		if order != nil {
+			e.Record(order[i], &r)
+		} else {
+			off = e.Record(off, &r)
+		}
+		msg = append(msg, head[:]...)
+		msg = binary.BigEndian.AppendUint16(msg, uint16(len(r.Rdata)))
+		msg = append(msg, r.Rdata...)
+	}
 	return msg
 }
 

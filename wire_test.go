@@ -185,3 +185,77 @@ func BenchmarkAppendReply(b *testing.B) {
 		i = (i + 1) % n
 	}
 }
+
+// TestPlainReplies: a plain entry's reply (appendPlain) holds its records as
+// the upstream sent them, with their TTLs aged, in the bytes miekg/dns packs
+// them to; rotated, the addresses take every order; over the client's limit,
+// the answer is dropped whole and TC set. Plain records of types whose rdata
+// names are compressed go through the general loop, checked the same.
+func TestPlainReplies(t *testing.T) {
+	for _, tc := range []struct {
+		qtype   uint16
+		records []string
+	}{
+		{dns.TypeA, []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}},
+		{dns.TypeAAAA, []string{"2001:db8::1"}},
+		{dns.TypeTXT, []string{`"one"`, `"two" "three"`}},
+		{dns.TypeSRV, []string{"0 5 53 ns.example.org."}},
+		{dns.TypeMX, []string{"10 mx.example.org.", "20 mx.plain.example.org."}},
+	} {
+		t.Run(dns.TypeToString[tc.qtype], func(t *testing.T) {
+			const name, wire = "plain.example.org.", "\x05plain\x07example\x03org\x00"
+			m := new(dns.Msg).SetQuestion(name, tc.qtype)
+			m.Response = true
+			for _, rd := range tc.records {
+				m.Answer = append(m.Answer, mustRR(t, name+" 300 IN "+dns.TypeToString[tc.qtype]+" "+rd))
+			}
+			e, err := entry.NewBuilder().Build(m, entry.AppendKey(nil, []byte(wire), tc.qtype, dns.ClassINET, false), name, 1, 300, 0, 0, config.DefaultMaxEntry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !e.Plain() {
+				t.Fatal("the entry is not plain")
+			}
+			q := query{id: 7, name: []byte(wire), qtype: tc.qtype, qclass: dns.ClassINET, limit: dns.MaxMsgSize}
+			b := newReplyBuffers()
+			got := b.appendReply(&q, e, replyForm{age: 40})
+
+			want := m.Copy()
+			want.Id, want.RecursionDesired = 7, false
+			for _, rr := range want.Answer {
+				rr.Header().Ttl = 260
+			}
+			want.Compress = true
+			wb, err := want.Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(wb) {
+				t.Fatalf("reply\n%x\nwant (miekg/dns)\n%x", got, wb)
+			}
+
+			q.rotate = true
+			orders := map[string]bool{}
+			for range 200 {
+				r := new(dns.Msg)
+				if err := r.Unpack(b.appendReply(&q, e, replyForm{age: 40})); err != nil || len(r.Answer) != len(tc.records) {
+					t.Fatalf("rotated: %v, %v", r, err)
+				}
+				var order []string
+				for _, rr := range r.Answer {
+					order = append(order, rr.String())
+				}
+				orders[strings.Join(order, "|")] = true
+			}
+			if wantOrders := map[uint16]int{dns.TypeA: 6, dns.TypeMX: 2}[tc.qtype]; len(orders) != max(wantOrders, 1) {
+				t.Errorf("rotated: %d orders, want %d", len(orders), max(wantOrders, 1))
+			}
+
+			q.rotate, q.limit = false, len(wb)-1
+			r := new(dns.Msg)
+			if err := r.Unpack(b.appendReply(&q, e, replyForm{age: 40})); err != nil || !r.Truncated || len(r.Answer) != 0 {
+				t.Errorf("a byte over the limit: TC %t, %d answers, %v", r.Truncated, len(r.Answer), err)
+			}
+		})
+	}
+}

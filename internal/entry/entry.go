@@ -366,6 +366,11 @@ func (e Entry) Record(off int, r *Record) int {
 	return off + rdlen
 }
 
+// Plain reports whether e's body is plain records (see the layout above):
+// records of its question's name, type and class, in the answer section,
+// with its TTL, none of them for DO clients only.
+func (e Entry) Plain() bool { return e.Flags()&flagPlain != 0 }
+
 // plainFlags are the flags a plain record would have in the record format.
 const plainFlags = RecOwnerIsQname | recTypeIsQtype | recClassIsQclass | RecTTLIsEntry
 
