@@ -68,6 +68,7 @@ type figures struct {
 	insert                        cost      // per insert, upstream included
 	upstream                      cost      // per query, the upstream alone, timed beside the inserts
 	own                           quartiles // per insert, the cache's own: see timeInserts
+	ownAtBudget                   quartiles // the same once the cache is full: see insertsAtBudget
 	hit, hitUnpacked              cost      // per hit, with and without the writer packing
 	readNs                        float64   // a dependent random read over the cache's bytes (readNs)
 }
@@ -197,6 +198,41 @@ func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost
 	return sum.times(1 / float64(batches)), nil
 }
 
+// insertsAtBudget returns the cache's own share of an insert once it is
+// full, as a cache in service spends it: a cache of kind sized for about N
+// entries (compactcache: budget bytes, what the N took in measure; the stock
+// cache: N entries) is filled with the N, and N more are timed beside the
+// upstream alone (timeInserts), each displacing an entry. Unlike the fill's,
+// they write into memory the cache has written before.
+func insertsAtBudget(cfg config, kind bench.Kind, budget int64) (quartiles, error) {
+	up := &bench.Upstream{Variant: cfg.variant}
+	var c *bench.Cache
+	var err error
+	if kind == bench.Stock {
+		c, err = bench.NewStock(cfg.n, up)
+	} else if c, err = bench.NewCompact(budget, up); err == nil {
+		c.Compact.SetRawWrites(cfg.raw)
+	}
+	if err != nil {
+		return quartiles{}, err
+	}
+	d := bench.NewDriver(cfg.variant, nil)
+	cmd.Progress("%s: filling a cache sized for %d entries", kind, cfg.n)
+	for i := range cfg.n {
+		if err := d.Query(c, i); err != nil {
+			return quartiles{}, err
+		}
+	}
+	cmd.Progress("%s: inserting %d more, each displacing one, beside the upstream alone", kind, cfg.n)
+	alone, aloneUp := bench.NewDriver(cfg.variant, nil), &bench.Upstream{Variant: cfg.variant}
+	_, _, own, err := timeInserts(cfg.n, func(i int) error { return d.Query(c, cfg.n+i) }, func(i int) error { return alone.Query(aloneUp, cfg.n+i) })
+	if err == nil && up.Calls() != int64(2*cfg.n) {
+		err = fmt.Errorf("the upstream answered %d of %d inserts", up.Calls(), 2*cfg.n)
+	}
+	runtime.KeepAlive(c)
+	return own, err
+}
+
 // awaitHugePages waits for compactcache's pending huge page collapses, which
 // it holds back while its store grows, so that what follows is timed with
 // the store as it settles.
@@ -210,3 +246,8 @@ func awaitHugePages(kind bench.Kind) {
 // collapse after their fill, each up to 6 ms here and followed by a gap at
 // least as long (10 ms, the collapser's polling), about 13 s in all.
 const hugePagesWait = time.Minute
+
+// pageCosts are what fresh memory costs the machine, µs per 4 KiB page
+// (pageWrites): a page fault; MADV_POPULATE_WRITE; the first write after
+// it; a later write. Zero where not measured.
+type pageCosts struct{ fault, populate, firstWrite, again float64 }

@@ -20,6 +20,7 @@ type results struct {
 	gcN      map[bench.Kind]gcResult
 	zipf     map[bench.Kind][]zipfResult
 	stockCap map[int64]int // the stock cache's capacity for each zipf budget
+	pages    pageCosts     // the machine's, for fresh memory
 	failed   []error
 
 	// The run's start and the plugin's state then: a commit made while it
@@ -74,6 +75,14 @@ func run(cfg config) ([]row, error) {
 	for _, kind := range r.ok(cfg) {
 		cmd.Progress("%s: timing a random read over as many bytes as it held", kind)
 		r.figs[kind].readNs = readNs(int64(r.figs[kind].heapInuse * float64(cfg.n)))
+	}
+	r.pages = pageWrites()
+	for _, kind := range r.ok(cfg) {
+		f := r.figs[kind]
+		if f.ownAtBudget, err = insertsAtBudget(cfg, kind, int64(f.storeBytes*float64(cfg.n))); err != nil {
+			r.fail(kind, err)
+		}
+		debug.FreeOSMemory()
 	}
 
 	for _, kind := range r.ok(cfg) {

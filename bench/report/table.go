@@ -102,6 +102,9 @@ func printTable(out io.Writer, cfg config, r *results) {
 	t.row("  third quartile of the blocks", "%.0f", times, fig(func(f *figures) float64 { return f.own.q3 }))
 	t.row("  mean of the blocks, bursts included", "%.0f", times, fig(func(f *figures) float64 { return own(f).ns }))
 	t.row("insert entries/s, cache's own", "%.0f", times, fig(func(f *figures) float64 { return 1e9 / f.own.median }))
+	t.row("insert ns, cache's own, full (each evicts)", "%.0f", times, fig(func(f *figures) float64 { return f.ownAtBudget.median }))
+	t.row("  first quartile of the blocks", "%.0f", times, fig(func(f *figures) float64 { return f.ownAtBudget.q1 }))
+	t.row("  third quartile of the blocks", "%.0f", times, fig(func(f *figures) float64 { return f.ownAtBudget.q3 }))
 	t.row("insert allocs, miss path with upstream", "%.1f", times, fig(func(f *figures) float64 { return f.insert.allocs }))
 	t.row("insert allocs, upstream alone", "%.1f", nil, fig(func(f *figures) float64 { return f.upstream.allocs }))
 	t.row("insert allocs, cache's own", "%.1f", times, fig(func(f *figures) float64 { return own(f).allocs }))
@@ -161,6 +164,10 @@ insert: N misses through ServeDNS, each answered by an upstream that packs workl
   blocks' differences under it; the mean also counts
   the blocks where all shards grow their tables at once, and bursts of load elsewhere. Allocations: the
   difference of the MemStats.Mallocs and TotalAlloc deltas.
+insert, full: a cache sized for about N entries (compactcache: the bytes Stats() counted above; the stock
+  cache: N entries) filled with the N, then N more timed as above, each displacing an entry: the share a
+  cache in service pays. The fill's inserts also write fresh memory, which this machine charges as the
+  page line below says (an entry is about a 27th of a page); a full cache writes pages written before.
 hit: %d queries, keys uniform over N, through ServeDNS with the reply written to a writer that packs
   WriteMsg replies as the server does (its compression map allocates); the second set of hit rows has the
   writer only keep the message. Wall time includes the GC work the operations cause.
@@ -173,6 +180,10 @@ zipf: %d names, Zipf(s=%.1f); a warm-up pass of %d queries, then %d counted; a h
   not reach the upstream. Equal budgets: the stock cache holds budget / its bytes per entry (HeapInuse)
   above; compactcache gets "capacity <budget>".
 `, insertBlock, cfg.hits, cfg.hits, workload.TraceNames, workload.TraceSkew, cfg.trace, cfg.trace)
+	if p := r.pages; p.fault > 0 {
+		fmt.Fprintf(out, "\nfresh memory on this machine, µs per 4 KiB page of 64 MiB in small pages: a page fault %.2f; "+
+			"MADV_POPULATE_WRITE %.2f, then the first write %.2f, a later write %.3f\n", p.fault, p.populate, p.firstWrite, p.again)
+	}
 	for _, err := range r.failed {
 		fmt.Fprintf(out, "\nFAILED, NOT MEASURED: %v\n", err)
 	}
