@@ -130,7 +130,10 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	off := e.Records(&stored)
 	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
 	if e.Plain() && !dnsmsg.Compressible(e.QType()) && stored[0] > 0 {
-		// One RRset, which cut keeps or drops whole: one mark does.
+		// The reply's only records, one RRset: cut, which runs only when
+		// the reply is over the limit, drops it whole, so one mark does
+		// (cut counts the records it keeps by their marks). A plain entry
+		// has nothing after the answer, so off is not carried past it.
 		marks = append(marks, mark{off: len(msg), section: 0, setHead: true})
 		msg = b.appendPlain(msg, e, off, stored[0], rotate, tv.of(e.TTL(), e.TTL()))
 		counts[0] = stored[0]

@@ -187,9 +187,10 @@ func BenchmarkAppendReply(b *testing.B) {
 }
 
 // TestPlainReplies: a plain entry's reply (appendPlain) holds its records as
-// the upstream sent them, with their TTLs aged, in the bytes miekg/dns packs
-// them to; rotated, the addresses take every order; over the client's limit,
-// the answer is dropped whole and TC set. Plain records of types whose rdata
+// the upstream sent them, with their TTLs aged (or fixed, as serve-stale
+// gives them), and OPT for an EDNS client, in the bytes miekg/dns packs them
+// to; rotated, the addresses take every order; over the client's limit, the
+// answer is dropped whole and TC set. Plain records of types whose rdata
 // names are compressed go through the general loop, checked the same.
 func TestPlainReplies(t *testing.T) {
 	for _, tc := range []struct {
@@ -233,6 +234,18 @@ func TestPlainReplies(t *testing.T) {
 			if string(got) != string(wb) {
 				t.Fatalf("reply\n%x\nwant (miekg/dns)\n%x", got, wb)
 			}
+
+			// With EDNS and DO, the OPT record after the answer; a
+			// serve-stale reply's fixed TTL.
+			q.edns, q.do, q.udpSize = true, true, 1232
+			want.SetEdns0(1232, true)
+			for _, rr := range want.Answer {
+				rr.Header().Ttl = 30
+			}
+			if wb, err := want.Pack(); err != nil || string(b.appendReply(&q, e, replyForm{fixed: true, value: 30})) != string(wb) {
+				t.Fatalf("with EDNS, DO and a fixed TTL, the reply is not as miekg/dns packs it (%v)", err)
+			}
+			q.edns, q.do = false, false
 
 			q.rotate = true
 			orders := map[string]bool{}

@@ -321,6 +321,8 @@ func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 		c = sh.dequeue(from)
 		sh.enqueue(q, c)
 		sh.turning[q], sh.newEnd[q], sh.oldStart[q], sh.from[q] = c, 0, 0, from
+		sh.turns++
+		sh.turnBegan[q] = sh.turns
 	}
 	sh.forget(c)
 	want := max(n, turnRoom)
@@ -580,50 +582,71 @@ func (sh *shard) forget(c int) {
 // forgets it (checkQueues checks this), as does each step of its turn.
 func (sh *shard) evictOldest(k int, d *Displaced) {
 	if pos := sh.cursor[k]; pos.valid {
-		q := int(sh.in[pos.chunk])
-		if sh.scanFor(k, q, sh.segmentOf(q, pos), pos.off, d) {
+		if q, seg := sh.segmentOf(pos); sh.scanFor(k, q, seg, pos.off, d) {
 			return
 		}
 	}
-	if !sh.scanFor(k, probationQ, olderSpan, 0, d) {
+	if !sh.scanFor(k, probationQ, 0, 0, d) {
 		sh.cursor[k].valid = false
 	}
 }
 
-// A queue's entries, oldest first, are in segments: the older span of its
-// turning chunk, which was the queue's oldest chunk when its turn began,
-// then each chunk in queue order, the turning chunk's newer span in its
-// place. olderSpan is the first segment; segment i >= 0 is the queue's
-// i-th chunk.
-const olderSpan = -1
+// A queue's entries, oldest first, lie in segments: the older spans of the
+// turning chunks that hold its entries, the turn begun first first (its own
+// turning chunk was its oldest chunk when the turn began, and main may turn
+// one it took from probation, whose older span is probation's), then each
+// of its chunks in queue order, its turning chunk's newer span in its place.
+
+// turnsOf returns the queues whose turning chunk's older span holds entries
+// of queue q, the turn begun first first, and how many there are.
+func (sh *shard) turnsOf(q int) (xs [numQueues]int, n int) {
+	for x := range numQueues {
+		if sh.turning[x] >= 0 && sh.from[x] == q {
+			xs[n] = x
+			n++
+		}
+	}
+	if n == 2 && sh.turnBegan[xs[1]] < sh.turnBegan[xs[0]] {
+		xs[0], xs[1] = xs[1], xs[0]
+	}
+	return xs, n
+}
 
 // segment returns the chunk and the offsets [from, to) of segment seg of
-// queue q; chunk -1 for an older span of a queue with no turning chunk.
+// queue q; chunk -1 past its last segment.
 func (sh *shard) segment(q, seg int) (c, from, to int) {
-	t := sh.turning[q]
-	switch {
-	case seg == olderSpan && t < 0:
+	xs, n := sh.turnsOf(q)
+	if seg < n {
+		t := sh.turning[xs[seg]]
+		return t, sh.oldStart[xs[seg]], int(sh.used[t])
+	}
+	if seg -= n; seg >= sh.queues[q].n {
 		return -1, 0, 0
-	case seg == olderSpan:
-		return t, sh.oldStart[q], int(sh.used[t])
 	}
 	c = sh.queues[q].at(seg)
-	if c == t {
+	if c == sh.turning[q] {
 		return c, 0, sh.newEnd[q]
 	}
 	return c, 0, int(sh.used[c])
 }
 
-// segmentOf returns the segment of queue q that pos, a cursor into one of
-// its chunks, points into. A cursor into a turning chunk's older span is
+// segmentOf returns the queue and the segment that pos, a cursor into a
+// queued chunk, points into. A cursor into a turning chunk's older span is
 // past oldStart, one into its newer span at most at newEnd, which is not
 // past oldStart.
-func (sh *shard) segmentOf(q int, pos position) int {
-	if pos.chunk == sh.turning[q] && pos.off > sh.newEnd[q] {
-		return olderSpan
+func (sh *shard) segmentOf(pos position) (q, seg int) {
+	if x := sh.turningIn(pos.chunk); x >= 0 && pos.off > sh.newEnd[x] {
+		q = sh.from[x]
+		xs, _ := sh.turnsOf(q)
+		if xs[0] == x {
+			return q, 0
+		}
+		return q, 1
 	}
+	q = int(sh.in[pos.chunk])
+	_, n := sh.turnsOf(q)
 	qu := &sh.queues[q]
-	return (int(sh.place[pos.chunk]) - qu.head + len(qu.ids)) % len(qu.ids)
+	return q, n + (int(sh.place[pos.chunk])-qu.head+len(qu.ids))%len(qu.ids)
 }
 
 // scanFor drops the first live entry of kind k from segment seg of queue q,
@@ -631,11 +654,11 @@ func (sh *shard) segmentOf(q int, pos position) int {
 // segments of q and of the queues after it, and reports whether it found
 // one.
 func (sh *shard) scanFor(k, q, seg, off int, d *Displaced) bool {
-	for ; q < numQueues; q, seg, off = q+1, olderSpan, 0 {
-		for ; seg < sh.queues[q].n; seg, off = seg+1, 0 {
+	for ; q < numQueues; q, seg, off = q+1, 0, 0 {
+		for ; ; seg, off = seg+1, 0 {
 			c, from, to := sh.segment(q, seg)
 			if c < 0 {
-				continue
+				break
 			}
 			for off = max(off, from); off < to; {
 				e := entry.Entry(sh.chunks[c][off:])

@@ -244,6 +244,97 @@ func TestEvictOldestTurning(t *testing.T) {
 	checkShards(t, s)
 }
 
+// TestEvictOldestResumes: with both queues turning as in service (a hot
+// set asked throughout, names asked once among which the denials) and main
+// turning a chunk it took from probation before probation began turning
+// one, the cap's evictions, one after another, drop probation's denials by
+// when they were stored: the older spans of the turning chunks first, main's
+// before probation's, then probation's chunks. Every eviction but the first
+// resumes where the one before stopped.
+func TestEvictOldestResumes(t *testing.T) {
+	s, err := newStoreOn(1, 4*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0] // the one watched; its keys are checked
+	b := entry.NewBuilder()
+	var hot, denials [][]byte
+	for i := range 2000 {
+		e, key := testEntry(t, b, fmt.Sprintf("hot%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		hot = append(hot, key)
+	}
+	// The queue whose entry the slot of key locates: a turning chunk's
+	// older span holds entries of the queue it turns for.
+	queueOf := func(key []byte) int {
+		h := s.Hash(key)
+		loc := sh.table.loc(sh.table.load(sh.find(key, h)))
+		c, off := int(loc>>chunkBits), int(loc&(chunkSize-1))
+		if x := sh.turningIn(c); x >= 0 && off >= sh.oldStart[x] {
+			return sh.from[x]
+		}
+		return int(sh.in[c])
+	}
+	// liveDenial reports whether the older span of queue q's turning chunk
+	// holds a live denial.
+	liveDenial := func(q int) bool {
+		x := sh.turning[q]
+		for off := sh.oldStart[q]; off < int(sh.used[x]); {
+			e := entry.Entry(sh.chunks[x][off:])
+			if KindOf(e) == KindDenial && sh.slotOf(location(x, off), keyHash(sh.seed, e.Key())) >= 0 {
+				return true
+			}
+			off += e.Size()
+		}
+		return false
+	}
+	// Until main turns a chunk of probation's, having begun before
+	// probation's turn of one, with live denials in both older spans: the
+	// older of them then sits behind the other in queue order.
+	ready := func() bool {
+		return sh.turning[mainQ] >= 0 && sh.from[mainQ] == probationQ && sh.turning[probationQ] >= 0 &&
+			sh.turnBegan[mainQ] < sh.turnBegan[probationQ] && liveDenial(mainQ) && liveDenial(probationQ)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; !ready(); i++ {
+		if i == 2_000_000 {
+			t.Fatal("main never turned a chunk of probation's before probation turned one")
+		}
+		kind := KindSuccess
+		if i%3 == 0 {
+			kind = KindDenial
+		}
+		e, key := testEntry(t, b, fmt.Sprintf("cold%d.example.org.", i), 1, 3600, kind)
+		s.Put(e, 0)
+		if kind == KindDenial {
+			denials = append(denials, key)
+		}
+		hk := hot[rng.IntN(len(hot))]
+		if _, ok := s.lookup(hk); ok {
+			s.touch(hk)
+		}
+	}
+	var inProbation [][]byte
+	for _, key := range denials {
+		if _, ok := s.lookup(key); ok && s.shard(s.Hash(key)) == sh && queueOf(key) == probationQ {
+			inProbation = append(inProbation, key)
+		}
+	}
+	if len(inProbation) < 2 {
+		t.Fatalf("%d denials in probation", len(inProbation))
+	}
+	for n, key := range inProbation {
+		var d Displaced
+		sh.mu.Lock()
+		sh.evictOldest(KindDenial, &d)
+		sh.mu.Unlock()
+		if _, ok := s.lookup(key); ok || d.Evicted[KindDenial] != 1 {
+			t.Fatalf("eviction %d of %d: %d evicted, the oldest (%s) kept: %t", n, len(inProbation), d.Evicted[KindDenial], dnsName(key), ok)
+		}
+	}
+	checkShards(t, s)
+}
+
 // TestShedTurns fills a store whose entries are small for the table the
 // budget lets it have: the table, not the chunks, is what limits the
 // entries, and the store drops entries to insert more. Probation turns a

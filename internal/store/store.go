@@ -101,6 +101,10 @@ type shard struct {
 	// entries of queue from, and in [0, newEnd), written since its turn
 	// began; newEnd <= oldStart.
 	turning, newEnd, oldStart, from [numQueues]int
+	// The turns begun, and the count when each queue's began: the older
+	// span of the turn begun first is the older (evictOldest).
+	turns     uint64
+	turnBegan [numQueues]uint64
 
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
