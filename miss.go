@@ -318,6 +318,7 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 // cw.b built it, for the client's reply to be written from.
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
+	c.store.Prefetch(c.store.Hash(cw.s.key))
 	v := c.classify(res, cw.req, now)
 	switch {
 	case !v.store:

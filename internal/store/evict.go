@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -501,6 +502,7 @@ func (sh *shard) pass(c, q int, inPlace bool, now int64, d *Displaced) {
 // compacted.
 func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, d *Displaced) (int, int) {
 	b := sh.chunks[c]
+	sh.prefetchSpan(c, q, off, until)
 	for off < until {
 		e := entry.Entry(b[off:])
 		n := e.Size()
@@ -543,6 +545,24 @@ func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, 
 		off += n
 	}
 	return off, w
+}
+
+// prefetchSpan starts bringing in the index slots that passing the entries
+// of chunk c in [off, until) reads, and for probation's the ghost buckets
+// their marks may go in. The entries lie one after another, their slots and
+// buckets anywhere: read as each entry is passed, each would wait for the
+// one before it.
+func (sh *shard) prefetchSpan(c, q, off, until int) {
+	b := sh.chunks[c]
+	for off < until {
+		e := entry.Entry(b[off:])
+		h := keyHash(sh.seed, e.Key())
+		prefetch(sh.table.slotAddr(h))
+		if q == probationQ && sh.ghost != nil && e.Freq() == 0 {
+			prefetch(uintptr(unsafe.Pointer(sh.ghostBucket(h))))
+		}
+		off += e.Size()
+	}
 }
 
 // drop removes the entry e in slot i for room, counting it in counted.

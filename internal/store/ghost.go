@@ -53,9 +53,12 @@ func ghostWords(budget int64) int {
 	return int(max(1, budget/ghostBytes/(8*ghostBucketWords))) * ghostBucketWords
 }
 
-func (sh *shard) ghostBucket(h uint64) *ghostBucket {
-	n := uint64(len(sh.ghost) / ghostBucketWords)
-	return (*ghostBucket)(sh.ghost[(h>>32)*n>>32*ghostBucketWords:])
+func (sh *shard) ghostBucket(h uint64) *ghostBucket { return ghostBucketOf(sh.ghost, h) }
+
+// ghostBucketOf returns the bucket of ghost that h's mark goes in.
+func ghostBucketOf(ghost []uint64, h uint64) *ghostBucket {
+	n := uint64(len(ghost) / ghostBucketWords)
+	return (*ghostBucket)(ghost[(h>>32)*n>>32*ghostBucketWords:])
 }
 
 // lane returns lane k of b.
@@ -119,6 +122,7 @@ func (b *ghostBucket) tentativeRoom() int {
 func (sh *shard) remember(h uint64, size int) {
 	if sh.ghost == nil {
 		sh.ghost = make([]uint64, sh.ghostLen)
+		sh.publish()
 	}
 	b, m := sh.ghostBucket(h), ghostMark(h)
 	if size <= trustedSize || sh.toss()*uint64(size) < trustedSize<<16 {

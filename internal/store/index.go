@@ -252,6 +252,7 @@ func (sh *shard) resize(size int) {
 	old := sh.table
 	sh.held += int64(size - len(old.b))
 	sh.table = newIndexTable(sh.arena.table(size), old.slotFormat)
+	defer sh.publish()
 	sh.slotMoves++
 	sh.count = 0
 	t := &sh.table

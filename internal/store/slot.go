@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -132,6 +133,11 @@ func (f *slotFormat) loc(v uint64) uint64 { return v&f.locMask - 1 }
 // relocate points slot i at loc, keeping its tag.
 func (t *indexTable) relocate(i int, loc uint64) {
 	t.store(i, t.load(i)&^t.locMask|loc+1)
+}
+
+// slotAddr returns the address of the slot where a probe for hash h starts.
+func (t *indexTable) slotAddr(h uint64) uintptr {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(t.b))) + uintptr(t.home(t.tagOf(h))*t.width)
 }
 
 // home returns the slot where a probe for tag starts: the tag scaled to the

@@ -14,7 +14,9 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/compactcache/compactcache/internal/entry"
 )
@@ -111,9 +113,10 @@ type shard struct {
 	// mean count between two of main's passes, in 256ths.
 	ghostClock, mainPassed, mainGap uint64
 
-	table     indexTable // open addressing in Robin Hood order (index.go)
-	count     int        // entries in table
-	slotMoves uint64     // deletions, displacing inserts and rebuilds, which move slots
+	table     indexTable                // open addressing in Robin Hood order (index.go)
+	ahead     atomic.Pointer[aheadView] // read without the lock by Prefetch
+	count     int                       // entries in table
+	slotMoves uint64                    // deletions, displacing inserts and rebuilds, which move slots
 
 	kinds    PerKind            // entries per kind
 	variants int                // entries tailored to a client subnet (ECS)
@@ -162,6 +165,7 @@ func newStoreOn(procs int, capacity int64, limits PerKind, grace int64) (*Store,
 		sh.initQueues(rings)
 		sh.arena = newArena(rings, tables)
 		sh.table = newIndexTable(sh.arena.table(minTableBytes), format)
+		sh.publish()
 		sh.grace = grace
 		for k, l := range limits {
 			if l > 0 {
@@ -218,6 +222,31 @@ func shardCount(capacity int64, procs int) int {
 }
 
 func (s *Store) Hash(key []byte) uint64 { return keyHash(s.seed, key) }
+
+// Prefetch starts bringing in what storing an entry under hash h reads
+// first with its shard locked, its index slot and its ghost bucket, and
+// returns at once. A miss calls it as the reply comes in, so that the
+// lines, which the upstream's work has pushed out of the caches since the
+// lookup read them, arrive while the entry is built.
+func (s *Store) Prefetch(h uint64) {
+	if v := s.shard(h).ahead.Load(); v != nil {
+		prefetch(v.table.slotAddr(h))
+		if v.ghost != nil {
+			prefetch(uintptr(unsafe.Pointer(ghostBucketOf(v.ghost, h))))
+		}
+	}
+}
+
+// aheadView is a shard's table and ghost as Prefetch reads them without the
+// lock: published whenever either is replaced. A view that is out of date
+// names memory that may be gone, which a prefetch does not mind.
+type aheadView struct {
+	table indexTable
+	ghost []uint64
+}
+
+// publish makes the shard's table and ghost what Prefetch reads.
+func (sh *shard) publish() { sh.ahead.Store(&aheadView{sh.table, sh.ghost}) }
 
 func (s *Store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)-1)] }
 

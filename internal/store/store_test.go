@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/test"
@@ -328,4 +330,50 @@ func TestTableGrowsWithinBudget(t *testing.T) {
 		t.Fatalf("the table did not grow from %d bytes with room for both tables", size)
 	}
 	checkShards(t, s)
+}
+
+// TestPrefetchViewFollowsShard: what Prefetch reads without the lock is the
+// shard's table and ghost as they are, through the table's resizes and the
+// ghost's making, while another goroutine prefetches throughout (run with
+// -race).
+func TestPrefetchViewFollowsShard(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for h := uint64(0); ; h += 0x9e3779b97f4a7c15 {
+			select {
+			case <-done:
+				return
+			default:
+				s.Prefetch(h)
+			}
+		}
+	})
+	b := entry.NewBuilder()
+	sizes := map[int]bool{}
+	for i := range 40000 {
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		for k := range s.shards {
+			sh := &s.shards[k]
+			sh.mu.Lock()
+			v := sh.ahead.Load()
+			same := unsafe.SliceData(v.table.b) == unsafe.SliceData(sh.table.b) && v.table.n == sh.table.n &&
+				unsafe.SliceData(v.ghost) == unsafe.SliceData(sh.ghost) && len(v.ghost) == len(sh.ghost)
+			sizes[sh.table.n] = true
+			sh.mu.Unlock()
+			if !same {
+				t.Fatalf("after %d puts, shard %d: Prefetch's view is not the shard's table and ghost", i+1, k)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+	if len(sizes) < 3 || s.shards[0].ghost == nil {
+		t.Fatalf("the test saw %d table sizes and ghost %t: not the resizes and ghost it is about", len(sizes), s.shards[0].ghost != nil)
+	}
 }
