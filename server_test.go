@@ -282,26 +282,40 @@ func (m cacheMode) start(t *testing.T, up string, options ...string) (udp, tcp s
 
 // startFrontend starts CoreDNS from the Corefile that corefile makes for a
 // front end at fe, a free port, and returns fe and the server's UDP and TCP
-// addresses. The front end binds its sockets with SO_REUSEPORT too: a server
-// of another test that took the port first, after freePort let it go, would
-// share it silently. Counted, the front end starts again elsewhere, as
-// startCorefile does for CoreDNS's own servers.
+// addresses.
 func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp string) {
 	t.Helper()
+	fe, inst, text := startFrontendInstance(t, corefile)
+	udp, tcp = serverAddrs(t, inst, text)
+	return fe, udp, tcp
+}
+
+// startFrontendInstance starts CoreDNS from the Corefile that corefile
+// makes for a front end at fe, a free port of 127.0.0.1 (and of ::1 where
+// the Corefile names it too), and returns fe, the instance, which stops
+// when the test ends, and the Corefile. The front end binds its sockets
+// with SO_REUSEPORT too: a server of another test that took the port
+// first, after freePort let it go, would share it silently. Counted, the
+// front end starts again elsewhere, as startCorefile does for CoreDNS's
+// own servers.
+func startFrontendInstance(t *testing.T, corefile func(fe string) string) (string, *caddy.Instance, string) {
+	t.Helper()
 	for try := 1; ; try++ {
-		fe = freePort(t)
+		fe := freePort(t)
+		_, port, _ := net.SplitHostPort(fe)
 		text := corefile(fe)
 		inst, err := startCorefile(text)
 		if err != nil {
 			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
-		if testenv.UDPSockets(fe) > frontendSockets(text) && try < 10 {
+		shared := testenv.UDPSockets(fe) > frontendSockets(text) ||
+			testenv.UDPSockets(net.JoinHostPort("::1", port)) > frontendSockets(text)
+		if shared && try < 10 {
 			inst.Stop()
 			continue
 		}
 		t.Cleanup(func() { inst.Stop() })
-		udp, tcp = serverAddrs(t, inst, text)
-		return fe, udp, tcp
+		return fe, inst, text
 	}
 }
 
