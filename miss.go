@@ -318,7 +318,6 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 // cw.b built it, for the client's reply to be written from.
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
-	c.store.Prefetch(c.store.Hash(cw.s.key))
 	v := c.classify(res, cw.req, now)
 	switch {
 	case !v.store:
@@ -353,6 +352,9 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if c.PreferPositive && flags&entry.FlagAnswers == 0 {
 		key = cw.b.OtherKey(key)
 	}
+	// The slot and ghost bucket that the put reads first load while the
+	// entry is built.
+	c.store.Prefetch(c.store.Hash(key))
 	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.MaxEntry)
 	if err != nil {
 		if errors.Is(err, entry.ErrTooLarge) {
