@@ -133,11 +133,12 @@ func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
 `
 	}
 	var fe6 string
-	fe4, inst, _ := startFrontendInstance(t, func(fe4 string) string {
-		_, port, _ := net.SplitHostPort(fe4)
+	fes, inst, _ := startFrontends(t, 1, func(fes []string) string {
+		_, port, _ := net.SplitHostPort(fes[0])
 		fe6 = net.JoinHostPort("::1", port)
-		return block(chainZone, "compactcache") + block(frontZone, "compactcache {\n\t\tfrontend "+fe4+" "+fe6+"\n\t}")
+		return block(chainZone, "compactcache") + block(frontZone, "compactcache {\n\t\tfrontend "+fes[0]+" "+fe6+"\n\t}")
 	})
+	fe4 := fes[0]
 	listeners := map[string]string{} // by family, the servers' own UDP and TCP addresses
 	for _, s := range inst.Servers() {
 		a := s.LocalAddr().String()
@@ -287,23 +288,26 @@ func TestFrontendHitsLoggedAsPluginHits(t *testing.T) {
 	}
 	up := startUpstream(t, u)
 	fronts := map[string]string{}
-	corefile := ""
-	for _, z := range zones {
-		logs := "log"
-		switch {
-		case strings.Contains(z, ".den."):
-			logs = "log . {\n\t\tclass denial\n\t}"
-		case strings.Contains(z, ".meta."):
-			logs = "metadata\n\tlog . \"{name} {/compactcache/none}\""
+	_, inst, corefile := startFrontends(t, 3, func(fes []string) string {
+		corefile := ""
+		for _, z := range zones {
+			logs := "log"
+			switch {
+			case strings.Contains(z, ".den."):
+				logs = "log . {\n\t\tclass denial\n\t}"
+			case strings.Contains(z, ".meta."):
+				logs = "metadata\n\tlog . \"{name} {/compactcache/none}\""
+			}
+			cache := "compactcache"
+			if strings.HasPrefix(z, "front.") {
+				fronts[z], fes = fes[0], fes[1:]
+				cache = "compactcache {\n\t\tfrontend " + fronts[z] + "\n\t}"
+			}
+			corefile += z + ":0 {\n\tbind 127.0.0.1\n\t" + logs + "\n\t" + cache + "\n\tforward . " + up + "\n}\n"
 		}
-		cache := "compactcache"
-		if strings.HasPrefix(z, "front.") {
-			fronts[z] = freePort(t)
-			cache = "compactcache {\n\t\tfrontend " + fronts[z] + "\n\t}"
-		}
-		corefile += z + ":0 {\n\tbind 127.0.0.1\n\t" + logs + "\n\t" + cache + "\n\tforward . " + up + "\n}\n"
-	}
-	plain, _ := startCoreDNS(t, corefile)
+		return corefile
+	})
+	plain, _ := serverAddrs(t, inst, corefile)
 	ask := func(zone string) {
 		addr := plain
 		if a, ok := fronts[zone]; ok {

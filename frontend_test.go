@@ -659,7 +659,7 @@ func TestFrontendSharedByBlocks(t *testing.T) {
 		u.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.1")}, nil, nil)
 	}
 	up := startUpstream(t, u)
-	fe := freePort(t)
+	var fe string
 	block := func(zone, options string) string {
 		return zone + `:0 {
 	bind 127.0.0.1
@@ -670,7 +670,10 @@ func TestFrontendSharedByBlocks(t *testing.T) {
 }
 `
 	}
-	startCoreDNS(t, block("inner.shared.test.", "")+block("shared.test.", "")+block(".", ""))
+	startFrontend(t, func(port string) string {
+		fe = port
+		return block("inner.shared.test.", "") + block("shared.test.", "") + block(".", "")
+	})
 	for _, c := range []struct{ name, zone string }{
 		{"www.inner.shared.test.", "inner.shared.test."},
 		{"www.shared.test.", "shared.test."},

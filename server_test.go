@@ -285,38 +285,52 @@ func (m cacheMode) start(t *testing.T, up string, options ...string) (udp, tcp s
 // addresses.
 func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp string) {
 	t.Helper()
-	fe, inst, text := startFrontendInstance(t, corefile)
+	fes, inst, text := startFrontends(t, 1, func(fes []string) string { return corefile(fes[0]) })
 	udp, tcp = serverAddrs(t, inst, text)
-	return fe, udp, tcp
+	return fes[0], udp, tcp
 }
 
-// startFrontendInstance starts CoreDNS from the Corefile that corefile
-// makes for a front end at fe, a free port of 127.0.0.1 (and of ::1 where
-// the Corefile names it too), and returns fe, the instance, which stops
-// when the test ends, and the Corefile. The front end binds its sockets
-// with SO_REUSEPORT too: a server of another test that took the port
-// first, after freePort let it go, would share it silently. Counted, the
-// front end starts again elsewhere, as startCorefile does for CoreDNS's
-// own servers.
-func startFrontendInstance(t *testing.T, corefile func(fe string) string) (string, *caddy.Instance, string) {
+// startFrontends starts CoreDNS from the Corefile that corefile makes for n
+// front ends at fes, free ports of 127.0.0.1 (each free on ::1 too, where
+// the Corefile names it there), and returns fes, the instance, which stops
+// when the test ends, and the Corefile. A front end binds its sockets with
+// SO_REUSEPORT too: a server of another test that took the port first,
+// after freePort let it go, would share it silently. Counted, the front
+// ends start again elsewhere, as startCorefile does for CoreDNS's own
+// servers.
+func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]string, *caddy.Instance, string) {
 	t.Helper()
 	for try := 1; ; try++ {
-		fe := freePort(t)
-		_, port, _ := net.SplitHostPort(fe)
-		text := corefile(fe)
+		fes := make([]string, n)
+		for i := range fes {
+			fes[i] = freePort(t)
+		}
+		text := corefile(fes)
 		inst, err := startCorefile(text)
 		if err != nil {
 			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
-		shared := testenv.UDPSockets(fe) > frontendSockets(text) ||
-			testenv.UDPSockets(net.JoinHostPort("::1", port)) > frontendSockets(text)
-		if shared && try < 10 {
+		if frontendShared(fes, text) && try < 10 {
 			inst.Stop()
 			continue
 		}
 		t.Cleanup(func() { inst.Stop() })
-		return fe, inst, text
+		return fes, inst, text
 	}
+}
+
+// frontendShared reports whether another server's sockets share the port
+// of one of the front ends at fes, of the instance started from corefile,
+// on 127.0.0.1 or ::1.
+func frontendShared(fes []string, corefile string) bool {
+	for _, fe := range fes {
+		_, port, _ := net.SplitHostPort(fe)
+		if testenv.UDPSockets(fe) > frontendSockets(corefile) ||
+			testenv.UDPSockets(net.JoinHostPort("::1", port)) > frontendSockets(corefile) {
+			return true
+		}
+	}
+	return false
 }
 
 // frontendSockets returns the sockets the front end of corefile opens: its
