@@ -19,6 +19,7 @@
 # 10 rounds of 5 s slices at 30,000 q/s. Needs root (SCHED_RR), as
 # -rt-rates does.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 dir=$(cd "$1" && pwd)
 rounds=${2:-10} secs=${3:-5} rate=${4:-30000}
 read -r -a configs <<<"${CONFIGS:-kube-frontend unbound}"
@@ -37,12 +38,7 @@ for c in "${configs[@]}"; do
 	port[$c]=$((base + 20 * i))
 	i=$((i + 1))
 done
-for p in $upstream "${port[@]}"; do
-	if ss -Hlun "sport = :$p" | grep -q .; then
-		echo "interleave: port $p is in use (a server left from another run?)" >&2
-		exit 1
-	fi
-done
+ports_free interleave $upstream "${port[@]}"
 pids=()
 # The servers stop on exit; CoreDNS's health lameduck holds it 5 s more.
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait' EXIT

@@ -16,18 +16,14 @@
 # 2,000 q/s, 5 s of samples. Needs perf (Debian's linux-perf) and root
 # (SCHED_RR, as -rt-rates).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 dir=$(cd "$1" && pwd)
 rate=${2:-2000} secs=${3:-5}
 read -r -a configs <<<"${CONFIGS:-kube-frontend unbound}"
 command -v perf >/dev/null || { echo "wakecost: needs perf (apt-get install linux-perf)" >&2; exit 1; }
 out=$(mktemp -d /tmp/compactcache-wakecost-XXXX)
 server_core=0 client_core=1 server=15300 upstream=15301
-for p in $server $upstream; do
-	if ss -Hlun "sport = :$p" | grep -q .; then
-		echo "wakecost: port $p is in use (a server left from another run?)" >&2
-		exit 1
-	fi
-done
+ports_free wakecost $server $upstream
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait' EXIT
 taskset -c $client_core "$dir/coredns" -conf "$dir/upstream.Corefile" -quiet >"$out/upstream.log" 2>&1 &

@@ -49,10 +49,16 @@ func loop(lo, hi int, f func(i int) error) (cost, error) {
 // cache with twice the entries, so that its random eviction (per shard, a
 // 256th of the capacity each) never runs; compactcache with cfg.capacity.
 func newCache(cfg config, kind bench.Kind, up *bench.Upstream) (*bench.Cache, error) {
+	return newCacheSized(cfg, kind, up, 2*cfg.n, cfg.capacity)
+}
+
+// newCacheSized returns a cache of kind: the stock cache holding entries,
+// compactcache within capacity bytes.
+func newCacheSized(cfg config, kind bench.Kind, up *bench.Upstream, entries int, capacity int64) (*bench.Cache, error) {
 	if kind == bench.Stock {
-		return bench.NewStock(2*cfg.n, up)
+		return bench.NewStock(entries, up)
 	}
-	c, err := bench.NewCompact(cfg.capacity, up)
+	c, err := bench.NewCompact(capacity, up)
 	if err == nil {
 		c.Compact.SetRawWrites(cfg.raw)
 	}
@@ -206,13 +212,7 @@ func hits(cfg config, c *bench.Cache, d *bench.Driver, up *bench.Upstream) (cost
 // they write into memory the cache has written before.
 func insertsAtBudget(cfg config, kind bench.Kind, budget int64) (quartiles, error) {
 	up := &bench.Upstream{Variant: cfg.variant}
-	var c *bench.Cache
-	var err error
-	if kind == bench.Stock {
-		c, err = bench.NewStock(cfg.n, up)
-	} else if c, err = bench.NewCompact(budget, up); err == nil {
-		c.Compact.SetRawWrites(cfg.raw)
-	}
+	c, err := newCacheSized(cfg, kind, up, cfg.n, budget)
 	if err != nil {
 		return quartiles{}, err
 	}
