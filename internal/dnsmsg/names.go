@@ -3,7 +3,6 @@ package dnsmsg
 import (
 	"bytes"
 	"math"
-	"strings"
 
 	"github.com/miekg/dns"
 )
@@ -98,8 +97,8 @@ func PackName(s string, buf []byte) (int, error) {
 // PutPlainName writes s in wire form at the start of buf, which has room for
 // len(s)+1 bytes, when s is a fully qualified name without escapes whose
 // labels are 1 to 63 bytes long, and returns its length; it reports false
-// for any other name. miekg/dns does not bound the whole name, so neither
-// does this.
+// for any other name, with buf's bytes undefined. miekg/dns does not bound
+// the whole name, so neither does this.
 func PutPlainName(buf []byte, s string) (int, bool) {
 	switch {
 	case s == ".":
@@ -108,25 +107,29 @@ func PutPlainName(buf []byte, s string) (int, bool) {
 	case s == "" || s[len(s)-1] != '.':
 		return 0, false
 	}
-	if strings.IndexByte(s, '\\') >= 0 {
-		return 0, false // an escape: miekg/dns's to decode
-	}
 	// The wire form is s shifted by one byte, each dot turned into the
 	// length of the label after it, the last one into the root label; the
-	// first label's length goes in front. Labels are found and copied a
-	// label at a time, not a byte at a time.
+	// first label's length goes in front. One pass a byte at a time: names
+	// are short and of several labels, where a search and a copy per label
+	// cost more in calls than they save.
 	buf = buf[:len(s)+1]
 	at := 0 // where the current label starts in s, and its length goes in buf
-	for at < len(s) {
-		l := strings.IndexByte(s[at:], '.') // found: s ends in a dot
-		if l == 0 || l > maxLabelLen {
-			return 0, false // an empty label, or one too long: miekg/dns's error
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '.':
+			l := i - at
+			if l == 0 || l > maxLabelLen {
+				return 0, false // an empty label, or one too long: miekg/dns's error
+			}
+			buf[at] = byte(l)
+			at = i + 1
+		case '\\':
+			return 0, false // an escape: miekg/dns's to decode
+		default:
+			buf[i+1] = c
 		}
-		buf[at] = byte(l)
-		copy(buf[at+1:], s[at:at+l])
-		at += l + 1
 	}
-	buf[at] = 0
+	buf[len(s)] = 0
 	return len(buf), true
 }
 
