@@ -194,25 +194,26 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 // TTL ttl and its rdata as stored; in rotation's order when rotate is set.
 // It is the loop of appendReply without what other records need.
 func (b *replyBuffers) appendPlain(msg []byte, e entry.Entry, off, n int, rotate bool, ttl uint32) []byte {
+	qtype := e.QType()
 	var head [10]byte // all but RDLENGTH
 	head[0], head[1] = qnamePointer[0], qnamePointer[1]
-	binary.BigEndian.PutUint16(head[2:], e.QType())
+	binary.BigEndian.PutUint16(head[2:], qtype)
 	binary.BigEndian.PutUint16(head[4:], e.QClass())
 	binary.BigEndian.PutUint32(head[6:], ttl)
 	var order []int
 	if rotate && n > 1 {
 		order, _ = b.rotation(e, off, n)
 	}
-	var r entry.Record
+	var rdata []byte
 	for i := range n {
 		if order != nil {
-			e.Record(order[i], &r)
+			rdata, _ = e.PlainRdata(order[i], qtype)
 		} else {
-			off = e.Record(off, &r)
+			rdata, off = e.PlainRdata(off, qtype)
 		}
 		msg = append(msg, head[:]...)
-		msg = binary.BigEndian.AppendUint16(msg, uint16(len(r.Rdata)))
-		msg = append(msg, r.Rdata...)
+		msg = binary.BigEndian.AppendUint16(msg, uint16(len(rdata)))
+		msg = append(msg, rdata...)
 	}
 	return msg
 }

@@ -357,13 +357,20 @@ func (e Entry) Record(off int, r *Record) int {
 		return e.formatRecord(off, r)
 	}
 	r.Flags, r.Owner, r.Type, r.Class, r.TTL = plainFlags, nil, e.QType(), e.QClass(), e.TTL()
-	rdlen := fixedRdlen(r.Type)
+	r.Rdata, off = e.PlainRdata(off, r.Type)
+	return off
+}
+
+// PlainRdata returns the rdata of the plain record at off of e, a plain
+// entry whose question's type is qtype, and the offset of the next record:
+// all that differs from one plain record to the next.
+func (e Entry) PlainRdata(off int, qtype uint16) ([]byte, int) {
+	rdlen := fixedRdlen(qtype)
 	if rdlen == 0 {
 		rdlen = int(binary.BigEndian.Uint16(e[off:]))
 		off += 2
 	}
-	r.Rdata = e[off : off+rdlen]
-	return off + rdlen
+	return e[off : off+rdlen], off + rdlen
 }
 
 // Plain reports whether e's body is plain records (see the layout above):
