@@ -126,9 +126,14 @@ func secSign(sp secSpec) (*secZone, error) {
 	for _, k := range []struct{ flags, bits int }{{257, sp.ksk}, {256, sp.zsk}} {
 		key := &dns.DNSKEY{Hdr: dns.RR_Header{Name: sp.origin, Rrtype: dns.TypeDNSKEY, Class: dns.ClassINET, Ttl: 3600},
 			Flags: uint16(k.flags), Protocol: 3, Algorithm: sp.alg}
-		priv, err := key.Generate(k.bits)
-		if err != nil {
-			return nil, err
+		// miekg/dns signs with no key whose tag is 0, one key in 65,536:
+		// another is drawn.
+		var priv crypto.PrivateKey
+		for priv == nil || key.KeyTag() == 0 {
+			var err error
+			if priv, err = key.Generate(k.bits); err != nil {
+				return nil, err
+			}
 		}
 		z.keys = append(z.keys, key)
 		signers = append(signers, priv.(crypto.Signer))
