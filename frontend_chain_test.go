@@ -242,9 +242,9 @@ func TestFrontendHitsCountedAsPluginHits(t *testing.T) {
 
 // compareSeries reads the per-request series of the two zones, less what
 // they held before, and returns the responses counted in the plugin-mode
-// zone and how the two zones' series differ: in counts, and in
-// sizes by more than the few bytes a request that the order of compression
-// changes.
+// zone and how the two zones' series differ: in counts, and in sizes by
+// more than the few bytes a request that the order of compression changes
+// between the two reply writers.
 func compareSeries(t *testing.T, chainZone, frontZone string, chain0, chainSums0, front0, frontSums0 map[string]float64) (responses float64, differ []string) {
 	t.Helper()
 	chain, chainSums := seriesOf(t, chainZone)

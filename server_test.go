@@ -291,8 +291,8 @@ func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp 
 }
 
 // startFrontends starts CoreDNS from the Corefile that corefile makes for n
-// front ends at fes, free ports of 127.0.0.1 (each free on ::1 too, where
-// the Corefile names it there), and returns fes, the instance, which stops
+// front ends at fes, ports free on 127.0.0.1 and ::1 (a Corefile may name
+// either), and returns fes, the instance, which stops
 // when the test ends, and the Corefile. A front end binds its sockets with
 // SO_REUSEPORT too: a server of another test that took the port first,
 // after freePort let it go, would share it silently. Counted, the front
