@@ -106,12 +106,21 @@ func TestFrontendServesHitsItself(t *testing.T) {
 // listener and to the front end of one instance, after both saw them once:
 // hits must be the same bytes, and requests the front end leaves to the
 // chain (other opcodes, several questions, CH class, EDNS version 1, TSIG,
-// ECS, malformed) must get the server's reply.
+// ECS, malformed) must get the server's reply. Both ways of waiting for
+// datagrams read and write the same batches.
 func TestFrontendRepliesAsServer(t *testing.T) {
 	t.Parallel()
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) { testFrontendRepliesAsServer(t, wait) })
+	}
+}
+
+func testFrontendRepliesAsServer(t *testing.T, wait string) {
 	u := exampleUpstream()
 	up := startUpstream(t, u)
-	fe, udp, _ := startFrontend(t, func(fe string) string { return cacheCorefile(up, "frontend "+fe) })
+	fe, udp, _ := startFrontend(t, func(fe string) string {
+		return cacheCorefile(up, "frontend "+fe+" {\n\t\t\twait "+wait+"\n\t\t}")
+	})
 
 	msg := func(name string, qtype uint16, edit func(m *dns.Msg)) []byte {
 		m := test.Case{Qname: name, Qtype: qtype}.Msg()

@@ -176,6 +176,7 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n frontend :53 {\n log -1\n }\n}", `frontend log: "-1" is not a number of at least 0`},
 		{"compactcache {\n frontend :53 {\n inflight\n }\n}", "frontend inflight: want one number"},
 		{"compactcache {\n frontend :53 {\n batch 8\n }\n}", `frontend: unknown option "batch"`},
+		{"compactcache {\n frontend :53 {\n wait epoll\n }\n}", `frontend wait: want thread or poller, got ["epoll"]`},
 		{"compactcache {\n frontend :53\n frontend :54\n}", "frontend: can only be given once"},
 		{"compactcache {\n snapshot\n}", "snapshot: want PATH [INTERVAL]"},
 		{"compactcache {\n snapshot cache.snap\n}", `snapshot: "cache.snap" is not an absolute path`},

@@ -82,6 +82,7 @@ type Config struct {
 	sockets  int      // UDP sockets per address, each read by one goroutine
 	inflight int      // requests through the chain at most; more are shed
 	logEvery int      // log one front-end hit in logEvery; 0 logs none
+	poller   bool     // UDP readers wait in the poller, not in recvmmsg
 }
 
 const (
@@ -108,14 +109,14 @@ var bypassRefused = map[string]string{
 	"proxyproto": "PROXY protocol client addresses, which the front end's sockets do not read",
 }
 
-// Parse parses `frontend ADDRESS... { sockets N; inflight N; log N }`, args
-// being the addresses. An address is host:port for UDP and TCP, or
+// Parse parses `frontend ADDRESS... { sockets N; inflight N; log N; wait
+// thread|poller }`, args being the addresses. An address is host:port for UDP and TCP, or
 // udp://host:port or tcp://host:port for one of them.
 func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("frontend: want at least one ADDRESS")
 	}
-	fc := &Config{sockets: runtime.GOMAXPROCS(0), inflight: defaultInflight}
+	fc := &Config{sockets: procs(), inflight: defaultInflight}
 	for _, a := range args {
 		network, hostport := "", a
 		if i := strings.Index(a, "://"); i >= 0 {
@@ -146,6 +147,12 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 		case "log":
 			n = &fc.logEvery
 			lowest = 0
+		case "wait":
+			if len(vals) != 1 || vals[0] != "thread" && vals[0] != "poller" {
+				return fmt.Errorf("frontend wait: want thread or poller, got %q", vals)
+			}
+			fc.poller = vals[0] == "poller"
+			return nil
 		default:
 			return fmt.Errorf("frontend: unknown option %q", opt)
 		}
@@ -175,8 +182,10 @@ type frontend struct {
 	cfg    *Config
 	blocks []*block
 
-	udp []*net.UDPConn
-	tcp []net.Listener
+	udp     []*net.UDPConn  // read through the poller
+	threads []*threadSocket // read by threads of their own
+	tcp     []net.Listener
+	started bool // threads counted by raiseProcs
 
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
@@ -241,6 +250,15 @@ func (fc *Config) listen() (*frontend, error) {
 	fe := &frontend{cfg: fc, inflight: make(chan struct{}, fc.inflight)}
 	for _, a := range fc.udp {
 		for range fc.sockets {
+			if !fc.poller {
+				s, err := listenThread(a)
+				if err != nil {
+					fe.close()
+					return nil, fmt.Errorf("frontend: %w", err)
+				}
+				fe.threads = append(fe.threads, s)
+				continue
+			}
 			conn, err := listenUDP(a)
 			if err != nil {
 				fe.close()
@@ -278,6 +296,13 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
 	}
+	if len(fe.threads) > 0 {
+		raiseProcs(len(fe.threads))
+		fe.started = true
+	}
+	for _, s := range fe.threads {
+		fe.wg.Go(func() { fe.serveThread(s) })
+	}
 	for _, l := range fe.tcp {
 		fe.wg.Go(func() { fe.serveTCP(l) })
 	}
@@ -289,10 +314,19 @@ func (fe *frontend) close() {
 	for _, conn := range fe.udp {
 		conn.Close()
 	}
+	for _, s := range fe.threads {
+		s.shutdown()
+	}
 	for _, l := range fe.tcp {
 		l.Close()
 	}
 	fe.wg.Wait()
+	for _, s := range fe.threads {
+		s.close()
+	}
+	if fe.started {
+		raiseProcs(-len(fe.threads))
+	}
 	for _, b := range fe.blocks {
 		b.access.close()
 	}
@@ -518,10 +552,11 @@ func rejection(r *dns.Msg, h dns.Header, notImplemented bool) *dns.Msg {
 type chainWriter struct {
 	local, remote net.Addr
 
-	udp *net.UDPConn
-	to  netip.AddrPort
-	oob []byte // the reply's control message: its source (frontend_linux.go)
-	tcp *tcpConn
+	udp    *net.UDPConn
+	thread *threadSocket
+	to     netip.AddrPort
+	oob    []byte // the reply's control message: its source (frontend_linux.go)
+	tcp    *tcpConn
 
 	tsigSecret     string // of the request's TSIG, when it verified
 	tsigStatus     error
@@ -561,6 +596,9 @@ func (w *chainWriter) WriteMsg(m *dns.Msg) error {
 func (w *chainWriter) Write(b []byte) (int, error) {
 	if w.tcp != nil {
 		return w.tcp.write(b)
+	}
+	if w.thread != nil {
+		return w.thread.writeTo(b, w.oob, w.to)
 	}
 	if len(w.oob) > 0 {
 		n, _, err := w.udp.WriteMsgUDPAddrPort(b, w.oob, w.to)
@@ -698,8 +736,8 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 			return fmt.Errorf("frontend: %s is the front end of blocks served on %s; a block served on %s cannot share it: give it a front end of its own addresses",
 				strings.Join(fc.udp, " "), strings.Join(p.addrs, " "), strings.Join(addrs, " "))
 		}
-		if o := p.fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery {
-			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log): give them the same", strings.Join(fc.udp, " "))
+		if o := p.fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery || o.poller != fc.poller {
+			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log, wait): give them the same", strings.Join(fc.udp, " "))
 		}
 		p.fe.blocks = append(p.fe.blocks, b)
 		return nil

@@ -15,27 +15,21 @@ import (
 
 // The UDP front end reads datagrams in batches of up to batchLen, one
 // system call a batch (recvmmsg(2)), and sends the replies of each in a few
-// runs (sendmmsg(2), see answerAll), through the socket's RawConn so that
-// the Go runtime's poller still parks the goroutine while there is nothing
-// to read. Everything a batch needs is allocated once per socket: a hit
-// allocates nothing.
+// runs (sendmmsg(2), see answerAll). Everything a batch needs is allocated
+// once per socket: a hit allocates nothing. A socket's reader waits for
+// datagrams on a thread of its own, blocking in recvmmsg (`wait thread`,
+// udp_thread_linux.go), or in the Go runtime's poller (`wait poller`, this
+// file's serveUDP), through the socket's RawConn.
 //
-// Both calls are made raw (RawSyscall6), outside the runtime's system call
-// state: with MSG_DONTWAIT they never sleep, and a batch of sends is long
-// enough for sysmon to take the P of a thread in a system call and hand it
-// to another, which then waits in epoll_wait, is woken by each reply's send
-// buffer coming free (the socket is in the poller for writing too), and
-// takes the goroutine over when the call returns. Those thread switches
-// cost more than the calls. What the raw call gives up is preemption during
-// one batch's call: the garbage collector's stop waits for it to return.
-//
-// The socket stays in the poller, whose wake-up each lone request pays. A
-// thread of its own blocking in recvmmsg, the socket outside the poller,
-// would spare the poller's work per datagram, but a goroutine blocked in a
-// system call holds its P: when GOMAXPROCS is 1, as on a server pinned to
-// one core, sysmon takes the P back every time it blocks and starts another
-// thread to look for work, which costs more than the poller at the rates
-// where requests come one at a time.
+// In the poller, both calls are made raw (RawSyscall6), outside the
+// runtime's system call state: with MSG_DONTWAIT they never sleep, and a
+// batch of sends is long enough for sysmon to take the P of a thread in a
+// system call and hand it to another, which then waits in epoll_wait, is
+// woken by each reply's send buffer coming free (the socket is in the
+// poller for writing too), and takes the goroutine over when the call
+// returns. Those thread switches cost more than the calls. What the raw
+// call gives up is preemption during one batch's call: the garbage
+// collector's stop waits for it to return.
 
 const (
 	batchLen = 64
@@ -47,9 +41,12 @@ const (
 // udpBatch is one socket's buffers and the state of its system calls.
 type udpBatch struct {
 	fe    *frontend
-	conn  *net.UDPConn
-	raw   syscall.RawConn
 	local net.Addr
+
+	// The socket: conn, through the poller (wait poller), or thread.
+	conn   *net.UDPConn
+	raw    syscall.RawConn
+	thread *threadSocket
 
 	in     [batchLen]unix.Mmsghdr
 	inIov  [batchLen]unix.Iovec
@@ -97,13 +94,11 @@ type sentHit struct {
 	hit    Hit
 }
 
-func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	b := &udpBatch{fe: fe, conn: conn, raw: raw, local: conn.LocalAddr()}
-	b.pktinfo = unspecified(b.local) // listenUDP asked for the destinations
+// newUDPBatch returns the buffers of a socket bound to local, without the
+// socket.
+func newUDPBatch(fe *frontend, local net.Addr) *udpBatch {
+	b := &udpBatch{fe: fe, local: local}
+	b.pktinfo = unspecified(local) // listenUDP asked for the destinations
 	for i := range batchLen {
 		b.inIov[i].Base = &b.bufs[i][0]
 		b.inIov[i].SetLen(maxRequest)
@@ -117,13 +112,24 @@ func newUDPBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 	if u, ok := b.local.(*net.UDPAddr); ok {
 		b.localPort = u.AddrPort()
 	}
+	return b
+}
+
+// newPollerBatch returns the batch of conn, read through the poller.
+func newPollerBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	b := newUDPBatch(fe, conn.LocalAddr())
+	b.conn, b.raw = conn, raw
 	b.serveFn, b.sendFn = b.serve, b.send
 	return b, nil
 }
 
 // serveUDP answers the requests on conn until it is closed.
 func (fe *frontend) serveUDP(conn *net.UDPConn) {
-	b, err := newUDPBatch(fe, conn)
+	b, err := newPollerBatch(fe, conn)
 	if err != nil {
 		log.Errorf("frontend: %s: %v", conn.LocalAddr(), err)
 		return
@@ -188,8 +194,7 @@ func (b *udpBatch) answerAll(now time.Time) error {
 	for i := range b.received {
 		b.handle(i, now)
 		if b.queued == run || b.queued > 0 && i == b.received-1 {
-			b.sent = 0
-			if err := b.raw.Write(b.sendFn); err != nil {
+			if err := b.sendQueued(); err != nil {
 				return err
 			}
 			b.account()
@@ -198,6 +203,16 @@ func (b *udpBatch) answerAll(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// sendQueued sends the queued replies, waiting while the socket's buffer is
+// full.
+func (b *udpBatch) sendQueued() error {
+	b.sent = 0
+	if b.thread != nil {
+		return b.thread.sendAll(b)
+	}
+	return b.raw.Write(b.sendFn)
 }
 
 // account counts the hits of the run just sent, with one reading of the
@@ -243,7 +258,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 		return
 	}
 	client = withScope(client, &b.names[i])
-	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, to: client}
+	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, thread: b.thread, to: client}
 	if b.pktinfo {
 		// The chain replies later, from its own goroutine: its own copy.
 		oob := oobBytes(new([oobLen / 8]uint64))

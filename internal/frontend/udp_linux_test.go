@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +55,7 @@ func hitBatch(tb testing.TB) (*udpBatch, *dns.Msg) {
 	}
 	tb.Cleanup(func() { conn.Close() })
 	fe := &frontend{cfg: &Config{}, blocks: []*block{{cache: c, fm: c.Counters("test")}}, server: &dnsserver.Server{Addr: "dns://127.0.0.1:0"}}
-	b, err := newUDPBatch(fe, conn)
+	b, err := newPollerBatch(fe, conn)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -328,5 +330,85 @@ func TestServeDrainsWithoutProbing(t *testing.T) {
 				t.Fatalf("%d datagrams: reply %d: %v", n, i+1, err)
 			}
 		}
+	}
+}
+
+// TestThreadReaderAnswersAndLeaves: a socket read by a thread of its own
+// answers a hit, a chain's reply leaves from it too, and closing wakes its
+// reader out of recvmmsg: here the socket has no receive timeout, so only
+// the wake-up can end the wait.
+func TestThreadReaderAnswersAndLeaves(t *testing.T) {
+	b, want := hitBatch(t)
+	fe := b.fe
+	s, err := listenThread("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		fe.serveThread(s)
+		close(done)
+	}()
+
+	client, err := net.DialUDP("udp", nil, s.local.(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
+	buf := make([]byte, 512)
+	if _, err := client.Write(pkt); err != nil {
+		t.Fatal(err)
+	}
+	n, err := client.Read(buf)
+	if err != nil {
+		t.Fatalf("no reply to the hit: %v", err)
+	}
+	got := new(dns.Msg)
+	if err := got.Unpack(buf[:n]); err != nil || got.String() != want.String() {
+		t.Errorf("reply %v (%v), want\n%s", got, err, want)
+	}
+
+	chainReply := []byte("chain's reply")
+	if _, err := s.writeTo(chainReply, nil, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Read(buf); err != nil || !bytes.Equal(buf[:n], chainReply) {
+		t.Errorf("chain's reply: %q, %v", buf[:n], err)
+	}
+
+	s.shutdown()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader still waits in recvmmsg after shutdown")
+	}
+}
+
+// TestRaiseProcs: readers leave a P for the rest of the server, GOMAXPROCS
+// is never lowered, and the default number of sockets stays the CPUs the
+// server was given, so that front ends started after a raise do not open
+// more sockets, which would raise it again.
+func TestRaiseProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer func() { readers.n, readers.procs = 0, 0 }()
+	for _, step := range []struct{ readers, procs int }{{2, 3}, {1, 4}, {-3, 4}, {2, 4}, {3, 6}} {
+		raiseProcs(step.readers)
+		if got := runtime.GOMAXPROCS(0); got != step.procs {
+			t.Errorf("%d readers more: GOMAXPROCS %d, want %d", step.readers, got, step.procs)
+		}
+		if got := procs(); got != 1 {
+			t.Errorf("%d readers more: the server's CPUs read as %d, want 1", step.readers, got)
+		}
+	}
+	c := caddy.NewTestController("dns", "frontend 127.0.0.1:53")
+	c.Next()
+	if f, err := Parse(c, c.RemainingArgs()); err != nil || f.sockets != 1 {
+		t.Errorf("after a raise, a front end has %d sockets (%v), want 1", f.sockets, err)
 	}
 }

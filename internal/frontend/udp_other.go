@@ -2,10 +2,28 @@
 
 package frontend
 
-import "net"
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+)
 
 // serveUDP is never called: frontendConfig.check refuses other systems.
 func (fe *frontend) serveUDP(*net.UDPConn) {}
 
 // askDestinations is never called for a socket that serves: as serveUDP.
 func askDestinations(*net.UDPConn) error { return nil }
+
+// threadSocket and what uses it are never called either: as serveUDP.
+type threadSocket struct{}
+
+func listenThread(string) (*threadSocket, error) { return nil, errors.New("needs Linux") }
+
+func (*threadSocket) shutdown()                                           {}
+func (*threadSocket) close()                                              {}
+func (*threadSocket) writeTo([]byte, []byte, netip.AddrPort) (int, error) { return 0, nil }
+func (fe *frontend) serveThread(*threadSocket)                            {}
+func raiseProcs(int)                                                      {}
+
+func procs() int { return runtime.GOMAXPROCS(0) }

@@ -1,0 +1,205 @@
+package frontend
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A threadSocket is a UDP socket outside the runtime's poller, in blocking
+// mode, read by a goroutine that waits in recvmmsg itself (`wait thread`,
+// the default). The kernel wakes that goroutine's thread straight from the
+// datagram's arrival, and a lone request costs the thread's wake-up, one
+// recvmmsg and one sendmmsg: no epoll_wait, no read that finds the socket
+// empty, and no hand-over between the thread that polls and the one that
+// runs the goroutine, which the poller's wait costs every lone request.
+//
+// A goroutine in a system call keeps its P (GOMAXPROCS's unit), so each
+// reader needs one of its own and the rest of the server another (raiseProcs).
+type threadSocket struct {
+	fd     int
+	v6     bool // AF_INET6, whose clients of IPv4 have mapped addresses
+	local  net.Addr
+	closed atomic.Bool
+}
+
+// listenThread opens a socket on addr as listenUDP does, and takes it out
+// of the poller: the poller deregisters a socket when its conn closes, and
+// a duplicate descriptor keeps the socket open.
+func listenThread(addr string) (*threadSocket, error) {
+	conn, err := listenUDP(addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &threadSocket{fd: -1, local: conn.LocalAddr()}
+	raw, err := conn.SyscallConn()
+	if err == nil {
+		cerr := raw.Control(func(fd uintptr) { s.fd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+		err = errors.Join(cerr, err)
+	}
+	conn.Close()
+	if err != nil {
+		return nil, fmt.Errorf("taking %s out of the poller: %w", addr, err)
+	}
+	if err := s.setup(); err != nil {
+		unix.Close(s.fd)
+		return nil, fmt.Errorf("taking %s out of the poller: %w", addr, err)
+	}
+	return s, nil
+}
+
+// setup makes the socket blocking, with a receive timeout that bounds how
+// long close waits for its reader should shutdown(2) not wake it.
+func (s *threadSocket) setup() error {
+	if err := unix.SetNonblock(s.fd, false); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		return err
+	}
+	sa, err := unix.Getsockname(s.fd)
+	_, s.v6 = sa.(*unix.SockaddrInet6)
+	return err
+}
+
+// shutdown wakes the reader; close closes the socket once it has left.
+func (s *threadSocket) shutdown() {
+	s.closed.Store(true)
+	unix.Shutdown(s.fd, unix.SHUT_RDWR) // ENOTCONN, but it wakes the reader
+}
+
+func (s *threadSocket) close() { unix.Close(s.fd) }
+
+// yieldEvery is how often a reader passes through the scheduler. sysmon
+// takes the P of a goroutine that has not been through it for 10 ms
+// (forcePreemptNS), as if it ran without end, even while it waits in a
+// system call, and every P the reader then takes on its way back is one
+// sysmon last saw long ago: it would be taken on every request.
+const yieldEvery = 5 * time.Millisecond
+
+// serveThread answers the requests on s until it is closed.
+func (fe *frontend) serveThread(s *threadSocket) {
+	b := newUDPBatch(fe, s.local)
+	b.thread = s
+	yielded := time.Now()
+	for !s.closed.Load() {
+		if !b.wait() {
+			continue
+		}
+		now := fe.now()
+		if b.timed {
+			b.start = time.Now()
+		}
+		if err := b.answerAll(now); err != nil {
+			log.Errorf("frontend: writing %s: %v", s.local, err)
+			return
+		}
+		if t := time.Now(); t.Sub(yielded) >= yieldEvery {
+			yielded = t
+			runtime.Gosched()
+		}
+	}
+}
+
+// wait reads a batch, waiting for its first datagram, and reports whether
+// it read one.
+func (b *udpBatch) wait() bool {
+	for i := range b.used {
+		b.readySlot(i)
+	}
+	b.used = 0
+	n, _, errno := syscall.Syscall6(unix.SYS_RECVMMSG, uintptr(b.thread.fd), uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_WAITFORONE, 0, 0)
+	switch {
+	case errno == unix.EAGAIN || errno == unix.EINTR:
+		return false
+	case errno != 0:
+		b.used = batchLen // whatever the kernel wrote
+		if !b.thread.closed.Load() {
+			// ICMP errors of earlier replies surface here; the socket is fine.
+			log.Errorf("frontend: reading %s: %v", b.local, errno)
+			time.Sleep(time.Millisecond)
+		}
+		return false
+	}
+	b.received, b.used = int(n), int(n)
+	return n > 0
+}
+
+// sendAll sends b's queued replies, waiting while the socket's buffer is
+// full.
+func (s *threadSocket) sendAll(b *udpBatch) error {
+	for !b.send(uintptr(s.fd)) {
+		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}
+		if _, err := unix.Poll(fds, 100); err != nil && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if s.closed.Load() {
+			return net.ErrClosed
+		}
+	}
+	return nil
+}
+
+// writeTo sends one of the chain's replies to client, from the source the
+// control message oob names, if any.
+func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
+	var sa unix.Sockaddr
+	if s.v6 {
+		sa = &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
+	} else {
+		sa = &unix.SockaddrInet4{Addr: to.Addr().Unmap().As4(), Port: int(to.Port())}
+	}
+	if len(oob) > 0 {
+		if n, err := unix.SendmsgN(s.fd, p, oob, sa, 0); err == nil {
+			return n, nil
+		}
+		// No reply can leave from a broadcast or multicast destination:
+		// the routing's source then, as without.
+	}
+	return unix.SendmsgN(s.fd, p, nil, sa, 0)
+}
+
+// readers counts the threadSockets being read, in every front end, and
+// holds GOMAXPROCS as it was before raiseProcs first raised it.
+var readers struct {
+	sync.Mutex
+	n     int
+	procs int
+}
+
+// procs returns GOMAXPROCS as it was before a front end raised it: the
+// CPUs the server was given, and the default number of sockets.
+func procs() int {
+	readers.Lock()
+	defer readers.Unlock()
+	if readers.procs != 0 {
+		return readers.procs
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// raiseProcs counts n readers more (fewer, if negative) and raises
+// GOMAXPROCS, if needed, to one more than the readers, so that the rest
+// of the server has a P while every reader waits in its system call. It
+// never lowers it.
+func raiseProcs(n int) {
+	readers.Lock()
+	defer readers.Unlock()
+	readers.n += n
+	if p := runtime.GOMAXPROCS(0); p <= readers.n {
+		if readers.procs == 0 {
+			readers.procs = p
+		}
+		runtime.GOMAXPROCS(readers.n + 1)
+		log.Infof("frontend: GOMAXPROCS raised from %d to %d: each of the %d UDP readers keeps a P while it waits", p, readers.n+1, readers.n)
+	}
+}
