@@ -18,13 +18,15 @@ const (
 	kindKubeWhoami  = "kube-whoami"  // the kube-dns Corefile with whoami for forward and the cache: its floor
 	// kube-frontend: kube-compact with compactcache's front end on the
 	// server's address; kube-frontend-noprom, the same without prometheus,
-	// for what the per-request series cost a hit.
+	// for what the per-request series cost a hit; kube-frontend-poller, the
+	// same with its readers waiting in Go's poller (wait poller).
 	kindKubeFrontend       = "kube-frontend"
 	kindKubeFrontendNoProm = "kube-frontend-noprom"
+	kindKubeFrontendPoller = "kube-frontend-poller"
 	kindUnbound            = "unbound" // Unbound as a caching forwarder: unbound.conf, not a Corefile
 )
 
-var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindUnbound}
+var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindUnbound}
 
 // ports are the loopback ports of one run.
 type ports struct {
@@ -73,6 +75,16 @@ func upstreamCorefile(p ports, zone string) string {
 `, p.upstream, p.upMetrics, zone)
 }
 
+// hasFrontend reports whether a kind answers dnsperf from compactcache's
+// front end.
+func hasFrontend(kind string) bool {
+	switch kind {
+	case kindFrontend, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
+		return true
+	}
+	return false
+}
+
 // corefile returns the Corefile of the server under test. With pprof, the
 // pprof plugin listens on p.pprof: it sits outside the plugin chain (it only
 // starts an HTTP listener), so the chain, and compactcache's decision to
@@ -84,7 +96,7 @@ func upstreamCorefile(p ports, zone string) string {
 func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	var b strings.Builder
 	listen := p.server
-	frontend := kind == kindFrontend || kind == kindKubeFrontend || kind == kindKubeFrontendNoProm
+	frontend := hasFrontend(kind)
 	if frontend {
 		listen = p.block
 	}
@@ -105,7 +117,7 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	case kindStock:
 		fmt.Fprintf(&b, "    cache {\n        success %d\n    }\n", cs.success)
 		fmt.Fprintf(&b, "    forward . %s\n", up)
-	case kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm:
+	case kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
 		// The Corefile kubeadm and the CoreDNS Helm chart install, with:
 		//   - no kubernetes block: it needs an API server;
 		//   - every listener on the loopback;
@@ -127,11 +139,15 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 		switch kind {
 		case kindKubeWhoami:
 			b.WriteString("    whoami\n")
-		case kindKubeCompact, kindKubeFrontend, kindKubeFrontendNoProm:
+		case kindKubeCompact, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
 			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    compactcache 3600 {\n        capacity %s\n", cs.capacity)
 			if frontend {
-				fmt.Fprintf(&b, "        frontend 127.0.0.1:%d {\n            inflight 1024\n        }\n", p.server)
+				fmt.Fprintf(&b, "        frontend 127.0.0.1:%d {\n            inflight 1024\n", p.server)
+				if kind == kindKubeFrontendPoller {
+					b.WriteString("            wait poller\n")
+				}
+				b.WriteString("        }\n")
 			}
 		default:
 			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)

@@ -38,6 +38,7 @@ func TestCorefiles(t *testing.T) {
 		kindKubeWhoami:         {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
 		kindKubeFrontend:       {"prometheus 127.0.0.1:15305", "compactcache 3600 {", "frontend 127.0.0.1:15300 {", "inflight 1024", "loadbalance"},
 		kindKubeFrontendNoProm: {"compactcache 3600 {", "frontend 127.0.0.1:15300 {", "loadbalance"},
+		kindKubeFrontendPoller: {"prometheus 127.0.0.1:15305", "frontend 127.0.0.1:15300 {", "inflight 1024", "wait poller", "loadbalance"},
 	}
 	for _, k := range kinds {
 		if k == kindUnbound {
@@ -52,8 +53,11 @@ func TestCorefiles(t *testing.T) {
 		}
 		// The front end takes dnsperf's port; the block listens on another.
 		listen := ".:15300 {\n"
-		if k == kindFrontend || k == kindKubeFrontend || k == kindKubeFrontendNoProm {
+		if hasFrontend(k) {
 			listen = ".:15307 {\n"
+		}
+		if k != kindKubeFrontendPoller && strings.Contains(text, "wait poller") {
+			t.Errorf("%s: waits in the poller:\n%s", k, text)
 		}
 		if k == kindKubeFrontendNoProm && strings.Contains(text, "prometheus") {
 			t.Errorf("%s: has prometheus:\n%s", k, text)
