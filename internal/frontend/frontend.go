@@ -191,9 +191,10 @@ type frontend struct {
 	server *dnsserver.Server
 	ctx    context.Context // what the server gives its own requests
 
-	opcodes  [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
-	inflight chan struct{} // a token per request in the chain
-	wg       sync.WaitGroup
+	opcodes   [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
+	inflight  chan struct{} // a token per request in the chain
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -309,8 +310,13 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 }
 
 // close closes the sockets and waits for their readers; requests in the
-// chain finish on their own.
-func (fe *frontend) close() {
+// chain finish on their own. Only the first call does: a front end whose
+// server was not found is closed at once and again at its instance's
+// shutdown, and a threadSocket's descriptor, closed twice, could close
+// another file that took its number.
+func (fe *frontend) close() { fe.closeOnce.Do(fe.closeSockets) }
+
+func (fe *frontend) closeSockets() {
 	for _, conn := range fe.udp {
 		conn.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -410,5 +411,36 @@ func TestRaiseProcs(t *testing.T) {
 	c.Next()
 	if f, err := Parse(c, c.RemainingArgs()); err != nil || f.sockets != 1 {
 		t.Errorf("after a raise, a front end has %d sockets (%v), want 1", f.sockets, err)
+	}
+}
+
+// TestCloseOnce: a front end closed twice closes its sockets once; the
+// second close must not close a file that took a socket's number since.
+func TestCloseOnce(t *testing.T) {
+	s, err := listenThread("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &frontend{cfg: &Config{}, threads: []*threadSocket{s}}
+	fd := s.fd
+	fe.close()
+	var reused *os.File
+	for range 100 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if int(f.Fd()) == fd {
+			reused = f
+			break
+		}
+	}
+	if reused == nil {
+		t.Fatalf("no file took the socket's number %d", fd)
+	}
+	fe.close()
+	if _, err := unix.FcntlInt(reused.Fd(), unix.F_GETFD, 0); err != nil {
+		t.Errorf("the second close closed the file that took the socket's number: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -122,12 +123,10 @@ func (b *udpBatch) wait() bool {
 	case errno == unix.EAGAIN || errno == unix.EINTR:
 		return false
 	case errno != 0:
+		// As in the poller: the socket stays, and the error is not the
+		// requests', whose datagrams the kernel dropped or kept.
 		b.used = batchLen // whatever the kernel wrote
-		if !b.thread.closed.Load() {
-			// ICMP errors of earlier replies surface here; the socket is fine.
-			log.Errorf("frontend: reading %s: %v", b.local, errno)
-			time.Sleep(time.Millisecond)
-		}
+		time.Sleep(time.Millisecond)
 		return false
 	}
 	b.received, b.used = int(n), int(n)
@@ -154,7 +153,12 @@ func (s *threadSocket) sendAll(b *udpBatch) error {
 func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
 	var sa unix.Sockaddr
 	if s.v6 {
-		sa = &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
+		sa6 := &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
+		// withScope names a link-local client's interface by its index.
+		if id, err := strconv.ParseUint(to.Addr().Zone(), 10, 32); err == nil {
+			sa6.ZoneId = uint32(id)
+		}
+		sa = sa6
 	} else {
 		sa = &unix.SockaddrInet4{Addr: to.Addr().Unmap().As4(), Port: int(to.Port())}
 	}
