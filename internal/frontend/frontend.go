@@ -328,7 +328,7 @@ func (fe *frontend) closeSockets() {
 	}
 	fe.wg.Wait()
 	for _, s := range fe.threads {
-		s.close()
+		s.close() // those never read; a reader closes its own
 	}
 	if fe.started {
 		raiseProcs(-len(fe.threads))

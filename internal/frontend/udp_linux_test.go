@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -335,59 +337,86 @@ func TestServeDrainsWithoutProbing(t *testing.T) {
 }
 
 // TestThreadReaderAnswersAndLeaves: a socket read by a thread of its own
-// answers a hit, a chain's reply leaves from it too, and closing wakes its
-// reader out of recvmmsg: here the socket has no receive timeout, so only
-// the wake-up can end the wait.
+// answers a hit, a chain's reply leaves from it too, from the address its
+// request came to on the unspecified address, and closing wakes its reader
+// out of recvmmsg without a request read from the socket shut down: here
+// the socket has no receive timeout, so only the wake-up can end the wait.
 func TestThreadReaderAnswersAndLeaves(t *testing.T) {
-	b, want := hitBatch(t)
-	fe := b.fe
-	s, err := listenThread("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		fe.serveThread(s)
-		close(done)
-	}()
+	for _, tc := range []struct {
+		listen, dial string
+		pktinfo      bool
+	}{
+		{"127.0.0.1:0", "127.0.0.1", false},
+		{"[::1]:0", "::1", false},
+		// Dual-stack: an IPv4 client has a mapped address.
+		{"[::]:0", "127.0.0.1", true},
+	} {
+		t.Run(tc.listen, func(t *testing.T) {
+			b, want := hitBatch(t)
+			fe := b.fe
+			s, err := listenThread(tc.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				fe.serveThread(s)
+				close(done)
+			}()
 
-	client, err := net.DialUDP("udp", nil, s.local.(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	client.SetReadDeadline(time.Now().Add(5 * time.Second))
-	pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
-	buf := make([]byte, 512)
-	if _, err := client.Write(pkt); err != nil {
-		t.Fatal(err)
-	}
-	n, err := client.Read(buf)
-	if err != nil {
-		t.Fatalf("no reply to the hit: %v", err)
-	}
-	got := new(dns.Msg)
-	if err := got.Unpack(buf[:n]); err != nil || got.String() != want.String() {
-		t.Errorf("reply %v (%v), want\n%s", got, err, want)
-	}
+			server := netip.AddrPortFrom(netip.MustParseAddr(tc.dial), uint16(s.local.(*net.UDPAddr).Port))
+			client, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
+			buf := make([]byte, 512)
+			if _, err := client.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+			n, err := client.Read(buf)
+			if err != nil {
+				t.Fatalf("no reply to the hit: %v", err)
+			}
+			got := new(dns.Msg)
+			if err := got.Unpack(buf[:n]); err != nil || got.String() != want.String() {
+				t.Errorf("reply %v (%v), want\n%s", got, err, want)
+			}
 
-	chainReply := []byte("chain's reply")
-	if _, err := s.writeTo(chainReply, nil, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := client.Read(buf); err != nil || !bytes.Equal(buf[:n], chainReply) {
-		t.Errorf("chain's reply: %q, %v", buf[:n], err)
-	}
+			var oob []byte
+			if tc.pktinfo {
+				oob = make([]byte, oobLen)
+				oob = oob[:putPktinfo4(oob, server.Addr().As4())]
+			}
+			chainReply := []byte("chain's reply")
+			if _, err := s.writeTo(chainReply, oob, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := client.Read(buf); err != nil || !bytes.Equal(buf[:n], chainReply) {
+				t.Errorf("chain's reply: %q, %v", buf[:n], err)
+			}
 
-	s.shutdown()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reader still waits in recvmmsg after shutdown")
+			fm := fe.blocks[0].fm
+			counts := func() [4]float64 {
+				return [4]float64{testutil.ToFloat64(fm.Hit), testutil.ToFloat64(fm.Chain), testutil.ToFloat64(fm.Shed), testutil.ToFloat64(fm.Dropped)}
+			}
+			before := counts()
+			s.shutdown()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reader still waits in recvmmsg after shutdown")
+			}
+			if after := counts(); after != before {
+				t.Errorf("hit, chain, shed, dropped went from %v to %v across the shutdown", before, after)
+			}
+		})
 	}
 }
 
@@ -415,7 +444,8 @@ func TestRaiseProcs(t *testing.T) {
 }
 
 // TestCloseOnce: a front end closed twice closes its sockets once; the
-// second close must not close a file that took a socket's number since.
+// second close, and a chain's reply written after the first, must not
+// reach a file that took a socket's number since.
 func TestCloseOnce(t *testing.T) {
 	s, err := listenThread("127.0.0.1:0")
 	if err != nil {
@@ -442,5 +472,9 @@ func TestCloseOnce(t *testing.T) {
 	fe.close()
 	if _, err := unix.FcntlInt(reused.Fd(), unix.F_GETFD, 0); err != nil {
 		t.Errorf("the second close closed the file that took the socket's number: %v", err)
+	}
+	// A chain's reply that comes late must not go to that file either.
+	if _, err := s.writeTo([]byte("late"), nil, netip.MustParseAddrPort("127.0.0.1:53")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("a reply after close: %v, want %v", err, net.ErrClosed)
 	}
 }

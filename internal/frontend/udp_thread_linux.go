@@ -24,13 +24,21 @@ import (
 // empty, and no hand-over between the thread that polls and the one that
 // runs the goroutine, which the poller's wait costs every lone request.
 //
-// A goroutine in a system call keeps its P (GOMAXPROCS's unit), so each
-// reader needs one of its own and the rest of the server another (raiseProcs).
+// A goroutine in a system call keeps its P (GOMAXPROCS's unit) until sysmon
+// takes it back for other work, so each reader is given one of its own and
+// the rest of the server another (raiseProcs): otherwise every request
+// queued behind a waiting reader would cost a hand-over of its P.
 type threadSocket struct {
-	fd     int
 	v6     bool // AF_INET6, whose clients of IPv4 have mapped addresses
 	local  net.Addr
-	closed atomic.Bool
+	closed atomic.Bool // shut down: the reader leaves
+
+	// fd is -1 once closed. The reader uses it without the lock, as only
+	// it closes it while it reads; the chain's replies, which come from
+	// goroutines of their own as late as they please, take the lock, so
+	// that none goes to a file that took the number since.
+	mu sync.RWMutex
+	fd int
 }
 
 // listenThread opens a socket on addr as listenUDP does, and takes it out
@@ -72,13 +80,26 @@ func (s *threadSocket) setup() error {
 	return err
 }
 
-// shutdown wakes the reader; close closes the socket once it has left.
+// shutdown wakes the reader, which closes the socket as it leaves.
 func (s *threadSocket) shutdown() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	s.closed.Store(true)
-	unix.Shutdown(s.fd, unix.SHUT_RDWR) // ENOTCONN, but it wakes the reader
+	if s.fd >= 0 {
+		unix.Shutdown(s.fd, unix.SHUT_RDWR) // ENOTCONN, but it wakes the reader
+	}
 }
 
-func (s *threadSocket) close() { unix.Close(s.fd) }
+// close closes the socket, once: its reader's last act, and the front
+// end's for a socket never read.
+func (s *threadSocket) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}
 
 // yieldEvery is how often a reader passes through the scheduler. sysmon
 // takes the P of a goroutine that has not been through it for 10 ms
@@ -89,6 +110,9 @@ const yieldEvery = 5 * time.Millisecond
 
 // serveThread answers the requests on s until it is closed.
 func (fe *frontend) serveThread(s *threadSocket) {
+	// Closed at once, the socket leaves the address's SO_REUSEPORT group,
+	// whose datagrams would otherwise still come to it.
+	defer s.close()
 	b := newUDPBatch(fe, s.local)
 	b.thread = s
 	yielded := time.Now()
@@ -101,7 +125,9 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			b.start = time.Now()
 		}
 		if err := b.answerAll(now); err != nil {
-			log.Errorf("frontend: writing %s: %v", s.local, err)
+			if !errors.Is(err, net.ErrClosed) {
+				log.Errorf("frontend: writing %s: %v", s.local, err)
+			}
 			return
 		}
 		if t := time.Now(); t.Sub(yielded) >= yieldEvery {
@@ -120,6 +146,10 @@ func (b *udpBatch) wait() bool {
 	b.used = 0
 	n, _, errno := syscall.Syscall6(unix.SYS_RECVMMSG, uintptr(b.thread.fd), uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_WAITFORONE, 0, 0)
 	switch {
+	case b.thread.closed.Load():
+		// A socket shut down reads as one empty datagram after another.
+		b.used = batchLen
+		return false
 	case errno == unix.EAGAIN || errno == unix.EINTR:
 		return false
 	case errno != 0:
@@ -151,6 +181,11 @@ func (s *threadSocket) sendAll(b *udpBatch) error {
 // writeTo sends one of the chain's replies to client, from the source the
 // control message oob names, if any.
 func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.fd < 0 {
+		return 0, net.ErrClosed
+	}
 	var sa unix.Sockaddr
 	if s.v6 {
 		sa6 := &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
