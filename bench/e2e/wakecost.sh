@@ -6,7 +6,9 @@
 # send system call, and within it the wake-up of the client's socket
 # (sock_def_readable: the loopback delivers the reply inside the server's
 # send, and wakes dnsperf on its core from there); the receive call; the
-# wait for the next datagram (epoll_wait, the scheduler); user space.
+# wait for the next datagram (epoll_wait, or the socket's own wait in a
+# receive that blocks, as the front end's `wait thread` readers do: then
+# receive includes it); user space.
 #
 #   bash bench/e2e/wakecost.sh DIR [RATE [SECONDS]]
 #
@@ -59,7 +61,7 @@ for c in "${configs[@]}"; do
 		awk '/%/ && $2 !~ /kernel/ { s += $1+0 } END { printf "%5.1f%%", s }')
 	printf '%-16s %8s %8s %10s %8s %8s %8s\n' "$c" \
 		"$(share 'sys_sendmmsg|sys_sendto|sys_sendmsg')" "$(share 'sock_def_readable')" \
-		"$(share 'sys_recvmmsg|sys_recvfrom|sys_recvmsg')" "$(share 'do_epoll_wait')" "$user" "$samples"
+		"$(share 'sys_recvmmsg|sys_recvfrom|sys_recvmsg')" "$(share 'do_epoll_wait|__skb_wait_for_more_packets')" "$user" "$samples"
 	kill $srv
 	wait $srv 2>/dev/null || true
 	sleep 6 # CoreDNS's health lameduck
