@@ -178,8 +178,8 @@ func (s *threadSocket) sendAll(b *udpBatch) error {
 	return nil
 }
 
-// writeTo sends one of the chain's replies to client, from the source the
-// control message oob names, if any.
+// writeTo sends one of the chain's replies to the client at to, from the
+// source the control message oob names, if any.
 func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
