@@ -21,8 +21,8 @@ import (
 // udp_thread_linux.go), or in the Go runtime's poller (`wait poller`, this
 // file's serveUDP), through the socket's RawConn.
 //
-// In the poller, both calls are made raw (RawSyscall6), outside the
-// runtime's system call state: with MSG_DONTWAIT they never sleep, and a
+// Sends, and the poller's receives, are made raw (RawSyscall6), outside
+// the runtime's system call state: with MSG_DONTWAIT they never sleep, and a
 // batch of sends is long enough for sysmon to take the P of a thread in a
 // system call and hand it to another, which then waits in epoll_wait, is
 // woken by each reply's send buffer coming free (the socket is in the
