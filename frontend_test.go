@@ -387,7 +387,7 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { inst.Stop() }()
+	defer func() { stopInstance(inst) }()
 	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, fe, req)
 	for i := range 2 {

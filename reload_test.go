@@ -32,7 +32,7 @@ func TestReloadKeepsTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { inst.Stop() }()
+	defer func() { stopInstance(inst) }()
 	addr := inst.Servers()[0].LocalAddr().String()
 	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, addr, req)
@@ -119,7 +119,7 @@ func TestReloadKeepsEachBlocksCache(t *testing.T) {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
 		}
-		inst.Stop()
+		stopInstance(inst)
 	}
 }
 
@@ -170,7 +170,7 @@ func TestReloadWhileServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { inst.Stop() }()
+	defer func() { stopInstance(inst) }()
 	var addr atomic.Value
 	addr.Store(inst.Servers()[0].LocalAddr().String())
 

@@ -73,8 +73,17 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 	if err != nil {
 		t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, corefile)
 	}
-	t.Cleanup(func() { inst.Stop() })
+	t.Cleanup(func() { stopInstance(inst) })
 	return inst
+}
+
+// stopInstance stops inst as a reload stops the instance it replaces: its
+// servers, then its plugins' shutdown callbacks, which close what they
+// opened (a front end's sockets and their readers among them). Stop alone
+// would leave those running for the rest of the test binary.
+func stopInstance(inst *caddy.Instance) {
+	inst.Stop()
+	inst.ShutdownCallbacks()
 }
 
 // startCorefile starts a CoreDNS instance from corefile, whose servers
@@ -106,7 +115,7 @@ func startOnce(corefile string) (*caddy.Instance, error) {
 	}
 	for _, s := range inst.Servers() {
 		if a := s.LocalAddr(); a != nil && testenv.UDPSockets(a.String()) > 1 {
-			inst.Stop()
+			stopInstance(inst)
 			return nil, fmt.Errorf("%s: %w", a, errPortShared)
 		}
 	}
@@ -119,7 +128,7 @@ func startOnce(corefile string) (*caddy.Instance, error) {
 func startError(corefile string) error {
 	inst, err := startCorefile(corefile)
 	if err == nil {
-		inst.Stop()
+		stopInstance(inst)
 	}
 	return err
 }
@@ -311,10 +320,10 @@ func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]
 			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
 		if frontendShared(fes, text) && try < 10 {
-			inst.Stop()
+			stopInstance(inst)
 			continue
 		}
-		t.Cleanup(func() { inst.Stop() })
+		t.Cleanup(func() { stopInstance(inst) })
 		return fes, inst, text
 	}
 }
