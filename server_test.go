@@ -80,10 +80,14 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 // stopInstance stops inst as a reload stops the instance it replaces: its
 // servers, then its plugins' shutdown callbacks, which close what they
 // opened (a front end's sockets and their readers among them). Stop alone
-// would leave those running for the rest of the test binary.
+// would leave those running for the rest of the test binary. The final
+// shutdown's callbacks are not run: they stop what the process shares,
+// such as the prometheus plugin's listener, which other tests read.
 func stopInstance(inst *caddy.Instance) {
 	inst.Stop()
-	inst.ShutdownCallbacks()
+	for _, shutdown := range inst.OnShutdown {
+		shutdown()
+	}
 }
 
 // startCorefile starts a CoreDNS instance from corefile, whose servers
