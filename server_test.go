@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -310,7 +311,8 @@ func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp 
 // SO_REUSEPORT too: a server of another test that took the port first,
 // after freePort let it go, would share it silently. Counted, the front
 // ends start again elsewhere, as startCorefile does for CoreDNS's own
-// servers.
+// servers; so they do when a socket without SO_REUSEPORT (a client's, of
+// another test) took a port first, and the bind fails.
 func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]string, *caddy.Instance, string) {
 	t.Helper()
 	for try := 1; ; try++ {
@@ -320,6 +322,9 @@ func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]
 		}
 		text := corefile(fes)
 		inst, err := startCorefile(text)
+		if errors.Is(err, syscall.EADDRINUSE) && try < 10 {
+			continue
+		}
 		if err != nil {
 			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
