@@ -110,8 +110,8 @@ var bypassRefused = map[string]string{
 }
 
 // Parse parses `frontend ADDRESS... { sockets N; inflight N; log N; wait
-// thread|poller }`, args being the addresses. An address is host:port for UDP and TCP, or
-// udp://host:port or tcp://host:port for one of them.
+// thread|poller }`, args being the addresses. An address is host:port for
+// UDP and TCP, or udp://host:port or tcp://host:port for one of them.
 func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("frontend: want at least one ADDRESS")
