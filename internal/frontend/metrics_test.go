@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// runs numbers the servers the tests below count in. CoreDNS's request
+// series are global to the process, so a test run again (-count=N) gets a
+// server label of its own rather than find the last run's counts.
+var runs atomic.Int64
+
+// serverLabel returns a server label no other call in this process returned.
+func serverLabel(name string) string {
+	return fmt.Sprintf("dns://%s-%d:53", name, runs.Add(1))
+}
+
 // TestLabelsAsReport gives requests of every kind the labels labelsOf
 // computes and vars.Report, which the prometheus plugin calls in plugin
 // mode, and checks that Report counted each in exactly the series labelsOf
@@ -23,15 +34,13 @@ func TestLabelsAsReport(t *testing.T) {
 	zoneNames := []string{"example.org.", "sub.example.org.", "cluster.local."}
 	names := []string{"a.example.org.", "X.Sub.Example.ORG.", "sub.example.org.", "svc.cluster.local.", "elsewhere.net.", "."}
 	view := "v"
-	i := 0
 	for _, name := range names {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeHTTPS, dns.TypeCAA, dns.TypeNULL} {
 			for _, tcp := range []bool{false, true} {
 				for _, ip := range []string{"192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"} {
 					for _, do := range []bool{false, true} {
 						for _, rcode := range []int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServerFailure, dns.RcodeRefused, 11} {
-							i++
-							server := fmt.Sprintf("dns://labels-%d:53", i)
+							server := serverLabel("labels")
 							z := &metricsZones{server: server, view: view, names: zoneNames, plugin: "compactcache"}
 							for _, n := range zoneNames {
 								w := make([]byte, 255)
@@ -79,7 +88,8 @@ func TestRequestMetricsAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	z := &metricsZones{server: "dns://alloc:53", names: []string{"."}, wire: [][]byte{{0}}}
+	server := serverLabel("alloc")
+	z := &metricsZones{server: server, names: []string{"."}, wire: [][]byte{{0}}}
 	m := z.reader()
 	reply := packedReply(t, "www.example.org.", dns.TypeA, dns.RcodeSuccess)
 	client := netip.MustParseAddr("192.0.2.1")
@@ -89,7 +99,7 @@ func TestRequestMetricsAllocatesNothing(t *testing.T) {
 	if allocs := testing.AllocsPerRun(1000, func() { m.count(reply, 40, client, false, hit, took) }); allocs != 0 {
 		t.Errorf("%v allocations per counted hit, want 0", allocs)
 	}
-	if n := testutil.ToFloat64(vars.RequestCount.WithLabelValues("dns://alloc:53", ".", "", "udp", "1", "A")); n != 1002 {
+	if n := testutil.ToFloat64(vars.RequestCount.WithLabelValues(server, ".", "", "udp", "1", "A")); n != 1002 {
 		t.Errorf("requests_total %v after 1002 hits (AllocsPerRun runs once more than asked)", n)
 	}
 }
@@ -108,7 +118,7 @@ func TestRequestMetricsKeys(t *testing.T) {
 	if len(keys) != len(monitoredTypes)+1 {
 		t.Errorf("%d keys for the 65536 types, want %d: one per type label", len(keys), len(monitoredTypes)+1)
 	}
-	const server = "dns://keys:53"
+	server := serverLabel("keys")
 	z := &metricsZones{server: server, names: []string{".", "example.org."}, wire: [][]byte{{0}, []byte("\x07example\x03org\x00")}}
 	m := z.reader()
 	type hit struct {
