@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"testing"
@@ -201,6 +202,32 @@ func TestWithScope(t *testing.T) {
 		tc.sa.Port = 53 << 8 // network byte order
 		if got := withScope(addrPortOf(tc.sa), tc.sa).String(); got != tc.want {
 			t.Errorf("%s, want %s", got, tc.want)
+		}
+	}
+}
+
+// TestSockaddrOf: a chain's reply in thread mode goes to the address the
+// request came from, as withScope gave it: an IPv4 client of an IPv4
+// socket, or of a dual-stack one by its mapped address, and a link-local
+// client by the interface it came by.
+func TestSockaddrOf(t *testing.T) {
+	raw := func(addr string, scope uint32) netip.AddrPort {
+		sa := &unix.RawSockaddrInet6{Family: unix.AF_INET6, Scope_id: scope, Addr: netip.MustParseAddr(addr).As16(), Port: 53 << 8}
+		return withScope(addrPortOf(sa), sa)
+	}
+	for _, tc := range []struct {
+		to   netip.AddrPort
+		v6   bool
+		want unix.Sockaddr
+	}{
+		{netip.MustParseAddrPort("192.0.2.1:53"), false, &unix.SockaddrInet4{Addr: [4]byte{192, 0, 2, 1}, Port: 53}},
+		{raw("::ffff:192.0.2.1", 0), false, &unix.SockaddrInet4{Addr: [4]byte{192, 0, 2, 1}, Port: 53}},
+		{raw("::ffff:192.0.2.1", 0), true, &unix.SockaddrInet6{Addr: netip.MustParseAddr("::ffff:192.0.2.1").As16(), Port: 53}},
+		{raw("2001:db8::1", 0), true, &unix.SockaddrInet6{Addr: netip.MustParseAddr("2001:db8::1").As16(), Port: 53}},
+		{raw("fe80::1", 3), true, &unix.SockaddrInet6{Addr: netip.MustParseAddr("fe80::1").As16(), Port: 53, ZoneId: 3}},
+	} {
+		if got := sockaddrOf(tc.to, tc.v6); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s from a socket with v6 %v: %#v, want %#v", tc.to, tc.v6, got, tc.want)
 		}
 	}
 }

@@ -120,17 +120,17 @@ func (fe *frontend) serveThread(s *threadSocket) {
 		if !b.wait() {
 			continue
 		}
-		now := fe.now()
+		t := time.Now()
 		if b.timed {
-			b.start = time.Now()
+			b.start = t
 		}
-		if err := b.answerAll(now); err != nil {
+		if err := b.answerAll(fe.now()); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				log.Errorf("frontend: writing %s: %v", s.local, err)
 			}
 			return
 		}
-		if t := time.Now(); t.Sub(yielded) >= yieldEvery {
+		if t.Sub(yielded) >= yieldEvery {
 			yielded = t
 			runtime.Gosched()
 		}
@@ -186,17 +186,7 @@ func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
 	if s.fd < 0 {
 		return 0, net.ErrClosed
 	}
-	var sa unix.Sockaddr
-	if s.v6 {
-		sa6 := &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
-		// withScope names a link-local client's interface by its index.
-		if id, err := strconv.ParseUint(to.Addr().Zone(), 10, 32); err == nil {
-			sa6.ZoneId = uint32(id)
-		}
-		sa = sa6
-	} else {
-		sa = &unix.SockaddrInet4{Addr: to.Addr().Unmap().As4(), Port: int(to.Port())}
-	}
+	sa := sockaddrOf(to, s.v6)
 	if len(oob) > 0 {
 		if n, err := unix.SendmsgN(s.fd, p, oob, sa, 0); err == nil {
 			return n, nil
@@ -205,6 +195,20 @@ func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
 		// the routing's source then, as without.
 	}
 	return unix.SendmsgN(s.fd, p, nil, sa, 0)
+}
+
+// sockaddrOf returns the address to send to from a socket of the family
+// v6 says: an IPv4 client of a dual-stack socket as its mapped address, and
+// a link-local client with the interface index withScope put in its zone.
+func sockaddrOf(to netip.AddrPort, v6 bool) unix.Sockaddr {
+	if !v6 {
+		return &unix.SockaddrInet4{Addr: to.Addr().Unmap().As4(), Port: int(to.Port())}
+	}
+	sa := &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())}
+	if id, err := strconv.ParseUint(to.Addr().Zone(), 10, 32); err == nil {
+		sa.ZoneId = uint32(id)
+	}
+	return sa
 }
 
 // readers counts the threadSockets being read, in every front end, and
