@@ -249,34 +249,47 @@ func (fc *Config) check(cfg *dnsserver.Config, cache string) error {
 // reloaded instance open its sockets before the old one closes.
 func (fc *Config) listen() (*frontend, error) {
 	fe := &frontend{cfg: fc, inflight: make(chan struct{}, fc.inflight)}
-	for _, a := range fc.udp {
-		for range fc.sockets {
-			if !fc.poller {
-				s, err := listenThread(a)
-				if err != nil {
-					fe.close()
-					return nil, fmt.Errorf("frontend: %w", err)
-				}
-				fe.threads = append(fe.threads, s)
-				continue
+	if err := fe.open(); err != nil {
+		fe.close()
+		return nil, fmt.Errorf("frontend: %w", err)
+	}
+	return fe, nil
+}
+
+// open opens the sockets of every address, up to the first that fails.
+func (fe *frontend) open() error {
+	for _, a := range fe.cfg.udp {
+		for range fe.cfg.sockets {
+			if err := fe.openUDP(a); err != nil {
+				return err
 			}
-			conn, err := listenUDP(a)
-			if err != nil {
-				fe.close()
-				return nil, fmt.Errorf("frontend: %w", err)
-			}
-			fe.udp = append(fe.udp, conn)
 		}
 	}
-	for _, a := range fc.tcp {
+	for _, a := range fe.cfg.tcp {
 		l, err := listenTCP(a)
 		if err != nil {
-			fe.close()
-			return nil, fmt.Errorf("frontend: %w", err)
+			return err
 		}
 		fe.tcp = append(fe.tcp, l)
 	}
-	return fe, nil
+	return nil
+}
+
+// openUDP opens one of a UDP address's sockets, for a reader on a thread
+// of its own or in the poller, as `wait` says.
+func (fe *frontend) openUDP(addr string) error {
+	if !fe.cfg.poller {
+		s, err := listenThread(addr)
+		if err == nil {
+			fe.threads = append(fe.threads, s)
+		}
+		return err
+	}
+	conn, err := listenUDP(addr)
+	if err == nil {
+		fe.udp = append(fe.udp, conn)
+	}
+	return err
 }
 
 // start serves the sockets, handing what is not a hit to srv.

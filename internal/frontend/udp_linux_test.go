@@ -9,10 +9,13 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
@@ -229,6 +232,35 @@ func TestSockaddrOf(t *testing.T) {
 		if got := sockaddrOf(tc.to, tc.v6); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s from a socket with v6 %v: %#v, want %#v", tc.to, tc.v6, got, tc.want)
 		}
+	}
+}
+
+// TestListenFailsClean: an address the front end cannot take fails listen
+// with the address named, and the sockets it opened before are closed, in
+// both ways of waiting: a plain bind of their address, which any socket
+// still open there would refuse, then succeeds.
+func TestListenFailsClean(t *testing.T) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
+	taken, err := net.Listen("tcp", addr) // without SO_REUSEPORT: the front end's TCP listen fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, poller := range []bool{false, true} {
+		fc := &Config{udp: []string{addr}, tcp: []string{addr}, sockets: 2, inflight: 1, poller: poller}
+		fe, err := fc.listen()
+		if err == nil {
+			fe.close()
+			t.Fatalf("poller %v: listen on %s, whose TCP port is taken, succeeded", poller, addr)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "frontend: ") || !strings.Contains(msg, addr) {
+			t.Errorf("poller %v: %q, want the front end and %s named", poller, msg, addr)
+		}
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			t.Fatalf("poller %v: a UDP socket of the failed listen is still open: %v", poller, err)
+		}
+		u.Close()
 	}
 }
 
