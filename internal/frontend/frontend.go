@@ -571,11 +571,10 @@ func rejection(r *dns.Msg, h dns.Header, notImplemented bool) *dns.Msg {
 type chainWriter struct {
 	local, remote net.Addr
 
-	udp    *net.UDPConn
-	thread *threadSocket
-	to     netip.AddrPort
-	oob    []byte // the reply's control message: its source (frontend_linux.go)
-	tcp    *tcpConn
+	udp udpSender
+	to  netip.AddrPort
+	oob []byte // the reply's control message: its source (frontend_linux.go)
+	tcp *tcpConn
 
 	tsigSecret     string // of the request's TSIG, when it verified
 	tsigStatus     error
@@ -616,18 +615,29 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	if w.tcp != nil {
 		return w.tcp.write(b)
 	}
-	if w.thread != nil {
-		return w.thread.writeTo(b, w.oob, w.to)
-	}
 	if len(w.oob) > 0 {
-		n, _, err := w.udp.WriteMsgUDPAddrPort(b, w.oob, w.to)
-		if err == nil {
+		if n, err := w.udp.sendmsg(b, w.oob, w.to); err == nil {
 			return n, nil
 		}
 		// No reply can leave from a broadcast or multicast destination:
 		// the routing's source then, as without.
 	}
-	return w.udp.WriteToUDPAddrPort(b, w.to)
+	return w.udp.sendmsg(b, nil, w.to)
+}
+
+// udpSender sends a datagram to a client, from the source a control
+// message names, or with none the routing's: a socket in Go's poller
+// (pollerConn) or one read on a thread of its own (threadSocket).
+type udpSender interface {
+	sendmsg(p, oob []byte, to netip.AddrPort) (int, error)
+}
+
+// pollerConn is a socket in Go's poller, as a udpSender.
+type pollerConn struct{ *net.UDPConn }
+
+func (c pollerConn) sendmsg(p, oob []byte, to netip.AddrPort) (int, error) {
+	n, _, err := c.WriteMsgUDPAddrPort(p, oob, to)
+	return n, err
 }
 
 // verifyTSIG sets the TSIG status of the request pkt for the plugins, with

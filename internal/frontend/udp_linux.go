@@ -215,6 +215,14 @@ func (b *udpBatch) sendQueued() error {
 	return b.raw.Write(b.sendFn)
 }
 
+// sender is the batch's socket, for the chain's replies.
+func (b *udpBatch) sender() udpSender {
+	if b.thread != nil {
+		return b.thread
+	}
+	return pollerConn{b.conn}
+}
+
 // account counts the hits of the run just sent, with one reading of the
 // clock for the run.
 func (b *udpBatch) account() {
@@ -258,7 +266,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 		return
 	}
 	client = withScope(client, &b.names[i])
-	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.conn, thread: b.thread, to: client}
+	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.sender(), to: client}
 	if b.pktinfo {
 		// The chain replies later, from its own goroutine: its own copy.
 		oob := oobBytes(new([oobLen / 8]uint64))

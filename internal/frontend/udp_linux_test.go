@@ -454,7 +454,7 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 				oob = oob[:putPktinfo4(oob, server.Addr().As4())]
 			}
 			chainReply := []byte("chain's reply")
-			if _, err := s.writeTo(chainReply, oob, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
+			if _, err := s.sendmsg(chainReply, oob, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
 				t.Fatal(err)
 			}
 			if n, err := client.Read(buf); err != nil || !bytes.Equal(buf[:n], chainReply) {
@@ -533,7 +533,7 @@ func TestCloseOnce(t *testing.T) {
 		t.Errorf("the second close closed the file that took the socket's number: %v", err)
 	}
 	// A chain's reply that comes late must not go to that file either.
-	if _, err := s.writeTo([]byte("late"), nil, netip.MustParseAddrPort("127.0.0.1:53")); !errors.Is(err, net.ErrClosed) {
+	if _, err := s.sendmsg([]byte("late"), nil, netip.MustParseAddrPort("127.0.0.1:53")); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("a reply after close: %v, want %v", err, net.ErrClosed)
 	}
 }

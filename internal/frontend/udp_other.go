@@ -5,7 +5,6 @@ package frontend
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"runtime"
 )
 
@@ -20,10 +19,9 @@ type threadSocket struct{}
 
 func listenThread(string) (*threadSocket, error) { return nil, errors.New("needs Linux") }
 
-func (*threadSocket) shutdown()                                           {}
-func (*threadSocket) close()                                              {}
-func (*threadSocket) writeTo([]byte, []byte, netip.AddrPort) (int, error) { return 0, nil }
-func (fe *frontend) serveThread(*threadSocket)                            {}
-func raiseProcs(int)                                                      {}
+func (*threadSocket) shutdown()                {}
+func (*threadSocket) close()                   {}
+func (fe *frontend) serveThread(*threadSocket) {}
+func raiseProcs(int)                           {}
 
 func procs() int { return runtime.GOMAXPROCS(0) }

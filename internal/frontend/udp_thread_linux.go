@@ -178,23 +178,15 @@ func (s *threadSocket) sendAll(b *udpBatch) error {
 	return nil
 }
 
-// writeTo sends one of the chain's replies to the client at to, from the
+// sendmsg sends one of the chain's replies to the client at to, from the
 // source the control message oob names, if any.
-func (s *threadSocket) writeTo(p, oob []byte, to netip.AddrPort) (int, error) {
+func (s *threadSocket) sendmsg(p, oob []byte, to netip.AddrPort) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.fd < 0 {
 		return 0, net.ErrClosed
 	}
-	sa := sockaddrOf(to, s.v6)
-	if len(oob) > 0 {
-		if n, err := unix.SendmsgN(s.fd, p, oob, sa, 0); err == nil {
-			return n, nil
-		}
-		// No reply can leave from a broadcast or multicast destination:
-		// the routing's source then, as without.
-	}
-	return unix.SendmsgN(s.fd, p, nil, sa, 0)
+	return unix.SendmsgN(s.fd, p, oob, sockaddrOf(to, s.v6), 0)
 }
 
 // sockaddrOf returns the address to send to from a socket of the family
