@@ -227,7 +227,13 @@ func TestFollowStep(t *testing.T) {
 	if got := s.all(); !slices.Equal(got, want) {
 		t.Errorf("flushed %q, want %q", got, want)
 	}
-	if st := f.c.stats("test"); st.Services != 3 || st.Names != int64(len(want)+4) {
+	// The emitter counts a flush's names once the sink has returned, so
+	// after the sink signalled it: up to a second for the count.
+	st := f.c.stats("test")
+	for deadline := time.Now().Add(time.Second); st.Names != int64(len(want)+4) && time.Now().Before(deadline); st = f.c.stats("test") {
+		time.Sleep(time.Millisecond)
+	}
+	if st.Services != 3 || st.Names != int64(len(want)+4) {
 		t.Errorf("stats %+v: want 3 Service changes and %d names", st, len(want)+4)
 	}
 }
