@@ -306,13 +306,13 @@ func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp 
 
 // startFrontends starts CoreDNS from the Corefile that corefile makes for n
 // front ends at fes, ports free on 127.0.0.1 and ::1 (a Corefile may name
-// either), and returns fes, the instance, which stops
-// when the test ends, and the Corefile. A front end binds its sockets with
-// SO_REUSEPORT too: a server of another test that took the port first,
-// after freePort let it go, would share it silently. Counted, the front
-// ends start again elsewhere, as startCorefile does for CoreDNS's own
-// servers; so they do when a socket without SO_REUSEPORT (a client's, of
-// another test) took a port first, and the bind fails.
+// either), and returns fes, the instance, which stops when the test ends,
+// and the Corefile. A front end binds its sockets with SO_REUSEPORT too: a
+// server of another test that took the port first, after freePort let it
+// go, would share it silently. Counted, the front ends start again
+// elsewhere, as startCorefile does for CoreDNS's own servers; so they do
+// when a socket without SO_REUSEPORT (a client's, of another test) took a
+// port first, and the bind fails.
 func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]string, *caddy.Instance, string) {
 	t.Helper()
 	for try := 1; ; try++ {

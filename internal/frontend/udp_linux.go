@@ -401,7 +401,8 @@ func (b *udpBatch) readySlot(i int) {
 }
 
 // send writes the queued replies; false says the socket's buffer is full,
-// and the caller waits until it takes more (the poller, or sendAll). A reply the kernel refuses is skipped and counted.
+// and the caller waits until it takes more (the poller, or sendAll). A
+// reply the kernel refuses is skipped and counted.
 func (b *udpBatch) send(fd uintptr) bool {
 	for b.sent < b.queued {
 		n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[b.sent])), uintptr(b.queued-b.sent), unix.MSG_DONTWAIT, 0, 0)
