@@ -3,6 +3,7 @@ package dnsmsg
 import (
 	"bytes"
 	"math"
+	"strings"
 
 	"github.com/miekg/dns"
 )
@@ -106,28 +107,24 @@ func PutPlainName(buf []byte, s string) (int, bool) {
 		return 1, true
 	case s == "" || s[len(s)-1] != '.':
 		return 0, false
+	case strings.IndexByte(s, '\\') >= 0:
+		return 0, false // an escape: miekg/dns's to decode
 	}
 	// The wire form is s shifted by one byte, each dot turned into the
 	// length of the label after it, the last one into the root label; the
-	// first label's length goes in front. One pass a byte at a time: names
-	// are short and of several labels, where a search and a copy per label
-	// cost more in calls than they save.
+	// first label's length goes in front. So one copy of the whole name,
+	// then a search for each dot: both go a word or more at a time, where a
+	// loop over the bytes takes a branch on each, which names of differing
+	// shapes mispredict.
 	buf = buf[:len(s)+1]
-	at := 0 // where the current label starts in s, and its length goes in buf
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '.':
-			l := i - at
-			if l == 0 || l > maxLabelLen {
-				return 0, false // an empty label, or one too long: miekg/dns's error
-			}
-			buf[at] = byte(l)
-			at = i + 1
-		case '\\':
-			return 0, false // an escape: miekg/dns's to decode
-		default:
-			buf[i+1] = c
+	copy(buf[1:], s)
+	for at := 0; at < len(s); {
+		l := strings.IndexByte(s[at:], '.') // s ends in a dot: l >= 0
+		if l == 0 || l > maxLabelLen {
+			return 0, false // an empty label, or one too long: miekg/dns's error
 		}
+		buf[at] = byte(l)
+		at += l + 1
 	}
 	buf[len(s)] = 0
 	return len(buf), true
