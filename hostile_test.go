@@ -81,10 +81,10 @@ type hostileRun struct {
 }
 
 // ask sends req as a client over UDP or TCP. It returns what the client got
-// (nil for nothing), ServeDNS's error, and the panic it raised, if any; a
+// (nil for nothing), the panic ServeDNS raised, if any, and its error; a
 // query that does not return within five seconds (a shard lock left held)
 // fails the test.
-func (h *hostileRun) ask(t *testing.T, req *dns.Msg, tcp bool) (got *dns.Msg, err error, panicked any) {
+func (h *hostileRun) ask(t *testing.T, req *dns.Msg, tcp bool) (got *dns.Msg, panicked any, err error) {
 	t.Helper()
 	rec := &recorder{ResponseWriter: test.ResponseWriter{TCP: tcp}}
 	done := make(chan struct{})
@@ -98,7 +98,7 @@ func (h *hostileRun) ask(t *testing.T, req *dns.Msg, tcp bool) (got *dns.Msg, er
 	case <-time.After(5 * time.Second):
 		t.Fatalf("ServeDNS(%v) did not return: deadlock", req.Question[0])
 	}
-	return rec.msg, err, panicked
+	return rec.msg, panicked, err
 }
 
 // hostileServer names a row's server in the metrics' server label, so that
@@ -568,7 +568,7 @@ func hostileRows() []hostileRow {
 			// Within the per-entry limit, so it must be stored or refused;
 			// the store must not panic, and the shard must stay usable.
 			check: func(t *testing.T, h *hostileRun, first, second *dns.Msg) {
-				if got, err, p := h.ask(t, test.Case{Qname: "other.example.org.", Qtype: dns.TypeA}.Msg(), false); got == nil || err != nil || p != nil {
+				if got, p, err := h.ask(t, test.Case{Qname: "other.example.org.", Qtype: dns.TypeA}.Msg(), false); got == nil || err != nil || p != nil {
 					t.Fatalf("another name after it: %v, %v, panic %v", got, err, p)
 				}
 				stored := h.c.Stats().Entries
@@ -762,7 +762,7 @@ func TestHostileUpstream(t *testing.T) {
 
 			var replies [2]*dns.Msg
 			for i := range replies {
-				got, err, panicked := h.ask(t, req, row.tcp)
+				got, panicked, err := h.ask(t, req, row.tcp)
 				if panicked != nil {
 					t.Fatalf("query %d: panic: %v", i, panicked)
 				}

@@ -186,7 +186,6 @@ type benchCluster struct {
 	ns       string
 	services int
 	headless int
-	ips      []string // svc-N's ClusterIP
 }
 
 func newBenchCluster(t testing.TB, cp *controlPlane) *benchCluster {

@@ -69,7 +69,7 @@ func runEach(ns []int, args []string) ([]row, error) {
 		c := exec.Command(os.Args[0], append(args, "-n", strconv.Itoa(n), "-rows", path)...)
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		if err := c.Run(); err != nil {
-			failed = fmt.Errorf("N = %d: %v", n, err)
+			failed = fmt.Errorf("the child for N = %d: %v", n, err)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {

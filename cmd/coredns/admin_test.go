@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,8 +18,7 @@ import (
 func buildCtl(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "compactcache-ctl")
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := run(t, 5*time.Minute, goCmd, "build", "-o", bin, "github.com/compactcache/compactcache/cmd/compactcache-ctl"); err != nil {
+	if out, err := run(t, 5*time.Minute, goCommand(t), "build", "-o", bin, "github.com/compactcache/compactcache/cmd/compactcache-ctl"); err != nil {
 		t.Fatalf("go build compactcache-ctl: %v\n%s", err, out)
 	}
 	return bin

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,14 +79,22 @@ func TestBinary(t *testing.T) {
 	})
 }
 
+// goCommand returns the go command of the toolchain running the test: go
+// test puts its GOROOT/bin first in the test's PATH.
+func goCommand(t *testing.T) string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command not found: %v", err)
+	}
+	return goCmd
+}
+
 // build compiles the binary with the go command of the toolchain running the
 // test, so the binary and the test agree on the module and its versions.
 func build(t *testing.T) string {
 	t.Helper()
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		t.Fatalf("go command not found (GOROOT %q): %v", runtime.GOROOT(), err)
-	}
+	goCmd := goCommand(t)
 	bin := filepath.Join(t.TempDir(), "coredns")
 	// A cold build of every CoreDNS plugin takes minutes on a small machine.
 	if out, err := run(t, 20*time.Minute, goCmd, "build", "-o", bin, "."); err != nil {

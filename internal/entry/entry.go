@@ -185,7 +185,6 @@ func (e Entry) Size() int      { return SizeAt(e) }
 func (e Entry) Stored() uint32 { return binary.LittleEndian.Uint32(e[offStored:]) }
 func (e Entry) TTL() uint32    { return binary.LittleEndian.Uint32(e[offTTL:]) }
 func (e Entry) Flags() uint16  { return binary.LittleEndian.Uint16(e[offFlags:]) }
-func (e Entry) denial() bool   { return e.Flags()&FlagDenial != 0 }
 func (e Entry) Rcode() int     { return int(e.Flags() & FlagRcodeMask) }
 func (e Entry) nameLen() int   { return int(e[offNameLen]) }
 func (e Entry) Key() []byte    { return e[offKey:e.body()] }

@@ -115,6 +115,11 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	if l.Entries != 1150 || l.Expired != 1850 {
 		t.Errorf("loaded %+v, want 1150 entries, 1850 expired", l)
 	}
+	for i, want := range map[int]bool{0: false, 1849: false, 1850: true, len(keys) - 1: true} {
+		if got := into.Get(keys[i], into.Hash(keys[i]), func(entry.Entry) bool { return true }); got != want {
+			t.Errorf("entry %d loaded: %v, want %v", i, got, want)
+		}
+	}
 	small, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
 	s, keys = filled(t, 16<<20, 20000, 3600)
 	file.Reset()
