@@ -83,21 +83,20 @@ func TestReloadKeepsEachBlocksCache(t *testing.T) {
 			{"bind ::1", "::1", "::1"},
 		}},
 	} {
-		_, port, err := net.SplitHostPort(freePort(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		corefile := ""
 		var ups [2]*upstream
-		for i, sd := range tc.sides {
+		var upAddrs [2]string
+		for i := range tc.sides {
 			ups[i] = newUpstream()
 			ups[i].add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("%s 300 IN A 192.0.2.%d", name, i+1))}, nil, nil)
-			corefile += ".:" + port + " {\n\t" + sd.block + "\n\tcompactcache\n\tforward . " + startUpstream(t, ups[i]) + "\n}\n"
+			upAddrs[i] = startUpstream(t, ups[i])
 		}
-		inst, err := startCorefile(corefile)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		inst, port, corefile := startOnFreePort(t, func(port string) string {
+			corefile := ""
+			for i, sd := range tc.sides {
+				corefile += ".:" + port + " {\n\t" + sd.block + "\n\tcompactcache\n\tforward . " + upAddrs[i] + "\n}\n"
+			}
+			return corefile
+		})
 		for round := range 2 {
 			for i, sd := range tc.sides {
 				c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(sd.from)}}}
@@ -113,11 +112,12 @@ func TestReloadKeepsEachBlocksCache(t *testing.T) {
 				}
 			}
 			serverMu.Lock()
-			inst, err = inst.Restart(corefileInput(corefile))
+			next, err := inst.Restart(corefileInput(corefile))
 			serverMu.Unlock()
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
+			inst = next
 		}
 		stopInstance(inst)
 	}

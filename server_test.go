@@ -337,6 +337,28 @@ func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]
 	}
 }
 
+// startOnFreePort starts CoreDNS from the Corefile that corefile makes for
+// a port, free on 127.0.0.1 when chosen, that its servers share,
+// and returns the instance, the port and the Corefile; the caller stops the
+// instance. Another port is tried while a socket without SO_REUSEPORT (a
+// client's, of another test) holds the chosen one, so that the bind fails,
+// or one with it shares it (startOnce).
+func startOnFreePort(t *testing.T, corefile func(port string) string) (*caddy.Instance, string, string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		port := strconv.Itoa(testenv.FreePort(t))
+		text := corefile(port)
+		inst, err := startOnce(text)
+		if (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errPortShared)) && try < 10 {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
+		}
+		return inst, port, text
+	}
+}
+
 // frontendShared reports whether another server's sockets share the port
 // of one of the front ends at fes, of the instance started from corefile,
 // on 127.0.0.1 or ::1.
