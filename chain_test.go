@@ -181,20 +181,20 @@ func testChainLoadbalanceRotates(t *testing.T, mode cacheMode) {
 		rrs = append(rrs, test.A("lb.example.org. 300 IN A 192.0.2."+strconv.Itoa(i)))
 	}
 	u.add("lb.example.org.", dns.TypeA, dns.RcodeSuccess, rrs, nil, nil)
-	options := "compactcache"
-	udp := ""
-	if mode.frontend {
-		udp = freePort(t)
-		options = "compactcache {\n\t\tfrontend " + udp + "\n\t}"
-	}
-	plain, _ := startCoreDNS(t, `.:0 {
+	up := startUpstream(t, u)
+	corefile := func(options string) string {
+		return `.:0 {
 	bind 127.0.0.1
 	loadbalance round_robin
-	`+options+`
-	forward . `+startUpstream(t, u)+`
-}`)
-	if udp == "" {
-		udp = plain
+	` + options + `
+	forward . ` + up + `
+}`
+	}
+	var udp string
+	if mode.frontend {
+		udp, _, _ = startFrontend(t, func(fe string) string { return corefile("compactcache {\n\t\tfrontend " + fe + "\n\t}") })
+	} else {
+		udp, _ = startCoreDNS(t, corefile("compactcache"))
 	}
 	req := test.Case{Qname: "lb.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, udp, req) // the miss

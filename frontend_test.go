@@ -372,7 +372,7 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	const zone = "reload.frontend.test."
 	u := newUpstream()
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
-	up, fe := startUpstream(t, u), freePort(t)
+	up, fe := startUpstream(t, u), ""
 	corefile := func(extra string) string {
 		return zone + `:0 {
 	bind 127.0.0.1
@@ -383,10 +383,11 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	forward . ` + up + `
 }`
 	}
-	inst, err := startCorefile(corefile(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
+	inst, _, _ := startOnFreePort(t, func(port string) string {
+		fe = net.JoinHostPort("127.0.0.1", port)
+		return corefile("")
+	})
 	defer func() { stopInstance(inst) }()
 	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, fe, req)
