@@ -338,8 +338,8 @@ func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]
 }
 
 // startOnFreePort starts CoreDNS from the Corefile that corefile makes for
-// a port, free on 127.0.0.1 when chosen, that its servers share,
-// and returns the instance, the port and the Corefile; the caller stops the
+// a port, free on 127.0.0.1 when chosen, that its servers share, and
+// returns the instance, the port and the Corefile; the caller stops the
 // instance. Another port is tried while a socket without SO_REUSEPORT (a
 // client's, of another test) holds the chosen one, so that the bind fails,
 // or one with it shares it (startOnce).
