@@ -383,11 +383,11 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	forward . ` + up + `
 }`
 	}
-	var err error
-	inst, _, _ := startOnFreePort(t, func(port string) string {
-		fe = net.JoinHostPort("127.0.0.1", port)
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
 		return corefile("")
-	})
+	}, nil)
+	var err error
 	defer func() { stopInstance(inst) }()
 	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, fe, req)

@@ -90,13 +90,15 @@ func TestReloadKeepsEachBlocksCache(t *testing.T) {
 			ups[i].add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("%s 300 IN A 192.0.2.%d", name, i+1))}, nil, nil)
 			upAddrs[i] = startUpstream(t, ups[i])
 		}
-		inst, port, corefile := startOnFreePort(t, func(port string) string {
+		var port string // the servers', as the Corefile started names it
+		_, inst, corefile := startOnFreePorts(t, 1, func(addrs []string) string {
+			_, port, _ = net.SplitHostPort(addrs[0])
 			corefile := ""
 			for i, sd := range tc.sides {
 				corefile += ".:" + port + " {\n\t" + sd.block + "\n\tcompactcache\n\tforward . " + upAddrs[i] + "\n}\n"
 			}
 			return corefile
-		})
+		}, nil)
 		for round := range 2 {
 			for i, sd := range tc.sides {
 				c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(sd.from)}}}

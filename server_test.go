@@ -309,45 +309,30 @@ func startFrontend(t *testing.T, corefile func(fe string) string) (fe, udp, tcp 
 // either), and returns fes, the instance, which stops when the test ends,
 // and the Corefile. A front end binds its sockets with SO_REUSEPORT too: a
 // server of another test that took the port first, after freePort let it
-// go, would share it silently. Counted, the front ends start again
-// elsewhere, as startCorefile does for CoreDNS's own servers; so they do
-// when a socket without SO_REUSEPORT (a client's, of another test) took a
-// port first, and the bind fails.
+// go, would share it silently; counted (frontendShared), the front ends
+// start again elsewhere.
 func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]string, *caddy.Instance, string) {
 	t.Helper()
-	for try := 1; ; try++ {
-		fes := make([]string, n)
-		for i := range fes {
-			fes[i] = freePort(t)
-		}
-		text := corefile(fes)
-		inst, err := startCorefile(text)
-		if errors.Is(err, syscall.EADDRINUSE) && try < 10 {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
-		}
-		if frontendShared(fes, text) && try < 10 {
-			stopInstance(inst)
-			continue
-		}
-		t.Cleanup(func() { stopInstance(inst) })
-		return fes, inst, text
-	}
+	fes, inst, text := startOnFreePorts(t, n, corefile, frontendShared)
+	t.Cleanup(func() { stopInstance(inst) })
+	return fes, inst, text
 }
 
-// startOnFreePort starts CoreDNS from the Corefile that corefile makes for
-// a port, free on 127.0.0.1 when chosen, that its servers share, and
-// returns the instance, the port and the Corefile; the caller stops the
-// instance. Another port is tried while a socket without SO_REUSEPORT (a
-// client's, of another test) holds the chosen one, so that the bind fails,
-// or one with it shares it (startOnce).
-func startOnFreePort(t *testing.T, corefile func(port string) string) (*caddy.Instance, string, string) {
+// startOnFreePorts starts CoreDNS from the Corefile that corefile makes for
+// n addresses of 127.0.0.1 whose ports were free when chosen, and returns
+// them, the instance and the Corefile; the caller stops the instance.
+// Other ports are tried, up to 10 times, while a socket without SO_REUSEPORT
+// (a client's, of another test) holds one, so that a bind fails, or one
+// with it shares a server's port (startOnce) or, as shared reports when
+// given, one of the addresses.
+func startOnFreePorts(t *testing.T, n int, corefile func(addrs []string) string, shared func(addrs []string, corefile string) bool) ([]string, *caddy.Instance, string) {
 	t.Helper()
 	for try := 1; ; try++ {
-		port := strconv.Itoa(testenv.FreePort(t))
-		text := corefile(port)
+		addrs := make([]string, n)
+		for i := range addrs {
+			addrs[i] = freePort(t)
+		}
+		text := corefile(addrs)
 		inst, err := startOnce(text)
 		if (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errPortShared)) && try < 10 {
 			continue
@@ -355,7 +340,11 @@ func startOnFreePort(t *testing.T, corefile func(port string) string) (*caddy.In
 		if err != nil {
 			t.Fatalf("starting CoreDNS: %v\nCorefile:\n%s", err, text)
 		}
-		return inst, port, text
+		if shared != nil && shared(addrs, text) && try < 10 {
+			stopInstance(inst)
+			continue
+		}
+		return addrs, inst, text
 	}
 }
 
