@@ -187,6 +187,11 @@ func testFrontendRepliesAsServer(t *testing.T, wait string) {
 		want := exchangeRaw(t, udp, tc.pkt, 2*time.Second)
 		got := exchangeRaw(t, fe, tc.pkt, 2*time.Second)
 		if !bytes.Equal(got, want) {
+			// Entries age in whole seconds: where a second began between
+			// the two, the server's next reply is the one to match.
+			want = exchangeRaw(t, udp, tc.pkt, 2*time.Second)
+		}
+		if !bytes.Equal(got, want) {
 			t.Errorf("%s: front end replied\n%s\nserver replied\n%s", tc.name, dump(got), dump(want))
 		}
 	}
