@@ -7,6 +7,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"maps"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,21 +54,23 @@ func TestMetricsStockFamilies(t *testing.T) {
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
 	u.add("nx."+zone, dns.TypeA, dns.RcodeNameError, nil, []dns.RR{test.SOA(zone + " 300 IN SOA ns." + zone + " admin." + zone + " 1 7200 3600 1209600 60")}, nil)
 	up := startUpstream(t, u)
-	promAddr := freePort(t)
 	blocks := []struct{ cache, server string }{{cache: "cache"}, {cache: "compactcache"}}
-	var corefile strings.Builder
-	for i := range blocks {
-		// Ports of their own: the other tests' servers, all on port 0,
-		// count in the same families.
-		addr := freePort(t)
-		for i > 0 && "dns://"+addr == blocks[0].server {
-			addr = freePort(t)
+	// Ports of their own: the other tests' servers, all on port 0, count in
+	// the same families.
+	addrs, inst, _ := startOnFreePorts(t, 3, func(addrs []string) string {
+		var corefile strings.Builder
+		for i := range blocks {
+			_, port, _ := net.SplitHostPort(addrs[i+1])
+			fmt.Fprintf(&corefile, "%s:%s {\n\tbind 127.0.0.1\n\tprometheus %s\n\t%s\n\tforward . %s\n}\n",
+				zone, port, addrs[0], blocks[i].cache, up)
 		}
-		blocks[i].server = "dns://" + addr
-		fmt.Fprintf(&corefile, "%s:%s {\n\tbind 127.0.0.1\n\tprometheus %s\n\t%s\n\tforward . %s\n}\n",
-			zone, addr[strings.LastIndexByte(addr, ':')+1:], promAddr, blocks[i].cache, up)
+		return corefile.String()
+	}, nil)
+	t.Cleanup(func() { stopInstance(inst) })
+	promAddr := addrs[0]
+	for i := range blocks {
+		blocks[i].server = "dns://" + addrs[i+1]
 	}
-	startCoreDNS(t, corefile.String())
 	if _, err := cachemetrics.Register(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,8 +320,9 @@ func startFrontends(t *testing.T, n int, corefile func(fes []string) string) ([]
 }
 
 // startOnFreePorts starts CoreDNS from the Corefile that corefile makes for
-// n addresses of 127.0.0.1 whose ports were free when chosen, and returns
-// them, the instance and the Corefile; the caller stops the instance.
+// n distinct addresses of 127.0.0.1 whose ports were free when chosen, and
+// returns them, the instance and the Corefile; the caller stops the
+// instance.
 // Other ports are tried, up to 10 times, while a socket without SO_REUSEPORT
 // (a client's, of another test) holds one, so that a bind fails, or one
 // with it shares a server's port (startOnce) or, as shared reports when
@@ -331,10 +333,13 @@ func startOnFreePorts(t *testing.T, n int, corefile func(addrs []string) string,
 		addrs := make([]string, n)
 		for i := range addrs {
 			addrs[i] = freePort(t)
+			for slices.Contains(addrs[:i], addrs[i]) {
+				addrs[i] = freePort(t)
+			}
 		}
 		text := corefile(addrs)
 		inst, err := startOnce(text)
-		if (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errPortShared)) && try < 10 {
+		if (portTaken(err) || errors.Is(err, errPortShared)) && try < 10 {
 			continue
 		}
 		if err != nil {
@@ -346,6 +351,13 @@ func startOnFreePorts(t *testing.T, n int, corefile func(addrs []string) string,
 		}
 		return addrs, inst, text
 	}
+}
+
+// portTaken reports whether err is a failed bind of a port another socket
+// holds. Caddy formats its servers' bind errors with %v, which drops the
+// errno from the chain, so its text is matched too.
+func portTaken(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), syscall.EADDRINUSE.Error()))
 }
 
 // frontendShared reports whether another server's sockets share the port
@@ -594,5 +606,36 @@ func TestServerTTLAging(t *testing.T) {
 				t.Errorf("upstream asked %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// TestPortTaken: starting CoreDNS on a port another socket holds fails
+// with an error portTaken knows, for a server's port and a front end's, so
+// that startOnFreePorts tries other ports.
+func TestPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(taken)
+	for _, tc := range []struct{ name, corefile string }{
+		{"server", ".:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}"},
+		{"frontend", ".:0 {\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tfrontend " + taken + "\n\t}\n\twhoami\n}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inst, err := startOnce(tc.corefile)
+			if err == nil {
+				stopInstance(inst)
+				t.Fatalf("started on %s, which another socket holds", taken)
+			}
+			if !portTaken(err) {
+				t.Fatalf("portTaken(%q) = false", err)
+			}
+		})
+	}
+	if portTaken(errPortShared) || portTaken(nil) {
+		t.Fatal("portTaken holds for other errors")
 	}
 }

@@ -116,16 +116,19 @@ func TestWarmupFromPeer(t *testing.T) {
 	logs := captureLog(t)
 	u := exampleUpstream()
 	up := startUpstream(t, u)
-	adminAddr := freePort(t)
-	peer := startInstance(t, `.:0 {
+	addrs, peer, _ := startOnFreePorts(t, 1, func(addrs []string) string {
+		return `.:0 {
 	bind 127.0.0.1
 	compactcache {
-		admin `+adminAddr+` {
+		admin ` + addrs[0] + ` {
 			insecure_loopback
 		}
 	}
-	forward . `+up+`
-}`)
+	forward . ` + up + `
+}`
+	}, nil)
+	t.Cleanup(func() { stopInstance(peer) })
+	adminAddr := addrs[0]
 	peerAddr := peer.Servers()[0].LocalAddr().String()
 	names := []string{"a.example.org.", "t.example.org.", "missing.example.org."}
 	for _, n := range names {
