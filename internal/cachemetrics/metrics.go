@@ -11,6 +11,7 @@ package cachemetrics
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -206,6 +207,7 @@ func (g gauge) Set(v float64) { g.stock.Set(v); g.own.Set(v) }
 type Server struct {
 	server    string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
+	gone      atomic.Bool               // the store was collected: set by a cleanup
 	Requests  Counter
 	Misses    Counter
 	Drops     Counter // replies not cached for being malformed or not what was asked
@@ -267,9 +269,10 @@ func (s *Block) resolve(server string) *Server {
 	block := func(stock, own *prometheus.CounterVec) Counter {
 		return Counter{stock.WithLabelValues(server, s.Zones, s.View), own.WithLabelValues(server, s.Zones, s.View)}
 	}
+	st := s.Store() // the instance has started: requests have come
 	m := &Server{
 		server:   server,
-		store:    weak.Make(s.Store()), // the instance has started: requests have come
+		store:    weak.Make(st),
 		Requests: block(f.requests, cacheRequests),
 		Misses:   block(f.misses, cacheMisses),
 		Drops:    block(f.drops, cacheDrops),
@@ -285,6 +288,11 @@ func (s *Block) resolve(server string) *Server {
 		m.evictions[k] = Counter{f.evictions.WithLabelValues(server, t, s.Zones, s.View), evictions.WithLabelValues(server, t, s.Zones, s.View)}
 		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.Zones, s.View)
 		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.Zones, s.View), cacheSize.WithLabelValues(server, t, s.Zones, s.View)}
+	}
+	if st == nil {
+		m.gone.Store(true)
+	} else {
+		runtime.AddCleanup(st, func(gone *atomic.Bool) { gone.Store(true) }, &m.gone)
 	}
 	return m
 }
@@ -353,6 +361,12 @@ var storeGauges = func() *storeCollector {
 // instance that saw requests last, as when inserts set them: on reload the
 // new instance comes after the old one. The stores are held weakly, so that a
 // cache dropped by a reload goes, and its server with it.
+//
+// Only a gathering makes the weak pointers strong. Doing so while a garbage
+// collection marks keeps the store alive through that cycle, so a prune
+// that did it for every server at every server's first request would keep
+// every dropped store alive, with the memory it maps, in a process that
+// makes caches faster than its cycles end (a fuzzer's). Prune reads gone.
 type storeCollector struct {
 	mu      sync.Mutex
 	servers []*Server // in the order of their first request
@@ -369,7 +383,7 @@ func (sc *storeCollector) add(m *Server) {
 func (sc *storeCollector) prune() {
 	live := sc.servers[:0]
 	for _, m := range sc.servers {
-		if m.store.Value() != nil {
+		if !m.gone.Load() {
 			live = append(live, m)
 		}
 	}

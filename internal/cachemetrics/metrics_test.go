@@ -2,10 +2,13 @@ package cachemetrics
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,12 +34,51 @@ func TestStoreGone(t *testing.T) {
 		t.Fatal("the collector does not read the store of a live block")
 	}
 	s, b = nil, nil
-	for range 3 {
-		runtime.GC()
+	runtime.GC()
+	// The cleanup that tells the collector runs on a goroutine of its own.
+	for deadline := time.Now().Add(5 * time.Second); listed() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	if listed() {
 		t.Fatal("the collector still reads the store of a block that is gone")
 	}
+}
+
+// TestStoresGoWhileServersCome: a collection finds a dropped store
+// unreachable even while blocks keep adding servers to the collector, as
+// in a process that makes caches one after another.
+func TestStoresGoWhileServersCome(t *testing.T) {
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&Block{Zones: ".", Store: func() *store.Store { return s }}).Server("gauges://dropped")
+	dropped := weak.Make(s)
+	s = nil
+	live, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cycle := range 5 {
+		done := make(chan struct{})
+		go func() {
+			runtime.GC()
+			close(done)
+		}()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+			default:
+				(&Block{Zones: ".", Store: func() *store.Store { return live }}).Server(fmt.Sprintf("gauges://adding-%d-%d", cycle, i))
+				continue
+			}
+			break
+		}
+		if dropped.Value() == nil {
+			return
+		}
+	}
+	t.Fatal("a dropped store outlived 5 collections while servers were added")
 }
 
 // TestMetricsStockRegistration registers the stock families in a registry

@@ -4,6 +4,7 @@ package store
 
 import (
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -190,7 +191,22 @@ func (a *arena) reserve() {
 		return
 	}
 	a.mapping, a.ring = m, ring
+	if ringsReserved.Add(1)%ringsPerCycle == 0 {
+		go runtime.GC() // not under the shard's lock, which the caller holds
+	}
 }
+
+// The collector paces itself by the Go heap alone, and a dropped store's
+// rings are unmapped only by a cleanup after a cycle (releaseWhenUnreachable).
+// A process that makes and drops stores faster than its heap grows, as a
+// fuzzer does thousands of times a second, would pile up thousands of
+// mappings and the chunks written in them until it ran out of mappings
+// (vm.max_map_count) or memory. So every ringsPerCycle rings reserved start
+// a cycle. A server reserves at most maxShards rings a block, at startup and
+// at a reload that changes a store's shape, so in service this is rare.
+const ringsPerCycle = 1024
+
+var ringsReserved atomic.Uint64
 
 // collapseLater has the huge page at off, whose chunks are all handed out
 // and so all counted, collapsed: resident memory stays what the accounting

@@ -286,6 +286,40 @@ func requireHugePages(t *testing.T, collapse bool) {
 	}
 }
 
+// TestDroppedStoresReleasedWithoutHeapGrowth: stores made and dropped while
+// the heap grows too little for a collection, as in a fuzzer's loop, are
+// still unmapped, as the rings they reserve start cycles themselves.
+func TestDroppedStoresReleasedWithoutHeapGrowth(t *testing.T) {
+	settleOffHeap()
+	// A large live heap puts off the cycle that the stores' own allocations
+	// would start.
+	ballast := make([]byte, 512<<20)
+	defer runtime.KeepAlive(ballast)
+	runtime.GC()
+	before := OffHeapBytes()
+	e, _ := testEntry(t, entry.NewBuilder(), "a.example.org.", 1, 3600, KindSuccess)
+	const stores = 4 * ringsPerCycle
+	for range stores {
+		s, err := New(MinCapacity, PerKind{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.shards) != 1 {
+			t.Fatalf("a store of MinCapacity has %d shards, want 1", len(s.shards))
+		}
+		s.Put(e, 0) // reserves the shard's ring, and writes a chunk of it
+	}
+	// Had no cycle run, every store would still hold its chunk.
+	const most = 2 * ringsPerCycle * chunkSize
+	deadline := time.Now().Add(10 * time.Second)
+	for OffHeapBytes()-before > most && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if held := OffHeapBytes() - before; held > most {
+		t.Fatalf("%d dropped stores hold %d bytes off the heap, want at most %d", stores, held, most)
+	}
+}
+
 // settleOffHeap runs GC cycles until the cleanups of unreachable stores
 // stop changing OffHeapBytes.
 func settleOffHeap() {
