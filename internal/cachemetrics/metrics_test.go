@@ -65,14 +65,14 @@ func TestStoresGoWhileServersCome(t *testing.T) {
 			runtime.GC()
 			close(done)
 		}()
+	adding:
 		for i := 0; ; i++ {
 			select {
 			case <-done:
+				break adding
 			default:
-				(&Block{Zones: ".", Store: func() *store.Store { return live }}).Server(fmt.Sprintf("gauges://adding-%d-%d", cycle, i))
-				continue
 			}
-			break
+			(&Block{Zones: ".", Store: func() *store.Store { return live }}).Server(fmt.Sprintf("gauges://adding-%d-%d", cycle, i))
 		}
 		if dropped.Value() == nil {
 			return
