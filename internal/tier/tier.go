@@ -167,9 +167,15 @@ func (t *Tier) connect() {
 		opt.Sentinel = valkey.SentinelOption{MasterSet: t.cfg.sentinel, Username: t.cfg.username, Password: t.cfg.password, TLSConfig: tc, TopologyRefreshInterval: 5 * time.Second}
 	}
 	wait := reconnectMin
+	var last string
 	for {
 		c, err := valkey.NewClient(opt)
 		if err == nil {
+			// Where the stream of flushes ends is read before the tier
+			// counts as connected, so that a flush another replica sends
+			// once this one uses the tier is one it reads. On an error
+			// readFlushes reads it again.
+			last, _ = t.streamEnd(c, t.keys.streamKey())
 			t.client.Store(&c)
 			log.Infof("Shared tier %s: connected", t.cfg)
 			break
@@ -184,7 +190,7 @@ func (t *Tier) connect() {
 		}
 		wait = min(2*wait, reconnectMax)
 	}
-	t.readFlushes()
+	t.readFlushes(last)
 }
 
 // Get returns the first of keys (cache keys, in the order the block
@@ -442,12 +448,12 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	return nil
 }
 
-// readFlushes applies the flushes the other replicas send, from the
-// stream's end when it starts, and after an error from where it left off.
-func (t *Tier) readFlushes() {
+// readFlushes applies the flushes the other replicas send after the one
+// whose ID is last (the stream's end when connecting; read from the stream
+// when empty), and after an error from where it left off.
+func (t *Tier) readFlushes(last string) {
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
-	last := ""
 	wait := reconnectMin
 	for t.ctx.Err() == nil {
 		if last == "" {
