@@ -21,8 +21,6 @@ import (
 // API does not show.
 type frontCache struct{ c *Cache }
 
-func (fc frontCache) Now() time.Time { return fc.c.now() }
-
 func (fc frontCache) Counters(server string) frontend.Counters { return fc.c.metrics.Frontend(server) }
 
 func (fc frontCache) Answerer(server string) frontend.Answerer {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/frontend"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -580,6 +582,9 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 
 // TestClockReadsPerRequest: a miss reads the clock once, when it stores the
 // reply (the lookup found nothing to age), and a hit once, to age the entry.
+// A front-end hit reads none: it ages the entry by the time its batch came
+// in, which the front end reads itself, so that the clock's ticker stops
+// while only the front end answers (coarseClock).
 func TestClockReadsPerRequest(t *testing.T) {
 	clk := newClock()
 	c := newTestCache(t, exampleUpstream(), clk)
@@ -597,5 +602,18 @@ func TestClockReadsPerRequest(t *testing.T) {
 		if n := c.Stats().Entries; n != 1 {
 			t.Fatalf("after request %d: %d entries, want 1", i+1, n)
 		}
+	}
+	pkt, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	a := frontCache{c}.Answerer("test")
+	var hit frontend.Hit
+	if a.Answer(pkt, netip.Addr{}, false, clk.now(), &hit) == nil {
+		t.Fatal("the front end did not answer the hit")
+	}
+	if reads != 0 {
+		t.Errorf("a front-end hit read the clock %d times, want 0", reads)
 	}
 }

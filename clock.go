@@ -12,7 +12,9 @@ import (
 // without a read, so that an idle server does not wake for it, and the
 // next read, which reads the time itself, starts it again. Its times carry
 // no monotonic reading: ages and the refresh hold-offs (refresh.go) follow
-// the wall clock, as entry ages always did.
+// the wall clock, as entry ages always did. The front end reads no
+// coarseClock: it reads time.Now itself, once a batch, where reading this
+// one would keep the goroutine ticking while the front end alone answers.
 type coarseClock struct {
 	tick, idle time.Duration
 

@@ -44,8 +44,6 @@ type Cache interface {
 	// Counters returns the counters of the requests the front end reads
 	// for server.
 	Counters(server string) Counters
-	// Now returns the time at the cache's resolution.
-	Now() time.Time
 }
 
 // An Answerer answers requests from the cache alone.
@@ -406,8 +404,8 @@ func (fe *frontend) blockOf(pkt []byte) int {
 
 // answer answers the request pkt from client from the cache of its block,
 // and counts it in the front end's hits: the reply and the block's index,
-// or nil when the request goes to the chain. now is the time at the
-// caches' resolution. The rest of a hit's bookkeeping is account's, once
+// or nil when the request goes to the chain. now is the time the request's
+// batch came in, read once a batch. The rest of a hit's bookkeeping is account's, once
 // its reply is sent.
 func (fe *frontend) answer(as []Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) ([]byte, int) {
 	i := fe.blockOf(pkt)
@@ -441,10 +439,6 @@ func (fe *frontend) counters(pkt []byte) Counters {
 	}
 	return fe.blocks[0].fm
 }
-
-// now returns the time at the caches' resolution: their clock is the
-// process's.
-func (fe *frontend) now() time.Time { return fe.blocks[0].cache.Now() }
 
 // timed reports whether a request's arrival and its reply's sending must
 // be timed: for the series or the access log of some block.

@@ -66,11 +66,8 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
 			return
 		}
-		var start time.Time
-		if timed {
-			start = time.Now()
-		}
-		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, fe.now(), &hit); reply != nil {
+		start := time.Now()
+		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, start, &hit); reply != nil {
 			_, err := t.write(reply)
 			var took time.Duration
 			if timed {

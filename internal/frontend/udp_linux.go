@@ -168,9 +168,9 @@ func (b *udpBatch) serve(fd uintptr) bool {
 		if b.errno != 0 {
 			return true
 		}
-		now := b.fe.now()
+		now := time.Now()
 		if b.timed {
-			b.start = time.Now()
+			b.start = now
 		}
 		if b.sendErr = b.answerAll(now); b.sendErr != nil {
 			return true

@@ -124,7 +124,7 @@ func (fe *frontend) serveThread(s *threadSocket) {
 		if b.timed {
 			b.start = t
 		}
-		if err := b.answerAll(fe.now()); err != nil {
+		if err := b.answerAll(t); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				log.Errorf("frontend: writing %s: %v", s.local, err)
 			}
