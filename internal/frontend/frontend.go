@@ -404,9 +404,9 @@ func (fe *frontend) blockOf(pkt []byte) int {
 
 // answer answers the request pkt from client from the cache of its block,
 // and counts it in the front end's hits: the reply and the block's index,
-// or nil when the request goes to the chain. now is the time the request's
-// batch came in, read once a batch. The rest of a hit's bookkeeping is account's, once
-// its reply is sent.
+// or nil when the request goes to the chain. now is when the request came
+// in, read once for a batch of datagrams. The rest of a hit's bookkeeping
+// is account's, once its reply is sent.
 func (fe *frontend) answer(as []Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) ([]byte, int) {
 	i := fe.blockOf(pkt)
 	if i < 0 || fe.blocks[i].chainOnly {
