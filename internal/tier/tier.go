@@ -452,6 +452,7 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 // whose ID is last (the stream's end when connecting; read from the stream
 // when empty), and after an error from where it left off.
 func (t *Tier) readFlushes(last string) {
+	testHookReading()
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
 	wait := reconnectMin
@@ -481,6 +482,10 @@ func (t *Tier) readFlushes(last string) {
 		}
 	}
 }
+
+// testHookReading runs as the reader of flushes starts: a test holds it
+// there to show that a flush sent meanwhile is read all the same.
+var testHookReading = func() {}
 
 // streamEnd returns the ID of the stream's last flush, "0-0" when it has
 // none.

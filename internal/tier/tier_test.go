@@ -285,7 +285,6 @@ func TestFlushes(t *testing.T) {
 	var applied []string
 	a := mustTier(t, option, 1, func(f flush.Flush) { t.Errorf("a replica applied its own flush %s", f.String()) })
 	b := mustTier(t, option, 1, func(f flush.Flush) { mu.Lock(); applied = append(applied, f.String()); mu.Unlock() })
-	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
 	stored := uint32(time.Now().Unix()) - 1
 	www := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, stored, 300)
 	mail := built(t, "mail.example.org", dns.TypeA, dns.RcodeSuccess, stored, 300)
@@ -610,7 +609,6 @@ func TestCluster(t *testing.T) {
 	if held < 2 {
 		t.Errorf("the entries are on %d of 3 masters", held)
 	}
-	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
 	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{wire(t, "example.org")}}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
@@ -725,7 +723,6 @@ func TestFlushAfterDisconnect(t *testing.T) {
 	got := make(chan flush.Flush, 10)
 	a := mustTier(t, option, 1, nil)
 	mustTier(t, option, 1, func(f flush.Flush) { got <- f })
-	time.Sleep(50 * time.Millisecond) // b reads the stream from its end
 	for i := range 3 {
 		if n := r.MustDo("CLIENT", "KILL", "TYPE", "normal"); n == ":0" || n == ":1" {
 			t.Fatalf("round %d: %s connections dropped, want both replicas'", i, n)
@@ -747,6 +744,36 @@ func TestFlushAfterDisconnect(t *testing.T) {
 		case <-time.After(time.Second):
 			t.Fatalf("round %d: the flush did not reach the other replica within a second of a dropped connection", i)
 		}
+	}
+}
+
+// TestFlushBeforeReaderStarts: a flush sent once a replica counts as
+// connected reaches it, however late its reader of flushes starts: held
+// back until after the flush, the reader still reads it.
+func TestFlushBeforeReaderStarts(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	// Set before the tiers start and put back after they closed (cleanups
+	// run last first), so that no reader reads it meanwhile.
+	testHookReading = func() { <-hold }
+	t.Cleanup(func() { testHookReading = func() {} })
+	t.Cleanup(release) // a failed test lets the readers go, so that Close returns
+	a := mustTier(t, option, 1, nil)
+	got := make(chan flush.Flush, 1)
+	mustTier(t, option, 1, func(f flush.Flush) { got <- f })
+	if err := a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	select {
+	case f := <-got:
+		if f.Scope != flush.Negative {
+			t.Fatalf("received %s", f.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a flush sent before the connected replica's reader started never reached it")
 	}
 }
 
