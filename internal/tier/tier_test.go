@@ -759,7 +759,9 @@ func TestFlushBeforeReaderStarts(t *testing.T) {
 	// run last first), so that no reader reads it meanwhile.
 	testHookReading = func() { <-hold }
 	t.Cleanup(func() { testHookReading = func() {} })
-	t.Cleanup(release) // a failed test lets the readers go, so that Close returns
+	// Deferred, it lets the readers go before the cleanups close the
+	// tiers, whose Close waits for them, also when the test fails.
+	defer release()
 	a := mustTier(t, option, 1, nil)
 	got := make(chan flush.Flush, 1)
 	mustTier(t, option, 1, func(f flush.Flush) { got <- f })
