@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	ot "github.com/opentracing/opentracing-go"
@@ -431,6 +432,54 @@ func TestConcurrentMissesAskOnce(t *testing.T) {
 	}
 	if len(replies) != clients {
 		t.Fatalf("%d of %d clients answered", len(replies), clients)
+	}
+}
+
+// TestMissAfterLanding: a miss whose lookup came before another request's
+// fetch of its question landed, and which leads a flight of its own after
+// it, serves what that fetch stored instead of fetching again; a crowd of
+// clients asking one name as its entry expires made one upstream query for
+// each that fell between the two. The request is given to miss as
+// ServeDNS gives it after a lookup that found nothing. When the fetch
+// stored nothing (`disable success`), the miss fetches.
+func TestMissAfterLanding(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		disable bool
+		want    int // upstream queries
+	}{
+		{"stored", false, 1},
+		{"not stored", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := exampleUpstream()
+			c := newTestCache(t, u, newClock())
+			if tc.disable {
+				c.DisableSuccess = []string{"example.org."}
+			}
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			ask(t, c, req, false)
+
+			rec := &recorder{}
+			s := scratchPool.Get().(*scratch)
+			defer scratchPool.Put(s)
+			if !s.readMsg(req, rec, &c.ecs) {
+				t.Fatal("the request is not read")
+			}
+			ctx := context.Background()
+			if _, err := c.miss(ctx, rec, req, s, &found{}, c.metrics.Server(metrics.WithServer(ctx))); err != nil || rec.msg == nil {
+				t.Fatalf("miss: %v, reply %v", err, rec.msg)
+			}
+			if m := rec.msg; m.Rcode != dns.RcodeSuccess || len(m.Answer) != 2 {
+				t.Errorf("miss: reply %v", m)
+			}
+			if n := u.count("a.example.org.", dns.TypeA); n != tc.want {
+				t.Errorf("upstream asked %d times, want %d", n, tc.want)
+			}
+			if n := c.flights.InFlight(); n != 0 {
+				t.Errorf("%d flights left", n)
+			}
+		})
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 // none.
 func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, prior *found, m *cachemetrics.Server) (int, error) {
 	k := fetchPool.Get().(*fetch)
-	f, leader := c.flights.Join(c.flightKey(s), s.q.do, &k.flight)
+	f, leader, landed := c.flights.Join(c.flightKey(s), s.q.do, &k.flight)
 	if !leader {
 		fetchPool.Put(k) // untouched: join wrote nothing to it
 		return c.await(ctx, w, r, s, f)
@@ -46,12 +46,20 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 			fetchPool.Put(k)
 		}
 	}()
+	if landed {
+		// A flight for this question may have landed since the lookup:
+		// what it stored answers this request as it would have answered
+		// a waiter of it. The flight lands without a reply: its waiters
+		// find the entry stored (await).
+		if found := c.lookup(s, time.Time{}, false); found.state == fresh {
+			rcode, err = dns.RcodeSuccess, errStored
+			return dns.RcodeSuccess, c.write(w, found.reply)
+		}
+	}
 	k.capture(c, w, r, s, m)
 	if c.shared != nil {
-		// The flight lands without a reply: its waiters find the entry
-		// stored (await).
 		if found := c.fromShared(ctx, r, s, cw.gen, m); found.state != absent {
-			rcode, err = dns.RcodeSuccess, errFromShared
+			rcode, err = dns.RcodeSuccess, errStored
 			return dns.RcodeSuccess, c.write(w, found.reply)
 		}
 	}
@@ -71,9 +79,10 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 // of its own.
 var errNoReply = errors.New("no reply from the next plugin")
 
-// errFromShared lands the flight of a miss the shared tier answered: the
-// entry is stored, and the waiters read it from the store.
-var errFromShared = errors.New("answered from the shared tier")
+// errStored lands the flight of a miss answered from an entry in the store,
+// the shared tier's or one that an earlier flight stored: the waiters read
+// it from the store.
+var errStored = errors.New("answered from an entry stored")
 
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
@@ -87,9 +96,9 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 		return f.Rcode, c.write(w, found.reply)
 	}
 	if f.Reply == nil {
-		if f.Err == errFromShared {
-			// The leader answered from the shared tier, and the entry is
-			// gone already: ask for it anew.
+		if f.Err == errStored {
+			// The leader answered from an entry in the store, gone
+			// already: ask for it anew.
 			return c.miss(ctx, w, r, s, &found{}, c.metrics.Server(metrics.WithServer(ctx)))
 		}
 		return f.Rcode, f.Err

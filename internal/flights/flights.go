@@ -30,9 +30,10 @@ const numLists = 64
 // locking neighbouring lists seldom take a line from each other (the lists
 // are not aligned to lines: two neighbours may share one).
 type list struct {
-	mu   sync.Mutex
-	head *Flight
-	_    [cacheLine - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof((*Flight)(nil))]byte
+	mu     sync.Mutex
+	head   *Flight
+	landed uint64 // the key of the flight that landed last
+	_      [cacheLine - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof((*Flight)(nil)) - 8]byte
 }
 
 const cacheLine = 64
@@ -58,7 +59,15 @@ func (fs *Flights) listOf(key uint64) *list { return &fs.lists[key%numLists] }
 // flight led by another: the entry a fetch for a client without DO stores
 // has no DNSSEC records, and the DO client's own fetch is what upgrades it.
 // A client without DO joins either.
-func (fs *Flights) Join(key uint64, dnssec bool, lead *Flight) (*Flight, bool) {
+//
+// A miss looks its key up before it joins, so a flight of the key can land,
+// its entry stored, in between: the miss then leads a second fetch for an
+// entry now in the cache, and a crowd of clients asking one name as its
+// entry expires makes several. landed tells a leader that the flight which
+// landed last in the key's list was for its key, so that it looks again
+// before it fetches; it is a hint, lost when another key of the list lands
+// in between, but exact for the one hot name that crowds ask for.
+func (fs *Flights) Join(key uint64, dnssec bool, lead *Flight) (f *Flight, leader, landed bool) {
 	l := fs.listOf(key)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -72,11 +81,11 @@ func (fs *Flights) Join(key uint64, dnssec bool, lead *Flight) (*Flight, bool) {
 			f.Done = make(chan struct{})
 		}
 		f.joined++
-		return f, false
+		return f, false, false
 	}
 	*lead = Flight{key: key, dnssec: dnssec, next: l.head}
 	l.head = lead
-	return lead, true
+	return lead, true, l.landed == key
 }
 
 // Land publishes the outcome of f to its waiters, and reports whether there
@@ -92,6 +101,7 @@ func (fs *Flights) Land(f *Flight, reply *dns.Msg, rcode int, err error) (waited
 			break
 		}
 	}
+	l.landed = f.key
 	done := f.Done
 	l.mu.Unlock()
 	if done != nil {

@@ -11,12 +11,12 @@ import (
 func TestLandReportsWaiters(t *testing.T) {
 	var fs Flights
 	var alone, shared Flight
-	f, leader := fs.Join(1, false, &alone)
+	f, leader, _ := fs.Join(1, false, &alone)
 	if !leader || fs.Land(f, nil, dns.RcodeSuccess, nil) {
 		t.Fatalf("a flight nobody joined: leader %v, land reported waiters", leader)
 	}
-	f, _ = fs.Join(2, false, &shared)
-	if w, leader := fs.Join(2, false, new(Flight)); leader || w != f {
+	f, _, _ = fs.Join(2, false, &shared)
+	if w, leader, _ := fs.Join(2, false, new(Flight)); leader || w != f {
 		t.Fatalf("a second request for key 2 leads (%v) or joins another flight", leader)
 	}
 	reply := new(dns.Msg)
@@ -41,7 +41,7 @@ func TestFlightsShareAList(t *testing.T) {
 		var fs Flights
 		led := map[uint64]*Flight{}
 		for _, k := range keys {
-			f, leader := fs.Join(k, false, new(Flight))
+			f, leader, _ := fs.Join(k, false, new(Flight))
 			if !leader {
 				t.Fatalf("key %d joined a flight of another key", k)
 			}
@@ -49,7 +49,7 @@ func TestFlightsShareAList(t *testing.T) {
 		}
 		fs.Land(led[first], nil, dns.RcodeSuccess, nil)
 		for _, k := range keys {
-			f, leader := fs.Join(k, false, new(Flight))
+			f, leader, _ := fs.Join(k, false, new(Flight))
 			if k == first {
 				if !leader {
 					t.Errorf("landed %d first: a new request for it joins the landed flight", first)
@@ -81,13 +81,13 @@ func TestFlightsDO(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var fs Flights
-			lead, _ := fs.Join(7, tc.leader, new(Flight))
-			f, leader := fs.Join(7, tc.join, new(Flight))
+			lead, _, _ := fs.Join(7, tc.leader, new(Flight))
+			f, leader, _ := fs.Join(7, tc.join, new(Flight))
 			if joined := !leader && f == lead; joined != tc.joins {
 				t.Fatalf("the second miss joined the leader's flight: %v, want %v", joined, tc.joins)
 			}
 			// A miss without DO that comes next joins one of them.
-			if _, leader := fs.Join(7, false, new(Flight)); leader {
+			if _, leader, _ := fs.Join(7, false, new(Flight)); leader {
 				t.Error("a third miss, without DO, leads a flight of its own")
 			}
 			fs.Land(lead, nil, dns.RcodeSuccess, nil)
@@ -97,6 +97,40 @@ func TestFlightsDO(t *testing.T) {
 			if n := fs.InFlight(); n != 0 {
 				t.Errorf("%d flights left after all landed", n)
 			}
+		})
+	}
+}
+
+// TestJoinAfterLanding: a leader learns that the flight landed last in its
+// list was for its key, so that it looks its key up again; not when the
+// last was another key's, nor a waiter.
+func TestJoinAfterLanding(t *testing.T) {
+	const key = 5
+	for _, tc := range []struct {
+		name   string
+		landed []uint64 // the keys whose flights land, in order, before the join
+		want   bool
+	}{
+		{"nothing landed", nil, false},
+		{"its key landed", []uint64{key}, true},
+		{"another list's key landed after", []uint64{key, key + 1}, true},
+		{"its list's other key landed after", []uint64{key, key + numLists}, false},
+		{"its key landed after another", []uint64{key + numLists, key}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fs Flights
+			for _, k := range tc.landed {
+				f, _, _ := fs.Join(k, false, new(Flight))
+				fs.Land(f, nil, dns.RcodeSuccess, nil)
+			}
+			f, leader, landed := fs.Join(key, false, new(Flight))
+			if !leader || landed != tc.want {
+				t.Fatalf("leader %v, landed %v; want a leader, landed %v", leader, landed, tc.want)
+			}
+			if _, leader, landed := fs.Join(key, false, new(Flight)); leader || landed {
+				t.Errorf("a second request: leader %v, landed %v; want a waiter, not told", leader, landed)
+			}
+			fs.Land(f, nil, dns.RcodeSuccess, nil)
 		})
 	}
 }
