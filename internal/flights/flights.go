@@ -33,7 +33,7 @@ type list struct {
 	mu     sync.Mutex
 	head   *Flight
 	landed uint64 // the key of the flight that landed last
-	_      [cacheLine - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof((*Flight)(nil)) - 8]byte
+	_      [cacheLine - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof((*Flight)(nil)) - unsafe.Sizeof(uint64(0))]byte
 }
 
 const cacheLine = 64
