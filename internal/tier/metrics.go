@@ -15,7 +15,7 @@ var (
 	requests = cachemetrics.CounterVec("shared_requests_total", cachemetrics.OptionLabels("result"),
 		"The lookups in the shared tier, by result: hit, miss, error, timeout, skipped (the breaker was open).")
 	rejected = cachemetrics.CounterVec("shared_rejected_total", cachemetrics.OptionLabels("reason"),
-		"The values read from the shared tier that failed their checks, by reason: short, tag (not authenticated by the secret), format (not an entry), key (another key's entry), epoch (a flush's time that is not a number).")
+		"The values read from the shared tier that failed their checks, by reason: short, tag (not authenticated by the secret), format (not an entry), key (another key's entry), epoch (a flush's time that is not a number), evicted (an epoch the value is written with is gone: the tier evicted it, and maybe a flush with it).")
 	writes = cachemetrics.CounterVec("shared_writes_total", cachemetrics.OptionLabels("result"),
 		"The entries written to the shared tier, by result: written, dropped (the queue was full, the breaker open, or the tier erred).")
 	flushes = cachemetrics.CounterVec("shared_flushes_total", cachemetrics.OptionLabels("direction"),
@@ -63,7 +63,7 @@ func newSeries(zones, view string) *series {
 	} {
 		c.c.series = c.vec.WithLabelValues(zones, view, c.result)
 	}
-	for _, err := range []error{errShort, errTag, errFormat, errKey, errEpoch} {
+	for _, err := range []error{errShort, errTag, errFormat, errKey, errEpoch, errEvicted} {
 		s.rejected[err] = &count{series: rejected.WithLabelValues(zones, view, err.Error())}
 	}
 	s.breaker = breakerGauge.WithLabelValues(zones, view)

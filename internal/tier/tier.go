@@ -19,7 +19,12 @@
 // of all under a global one, and a lookup reads, in the same round trip as
 // the value, the epochs of the name, of each zone above it, and the
 // globals: a value stored before a flush that covers it is a miss. Epoch
-// keys live as long as the longest-lived entry could. The flush itself
+// keys live as long as the longest-lived entry could. A tier at its
+// maxmemory evicts them as it evicts values, and an epoch gone is a flush
+// forgotten, so every value is written with its epochs (witnesses, where
+// no flush wrote one): a value read without all of them is a miss, and an
+// epoch written again after an eviction holds back the values stored
+// before it as a flush would. The flush itself
 // goes to the other replicas through a Redis stream, which a replica reads
 // from where it left off after a disconnection, so that no flush is lost
 // while the stream keeps it (maxStream); one that was trimmed away before
@@ -239,11 +244,13 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	}
 	t.br.success()
 	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
+	evicted := false            // an epoch that every value of the name is written with is gone
 	for i, r := range res[epochs:] {
 		v, err := r.AsInt64()
 		switch {
 		case valkey.IsValkeyNil(err):
-			continue // no flush
+			evicted = true
+			continue
 		case err != nil:
 			// An epoch that is not a time may hide a flush: it covers
 			// every value of its scope, for as long as it is there.
@@ -267,6 +274,12 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			err = errFormat // a key of another type than a string
 		default:
 			e, err = t.keys.open(tierKeys[i], keys[i], v)
+		}
+		if err == nil && evicted {
+			// Its epochs were evicted, and with them maybe a flush that
+			// covers it: no log line, as a full tier evicts all along.
+			t.m.rejected[errEvicted].inc()
+			continue
 		}
 		if err != nil {
 			t.m.rejected[err].inc()
@@ -364,23 +377,38 @@ func (t *Tier) write(batch []entry.Entry) {
 	}
 	c := *cp
 	now := time.Now().Unix()
-	cmds := make(valkey.Commands, 0, len(batch))
+	values := make(valkey.Commands, 0, len(batch))
+	witnesses := map[string]int64{}
 	for _, e := range batch {
 		left := e.Expires() + t.opt.Grace - now
 		if left <= 0 {
 			continue
 		}
 		key := t.keys.key(e.Key())
-		cmds = append(cmds, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
+		values = append(values, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
+		t.keys.witness(witnesses, e.QName(), int64(e.Stored())-1)
 	}
 	// The breaker is asked only for a batch that will report back: a
 	// half-open breaker's probe taken and never reported would skip the
 	// tier for good.
-	if len(cmds) == 0 {
+	if len(values) == 0 {
 		return
 	}
+	// The epochs go first, so that a lookup seldom finds a value without
+	// them (a miss; Cluster runs a pipeline's slots apart). One that
+	// exists keeps its time, the last flush's, and lives on from now:
+	// every value it covers expires before it. One that does not is
+	// written with a time before the batch's values, so that after an
+	// eviction it holds back the values of its scope stored earlier.
+	life := t.epochLife()
+	cmds := make(valkey.Commands, 0, 2*len(witnesses)+len(values))
+	for key, at := range witnesses {
+		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build(),
+			c.B().Pexpire().Key(key).Milliseconds(life.Milliseconds()).Build())
+	}
+	cmds = append(cmds, values...)
 	if !t.br.allow(time.Now()) {
-		for range cmds {
+		for range values {
 			t.m.dropped.inc()
 		}
 		return
@@ -388,13 +416,20 @@ func (t *Tier) write(batch []entry.Entry) {
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
 	var failed error
-	for _, r := range c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			failed = err
-			t.m.dropped.inc()
-			continue
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		err := r.Error()
+		if valkey.IsValkeyNil(err) {
+			err = nil // SET NX of an epoch that exists
 		}
-		t.m.written.inc()
+		switch {
+		case err != nil:
+			failed = err
+			if i >= len(cmds)-len(values) {
+				t.m.dropped.inc()
+			}
+		case i >= len(cmds)-len(values):
+			t.m.written.inc()
+		}
 	}
 	if failed != nil {
 		t.br.failure(time.Now(), failed)
@@ -414,7 +449,7 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	}
 	c := *cp
 	at := strconv.FormatInt(now, 10)
-	life := time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
+	life := t.epochLife()
 	epoch := func(scope epochScope, name []byte) valkey.Completed {
 		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build()
 	}
@@ -448,6 +483,13 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	return nil
 }
 
+// epochLife is how long an epoch lives once written: past the expiry of
+// any value written before, which lives at most MaxTTL and the serve_stale
+// window.
+func (t *Tier) epochLife() time.Duration {
+	return time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
+}
+
 // readFlushes applies the flushes the other replicas send after the one
 // whose ID is last (the stream's end when connecting; read from the stream
 // when empty), and after an error from where it left off.
@@ -476,6 +518,11 @@ func (t *Tier) readFlushes(last string) {
 			continue
 		}
 		wait = reconnectMin
+		if len(read[stream]) > 0 {
+			// A reader that fell behind without an error (a long walk of
+			// the store, a stall) may find the flushes after last trimmed.
+			t.checkTrimmed(c, stream, last)
+		}
 		for _, m := range read[stream] {
 			last = m.ID
 			t.received(m.FieldValues)

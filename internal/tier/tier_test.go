@@ -66,7 +66,14 @@ func mustTier(t testing.TB, option string, fp byte, apply func(flush.Flush)) *Ti
 		// timeout: the tests of what the tier holds must not time out.
 		cfg.timeout = time.Second
 	}
-	tr := New(cfg, Options{Fingerprint: [32]byte{fp}, Grace: 0, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
+	return startTier(t, cfg, Options{Fingerprint: [32]byte{fp}, Grace: 0, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
+}
+
+// startTier returns the tier of cfg and opt once it has connected, closed
+// when the test ends.
+func startTier(t testing.TB, cfg *Config, opt Options) *Tier {
+	t.Helper()
+	tr := New(cfg, opt)
 	t.Cleanup(tr.Close)
 	for deadline := time.Now().Add(10 * time.Second); tr.client.Load() == nil; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -240,6 +247,7 @@ func TestRefusesForgedValues(t *testing.T) {
 	now := uint32(time.Now().Unix())
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
 	f := built(t, "forged.example.org", dns.TypeA, dns.RcodeSuccess, now, 300)
+	putAndWait(t, tr, e) // and its name's epochs with it
 	key := tr.keys.key(e.Key())
 	sealed := tr.keys.seal(key, e)
 	for _, tc := range []struct {
@@ -651,8 +659,8 @@ func TestSentinel(t *testing.T) {
 	tr := mustTier(t, "shared redis://127.0.0.1:"+sport+" {\n sentinel cache\n}", 1, nil)
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
 	putAndWait(t, tr, e)
-	if n := master.MustDo("DBSIZE"); n != ":1" {
-		t.Errorf("the master holds %s keys, want the entry", n)
+	if n := master.MustDo("EXISTS", tr.keys.key(e.Key())); n != ":1" {
+		t.Errorf("the master holds the entry %s times, want once", n)
 	}
 }
 
@@ -698,13 +706,16 @@ func TestValuesOfOtherTypes(t *testing.T) {
 		t.Errorf("a hash at an entry's key: %+v, breaker %v; want refused values, no errors", st, tr.br.current())
 	}
 	// An epoch that cannot be read may hide a flush: the name is a miss.
-	r.MustDo("RPUSH", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")), "x")
+	zone := tr.keys.epochKey(epochZone, wire(t, "mail.example.org"))
+	r.MustDo("DEL", zone)
+	r.MustDo("RPUSH", zone, "x")
 	for range 2 * breakerFailures {
 		if get(tr, mail) != nil {
 			t.Fatal("an entry read under an epoch that is not a time")
 		}
 	}
-	r.MustDo("DEL", tr.keys.epochKey(epochZone, wire(t, "mail.example.org")))
+	r.MustDo("DEL", zone)
+	r.MustDo("SET", zone, "0")
 	r.MustDo("SET", tr.keys.epochKey(epochName, wire(t, "mail.example.org")), "not a time")
 	if get(tr, mail) != nil {
 		t.Fatal("an entry read under an epoch that is not a number")
@@ -801,4 +812,199 @@ func TestFlushesLost(t *testing.T) {
 	if len(applied) != 1 || applied[0] != all.String() {
 		t.Fatalf("flushed %v after flushes were trimmed, want all", applied)
 	}
+}
+
+// TestFlushesTrimmedWhileBehind: a replica that falls behind the stream
+// without an error (here held in applying a flush, as a zone flush's walk
+// of a large store holds it) while the others send more flushes than the
+// stream keeps flushes its store whole when it reads on, as one that was
+// out of reach does: a flush it never read is gone.
+func TestFlushesTrimmedWhileBehind(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	a := mustTier(t, option, 1, nil)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	var mu sync.Mutex
+	var applied []string
+	mustTier(t, option, 1, func(f flush.Flush) {
+		mu.Lock()
+		applied = append(applied, f.String())
+		first := len(applied) == 1
+		mu.Unlock()
+		if first {
+			<-hold
+		}
+	})
+	seen := func(want string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(applied, want)
+	}
+	now := time.Now().Unix()
+	send := func(name string) {
+		t.Helper()
+		if err := a.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("slow.example")
+	for deadline := time.Now().Add(5 * time.Second); !seen("names slow.example."); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first flush never reached the other replica")
+		}
+	}
+	send("lost.example")
+	for range maxStream + 600 {
+		send("filler.example")
+	}
+	send("last.example")
+	release()
+	for deadline := time.Now().Add(10 * time.Second); !seen("names last.example."); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last flush never reached the other replica")
+		}
+	}
+	all := flush.Flush{Scope: flush.All}
+	if !seen("names lost.example.") && !seen(all.String()) {
+		t.Errorf("the flush of lost.example. was trimmed before the replica read it, and the replica neither applied it nor flushed whole")
+	}
+}
+
+// TestEpochsEvicted: a tier at its maxmemory evicts the epochs as it
+// evicts values. A value is read only with every epoch it was written
+// with, so one whose flush was evicted is a miss, not the flushed answer
+// back; an epoch written again by a later value holds back the values
+// stored before it.
+func TestEpochsEvicted(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := uint32(time.Now().Unix())
+	a := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, now-10, 300)
+	putAndWait(t, tr, a)
+	name := tr.keys.epochKey(epochName, wire(t, "www.example.org"))
+	if got := r.MustDo("GET", name); got != strconv.Itoa(int(now-11)) {
+		t.Fatalf("the name's epoch holds %q, want the value's time less a second", got)
+	}
+	// Evicted without a flush: a miss all the same, and counted.
+	for _, key := range []string{name, tr.keys.epochKey(epochZone, wire(t, "org")), tr.keys.all} {
+		before := r.MustDo("GET", key)
+		r.MustDo("DEL", key)
+		if get(tr, a) != nil {
+			t.Errorf("read without its epoch %s", key)
+		}
+		r.MustDo("SET", key, before)
+	}
+	if n := tr.m.rejected[errEvicted].n.Load(); n != 3 {
+		t.Errorf("%d values refused as evicted, want 3", n)
+	}
+	if get(tr, a) == nil {
+		t.Fatal("not read with its epochs back")
+	}
+	// Flushed, the flush's epoch evicted, and the name's epoch written
+	// again by another of its values, stored after the flush.
+	if err := tr.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "www.example.org")}}, int64(now-5)); err != nil {
+		t.Fatal(err)
+	}
+	r.MustDo("DEL", name)
+	aaaa := built(t, "www.example.org", dns.TypeAAAA, dns.RcodeSuccess, now, 300)
+	putAndWait(t, tr, aaaa)
+	if get(tr, a) != nil {
+		t.Error("a value stored before a flush whose epoch was evicted is read again")
+	}
+	// Values that need an epoch refresh its life.
+	r.MustDo("PEXPIRE", tr.keys.all, "1000")
+	putAndWait(t, tr, built(t, "mail.example.org", dns.TypeA, dns.RcodeSuccess, now, 300))
+	if ttl, _ := strconv.Atoi(strings.TrimPrefix(r.MustDo("PTTL", tr.keys.all), ":")); ttl < 3600_000 {
+		t.Errorf("an epoch a value was written with lives %d ms, want past the value's life", ttl)
+	}
+}
+
+// TestTierFullKeepsFlushes: under allkeys-lru a lookup reads a value and
+// its name's epoch together, so that LRU evicts either first; every value
+// stored before its name's flush stays a miss while unrelated entries push
+// both out.
+func TestTierFullKeepsFlushes(t *testing.T) {
+	r := testenv.StartRedis(t, "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru")
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := time.Now().Unix()
+	var es []entry.Entry
+	for i := range 3000 {
+		e := built(t, "n"+strconv.Itoa(i)+".example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-1), 300)
+		es = append(es, e)
+		tr.Put(e)
+		if i%500 == 499 {
+			time.Sleep(20 * time.Millisecond) // the writer drains the queue
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, e := range es {
+		if err := tr.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{e.QName()}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range es {
+		get(tr, e) // each value and its epochs read together
+	}
+	for i := range 3000 {
+		tr.Put(built(t, "f"+strconv.Itoa(i)+".example.net", dns.TypeA, dns.RcodeSuccess, uint32(now), 300))
+		if i%500 == 499 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	back, values, epochs := 0, 0, 0
+	for _, e := range es {
+		if get(tr, e) != nil {
+			back++
+		}
+		if r.MustDo("EXISTS", tr.keys.key(e.Key())) == ":1" {
+			values++
+		}
+		if r.MustDo("EXISTS", tr.keys.epochKey(epochName, e.QName())) == ":1" {
+			epochs++
+		}
+	}
+	if back > 0 || values == len(es) || epochs == len(es) {
+		t.Errorf("%d of %d values stored before their flush read again (%d values and %d name epochs left): want none, and some of each evicted", back, len(es), values, epochs)
+	}
+}
+
+// TestFlushOutlivesGrace: replicas whose serve_stale windows differ share
+// a tier (the fingerprint leaves the window out). The epoch of a flush
+// from a replica without serve_stale expires before the values of one
+// with it; those values, read without it, are misses.
+func TestFlushOutlivesGrace(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	stale, plain := graceTier(t, option, 3600), graceTier(t, option, 0)
+	now := time.Now().Unix()
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-1), 1)
+	putAndWait(t, stale, e)
+	if err := plain.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{e.QName()}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if get(stale, e) != nil {
+		t.Fatal("read after its flush")
+	}
+	time.Sleep(2100 * time.Millisecond) // the flush's epoch lives MaxTTL, no window, and a second
+	if r.MustDo("EXISTS", plain.keys.epochKey(epochName, e.QName())) != ":0" {
+		t.Fatal("the flush's epoch still there")
+	}
+	if get(stale, e) != nil {
+		t.Error("a value stored before a flush is read again once the flush's epoch expired")
+	}
+}
+
+// graceTier is mustTier's tier with MaxTTL 1 s and the serve_stale window
+// grace.
+func graceTier(t *testing.T, option string, grace int64) *Tier {
+	t.Helper()
+	cfg, err := parse(t, option)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.timeout = time.Second
+	return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, Grace: grace, MaxTTL: 1, Zones: ".", View: t.Name(), Apply: func(flush.Flush) {}})
 }

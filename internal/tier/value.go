@@ -128,6 +128,27 @@ func (k keyer) epochKey(scope epochScope, name []byte) string {
 	return string(b64.AppendEncode(b, sum[:idLen]))
 }
 
+// witness adds to keys the epochs that a value of name (lowercased wire
+// form), stored at stored, is read with: the name's, each zone's above
+// it, and the globals. Each maps to the earliest time of the values that
+// need it, less one second.
+func (k keyer) witness(keys map[string]int64, name []byte, at int64) {
+	add := func(key string) {
+		if old, ok := keys[key]; !ok || at < old {
+			keys[key] = at
+		}
+	}
+	add(k.all)
+	add(k.negative)
+	add(k.epochKey(epochName, name))
+	for off := 0; ; off += int(name[off]) + 1 {
+		add(k.epochKey(epochZone, name[off:]))
+		if name[off] == 0 {
+			return
+		}
+	}
+}
+
 // streamKey is the key of the stream of flushes the replicas share.
 func (k keyer) streamKey() string { return k.prefix + "flushes" }
 
@@ -145,6 +166,8 @@ var (
 	errFormat = errors.New("format")
 	errKey    = errors.New("key")
 	errEpoch  = errors.New("epoch")
+	// errEvicted refuses a value read without all its epochs.
+	errEvicted = errors.New("evicted")
 )
 
 // open checks v, the value read under key for cacheKey, as untrusted
