@@ -266,15 +266,7 @@ func TestAdminLookupDescribes(t *testing.T) {
 // asked closes when the question comes, and closing release answers it.
 func heldUpstream() (u *upstream, asked, release chan struct{}) {
 	u = adminUpstream()
-	asked, release = make(chan struct{}), make(chan struct{})
-	u.set("www.example.org.", dns.TypeA, func(r *dns.Msg) *dns.Msg {
-		close(asked)
-		<-release
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = []dns.RR{test.A("www.example.org. 300 IN A 192.0.2.66")}
-		return m
-	})
+	asked, release = u.hold("www.example.org. 300 IN A 192.0.2.66")
 	return u, asked, release
 }
 

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
@@ -17,25 +18,48 @@ import (
 
 // Flush drops the entries f covers from the store and counts them, and
 // where the block shares a tier, from the tier and every other replica's
-// store. The tier goes first: a miss between the two must not bring back
-// from the tier what the store just dropped.
+// store.
 func (c *Cache) Flush(f flush.Flush) admin.Counts {
-	if c.shared != nil {
-		if err := c.shared.Flush(f, c.now().Unix()); err != nil {
-			log.Warningf("Flush %s: not applied to the shared tier or the other replicas: %v", f.String(), err)
-		}
-	}
-	return c.flushLocal(f)
+	n, _ := c.flush(f)
+	return n
 }
 
-// flushLocal drops the entries f covers from the store and counts them.
-// Fetches in flight that began before it store nothing it covers
-// (flush.Fence).
+// flush is Flush, and reports a flush that the shared tier did not take:
+// it is applied to this replica's store all the same. The fetches in
+// flight are fenced off first, so that none stores, here or in the tier,
+// what the tier's flush covers; the store goes last, so that a miss in
+// between does not bring back from the tier what the store dropped.
+func (c *Cache) flush(f flush.Flush) (admin.Counts, error) {
+	now := c.now().Unix()
+	c.fenceOff(f, now)
+	var err error
+	if c.shared != nil {
+		if err = c.shared.Flush(f, now); err != nil {
+			err = fmt.Errorf("not applied to the shared tier or the other replicas: %w", err)
+			log.Warningf("Flush %s: %v", f.String(), err)
+		}
+	}
+	return c.drop(f, now), err
+}
+
+// flushLocal drops the entries f, another replica's flush, covers from the
+// store and counts them.
 func (c *Cache) flushLocal(f flush.Flush) admin.Counts {
 	now := c.now().Unix()
+	c.fenceOff(f, now)
+	return c.drop(f, now)
+}
+
+// fenceOff keeps the fetches in flight that began before it from storing
+// what f covers (flush.Fence).
+func (c *Cache) fenceOff(f flush.Flush, now int64) {
 	if f.Fenced() {
 		c.fence.Begin(func(e entry.Entry) bool { return f.Covers(e, now) })
 	}
+}
+
+// drop removes the entries f covers from the store and counts them.
+func (c *Cache) drop(f flush.Flush, now int64) admin.Counts {
 	if f.Scope == flush.Names {
 		return c.flushNames(f.Names, f.Types)
 	}

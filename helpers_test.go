@@ -82,6 +82,23 @@ func (u *upstream) set(name string, qtype uint16, f func(r *dns.Msg) *dns.Msg) {
 	u.answers[qkey(name, qtype)] = f
 }
 
+// hold scripts the answer to the A record a's name and type to wait:
+// asked closes when the question comes, and closing release answers it
+// with a.
+func (u *upstream) hold(a string) (asked, release chan struct{}) {
+	rr := test.A(a)
+	asked, release = make(chan struct{}), make(chan struct{})
+	u.set(rr.Hdr.Name, dns.TypeA, func(r *dns.Msg) *dns.Msg {
+		close(asked)
+		<-release
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = []dns.RR{rr}
+		return m
+	})
+	return asked, release
+}
+
 // script returns how name/qtype is answered.
 func (u *upstream) script(name string, qtype uint16) func(r *dns.Msg) *dns.Msg {
 	u.mu.Lock()

@@ -17,8 +17,8 @@ import (
 // own API does not show.
 type operator struct{ c *Cache }
 
-func (o operator) Flush(f flush.Flush) admin.Counts { return o.c.Flush(f) }
-func (o operator) Stats() admin.Stats               { return o.c.stats() }
+func (o operator) Flush(f flush.Flush) (admin.Counts, error) { return o.c.flush(f) }
+func (o operator) Stats() admin.Stats                        { return o.c.stats() }
 
 func (o operator) Entries(name []byte, types []uint16, each func(e entry.Entry)) {
 	o.c.nameKeys(name, types, func(key []byte) {

@@ -151,8 +151,8 @@ func TestSharedFlushReachesReplicas(t *testing.T) {
 		}
 	}()
 	name := mustAdminName(t, "a.example.org")
-	if n := (operator{cs[1]}).Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{name}}); n != (admin.Counts{Success: 1}) {
-		t.Fatalf("the flush removed %+v locally", n)
+	if n, err := (operator{cs[1]}).Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{name}}); n != (admin.Counts{Success: 1}) || err != nil {
+		t.Fatalf("the flush removed %+v locally (%v)", n, err)
 	}
 	flushed := time.Now()
 	for _, c := range cs {
@@ -204,6 +204,49 @@ func TestSharedFaults(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("with the tier down the answer took %v", d)
+	}
+	// A flush with the tier down is applied to the store, and the operator
+	// told that it reached neither the tier nor the other replicas.
+	name := mustAdminName(t, "a.example.org")
+	if n, err := (operator{cs[1]}).Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{name}}); n.Total() != 2 || err == nil || !strings.Contains(err.Error(), "not applied to the shared tier") {
+		t.Errorf("a flush with the tier down removed %+v, error %v", n, err)
+	}
+}
+
+// TestSharedFlushFencesFirst: a fetch that began before a flush and ends
+// while the flush is written to the tier stores nothing the flush covers:
+// not in the store, and not in the tier, where its stored time could fall
+// after the flush's epoch and serve every replica the answer flushed.
+func TestSharedFlushFencesFirst(t *testing.T) {
+	r := testenv.StartRedis(t)
+	u, clk := exampleUpstream(), newClock()
+	cs := replicas(t, r, u, clk, 1, "")
+	started, release := u.hold("slow.example.org. 300 IN A 192.0.2.7")
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		ask(t, cs[0], test.Case{Qname: "slow.example.org.", Qtype: dns.TypeA}.Msg(), false)
+	}()
+	<-started
+	// The tier takes the flush's epoch only once the pause ends.
+	r.MustDo("CLIENT", "PAUSE", "500", "WRITE")
+	flushed := make(chan error, 1)
+	go func() {
+		_, err := (operator{cs[0]}).Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "slow.example.org")}})
+		flushed <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	<-asked
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // what the writer would write, written
+	if keys, st := entryKeys(t, r), cs[0].shared.Stats(); len(keys) != 0 || st.Writes != 0 {
+		t.Errorf("the fetch that ended during the flush wrote %d entries to the tier (%d keys)", st.Writes, len(keys))
+	}
+	if n := (operator{cs[0]}).Stats().Entries; n.Total() != 0 {
+		t.Errorf("the store holds %+v after the flush", n)
 	}
 }
 

@@ -421,9 +421,17 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 		if err := dec.Decode(&r); err != nil {
 			return err
 		}
+		var failed []string
 		for _, b := range r.Blocks {
 			n := b.Removed
-			fmt.Fprintf(w, "ok %s: removed %d entries (%d success, %d denial, %d ECS lists) in %.3fs\n", b.Block, n.Total(), n.Success, n.Denial, n.ECSList, b.Seconds)
+			status := "ok"
+			if b.Error != "" {
+				status, failed = "partial", append(failed, b.Block+": "+b.Error)
+			}
+			fmt.Fprintf(w, "%s %s: removed %d entries (%d success, %d denial, %d ECS lists) in %.3fs\n", status, b.Block, n.Total(), n.Success, n.Denial, n.ECSList, b.Seconds)
+		}
+		if failed != nil {
+			return fmt.Errorf("the flush was applied to these servers' stores, but %s", strings.Join(failed, "; "))
 		}
 	default:
 		// An operation this tool cannot print is never read as a flush's reply.

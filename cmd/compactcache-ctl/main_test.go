@@ -21,9 +21,10 @@ import (
 // fake is an admin endpoint that answers every flush with one block, and
 // records what it was asked and when.
 type fake struct {
-	srv   *httptest.Server
-	fail  bool
-	delay time.Duration
+	srv      *httptest.Server
+	fail     bool
+	flushErr string // the error of the flushes' block
+	delay    time.Duration
 
 	mu    sync.Mutex
 	asked []string // "METHOD path?query"
@@ -53,7 +54,7 @@ func newFake(t *testing.T) *fake {
 		case admin.OpLookup:
 			json.NewEncoder(w).Encode(admin.LookupReply{Blocks: []admin.BlockEntries{{Block: "b", Entries: []admin.Entry{{Name: "www.example.org.", Type: "A", Class: "IN", Rcode: "NOERROR", Kind: "success", TTL: 300, TTLLeft: 200, Answer: []string{"www.example.org.\t200\tIN\tA\t192.0.2.1"}}}}}})
 		default:
-			json.NewEncoder(w).Encode(admin.FlushReply{Op: "x", Blocks: []admin.Flushed{{Block: "b", Removed: admin.Counts{Success: 2, Denial: 1}, Seconds: 0.5}}})
+			json.NewEncoder(w).Encode(admin.FlushReply{Op: "x", Blocks: []admin.Flushed{{Block: "b", Removed: admin.Counts{Success: 2, Denial: 1}, Seconds: 0.5, Error: f.flushErr}}})
 		}
 	}))
 	t.Cleanup(f.srv.Close)
@@ -73,6 +74,18 @@ func ctl(args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
 	code := run(args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// TestCtlFlushPartial: a flush that a server applied to its store but not
+// to its shared tier is printed as partial, and the tool fails.
+func TestCtlFlushPartial(t *testing.T) {
+	f := newFake(t)
+	f.flushErr = "not applied to the shared tier or the other replicas: shared tier redis://127.0.0.1:1: not connected"
+	code, out, errOut := ctl("--server", f.addr(), "flush", "www.example.org")
+	if code != exitFailed || out != "partial b: removed 3 entries (2 success, 1 denial, 0 ECS lists) in 0.500s\n" ||
+		!strings.Contains(errOut, "applied to these servers' stores, but b: not applied to the shared tier") {
+		t.Errorf("a partial flush: %d %q %q", code, out, errOut)
+	}
 }
 
 func TestCtlFlush(t *testing.T) {

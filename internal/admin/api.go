@@ -100,6 +100,9 @@ type Flushed struct {
 	Block   string  `json:"block"`
 	Removed Counts  `json:"removed"`
 	Seconds float64 `json:"seconds"`
+	// Error says what the flush did not reach, applied to the block's
+	// store all the same: the shared tier and the other replicas.
+	Error string `json:"error,omitempty"`
 }
 
 // FlushReply is the reply to every flush.

@@ -283,7 +283,7 @@ func flushOf(req adminRequest) flush.Flush {
 // whom.
 func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 	start := time.Now()
-	n := b.c.Flush(flushOf(req))
+	n, err := b.c.Flush(flushOf(req))
 	took := time.Since(start)
 	what := req.op
 	if req.text != "" {
@@ -291,7 +291,11 @@ func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 	}
 	log.Infof("admin: %s in %s by %s: removed %d entries (%d success, %d denial, %d ECS lists) in %s",
 		what, b.info.Name, req.who, n.Total(), n.Success, n.Denial, n.ECSList, took.Round(time.Microsecond))
-	return admin.Flushed{Block: b.info.Name, Removed: n, Seconds: took.Seconds()}
+	fl := admin.Flushed{Block: b.info.Name, Removed: n, Seconds: took.Seconds()}
+	if err != nil {
+		fl.Error = err.Error()
+	}
+	return fl
 }
 
 // serveDump streams every entry of the blocks, a chunk of the store at a

@@ -40,9 +40,9 @@ func TestAdminName(t *testing.T) {
 // recordingCache is a Cache that records the flushes it is asked for.
 type recordingCache struct{ flushes []flush.Flush }
 
-func (c *recordingCache) Flush(f flush.Flush) admin.Counts {
+func (c *recordingCache) Flush(f flush.Flush) (admin.Counts, error) {
 	c.flushes = append(c.flushes, f)
-	return admin.Counts{}
+	return admin.Counts{}, nil
 }
 func (c *recordingCache) Entries([]byte, []uint16, func(entry.Entry)) {}
 func (c *recordingCache) Walk(func(entry.Entry), func() error) error  { return nil }

@@ -36,8 +36,9 @@ var log = clog.NewWithPlugin("compactcache")
 
 // Cache is what the endpoint reaches of one block's cache.
 type Cache interface {
-	// Flush drops what f covers and counts it.
-	Flush(f flush.Flush) admin.Counts
+	// Flush drops what f covers and counts it; an error says what it
+	// did not reach (the shared tier, the other replicas).
+	Flush(f flush.Flush) (admin.Counts, error)
 	// Entries calls each with every entry of name (lowercased wire form)
 	// of one of types (every type when empty), under its shard's lock.
 	Entries(name []byte, types []uint16, each func(e entry.Entry))
