@@ -226,6 +226,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			break
 		}
 	}
+	asked := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.timeout)
 	defer cancel()
 	start := time.Now()
@@ -233,6 +234,11 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	t.m.lookup.Observe(time.Since(start).Seconds())
 	for _, r := range res {
 		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
+			if errors.Is(asked.Err(), context.Canceled) {
+				// The request went away, not the tier: no failure of it.
+				t.m.skipped.inc()
+				return nil
+			}
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.m.timeouts.inc()
 			} else {

@@ -453,6 +453,25 @@ func TestTierFaults(t *testing.T) {
 	}
 }
 
+// TestCanceledNotFailure: lookups whose requests were canceled are no
+// failures of the tier: they open no breaker.
+func TestCanceledNotFailure(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 2 * breakerFailures {
+		if tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take) != nil {
+			t.Fatal("a canceled lookup answered")
+		}
+	}
+	if st := tr.Stats(); tr.br.current() != closed || st.Errors != 0 || st.Skipped != 2*breakerFailures || get(tr, e) == nil {
+		t.Errorf("after canceled lookups: breaker %v, %+v", tr.br.current(), st)
+	}
+}
+
 // heapLive returns the bytes of the heap's live objects after a
 // collection: the spans in use would count the few objects left in each
 // span of the dropped writes, a fragmentation the collector reuses.
