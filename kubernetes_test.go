@@ -148,11 +148,13 @@ func clusterSlice(service string, ips ...string) *object.Endpoints {
 	return e
 }
 
-// TestKubernetesInvalidation runs a cache in front of the real kubernetes
-// plugin (ttl 30, as cluster DNS is cached again), whose controller is
-// fakeAPI: what a change makes wrong answers anew within a second,
-// NXDOMAIN and PTR answers included, and what it does not stays cached.
-func TestKubernetesInvalidation(t *testing.T) {
+// kubeCache returns a cache with the kubernetes option in front of the
+// real kubernetes plugin (ttl 30, as cluster DNS is cached again), whose
+// controller is the fakeAPI it returns, and the invalidation following
+// it, stopped when the test ends. record, when not nil, sees each flush
+// before the cache applies it.
+func kubeCache(t *testing.T, record func(flush.Flush)) (*Cache, *fakeAPI, *kube.Invalidator) {
+	t.Helper()
 	c := caddy.NewTestController("dns", "kubernetes cluster.local in-addr.arpa {\n ttl 30\n}")
 	c.Next()
 	k, err := kubernetes.ParseStanza(c)
@@ -172,38 +174,47 @@ func TestKubernetesInvalidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca.Next = k
-	var flushes []flush.Flush
-	var mu sync.Mutex
 	inv, err := kube.Start(ca.Kubernetes, []plugin.Handler{k}, kube.Target{Zones: ca.Zones, Flush: func(f flush.Flush) admin.Counts {
-		mu.Lock()
-		flushes = append(flushes, f)
-		mu.Unlock()
+		if record != nil {
+			record(f)
+		}
 		return ca.Flush(f)
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer inv.Stop()
+	t.Cleanup(inv.Stop)
 	for deadline := time.Now().Add(time.Second); !inv.Stats().Connected; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("not following the fake controller a second after the start")
 		}
 	}
+	return ca, fake, inv
+}
+
+// TestKubernetesInvalidation runs a cache in front of the real kubernetes
+// plugin (ttl 30, as cluster DNS is cached again), whose controller is
+// fakeAPI: what a change makes wrong answers anew within a second,
+// NXDOMAIN and PTR answers included, and what it does not stays cached.
+func TestKubernetesInvalidation(t *testing.T) {
+	var flushes []flush.Flush
+	var mu sync.Mutex
+	ca, fake, inv := kubeCache(t, func(f flush.Flush) {
+		mu.Lock()
+		flushes = append(flushes, f)
+		mu.Unlock()
+	})
 
 	query := func(name string, qtype uint16) []string {
 		m := new(dns.Msg)
 		m.SetQuestion(name, qtype)
 		r := ask(t, ca, m, false)
-		out := []string{dns.RcodeToString[r.Rcode]}
 		for _, rr := range r.Answer {
-			f := strings.Fields(rr.String())
-			out = append(out, f[0]+" "+strings.Join(f[3:], " "))
 			if ttl := rr.Header().Ttl; ttl > 30 || ttl < 28 {
 				t.Errorf("%s: TTL %d, want the plugin's 30 counting down", rr, ttl)
 			}
 		}
-		slices.Sort(out[1:])
-		return out
+		return summary(r)
 	}
 	// within asks name until it answers want, for a second at most, and
 	// says how long it took.
@@ -284,6 +295,114 @@ func TestKubernetesInvalidation(t *testing.T) {
 	if st.Services < 3 || st.Services > 4 || st.Endpoints < 1 || st.Endpoints > 2 || st.Dropped.Denial == 0 || st.Source != "kubernetes plugin" || !st.Connected {
 		t.Errorf("stats %+v: want 3 or 4 Service changes, 1 or 2 EndpointSlice changes, denials dropped, connected to the kubernetes plugin", st)
 	}
+}
+
+// TestKubernetesExternalNameSwitch: a Service switched from ClusterIP to
+// ExternalName keeps its EndpointSlice (the EndpointSlice controller
+// leaves it), and the plugin answers its endpoints' names NXDOMAIN; back
+// to ClusterIP, it answers them again. Each answer is fresh within a
+// second of the switch.
+func TestKubernetesExternalNameSwitch(t *testing.T) {
+	ca, fake, _ := kubeCache(t, nil)
+	const ep = "10-1-1-1.web.ns.svc.cluster.local."
+	fake.setService(clusterService("web", "10.96.0.10"), false)
+	fake.setEndpoints(clusterSlice("web", "10.1.1.1"))
+	freshWithin(t, ca, "a ClusterIP Service with an endpoint", ep, dns.TypeA, "NOERROR", ep+" A 10.1.1.1")
+	cacheSettled(t, ca, fake, ep, dns.TypeA)
+	ext := &object.Service{Name: "web", Namespace: "ns", Index: object.ServiceKey("web", "ns"), ClusterIPs: []string{""},
+		Type: api.ServiceTypeExternalName, ExternalName: "www.example.org", Ports: []api.ServicePort{{Port: -1}}}
+	fake.setService(ext, false)
+	freshWithin(t, ca, "switched to ExternalName", ep, dns.TypeA, "NXDOMAIN")
+	cacheSettled(t, ca, fake, ep, dns.TypeA)
+	fake.setService(clusterService("web", "10.96.0.11"), false)
+	freshWithin(t, ca, "switched back to ClusterIP", ep, dns.TypeA, "NOERROR", ep+" A 10.1.1.1")
+}
+
+// TestKubernetesAliasOfClusterName: an ExternalName Service whose target
+// is a cluster name is answered by the plugin with the CNAME and the
+// target's records, cached under the alias's name: a change of the target
+// makes the alias's answer fresh within a second too.
+func TestKubernetesAliasOfClusterName(t *testing.T) {
+	ca, fake, _ := kubeCache(t, nil)
+	const web, alias = "web.ns.svc.cluster.local.", "alias.other.svc.cluster.local."
+	fake.setService(clusterService("web", "10.96.0.10"), false)
+	fake.setService(&object.Service{Name: "alias", Namespace: "other", Index: object.ServiceKey("alias", "other"), ClusterIPs: []string{""},
+		Type: api.ServiceTypeExternalName, ExternalName: web, Ports: []api.ServicePort{{Port: -1}}}, false)
+	freshWithin(t, ca, "an alias of web", alias, dns.TypeA, "NOERROR", alias+" CNAME "+web, web+" A 10.96.0.10")
+	cacheSettled(t, ca, fake, alias, dns.TypeA)
+	fake.setService(clusterService("web", "10.96.0.10"), true)
+	fake.setService(clusterService("web", "10.96.0.20"), false)
+	freshWithin(t, ca, "web recreated at another address", alias, dns.TypeA, "NOERROR", alias+" CNAME "+web, web+" A 10.96.0.20")
+}
+
+// TestKubernetesTypeWithoutName: a name flush probes the types miekg/dns
+// names, so the cache keeps no answer to a query of another type, which
+// would outlive every flush of its name: the NXDOMAIN of a Service not yet
+// created is asked again once it is.
+func TestKubernetesTypeWithoutName(t *testing.T) {
+	ca, fake, _ := kubeCache(t, nil)
+	const web = "web.ns.svc.cluster.local."
+	for _, qt := range []uint16{dns.TypeHTTPS, 65280} {
+		freshWithin(t, ca, "no Service yet", web, qt, "NXDOMAIN")
+	}
+	cacheSettled(t, ca, fake, web, dns.TypeHTTPS)
+	fake.setService(clusterService("web", "10.96.0.10"), false)
+	for _, qt := range []uint16{dns.TypeHTTPS, 65280} {
+		freshWithin(t, ca, "the Service created", web, qt, "NOERROR")
+	}
+}
+
+// summary returns r's rcode, then its answer's records as "owner TYPE
+// rdata", sorted.
+func summary(r *dns.Msg) []string {
+	out := []string{dns.RcodeToString[r.Rcode]}
+	for _, rr := range r.Answer {
+		f := strings.Fields(rr.String())
+		out = append(out, f[0]+" "+strings.Join(f[3:], " "))
+	}
+	slices.Sort(out[1:])
+	return out
+}
+
+// cacheSettled waits for the flushes of the changes just made to pass,
+// then asks ca for name/qtype until it is cached, for the next change to
+// make fresh.
+func cacheSettled(t *testing.T, ca *Cache, fake *fakeAPI, name string, qtype uint16) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	ask(t, ca, m, false)
+	fake.mu.Lock()
+	asks := fake.asks
+	fake.mu.Unlock()
+	ask(t, ca, m, false)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if fake.asks != asks {
+		t.Fatalf("%s %s is not cached", name, dns.Type(qtype))
+	}
+}
+
+// freshWithin asks ca for name/qtype until it answers want, the rcode and
+// then the answer's records as "owner TYPE rdata", sorted, for up to a
+// second past the answer's first query. The answer is asked for again once
+// it came, so that it is then cached.
+func freshWithin(t *testing.T, ca *Cache, what, name string, qtype uint16, want ...string) {
+	t.Helper()
+	query := func() []string {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		return summary(ask(t, ca, m, false))
+	}
+	var got []string
+	for start := time.Now(); time.Since(start) < time.Second; time.Sleep(10 * time.Millisecond) {
+		if got = query(); slices.Equal(got, want) {
+			query()
+			return
+		}
+	}
+	t.Errorf("%s: %s %s is %q a second on, want %q", what, name, dns.Type(qtype), got, want)
 }
 
 // TestKubernetesOptionErrors: a block whose kubernetes option cannot work

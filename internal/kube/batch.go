@@ -67,6 +67,19 @@ func (b *batch) add(s string, in dnsmsg.ZoneSet, subtree bool) {
 	}
 }
 
+// drops reports whether b drops the entries of w, a lowercased wire name.
+func (b *batch) drops(w string) bool {
+	if _, ok := b.names[w]; ok {
+		return true
+	}
+	for st := range b.subtrees {
+		if dnsmsg.InZone([]byte(w), []byte(st)) {
+			return true
+		}
+	}
+	return false
+}
+
 // kept reports whether the cache can hold entries of w: w is in one of
 // its zones, or, for a subtree, holds one of them.
 func (b *batch) kept(w []byte, subtree bool) bool {

@@ -80,15 +80,25 @@ func (e *emitter) close() {
 func (e *emitter) run() {
 	defer close(e.done)
 	var last time.Time
-	var again []flush.Flush // the names to flush a second time, at due
-	var due <-chan time.Time
+	type later struct {
+		at time.Time
+		fs []flush.Flush
+	}
+	var again []later        // the names to flush a second time, oldest first
+	var due <-chan time.Time // when the oldest is due
 	for {
 		var stopping bool
 		select {
 		case <-e.kick:
 		case <-due:
-			e.applyNames(again)
-			again, due = nil, nil
+			for len(again) > 0 && !time.Now().Before(again[0].at) {
+				e.applyNames(again[0].fs)
+				again = again[1:]
+			}
+			due = nil
+			if len(again) > 0 {
+				due = time.After(time.Until(again[0].at))
+			}
 			continue
 		case <-e.stop:
 			stopping = true
@@ -125,9 +135,8 @@ func (e *emitter) run() {
 		}
 		e.applyNames(names)
 		if e.again > 0 && len(names) > 0 {
-			// Later changes' names join the batch already waiting: each
-			// name is flushed again at least again after its first flush.
-			again = append(again, names...)
+			// Each batch is flushed again again after its own first flush.
+			again = append(again, later{time.Now().Add(e.again), names})
 			if due == nil {
 				due = time.After(e.again)
 			}

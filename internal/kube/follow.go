@@ -227,6 +227,9 @@ func (f *follow) namespaces(b *batch) {
 			}
 			f.view.namespaceNames(b, ns)
 		}
+		if now != was && b != nil {
+			f.view.aliasNames(b)
+		}
 		if !now && f.view.perNS[ns] == 0 {
 			delete(f.nsExists, ns)
 		} else {

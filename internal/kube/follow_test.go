@@ -395,6 +395,33 @@ func TestEmitterAgain(t *testing.T) {
 	s.quiet(t, 2*interval)
 }
 
+// TestEmitterAgainEachBatch: a batch flushed while an earlier one waits
+// for its second flush gets its own, again after its first.
+func TestEmitterAgainEachBatch(t *testing.T) {
+	const again = 300 * time.Millisecond
+	s := newSink()
+	e := newEmitter(s.flush, nil, again, newCounters("test-again-each", ""))
+	defer e.close()
+	e.update(func(b *batch) { b.name("a.ns" + z) })
+	s.wait(t, 1)
+	time.Sleep(again / 2)
+	e.update(func(b *batch) { b.name("b.ns" + z) })
+	s.wait(t, 3) // b's first, a's second, b's second
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var at []time.Time // b's flushes
+	for i, f := range s.flushes {
+		for _, n := range f.Names {
+			if name, _, _ := dns.UnpackDomainName(n, 0); name == "b.ns"+z {
+				at = append(at, s.at[i])
+			}
+		}
+	}
+	if len(at) != 2 || at[1].Sub(at[0]) < again {
+		t.Errorf("b flushed at %v: want twice, %v apart at least", at, again)
+	}
+}
+
 // TestEmitterWalks: subtree flushes go at most every walkGap, those asked
 // for meanwhile in one.
 func TestEmitterWalks(t *testing.T) {

@@ -119,12 +119,21 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 	// A second flush a second after the first: the cluster DNS this cache
 	// asks learns of the change on its own watch, and may answer the old
 	// records until it has.
-	s, err := subscribe(w, newClusterView(n), newEmitter(t.Flush, keep, againAfter, c), c, logf("a watch of the API server"))
+	s, err := subscribe(w, watchView(n), newEmitter(t.Flush, keep, againAfter, c), c, logf("a watch of the API server"))
 	if err != nil {
 		w.release()
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	return &Invalidator{source: "watch", c: c, stop: s.close, load: w.load}, nil
+}
+
+// watchView is the view of a watch of its own. The cluster DNS's options
+// are unknown to it: ignore empty_service is taken at the setting that
+// flushes more, as optionsOf takes an option it cannot read.
+func watchView(n namer) *clusterView {
+	v := newClusterView(n)
+	v.ignoreEmpty = true
+	return v
 }
 
 // againAfter is when a watch of its own flushes a batch of names again.

@@ -3,8 +3,11 @@ package kube
 import (
 	"maps"
 	"slices"
+	"strings"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/miekg/dns"
 	api "k8s.io/api/core/v1"
 )
 
@@ -26,7 +29,17 @@ type clusterView struct {
 	eps   map[epKey]*epEntry
 	bySvc map[string]map[epKey]*object.Endpoints // the slices of a Service, by its key
 	perNS map[string]int                         // Services in each namespace
-	gen   uint32                                 // the marks of a sweep (follow.go)
+	// aliases are the ExternalName Services, by key: one whose target is
+	// a cluster name is answered with the target's records (the plugin
+	// resolves an in-zone target itself), cached under the alias's name.
+	aliases map[string]alias
+	gen     uint32 // the marks of a sweep (follow.go)
+}
+
+// alias is an ExternalName Service and its target, a lowercased wire name.
+type alias struct {
+	s      *object.Service
+	target string
 }
 
 type svcEntry struct {
@@ -47,7 +60,7 @@ func keyOf(e *object.Endpoints) epKey { return epKey{e.Namespace, e.Name} }
 // newClusterView returns an empty view that names changes with n.
 func newClusterView(n namer) *clusterView {
 	return &clusterView{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
-		bySvc: map[string]map[epKey]*object.Endpoints{}, perNS: map[string]int{}}
+		bySvc: map[string]map[epKey]*object.Endpoints{}, perNS: map[string]int{}, aliases: map[string]alias{}}
 }
 
 func (v *clusterView) exposed(ns string) bool {
@@ -62,12 +75,22 @@ func (v *clusterView) exposed(ns string) bool {
 // adding what the change makes wrong to b (nil while the view is first
 // filled, when nothing cached is known to be wrong).
 func (v *clusterView) Service(b *batch, key string, s *object.Service) {
+	if b != nil {
+		defer v.aliasNames(b)
+	}
 	var old *object.Service
 	if e := v.svcs[key]; e != nil {
 		old = e.s
 	}
 	if s != nil && !v.exposed(s.Namespace) {
 		s = nil
+	}
+	delete(v.aliases, key)
+	if s != nil && s.Type == api.ServiceTypeExternalName {
+		var buf [dnsmsg.MaxNameLen]byte
+		if n, err := dnsmsg.PackName(strings.ToLower(dns.Fqdn(s.ExternalName)), buf[:]); err == nil {
+			v.aliases[key] = alias{s, string(buf[:n])}
+		}
 	}
 	switch {
 	case old == nil && s == nil:
@@ -94,8 +117,10 @@ func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 			v.namer.service(b, x)
 		}
 	}
-	if (old == nil) != (s == nil) {
-		// The endpoints' names answer only while their Service exists.
+	if answersEndpoints(old) != answersEndpoints(s) {
+		// The endpoints' names answer only while their Service exists
+		// and is not an ExternalName one (the EndpointSlice controller
+		// leaves the slices of a Service switched to ExternalName).
 		x := cmp(old, s)
 		for _, e := range v.bySvc[key] {
 			for _, ss := range e.Subsets {
@@ -105,6 +130,12 @@ func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 			}
 		}
 	}
+}
+
+// answersEndpoints reports whether the plugin answers the names of the
+// endpoints of s (nil: deleted): findServices skips them for ExternalName.
+func answersEndpoints(s *object.Service) bool {
+	return s != nil && s.Type != api.ServiceTypeExternalName
 }
 
 // cmp is the one of a and b that is not nil.
@@ -151,6 +182,9 @@ func sameService(a, b *object.Service) bool {
 // key names it either way), adding what the change makes wrong to b (nil
 // while the view is first filled).
 func (v *clusterView) Endpoints(b *batch, key epKey, e *object.Endpoints) {
+	if b != nil {
+		defer v.aliasNames(b)
+	}
 	var old *object.Endpoints
 	if x := v.eps[key]; x != nil {
 		old = x.e
@@ -338,6 +372,20 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 				for _, a := range ss.Addresses {
 					v.namer.endpoint(b, a, e.s.Name, ns)
 				}
+			}
+		}
+	}
+}
+
+// aliasNames adds the names of the ExternalName Services whose target is a
+// name b drops, or lies under a subtree it drops, and so on along chains
+// of aliases: their cached answers hold the target's records.
+func (v *clusterView) aliasNames(b *batch) {
+	for n := -1; n != len(b.names); {
+		n = len(b.names)
+		for _, a := range v.aliases {
+			if b.drops(a.target) {
+				v.namer.service(b, a.s)
 			}
 		}
 	}

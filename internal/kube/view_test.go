@@ -309,6 +309,36 @@ func TestViewNames(t *testing.T) {
 			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
+			name:   "ClusterIP to ExternalName: the endpoints' names, whose slices stay",
+			before: []step{{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))}, {ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1", "10.1.1.2=web-0")}},
+			change: []step{{svc: external("ns", "web", "www.example.org")}},
+			want: []string{
+				"10-1-1-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "web-0.web.ns" + z, "web.ns" + z,
+			},
+			kinds: [numKinds]int64{kindService: 1},
+		},
+		{
+			name:   "ExternalName to ClusterIP: the endpoints' names",
+			before: []step{{svc: external("ns", "web", "www.example.org")}, {ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1", "10.1.1.2=web-0")}},
+			change: []step{{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))}},
+			want: []string{
+				"10-1-1-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "web-0.web.ns" + z, "web.ns" + z,
+			},
+			kinds: [numKinds]int64{kindService: 1},
+		},
+		{
+			name: "ExternalName aliases of a cluster name, along a chain, with their target",
+			before: []step{{svc: db}, {ep: dbSlice},
+				{svc: external("other", "alias", "DB.ns.svc.cluster.local")}, {svc: external("other", "alias2", "alias.other.svc.cluster.local.")},
+				{svc: external("other", "outside", "www.example.org")}},
+			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.3")}},
+			want: []string{
+				"10-1-0-2.db.ns" + z, "10-1-0-3.db.ns" + z, "2.0.1.10.in-addr.arpa.", "3.0.1.10.in-addr.arpa.",
+				"_pg._tcp.db.ns" + z, "alias.other" + z, "alias2.other" + z, "db.ns" + z,
+			},
+			kinds: [numKinds]int64{kindEndpoints: 1},
+		},
+		{
 			name:   "zonal: a headless Service's zones changed: the subtree of its zone-scoped names",
 			namer:  func(n *namer) { n.Zonal = true },
 			before: []step{{svc: db}, {ep: dbSlice}},
@@ -344,6 +374,22 @@ func TestViewNames(t *testing.T) {
 				t.Errorf("changes by kind %v, want %v", b.changes, tc.kinds)
 			}
 		})
+	}
+}
+
+// TestWatchViewIgnoresEmpty: a watch of its own does not know whether the
+// cluster DNS has `ignore empty_service`, under which a ClusterIP Service
+// without endpoints answers NXDOMAIN: it flushes the Service's name when
+// the first endpoint comes, as follow mode does with an option it cannot
+// read.
+func TestWatchViewIgnoresEmpty(t *testing.T) {
+	v := watchView(newNamer(clusterZones))
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	v.Service(nil, web.Index, web)
+	b := newBatch(dnsmsg.NewZoneSet(nil))
+	v.Endpoints(b, epKey{"ns", "web-1"}, slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1"))
+	if got := names(b); !slices.Contains(got, "web.ns"+z) {
+		t.Errorf("the first endpoint of a ClusterIP Service flushed %q: not web.ns%s", got, z)
 	}
 }
 
