@@ -337,11 +337,8 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		return
 	case c.disabled(v.kind, q.Name):
 		return
-	case dns.TypeToString[q.Qtype] == "" || (q.Qclass != dns.ClassINET && q.Qclass != dns.ClassCHAOS):
-		// A name flush probes the keys of entry.ProbeTypes and classes IN
-		// and CH only: an entry under another would outlive every flush
-		// of its name (an operator's, the kubernetes option's).
-		return
+	case !entry.Probed(q.Qtype, q.Qclass):
+		return // it would outlive every flush of its name
 	case cw.refresh && !c.PreferPositive && res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError:
 		return // a failed refresh leaves the entry it would replace (RFC 8767 4)
 	}

@@ -115,3 +115,21 @@ func TestFixedRdlens(t *testing.T) {
 		}
 	}
 }
+
+func TestProbed(t *testing.T) {
+	for _, tc := range []struct {
+		qtype, qclass uint16
+		want          bool
+	}{
+		{dns.TypeA, dns.ClassINET, true},
+		{dns.TypeHTTPS, dns.ClassINET, true},
+		{dns.TypeTXT, dns.ClassCHAOS, true},
+		{65280, dns.ClassINET, false},
+		{dns.TypeA, dns.ClassANY, false},
+		{dns.TypeA, dns.ClassHESIOD, false},
+	} {
+		if got := Probed(tc.qtype, tc.qclass); got != tc.want {
+			t.Errorf("Probed(%s, %s) = %t", dns.Type(tc.qtype), dns.Class(tc.qclass), got)
+		}
+	}
+}

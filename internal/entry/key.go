@@ -275,12 +275,19 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 }
 
 // ProbeTypes are the types a probe of a name's keys tries when given none:
-// every type miekg/dns has a name for. An entry of a type outside them is
-// found by walking the store.
+// every type miekg/dns has a name for.
 var ProbeTypes = slices.Sorted(maps.Keys(dns.TypeToString))
 
 // probeClasses are the classes a probe tries.
 var probeClasses = []uint16{dns.ClassINET, dns.ClassCHAOS}
+
+// Probed reports whether a probe of a name's keys given no types finds an
+// entry of qtype and qclass: a cache stores no other, which a flush of its
+// name would miss.
+func Probed(qtype, qclass uint16) bool {
+	_, named := dns.TypeToString[qtype]
+	return named && slices.Contains(probeClasses, qclass)
+}
 
 // Probe says which keys NameKeys gives.
 type Probe struct {
