@@ -80,10 +80,6 @@ func (e *emitter) close() {
 func (e *emitter) run() {
 	defer close(e.done)
 	var last time.Time
-	type later struct {
-		at time.Time
-		fs []flush.Flush
-	}
 	var again []later        // the names to flush a second time, oldest first
 	var due <-chan time.Time // when the oldest is due
 	for {
@@ -143,8 +139,27 @@ func (e *emitter) run() {
 		}
 		if stopping {
 			close(e.walkKick)
+			// A reload's new source learns of no change from before it
+			// started: the second flushes still due are made all the same.
+			if len(again) > 0 {
+				go e.applyLater(again)
+			}
 			return
 		}
+	}
+}
+
+// later is a batch of names to flush a second time, at at.
+type later struct {
+	at time.Time
+	fs []flush.Flush
+}
+
+// applyLater flushes each batch of again at its time.
+func (e *emitter) applyLater(again []later) {
+	for _, l := range again {
+		time.Sleep(time.Until(l.at))
+		e.applyNames(l.fs)
 	}
 }
 

@@ -422,6 +422,24 @@ func TestEmitterAgainEachBatch(t *testing.T) {
 	}
 }
 
+// TestEmitterAgainAfterClose: a second flush due when the emitter closes
+// (a reload) is made all the same, at its time.
+func TestEmitterAgainAfterClose(t *testing.T) {
+	const again = 300 * time.Millisecond
+	s := newSink()
+	e := newEmitter(s.flush, nil, again, newCounters("test-again-close", ""))
+	e.update(func(b *batch) { b.name("a.ns" + z) })
+	s.wait(t, 1)
+	e.close()
+	s.wait(t, 1)
+	got := s.all()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gap := s.at[1].Sub(s.at[0]); gap < again || !slices.Equal(got, []string{"a.ns" + z, "a.ns" + z}) {
+		t.Errorf("flushed %q, the second %v after the first: want a.ns twice, %v apart", got, gap, again)
+	}
+}
+
 // TestEmitterWalks: subtree flushes go at most every walkGap, those asked
 // for meanwhile in one.
 func TestEmitterWalks(t *testing.T) {
