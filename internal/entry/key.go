@@ -285,9 +285,17 @@ var probeClasses = []uint16{dns.ClassINET, dns.ClassCHAOS}
 // entry of qtype and qclass: a cache stores no other, which a flush of its
 // name would miss.
 func Probed(qtype, qclass uint16) bool {
-	_, named := dns.TypeToString[qtype]
-	return named && slices.Contains(probeClasses, qclass)
+	return probedTypes[qtype/8]&(1<<(qtype%8)) != 0 && slices.Contains(probeClasses, qclass)
 }
+
+// probedTypes is ProbeTypes as a bit set, which every miss reads: a load,
+// where the map of names is a lookup.
+var probedTypes = func() (set [1 << 16 / 8]byte) {
+	for _, t := range ProbeTypes {
+		set[t/8] |= 1 << (t % 8)
+	}
+	return set
+}()
 
 // Probe says which keys NameKeys gives.
 type Probe struct {
