@@ -218,14 +218,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
 	}
 	epochs := len(cmds)
-	cmds = append(cmds, c.B().Get().Key(t.keys.all).Build(), c.B().Get().Key(t.keys.negative).Build(),
-		c.B().Get().Key(t.keys.epochKey(epochName, name)).Build())
-	for off := 0; ; off += int(name[off]) + 1 {
-		cmds = append(cmds, c.B().Get().Key(t.keys.epochKey(epochZone, name[off:])).Build())
-		if name[off] == 0 {
-			break
-		}
-	}
+	t.keys.epochs(name, func(key string) { cmds = append(cmds, c.B().Get().Key(key).Build()) })
 	asked := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.timeout)
 	defer cancel()

@@ -138,11 +138,18 @@ func (k keyer) witness(keys map[string]int64, name []byte, at int64) {
 			keys[key] = at
 		}
 	}
-	add(k.all)
-	add(k.negative)
-	add(k.epochKey(epochName, name))
+	k.epochs(name, add)
+}
+
+// epochs calls f with the key of each epoch a lookup of name (lowercased
+// wire form) reads, in this order: the flushes of all, of negative
+// entries, of the name, and of each zone from the name up to the root.
+func (k keyer) epochs(name []byte, f func(key string)) {
+	f(k.all)
+	f(k.negative)
+	f(k.epochKey(epochName, name))
 	for off := 0; ; off += int(name[off]) + 1 {
-		add(k.epochKey(epochZone, name[off:]))
+		f(k.epochKey(epochZone, name[off:]))
 		if name[off] == 0 {
 			return
 		}
