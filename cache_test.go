@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/frontend"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -626,6 +628,56 @@ func TestMissLandsWhenNextPanics(t *testing.T) {
 	}
 	if n := c.flights.InFlight(); n != 0 {
 		t.Fatalf("%d flights left after the panic", n)
+	}
+}
+
+// TestFailedFetchOneReply: the clients of a fetch that failed, its leader
+// and a waiter, get one reply each: the server writes SERVFAIL for a handler
+// whose rcode says it wrote nothing (plugin.ClientWrite), so the cache, once
+// it wrote, says so whatever the next plugin's rcode. The next plugin fails
+// without writing (stored for the servfail time, or not), or writes its
+// SERVFAIL and returns that rcode too.
+func TestFailedFetchOneReply(t *testing.T) {
+	for _, tc := range []struct {
+		servfail time.Duration
+		writes   bool
+	}{{0, false}, {5 * time.Second, false}, {0, true}, {5 * time.Second, true}} {
+		t.Run(fmt.Sprintf("servfail=%v writes=%v", tc.servfail, tc.writes), func(t *testing.T) {
+			release := make(chan struct{})
+			c := newTestCache(t, newUpstream(), newClock())
+			c.ServfailTTL = tc.servfail
+			c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				<-release
+				if tc.writes {
+					m := new(dns.Msg)
+					m.SetRcode(r, dns.RcodeServerFailure)
+					return dns.RcodeServerFailure, w.WriteMsg(m)
+				}
+				return dns.RcodeServerFailure, errors.New("no upstream answered")
+			})
+			// replies counts what a client receives: what the cache
+			// wrote, and the server's SERVFAIL when the rcode says
+			// nothing was written.
+			replies := func() int {
+				rec := &recorder{}
+				rcode, _ := c.ServeDNS(context.Background(), rec, test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+				if !plugin.ClientWrite(rcode) {
+					return rec.writes + 1
+				}
+				return rec.writes
+			}
+			got := make(chan int, 2)
+			go func() { got <- replies() }()
+			await(t, "the leader's flight", func() bool { return c.flights.InFlight() == 1 })
+			go func() { got <- replies() }()
+			await(t, "the waiter to join the flight", func() bool { _, waiters := c.flights.Waiting(); return waiters == 1 })
+			close(release)
+			for _, who := range []string{"one client", "the other"} {
+				if n := <-got; n != 1 {
+					t.Errorf("%s received %d replies, want 1", who, n)
+				}
+			}
+		})
 	}
 }
 

@@ -72,7 +72,10 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	if cw.reply == nil {
 		return rcode, err
 	}
-	return rcode, c.answer(w, r, cw)
+	// Written by the cache, whatever the next plugin's rcode: a rcode
+	// that says nothing was written (plugin.ClientWrite) has the server
+	// write a second reply.
+	return dns.RcodeSuccess, c.answer(w, r, cw)
 }
 
 // errNoReply is the error of a fetch that ended without a reply or an error
@@ -93,7 +96,9 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 		return dns.RcodeServerFailure, ctx.Err()
 	}
 	if found := c.lookup(s, time.Time{}, true); found.state != absent {
-		return f.Rcode, c.write(w, found.reply)
+		// Not the leader's rcode: SERVFAIL of a failed fetch, stored for
+		// the servfail time, would have the server write a second reply.
+		return dns.RcodeSuccess, c.write(w, found.reply)
 	}
 	if f.Reply == nil {
 		if f.Err == errStored {
@@ -105,7 +110,7 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	}
 	// The reply answers the leader's request; passOn writes it with this
 	// one's ID and question.
-	return f.Rcode, c.passOn(w, r, f.Reply, s)
+	return dns.RcodeSuccess, c.passOn(w, r, f.Reply, s)
 }
 
 // flightKey names what a miss asks upstream: the question and key flags, and

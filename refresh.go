@@ -184,7 +184,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if !ok {
 			return false, 0, nil
 		}
-		return true, rcode, c.answer(w, r, cw)
+		return true, dns.RcodeSuccess, c.answer(w, r, cw)
 	}
 
 	req := refreshRequest(r, &s.q.ecs, 0)
