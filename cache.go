@@ -127,11 +127,18 @@ func (s *scratch) builder() *entry.Builder {
 	return s.b
 }
 
+// transfer reports whether qtype asks for a zone transfer.
+func transfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.TypeIXFR }
+
 // ServeDNS implements plugin.Handler.
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// Only queries with one question are cached: an UPDATE or a NOTIFY for a
-	// cached name must reach the handlers behind the cache.
-	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 {
+	// cached name must reach the handlers behind the cache. Nor transfers:
+	// the transfer plugin writes a zone as a stream of messages, each
+	// record as the zone holds it, DNSSEC's too, which a miss's capture
+	// (one reply) and the reply writer (DNSSEC records for DO clients
+	// only) would cut short.
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || transfer(r.Question[0].Qtype) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	s := scratchPool.Get().(*scratch)

@@ -718,3 +718,69 @@ func TestClockReadsPerRequest(t *testing.T) {
 		t.Errorf("a front-end hit read the clock %d times, want 0", reads)
 	}
 }
+
+// TestTransfersPassThrough: a zone transfer reaches the client as the next
+// plugin (transfer) writes it: every message of the stream, each record as
+// the zone holds it, its DNSSEC records too for a client without DO; and
+// nothing of it is stored.
+func TestTransfersPassThrough(t *testing.T) {
+	zone := []dns.RR{
+		test.SOA("example.org. 300 IN SOA ns.example.org. admin.example.org. 1 7200 3600 1209600 60"),
+		test.A("a.example.org. 300 IN A 192.0.2.1"),
+		test.A("a.example.org. 300 IN A 192.0.2.2"),
+		test.RRSIG("a.example.org. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
+		test.NSEC("a.example.org. 60 IN NSEC b.example.org. A RRSIG NSEC"),
+		test.SOA("example.org. 300 IN SOA ns.example.org. admin.example.org. 1 7200 3600 1209600 60"),
+	}
+	for _, qtype := range []uint16{dns.TypeAXFR, dns.TypeIXFR} {
+		t.Run(dns.TypeToString[qtype], func(t *testing.T) {
+			c := newTestCache(t, newUpstream(), newClock())
+			c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				// Two messages, as transfer splits a zone.
+				for _, part := range [][]dns.RR{zone[:2], zone[2:]} {
+					m := new(dns.Msg)
+					m.SetReply(r)
+					m.Answer = part
+					if err := w.WriteMsg(m); err != nil {
+						return dns.RcodeServerFailure, err
+					}
+				}
+				return dns.RcodeSuccess, nil
+			})
+			for i := range 2 {
+				rec := &streamRecorder{}
+				if _, err := c.ServeDNS(context.Background(), rec, test.Case{Qname: "example.org.", Qtype: qtype}.Msg()); err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, m := range rec.msgs {
+					for _, rr := range m.Answer {
+						got = append(got, rr.String())
+					}
+				}
+				var want []string
+				for _, rr := range zone {
+					want = append(want, rr.String())
+				}
+				if len(rec.msgs) != 2 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Errorf("transfer %d: %d messages of\n%s\nwant 2 of\n%s", i, len(rec.msgs), strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+			}
+			if n := c.Stats().Entries; n != 0 {
+				t.Errorf("%d entries stored of a transfer", n)
+			}
+		})
+	}
+}
+
+// streamRecorder keeps every message written, as a TCP client of a stream
+// reads them.
+type streamRecorder struct {
+	test.ResponseWriter
+	msgs []*dns.Msg
+}
+
+func (r *streamRecorder) WriteMsg(m *dns.Msg) error {
+	r.msgs = append(r.msgs, m.Copy())
+	return nil
+}

@@ -3,6 +3,7 @@ package compactcache
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"os"
 	"path/filepath"
@@ -520,5 +521,74 @@ func TestChainRawHitsInKubeDNSBlock(t *testing.T) {
 	}
 	if n := u.count("nx."+zone, dns.TypeA) + u.count("lb."+zone, dns.TypeA); n != 2 {
 		t.Errorf("upstream asked %d times, want 2", n)
+	}
+}
+
+// TestChainTransferThroughCache: a zone transfer from transfer behind the
+// cache reaches the client whole, in as many messages as transfer writes,
+// with the zone's DNSSEC records, through CoreDNS's server and through the
+// front end.
+func TestChainTransferThroughCache(t *testing.T) {
+	var zone strings.Builder
+	zone.WriteString("example.org. 300 IN SOA ns.example.org. admin.example.org. 1 7200 3600 1209600 60\n")
+	zone.WriteString("example.org. 300 IN NS ns.example.org.\n")
+	zone.WriteString("ns.example.org. 300 IN A 192.0.2.53\n")
+	zone.WriteString("ns.example.org. 300 IN RRSIG A 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA\n")
+	zone.WriteString("ns.example.org. 300 IN NSEC h0.example.org. A RRSIG NSEC\n")
+	const hosts = 3000 // more than the 63,000 bytes transfer puts in one message
+	for i := range hosts {
+		fmt.Fprintf(&zone, "h%d.example.org. 300 IN A 192.0.2.%d\n", i, i%250+1)
+	}
+	file := filepath.Join(t.TempDir(), "db.example.org")
+	if err := os.WriteFile(file, []byte(zone.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const records = 5 + hosts + 1 // and the closing SOA
+	for _, mode := range cacheModes {
+		t.Run(mode.name, func(t *testing.T) {
+			corefile := func(options string) string {
+				return `example.org.:0 {
+	bind 127.0.0.1
+	` + options + `
+	file ` + file + `
+	transfer {
+		to *
+	}
+}`
+			}
+			var addr string
+			if mode.frontend {
+				addr, _, _ = startFrontend(t, func(fe string) string { return corefile("compactcache {\n\t\tfrontend " + fe + "\n\t}") })
+			} else {
+				_, addr = startCoreDNS(t, corefile("compactcache"))
+			}
+			for i := range 2 {
+				m := new(dns.Msg)
+				m.SetAxfr("example.org.")
+				envelopes, err := (&dns.Transfer{}).In(m, addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var n, sigs, nsecs, messages int
+				for env := range envelopes {
+					if env.Error != nil {
+						t.Fatalf("transfer %d: %v", i, env.Error)
+					}
+					messages++
+					n += len(env.RR)
+					for _, rr := range env.RR {
+						switch rr.Header().Rrtype {
+						case dns.TypeRRSIG:
+							sigs++
+						case dns.TypeNSEC:
+							nsecs++
+						}
+					}
+				}
+				if n != records || sigs != 1 || nsecs != 1 || messages < 2 {
+					t.Errorf("transfer %d: %d records (%d RRSIG, %d NSEC) in %d messages, want %d (1, 1) in at least 2", i, n, sigs, nsecs, messages, records)
+				}
+			}
+		})
 	}
 }

@@ -128,7 +128,7 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 	var counts [3]int
 	var stored [3]int
 	off := e.Records(&stored)
-	rotate := q.rotate && rcode == dns.RcodeSuccess && q.qtype != dns.TypeAXFR && q.qtype != dns.TypeIXFR
+	rotate := q.rotate && rcode == dns.RcodeSuccess
 	if e.Plain() && !dnsmsg.Compressible(e.QType()) && stored[0] > 0 {
 		// The reply's only records, one RRset: cut, which runs only when
 		// the reply is over the limit, drops it whole, so one mark does
