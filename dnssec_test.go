@@ -1273,3 +1273,62 @@ func testDNSSECThroughCoreDNS(t *testing.T, mode cacheMode) {
 		}
 	}
 }
+
+// TestDNSSECSignatureExpiresFirst: a signature that expires before its
+// RRset's TTL runs out is served to DO clients only until it expires (RFC
+// 4035 5.3.3, as a validator caps it), with a TTL no longer than what is
+// left of it; after that a DO client misses and fetches the zone's new
+// one, while clients without DO still hit.
+func TestDNSSECSignatureExpiresFirst(t *testing.T) {
+	clk := newClock()
+	now := uint32(clk.now().Unix())
+	u := newUpstream()
+	sig := func(expires uint32) dns.RR {
+		return test.RRSIG(fmt.Sprintf("s.example.org. 3600 IN RRSIG A 8 3 3600 %s %s 12345 example.org. AAAA",
+			dns.TimeToString(expires), dns.TimeToString(now-3600)))
+	}
+	signed := func(expires uint32) func(r *dns.Msg) *dns.Msg {
+		return func(r *dns.Msg) *dns.Msg {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			m.Answer = []dns.RR{test.A("s.example.org. 3600 IN A 192.0.2.1"), sig(expires)}
+			m.SetEdns0(1232, true)
+			return m
+		}
+	}
+	u.set("s.example.org.", dns.TypeA, signed(now+100))
+	c := newTestCache(t, u, clk)
+	ask := func(do bool) *dns.Msg {
+		return ask(t, c, test.Case{Qname: "s.example.org.", Qtype: dns.TypeA, Do: do}.Msg(), false)
+	}
+	sigTTL := func(m *dns.Msg) int {
+		for _, rr := range m.Answer {
+			if rr.Header().Rrtype == dns.TypeRRSIG {
+				return int(rr.Header().Ttl)
+			}
+		}
+		return -1
+	}
+	for i := range 2 {
+		if m := ask(true); sigTTL(m) < 0 || sigTTL(m) > 100 {
+			t.Errorf("DO query %d: RRSIG TTL %d, want at most the 100 s left of it", i, sigTTL(m))
+		}
+	}
+	if n := u.count("s.example.org.", dns.TypeA); n != 1 {
+		t.Fatalf("upstream asked %d times for a miss and a hit, want 1", n)
+	}
+	u.set("s.example.org.", dns.TypeA, signed(now+86400))
+	clk.advance(101 * time.Second)
+	if m := ask(false); len(m.Answer) != 1 {
+		t.Errorf("query without DO: answer %v, want the A record", m.Answer)
+	}
+	if n := u.count("s.example.org.", dns.TypeA); n != 1 {
+		t.Errorf("a client without DO fetched again (%d queries): its records have 3499 s left", n)
+	}
+	if m := ask(true); sigTTL(m) < 3000 {
+		t.Errorf("DO query past the signature's expiration: RRSIG TTL %d, want the new signature's", sigTTL(m))
+	}
+	if n := u.count("s.example.org.", dns.TypeA); n != 2 {
+		t.Errorf("upstream asked %d times, want 2: a DO client past the signature's expiration fetches it again", n)
+	}
+}

@@ -2,6 +2,7 @@ package entry
 
 import (
 	"bytes"
+	"math"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -130,6 +131,25 @@ func TestProbed(t *testing.T) {
 	} {
 		if got := Probed(tc.qtype, tc.qclass); got != tc.want {
 			t.Errorf("Probed(%s, %s) = %t", dns.Type(tc.qtype), dns.Class(tc.qclass), got)
+		}
+	}
+}
+
+// TestValidFor: a signature's expiration is a serial number, compared with
+// now modulo 2^32 (RFC 4034 3.1.5): the nearer of the times it names.
+func TestValidFor(t *testing.T) {
+	for _, tc := range []struct {
+		expiration, now, want uint32
+	}{
+		{expiration: 1_800_000_100, now: 1_800_000_000, want: 100},
+		{expiration: 1_800_000_000, now: 1_800_000_000, want: 0},
+		{expiration: 1_799_999_999, now: 1_800_000_000, want: 0},
+		{expiration: 50, now: math.MaxUint32 - 49, want: 100}, // past 2106, wrapped
+		{expiration: math.MaxUint32 - 49, now: 50, want: 0},   // long past, not 136 years ahead
+		{expiration: 1<<31 - 1, now: 0, want: 1<<31 - 1},      // the farthest ahead
+	} {
+		if got := validFor(&dns.RRSIG{Expiration: tc.expiration}, tc.now); got != tc.want {
+			t.Errorf("validFor(expiration %d, now %d) = %d, want %d", tc.expiration, tc.now, got, tc.want)
 		}
 	}
 }
