@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -229,5 +231,60 @@ func TestReloadWhileServing(t *testing.T) {
 	}
 	if answers.Load() < 100 {
 		t.Fatalf("%d answers over the reloads; the servers did not serve", answers.Load())
+	}
+}
+
+// TestFailedReloadWritesNoSnapshot: a reload that fails leaves the running
+// instance serving, and the failed instance, which never starts nor shuts
+// down, must not write its own store every INTERVAL over the running
+// block's file. It fails in compactcache's startup (cache beside it) or in
+// the server's (a block on a port another process holds), after a change
+// that makes a new, empty store.
+func TestFailedReloadWritesNoSnapshot(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, port, _ := net.SplitHostPort(taken.Addr().String())
+	for _, tc := range []struct{ name, block, more string }{
+		{"cache beside it", "cache\n\tcompactcache", ""},
+		{"port taken", "compactcache 600", ".:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := captureLog(t)
+			up := startUpstream(t, exampleUpstream())
+			path := filepath.Join(t.TempDir(), "cache.snap")
+			corefile := func(plugins string) string {
+				return ".:0 {\n\tbind 127.0.0.1\n\t" + plugins + " {\n\t\tsnapshot " + path + " 1s\n\t}\n\tforward . " + up + "\n}\n"
+			}
+			inst, err := startCorefile(corefile("compactcache"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { stopInstance(inst) }()
+			exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+
+			serverMu.Lock()
+			next, err := inst.Restart(corefileInput(corefile(tc.block) + tc.more))
+			serverMu.Unlock()
+			if err == nil {
+				inst = next
+				t.Fatal("the reload succeeded")
+			}
+			written := regexp.MustCompile(`Snapshot ` + regexp.QuoteMeta(path) + `: (\d+) entries written`)
+			// Three ticks of the running block's writer: the failed one's,
+			// if it ran, would tick as often.
+			for deadline := time.Now().Add(5 * time.Second); len(written.FindAllString(logs.String(), -1)) < 3; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no three writes in 5 s:\n%s", logs)
+				}
+			}
+			for _, m := range written.FindAllStringSubmatch(logs.String(), -1) {
+				if m[1] != "1" {
+					t.Errorf("after the failed reload, %s: the running block holds one entry", m[0])
+				}
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
@@ -61,6 +62,11 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 	if !filepath.IsAbs(sc.path) {
 		return nil, fmt.Errorf("snapshot: %q is not an absolute path", sc.path)
 	}
+	// A directory given for the file's path would be read as a damaged
+	// file and moved aside, with what it holds.
+	if fi, err := os.Stat(sc.path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("snapshot: %q is not a regular file (%s): give the file's path", sc.path, fi.Mode().Type())
+	}
 	if len(args) == 2 {
 		d, err := time.ParseDuration(args[1])
 		if err != nil || d < time.Second {
@@ -75,16 +81,22 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 // the process stops, and every interval while it runs.
 func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) {
 	c.OnFirstStartup(func() error {
+		removeTemporary(sc.path)
 		Load(ca, sc.path)
 		return nil
 	})
 	stop := make(chan struct{})
-	c.OnStartup(func() error {
-		if sc.every > 0 {
-			go sc.writeEvery(ca, stop)
-		}
-		return nil
-	})
+	if sc.every > 0 {
+		c.OnStartup(func() error {
+			// The writes start once the instance's servers are up
+			// (startWriters): a new instance that fails to start never
+			// shuts down, and its writes would go on, of its own store,
+			// over the file of the instance still serving.
+			pending, _ := c.Get(writersKey{}).([]func())
+			c.Set(writersKey{}, append(pending, func() { go sc.writeEvery(ca, stop) }))
+			return nil
+		})
+	}
 	c.OnShutdown(func() error {
 		close(stop)
 		return nil
@@ -95,6 +107,28 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) {
 		write(ca, sc.path, ca.Store().Paced(0))
 		return nil
 	})
+}
+
+// writersKey keeps, in a caddy instance's storage, the starts of its blocks'
+// writes every INTERVAL, until the instance's servers are up.
+type writersKey struct{}
+
+func init() { caddy.RegisterEventHook("compactcache-snapshot", startWriters) }
+
+// startWriters starts the writes every INTERVAL of an instance whose
+// servers are up.
+func startWriters(event caddy.EventName, info any) error {
+	inst, ok := info.(*caddy.Instance)
+	if event != caddy.InstanceStartupEvent || !ok {
+		return nil
+	}
+	inst.StorageMu.RLock()
+	pending, _ := inst.Storage[writersKey{}].([]func())
+	inst.StorageMu.RUnlock()
+	for _, start := range pending {
+		start()
+	}
+	return nil
 }
 
 func (sc *Snapshot) writeEvery(ca Cache, stop <-chan struct{}) {
@@ -149,10 +183,20 @@ func read(ca Cache, r io.Reader) (snapshot.Loaded, error) {
 
 // Load fills the store from path, if there is a file there it can use.
 func Load(ca Cache, path string) {
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		log.Infof("Snapshot %s: none yet, starting cold", path)
 		return
+	}
+	var f *os.File
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		// Not a damaged file to move aside: a directory would go with
+		// what it holds, and opening a FIFO waits for a writer.
+		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	default:
+		f, err = os.Open(path)
 	}
 	if err != nil {
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
@@ -176,6 +220,24 @@ func Load(ca Cache, path string) {
 	default:
 		log.Infof("Snapshot %s: %d entries loaded in %v from a file written %v ago, %d expired",
 			path, l.Entries, time.Since(start).Round(time.Millisecond), time.Duration(ca.Now()-l.Written)*time.Second, l.Expired)
+	}
+}
+
+// removeTemporary removes the temporary files of writes to path that a
+// process killed while writing (an OOM kill, SIGKILL, a grace period
+// shorter than the final write) left beside it; nothing else would, and
+// each is as large as the store. Run at the process's first startup,
+// before this process writes any.
+func removeTemporary(path string) {
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
+	files, _ := os.ReadDir(dir)
+	for _, f := range files {
+		if !strings.HasPrefix(f.Name(), prefix) || !f.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, f.Name())); err == nil {
+			log.Infof("Snapshot %s: removed %s, left by a write that did not end", path, f.Name())
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +67,59 @@ func TestSnapshotWriteGivenUp(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "cache.snap" {
 		t.Errorf("files after a write: %v, want cache.snap alone", left)
+	}
+}
+
+// TestSnapshotPathNotAFile: a PATH that names a directory (the one meant to
+// hold the file) is refused at startup, and one that became a directory
+// after it is loaded cold, left where it is with what it holds: only a
+// file whose contents are wrong is moved aside.
+func TestSnapshotPathNotAFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "coredns")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other-block.snap")
+	if err := os.WriteFile(other, []byte("another block's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseSnapshot([]string{dir}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("snapshot %s, a directory: error %v, want it refused as not a regular file", dir, err)
+	}
+	s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Load(testCache{s}, dir)
+	if _, err := os.Stat(other); err != nil {
+		moved, _ := filepath.Glob(dir + ".bad-*")
+		t.Errorf("loading %s, a directory, moved it away with its files (now %v): %v", dir, moved, err)
+	}
+}
+
+// TestRemoveTemporary: the temporary files that killed writes left beside
+// PATH are removed at startup; the file, other blocks' files and their
+// temporary files stay.
+func TestRemoveTemporary(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cache.snap")
+	names := map[string]bool{ // name: removed
+		"cache.snap":                 false,
+		"cache.snap.tmp-123456789":   true,
+		"cache.snap.tmp-987654321":   true,
+		"cache.snap.bad-1800000000":  false,
+		"other.snap.tmp-123456789":   false,
+		"cache.snapshot.tmp-1234567": false,
+	}
+	for name := range names {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeTemporary(path)
+	for name, removed := range names {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err != nil) != removed {
+			t.Errorf("%s: removed %v, want %v", name, err != nil, removed)
+		}
 	}
 }
