@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -473,5 +474,61 @@ func BenchmarkKubernetesFlush(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i)/4, "ns/name")
 	if i >= services && dropped < services {
 		b.Errorf("%d entries dropped by %d flushes of the 10,000 Services' names, want each Service's A", dropped, i)
+	}
+}
+
+// TestKubernetesFailedReloadKeepsSource: a reload that fails (a block on a
+// port another process holds) leaves the running instance serving, with
+// its source: caddy runs the old instance's hook for the failure, which
+// must stop the failed instance's source, not its own. A reload that
+// succeeds then leaves the new instance's source alone running.
+func TestKubernetesFailedReloadKeepsSource(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	_, port, _ := net.SplitHostPort(taken.Addr().String())
+	// A watch of its own, of an API server that is not there: the source
+	// runs, and reconnects, as it would while the API server is down.
+	corefile := func(ttl string) string {
+		return ".:0 {\n\tbind 127.0.0.1\n\tcompactcache " + ttl + " {\n\t\tkubernetes cluster.local {\n\t\t\tendpoint http://127.0.0.1:1\n\t\t}\n\t}\n\twhoami\n}\n"
+	}
+	sources := func() (running []*Cache) {
+		invalidators.Range(func(ca, _ any) bool {
+			running = append(running, ca.(*Cache))
+			return true
+		})
+		return running
+	}
+	inst, err := startCorefile(corefile(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	first := sources()
+	if len(first) != 1 {
+		t.Fatalf("%d sources running, want the block's one", len(first))
+	}
+
+	serverMu.Lock()
+	next, err := inst.Restart(corefileInput(corefile("600") + ".:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}\n"))
+	serverMu.Unlock()
+	if err == nil {
+		inst = next
+		t.Fatal("a reload onto a taken port succeeded")
+	}
+	if got := sources(); len(got) != 1 || got[0] != first[0] {
+		t.Errorf("after a failed reload, %d sources run, the running block's among them: %v; want it alone", len(got), slices.Contains(got, first[0]))
+	}
+
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile("600")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sources(); len(got) != 1 || got[0] == first[0] {
+		t.Errorf("after a reload, %d sources run, the old block's among them: %v; want the new block's alone", len(got), slices.Contains(got, first[0]))
 	}
 }
