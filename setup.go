@@ -32,7 +32,9 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	if ca.Snapshot != nil {
-		ca.Snapshot.Setup(c, operator{ca})
+		if err := ca.Snapshot.Setup(c, operator{ca}); err != nil {
+			return plugin.Error(pluginName, err)
+		}
 	}
 	// A warm-up from a peer, at the process's first startup alone: its
 	// OnFirstStartup callbacks run before the OnStartup ones, which know

@@ -1,9 +1,11 @@
 package compactcache
 
 import (
+	"fmt"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/persist"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -212,4 +214,28 @@ func TestRefusesTheStockCacheBeside(t *testing.T) {
 	if !strings.Contains(err.Error(), "compactcache replaces it: remove cache") {
 		t.Errorf("error %q, want it to say to remove cache", err)
 	}
+}
+
+// TestRefusesASnapshotPathTwice: blocks that give one snapshot PATH (a block
+// copied for a second view) would each read the other's entries after a
+// restart, one view's answers served to the other's clients: the second is
+// refused at startup, naming the first. Blocks of their own files start.
+func TestRefusesASnapshotPathTwice(t *testing.T) {
+	dir := t.TempDir()
+	corefile := func(second string) string {
+		var b strings.Builder
+		for i, path := range []string{filepath.Join(dir, "v0.snap"), filepath.Join(dir, second)} {
+			fmt.Fprintf(&b, ".:0 {\n\tview v%d {\n\t\texpr client_ip() == '127.0.0.%d'\n\t}\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tsnapshot %s\n\t}\n\twhoami\n}\n", i, i+1, path)
+		}
+		return b.String()
+	}
+	err := startError(corefile("v0.snap"))
+	if want := filepath.Join(dir, "v0.snap") + " is the file of block dns://.:0 too"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("two views of one snapshot file: error %v, want one saying %q", err, want)
+	}
+	inst, err := startCorefile(corefile("v1.snap"))
+	if err != nil {
+		t.Fatalf("two views of their own snapshot files: %v", err)
+	}
+	stopInstance(inst)
 }

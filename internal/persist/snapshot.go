@@ -77,9 +77,26 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 	return sc, nil
 }
 
+// pathsKey keeps, in a caddy instance's storage, the snapshot paths its
+// blocks gave, with the keys of the block that gave each.
+type pathsKey struct{}
+
 // Setup reads the block's file once the process starts and writes it when
-// the process stops, and every interval while it runs.
-func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) {
+// the process stops, and every interval while it runs. A path another block
+// of the instance gave is refused: each block would read the other's
+// entries, which split-horizon views must not serve to each other's
+// clients, and the last to stop would write over the first.
+func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
+	paths, _ := c.Get(pathsKey{}).(map[string]string)
+	if paths == nil {
+		paths = map[string]string{}
+		c.Set(pathsKey{}, paths)
+	}
+	block := strings.Join(c.ServerBlockKeys, " ")
+	if other, ok := paths[sc.path]; ok {
+		return fmt.Errorf("snapshot: %s is the file of block %s too: give each block a file of its own", sc.path, other)
+	}
+	paths[sc.path] = block
 	c.OnFirstStartup(func() error {
 		removeTemporary(sc.path)
 		Load(ca, sc.path)
@@ -107,6 +124,7 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) {
 		write(ca, sc.path, ca.Store().Paced(0))
 		return nil
 	})
+	return nil
 }
 
 // writersKey keeps, in a caddy instance's storage, the starts of its blocks'
