@@ -310,9 +310,12 @@ func (c *client) runStages(op string, params url.Values, stages [][]string, stdo
 			}
 			wg.Wait()
 			for _, r := range results {
-				if many && r.out.Len() > 0 {
+				switch {
+				case many && c.json && r.out.Len() > 0:
+					jsonLine(stdout, r.server, r.out.Bytes())
+				case many && r.out.Len() > 0:
 					prefix(stdout, r.server, r.out.Bytes())
-				} else {
+				default:
 					stdout.Write(r.out.Bytes())
 				}
 				if r.err != nil {
@@ -329,6 +332,24 @@ func (c *client) runStages(op string, params url.Values, stages [][]string, stdo
 		}
 	}
 	return exitOK
+}
+
+// jsonLine writes reply, the JSON of one server's, to w as one line of JSON
+// that names the server, so that the replies of several stay JSON (JSON
+// Lines).
+func jsonLine(w io.Writer, server string, reply []byte) {
+	var line bytes.Buffer
+	raw := json.RawMessage(nil)
+	if json.Compact(&line, reply) == nil {
+		raw = line.Bytes()
+	} else {
+		raw, _ = json.Marshal(string(bytes.TrimSpace(reply))) // not JSON: as a string
+	}
+	b, _ := json.Marshal(struct {
+		Server string          `json:"server"`
+		Reply  json.RawMessage `json:"reply"`
+	}{server, raw})
+	w.Write(append(b, '\n'))
 }
 
 // prefix writes each line of b to w after "server: ".
@@ -372,20 +393,61 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		}
 		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 	}
-	if op == admin.OpDump || c.json {
+	if op == admin.OpDump {
 		_, err := io.Copy(out, resp.Body)
 		return err
 	}
-	return printReply(op, resp.Body, out)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		out.Write(body)
+	} else if err := printReply(op, body, out); err != nil {
+		return err
+	}
+	return flushFailed(op, body)
+}
+
+// flushFailed returns the error of a flush's reply, body, that a block did
+// not apply everywhere, so that --json fails and stops the stages after it
+// as the text does; nil for other replies.
+func flushFailed(op string, body []byte) error {
+	if !isFlush(op) {
+		return nil
+	}
+	var r admin.FlushReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		return err
+	}
+	var failed []string
+	for _, b := range r.Blocks {
+		if b.Error != "" {
+			failed = append(failed, b.Block+": "+b.Error)
+		}
+	}
+	if failed != nil {
+		return fmt.Errorf("the flush was applied to these servers' stores, but %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// isFlush reports whether op replies with an admin.FlushReply.
+func isFlush(op string) bool {
+	switch op {
+	case admin.OpFlush, admin.OpFlushType, admin.OpFlushZone, admin.OpFlushNegative, admin.OpFlushExpired, admin.OpFlushAll:
+		return true
+	}
+	return false
 }
 
 // printReply writes a JSON reply as text.
-func printReply(op string, body io.Reader, out io.Writer) error {
+func printReply(op string, body []byte, out io.Writer) error {
 	w := bufio.NewWriter(out)
 	defer w.Flush()
-	dec := json.NewDecoder(body)
-	switch op {
-	case admin.OpBlocks:
+	dec := json.NewDecoder(bytes.NewReader(body))
+	switch {
+	case op == admin.OpBlocks:
 		var r admin.Blocks
 		if err := dec.Decode(&r); err != nil {
 			return err
@@ -397,7 +459,7 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 			}
 			fmt.Fprintln(w)
 		}
-	case admin.OpLookup:
+	case op == admin.OpLookup:
 		var r admin.LookupReply
 		if err := dec.Decode(&r); err != nil {
 			return err
@@ -408,7 +470,7 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 				w.Write(b.Entries[i].AppendText(nil))
 			}
 		}
-	case admin.OpStats:
+	case op == admin.OpStats:
 		var r admin.StatsReply
 		if err := dec.Decode(&r); err != nil {
 			return err
@@ -416,22 +478,18 @@ func printReply(op string, body io.Reader, out io.Writer) error {
 		for _, s := range r.Blocks {
 			printStats(w, &s)
 		}
-	case admin.OpFlush, admin.OpFlushType, admin.OpFlushZone, admin.OpFlushNegative, admin.OpFlushExpired, admin.OpFlushAll:
+	case isFlush(op):
 		var r admin.FlushReply
 		if err := dec.Decode(&r); err != nil {
 			return err
 		}
-		var failed []string
 		for _, b := range r.Blocks {
 			n := b.Removed
 			status := "ok"
 			if b.Error != "" {
-				status, failed = "partial", append(failed, b.Block+": "+b.Error)
+				status = "partial" // and flushFailed says why
 			}
 			fmt.Fprintf(w, "%s %s: removed %d entries (%d success, %d denial, %d ECS lists) in %.3fs\n", status, b.Block, n.Total(), n.Success, n.Denial, n.ECSList, b.Seconds)
-		}
-		if failed != nil {
-			return fmt.Errorf("the flush was applied to these servers' stores, but %s", strings.Join(failed, "; "))
 		}
 	default:
 		// An operation this tool cannot print is never read as a flush's reply.

@@ -79,12 +79,47 @@ func ctl(args ...string) (int, string, string) {
 // TestCtlFlushPartial: a flush that a server applied to its store but not
 // to its shared tier is printed as partial, and the tool fails.
 func TestCtlFlushPartial(t *testing.T) {
-	f := newFake(t)
-	f.flushErr = "not applied to the shared tier or the other replicas: shared tier redis://127.0.0.1:1: not connected"
-	code, out, errOut := ctl("--server", f.addr(), "flush", "www.example.org")
-	if code != exitFailed || out != "partial b: removed 3 entries (2 success, 1 denial, 0 ECS lists) in 0.500s\n" ||
-		!strings.Contains(errOut, "applied to these servers' stores, but b: not applied to the shared tier") {
-		t.Errorf("a partial flush: %d %q %q", code, out, errOut)
+	for _, tc := range []struct {
+		args    []string
+		wantOut string
+	}{
+		{nil, "partial b: removed 3 entries (2 success, 1 denial, 0 ECS lists) in 0.500s\n"},
+		// --json prints the reply as it came, and fails all the same.
+		{[]string{"--json"}, `"error":"not applied to the shared tier`},
+	} {
+		cluster, local := newFake(t), newFake(t)
+		cluster.flushErr = "not applied to the shared tier or the other replicas: shared tier redis://127.0.0.1:1: not connected"
+		code, out, errOut := ctl(append(tc.args, "--server", cluster.addr(), "--then", local.addr(), "flush", "www.example.org")...)
+		if code != exitFailed || !strings.Contains(out, tc.wantOut) ||
+			!strings.Contains(errOut, "applied to these servers' stores, but b: not applied to the shared tier") {
+			t.Errorf("a partial flush %v: %d %q %q", tc.args, code, out, errOut)
+		}
+		if n := len(local.requests()); n != 0 {
+			t.Errorf("a partial flush %v: the next stage was asked (%d requests)", tc.args, n)
+		}
+	}
+}
+
+// TestCtlJSONOfServers: with --json, the replies of several servers are
+// JSON Lines, each naming its server, not JSON behind a prefix.
+func TestCtlJSONOfServers(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	code, out, errOut := ctl("--json", "--server", a.addr(), "--server", b.addr(), "flush", "www.example.org")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want one a server:\n%s", len(lines), out)
+	}
+	for i, line := range lines {
+		var got struct {
+			Server string           `json:"server"`
+			Reply  admin.FlushReply `json:"reply"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil || !strings.HasSuffix(got.Server, []string{a.addr(), b.addr()}[i]) || len(got.Reply.Blocks) != 1 {
+			t.Errorf("line %d, %q: %+v, %v", i, line, got, err)
+		}
 	}
 }
 
@@ -182,7 +217,7 @@ func TestPrintReplyUnknown(t *testing.T) {
 		{"", true, ""},
 	} {
 		var out bytes.Buffer
-		err := printReply(tc.op, strings.NewReader(flushed), &out)
+		err := printReply(tc.op, []byte(flushed), &out)
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%q: error %v, want error %v", tc.op, err, tc.wantErr)
 		}
