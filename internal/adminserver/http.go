@@ -8,6 +8,7 @@ import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
+	"golang.org/x/net/idna"
 	"maps"
 	"net"
 	"net/http"
@@ -239,6 +240,16 @@ func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
 		return nil, fmt.Errorf("%q is not a domain name", s)
 	}
+	if !isASCII(s) {
+		// Clients ask for an internationalized name in its A-labels
+		// (RFC 5891): the name as an operator reads it would match none
+		// of its entries.
+		a, err := idna.Lookup.ToASCII(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+		}
+		s = a
+	}
 	var buf [dnsmsg.MaxNameLen]byte
 	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
@@ -247,6 +258,15 @@ func adminName(s string) ([]byte, error) {
 	name := buf[:n]
 	dnsmsg.LowerInPlace(name)
 	return slices.Clone(name), nil
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseType parses a type mnemonic (any case) or TYPEnnn (RFC 3597).

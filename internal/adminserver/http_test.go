@@ -1,6 +1,7 @@
 package adminserver
 
 import (
+	"bytes"
 	"github.com/compactcache/compactcache/internal/entry"
 	"io"
 	"net/http"
@@ -24,6 +25,17 @@ func TestAdminName(t *testing.T) {
 		if _, err := adminName(s); err != nil {
 			t.Errorf("adminName(%q): %v", s, err)
 		}
+	}
+	// An internationalized name reaches its entries, stored under its
+	// A-labels as clients ask for it, in either form.
+	want, _ := adminName("xn--bcher-kva.example")
+	for _, s := range []string{"bücher.example", "Bücher.Example.", "XN--BCHER-KVA.example"} {
+		if got, err := adminName(s); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("adminName(%q) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	if _, err := adminName("a\u200d\u0301.example"); err == nil {
+		t.Errorf("adminName took a name IDNA refuses")
 	}
 	for s, want := range map[string]uint16{"a": dns.TypeA, "aaaa": dns.TypeAAAA, "TYPE65280": 65280, "https": dns.TypeHTTPS} {
 		if got, ok := parseType(s); !ok || got != want {
