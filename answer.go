@@ -24,7 +24,9 @@ type frontCache struct{ c *Cache }
 func (fc frontCache) Counters(server string) frontend.Counters { return fc.c.metrics.Frontend(server) }
 
 func (fc frontCache) Answerer(server string) frontend.Answerer {
-	return &packetAnswerer{c: fc.c, s: scratchPool.New().(*scratch), m: fc.c.metrics.Server(server)}
+	s := scratchPool.New().(*scratch)
+	s.alone = true
+	return &packetAnswerer{c: fc.c, s: s, m: fc.c.metrics.Server(server)}
 }
 
 // packetAnswerer answers request packets of one server from the cache, in

@@ -116,6 +116,10 @@ type scratch struct {
 	opts    []byte // the request's EDNS options echoed in the reply
 	replies replyBuffers
 	b       *entry.Builder // the entry a fetch stores; nil until the scratch's first
+
+	// alone marks the front end's scratch: it answers fresh hits alone and
+	// hands the rest to the chain, whose lookup counts their hit, once.
+	alone bool
 }
 
 // builder returns s's entry builder, made at its first use: hits, most
@@ -342,9 +346,12 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	default:
 		return false
 	}
-	e.Hit(now.Unix(), int64(c.PrefetchWindow/time.Second))
+	window := int64(c.PrefetchWindow / time.Second)
 	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
-	f.prefetch = state == fresh && c.Prefetch > 0 && e.Popularity() >= c.Prefetch && left <= c.prefetchThreshold(e)
+	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(e)
+	if !s.alone || state == fresh && !f.prefetch {
+		e.Hit(now.Unix(), window)
+	}
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.form(age, e, state == stale))
 	}

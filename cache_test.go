@@ -784,3 +784,46 @@ func (r *streamRecorder) WriteMsg(m *dns.Msg) error {
 	r.msgs = append(r.msgs, m.Copy())
 	return nil
 }
+
+// TestFrontendCountsPopularityOnce: a request the front end looks up and
+// hands to the chain (a stale entry, one due for a prefetch) is one request
+// towards prefetch's AMOUNT, as in plugin mode; counted by both lookups, an
+// entry asked fewer times than AMOUNT was prefetched.
+func TestFrontendCountsPopularityOnce(t *testing.T) {
+	fetches := map[bool]int{}
+	for _, front := range []bool{false, true} {
+		u := exampleUpstream()
+		clk := newClock()
+		c := newTestCache(t, u, clk)
+		c.StaleUpTo, c.Prefetch, c.PrefetchWindow, c.PrefetchPercentage = time.Hour, 3, time.Hour, 10
+		if err := c.init(); err != nil {
+			t.Fatal(err)
+		}
+		req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+		pkt, err := req.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := frontCache{c}.Answerer("test")
+		query := func() {
+			if front {
+				var hit frontend.Hit
+				if a.Answer(pkt, netip.MustParseAddr("127.0.0.1"), false, clk.now(), &hit) != nil {
+					return
+				}
+			}
+			ask(t, c, req, false)
+		}
+		query()                        // the miss
+		clk.advance(301 * time.Second) // stale: the request refreshes it
+		query()
+		await(t, "the refresh", func() bool { return u.count("a.example.org.", dns.TypeA) == 2 && !c.refreshes.running() })
+		clk.advance(280 * time.Second) // in the prefetch window, asked a third time
+		query()
+		await(t, "no refresh running", func() bool { return !c.refreshes.running() })
+		fetches[front] = u.count("a.example.org.", dns.TypeA)
+	}
+	if fetches[true] != fetches[false] || fetches[false] != 2 {
+		t.Errorf("upstream asked %d times through the front end's path, %d in plugin mode, want 2 each: 3 requests and prefetch 3", fetches[true], fetches[false])
+	}
+}

@@ -301,18 +301,28 @@ func (e Entry) Popularity() int { return int(binary.LittleEndian.Uint16(e[offHit
 // window seconds or more between them.
 func (e Entry) Hit(now int64, window int64) {
 	e.SetFreq(e.Freq() + 1)
-	since := max(0, now-int64(e.Stored()))
+	hits := e.PopularityAfterHit(now, window)
+	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(min(e.since(now), math.MaxUint16)))
+	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
+}
+
+// PopularityAfterHit returns the popularity a hit at now would leave, without
+// recording it.
+func (e Entry) PopularityAfterHit(now int64, window int64) int {
 	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
 	hits := e.Popularity()
 	switch {
-	case since-last > window && last < math.MaxUint16:
-		hits = 1
+	case e.since(now)-last > window && last < math.MaxUint16:
+		return 1
 	case hits < math.MaxUint16:
-		hits++
+		return hits + 1
 	}
-	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(min(since, math.MaxUint16)))
-	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
+	return hits
 }
+
+// since returns the seconds from the entry's storing to now, 0 if now is
+// earlier.
+func (e Entry) since(now int64) int64 { return max(0, now-int64(e.Stored())) }
 
 // SetPopularity carries popularity over to an entry that replaced one.
 func (e Entry) SetPopularity(n int) {
