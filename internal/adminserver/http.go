@@ -142,7 +142,9 @@ func authorize(inst *adminInstance, r *http.Request) (int, string) {
 		}
 		return 0, ""
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	// The scheme is matched in any case (RFC 9110 11.1).
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	ok = ok && strings.EqualFold(scheme, "Bearer")
 	switch {
 	case !ok || tok == "":
 		adminUnauthorized.WithLabelValues("missing").Inc()
@@ -158,9 +160,9 @@ func authorize(inst *adminInstance, r *http.Request) (int, string) {
 // status, the field at fault and what is wrong with it.
 func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*adminBlock) (req adminRequest, code int, field string, err error) {
 	req.op, req.format = op, admin.FormatText
-	q, err := parseQuery(r.URL.RawQuery)
+	q, field, err := parseQuery(r.URL.RawQuery)
 	if err != nil {
-		return req, http.StatusBadRequest, "", err
+		return req, http.StatusBadRequest, field, err
 	}
 	for k := range q {
 		if k != admin.ParamBlock && !slices.Contains(spec.Required, k) && !slices.Contains(spec.Optional, k) {
@@ -221,18 +223,19 @@ func (q queryValues) Get(k string) string {
 }
 
 // parseQuery parses a query string, refusing a parameter given twice: an
-// operator who wrote two names meant something this does not do.
-func parseQuery(raw string) (queryValues, error) {
+// operator who wrote two names meant something this does not do. On error
+// it names the parameter at fault, if one is.
+func parseQuery(raw string) (queryValues, string, error) {
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
-		return nil, fmt.Errorf("the query string does not parse: %v", err)
+		return nil, "", fmt.Errorf("the query string does not parse: %v", err)
 	}
 	for k, v := range vals {
 		if len(v) > 1 {
-			return nil, fmt.Errorf("%s: given %d times", k, len(v))
+			return nil, k, fmt.Errorf("%s: given %d times", k, len(v))
 		}
 	}
-	return queryValues(vals), nil
+	return queryValues(vals), "", nil
 }
 
 // adminName packs a name in presentation form, lowercased, as keys hold it.
