@@ -158,8 +158,10 @@ type Loaded struct {
 // Read reads a file that Write wrote from r, checks all of it, then puts
 // into s the entries that have not expired beyond grace seconds at now
 // (unix seconds). Entries keep the time they were stored at, so they age by
-// the wall-clock time since. A file that fails a check puts nothing, and
-// the error says why.
+// the wall-clock time since; a file written by a clock ahead of the
+// reader's has its times moved back by the difference, so that no entry
+// is served unaged for as long as the clocks differ. A file that fails a
+// check puts nothing, and the error says why.
 //
 // Read holds a frame of the file at a time, never the file: a store's file
 // is about as large as the store, and held whole while the store fills it
@@ -180,7 +182,7 @@ func Read(r io.ReadSeeker, s *store.Store, fp Fingerprint, now, grace int64) (Lo
 		return l, err
 	}
 	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
-	c := clock{now: now, grace: grace}
+	c := clock{now: now, grace: grace, shift: max(0, l.Written-now)}
 	frame := make([]byte, maxFrame)
 	var uses tally
 	err = readFrames(br, frame, func(b []byte) error {
@@ -219,6 +221,7 @@ func Read(r io.ReadSeeker, s *store.Store, fp Fingerprint, now, grace int64) (Lo
 				if err := entry.Check(e); err != nil {
 					return fmt.Errorf("an entry: %v", err)
 				}
+				c.restamp(e)
 				s.Put(e, now)
 				l.Entries++
 				return nil
@@ -288,19 +291,38 @@ func readFrames(r *bufio.Reader, buf []byte, f func(b []byte) error) error {
 	return nil
 }
 
-// clock reads a file's times at the reader's now.
+// storedAt is where an entry holds the unix second it was stored at
+// (internal/entry's layout), which restamp moves back.
+const storedAt = 4
+
+// clock reads a file's times as the reader's clock: a file's clock ahead
+// of the reader's by shift seconds has its times moved back by as much,
+// and a time still ahead of now (an entry stored before the writer's clock
+// was set back) is taken as now.
 type clock struct {
-	now, grace int64
+	now, grace, shift int64
+}
+
+// stored returns when e was stored, by the reader's clock.
+func (c clock) stored(e entry.Entry) int64 {
+	return max(0, min(int64(e.Stored())-c.shift, c.now))
 }
 
 // expired reports whether e expired beyond the serve-stale window.
 func (c clock) expired(e entry.Entry) bool {
-	return e.Expires()+c.grace < c.now
+	return c.stored(e)+int64(e.TTL())+c.grace < c.now
 }
 
 // age returns the seconds since e was last used.
 func (c clock) age(e entry.Entry) int64 {
-	return max(0, c.now-e.LastUsed())
+	return max(0, c.now-(c.stored(e)+e.LastUsed()-int64(e.Stored())))
+}
+
+// restamp writes into e the time it was stored by the reader's clock.
+func (c clock) restamp(e entry.Entry) {
+	if t := c.stored(e); t != int64(e.Stored()) {
+		binary.LittleEndian.PutUint32(e[storedAt:], uint32(t))
+	}
 }
 
 // The tally counts bytes by age, in seconds since the last use: one bucket

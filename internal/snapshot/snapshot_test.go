@@ -69,7 +69,7 @@ func contents(s *store.Store) map[string]string {
 func TestRoundTrip(t *testing.T) {
 	s, _ := filled(t, 16<<20, 3000, 3600)
 	var file bytes.Buffer
-	n, err := Write(&file, s.Paced(0), fp, t0+10)
+	n, err := Write(&file, s.Paced(0), fp, t0+3000) // after the last was stored
 	if err != nil || n != 3000 {
 		t.Fatalf("wrote %d entries: %v", n, err)
 	}
@@ -77,12 +77,12 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+100, 0)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Entries != 3000 || l.Expired != 0 || l.Written != t0+10 {
-		t.Errorf("loaded %+v, want 3000 entries written at %d", l, t0+10)
+	if l.Entries != 3000 || l.Expired != 0 || l.Written != t0+3000 {
+		t.Errorf("loaded %+v, want 3000 entries written at %d", l, t0+3000)
 	}
 	want, got := contents(s), contents(into)
 	if len(got) != len(want) {
@@ -279,6 +279,46 @@ func TestWriteStopsOnError(t *testing.T) {
 	}
 	if chunks >= all {
 		t.Errorf("%d chunks walked of %d", chunks, all)
+	}
+}
+
+// TestReadFromTheFuture: a file written by a clock an hour ahead of the
+// reader's (a peer's, or this host's before it was set back) has its times
+// moved back by the hour, and an entry stored after the file's own time
+// (its writer's clock set back since) is taken as stored now, so that no
+// entry is served unaged past its TTL: the reply writer ages an entry
+// stored after now by 0.
+func TestReadFromTheFuture(t *testing.T) {
+	s, keys := filled(t, 16<<20, 30, 100) // entry i stored at t0+i, TTL 100
+	for _, tc := range []struct {
+		name         string
+		written, now int64
+		stored       func(i int) int64 // by the reader's clock
+	}{
+		{"a clock an hour ahead", t0 + 30, t0 - 3600, func(i int) int64 { return t0 - 3600 - 30 + int64(i) }},
+		{"stored after the file's time", t0, t0 + 10, func(i int) int64 { return min(t0+int64(i), t0+10) }},
+	} {
+		var file bytes.Buffer
+		if _, err := Write(&file, s.Paced(0), fp, tc.written); err != nil {
+			t.Fatal(err)
+		}
+		into, _ := store.New(16<<20, store.PerKind{}, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, tc.now, 0)
+		if err != nil || l.Entries != len(keys) {
+			t.Fatalf("%s: loaded %+v: %v, want %d entries", tc.name, l, err, len(keys))
+		}
+		right := 0
+		for i, key := range keys {
+			into.Get(key, into.Hash(key), func(e entry.Entry) bool {
+				if int64(e.Stored()) == tc.stored(i) {
+					right++
+				}
+				return true
+			})
+		}
+		if right != len(keys) {
+			t.Errorf("%s: %d entries of %d stored at the reader's time of their store", tc.name, right, len(keys))
+		}
 	}
 }
 
