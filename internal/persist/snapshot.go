@@ -190,14 +190,107 @@ func pacedWalk(ca Cache, stop <-chan struct{}) store.Walker {
 	}
 }
 
-// read fills the store from r, a snapshot's file or a peer's
-// stream. The stream holds at most the store's entries, and each block
-// bounds its own; twice the budget leaves room for the entries a full store
-// lost.
+// read fills the store from r, a snapshot's file or a peer's stream.
+// snapshot.Read reads a file twice, a frame at a time. A stream, which
+// cannot be read twice, is copied first to a file in os.TempDir() (TMPDIR)
+// that is removed as soon as it is made, so that a process killed while
+// it reads leaves nothing behind; where there is no room for one (a
+// read-only root file system, as deploy/kubernetes runs with no TMPDIR
+// mounted), it is held in memory instead, as much again as the store it
+// fills takes. Either way it is bounded: the stream holds at most the
+// peer's store, and four times the budget leaves room for a peer of a
+// larger capacity (a rollout that lowers it), whose most recently used
+// entries are kept.
 func read(ca Cache, r io.Reader) (snapshot.Loaded, error) {
 	s := ca.Store()
-	return snapshot.Read(r, 2*s.Capacity()+1<<20, s, ca.Fingerprint(), ca.Now(), ca.Grace())
+	rs, ok := r.(io.ReadSeeker)
+	if !ok {
+		spilled, err := spill(r, 4*s.Capacity()+1<<20)
+		if err != nil {
+			return snapshot.Loaded{}, err
+		}
+		defer spilled.Close()
+		rs = spilled
+	}
+	return snapshot.Read(rs, s, ca.Fingerprint(), ca.Now(), ca.Grace())
 }
+
+// spill copies r, at most limit bytes of it, to a file removed at once, or
+// to memory where no such file can be made.
+func spill(r io.Reader, limit int64) (io.ReadSeekCloser, error) {
+	r = io.LimitReader(r, limit+1)
+	f, err := os.CreateTemp("", "compactcache-stream-*")
+	if err != nil {
+		return hold(r, limit)
+	}
+	os.Remove(f.Name())
+	n, err := io.Copy(f, r)
+	if err == nil && n > limit {
+		err = fmt.Errorf("a stream over %d bytes", limit)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// pieces is a stream held in memory, in pieces of a frame's size: a buffer
+// grown as it fills would at times hold the stream twice over while it
+// copies it.
+type pieces struct {
+	b      [][]byte
+	i, off int // where Read resumes
+}
+
+// hold reads r, at most limit bytes of it, into pieces.
+func hold(r io.Reader, limit int64) (*pieces, error) {
+	p := new(pieces)
+	var n int64
+	for {
+		b := make([]byte, 1<<20)
+		k, err := io.ReadFull(r, b)
+		if k > 0 {
+			p.b = append(p.b, b[:k])
+			n += int64(k)
+		}
+		if n > limit {
+			return nil, fmt.Errorf("a stream over %d bytes", limit)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return p, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	for p.i < len(p.b) && p.off == len(p.b[p.i]) {
+		p.i, p.off = p.i+1, 0
+	}
+	if p.i == len(p.b) {
+		return 0, io.EOF
+	}
+	n := copy(b, p.b[p.i][p.off:])
+	p.off += n
+	return n, nil
+}
+
+// Seek goes back to the start, the only place snapshot.Read seeks.
+func (p *pieces) Seek(offset int64, whence int) (int64, error) {
+	if offset != 0 || whence != io.SeekStart {
+		return 0, errors.New("a stream held in memory seeks only to its start")
+	}
+	p.i, p.off = 0, 0
+	return 0, nil
+}
+
+func (p *pieces) Close() error { return nil }
 
 // Load fills the store from path, if there is a file there it can use.
 func Load(ca Cache, path string) {

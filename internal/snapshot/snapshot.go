@@ -20,13 +20,12 @@ package snapshot
 
 import (
 	"bufio"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"slices"
+	"math/bits"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
@@ -156,131 +155,272 @@ type Loaded struct {
 	Expired int   // dropped: expired beyond the serve-stale window
 }
 
-// Read reads a file that Write wrote from r, at most limit bytes of it,
-// checks all of it, then puts into s the entries that have not expired
-// beyond grace seconds at now (unix seconds). Entries keep the time they
-// were stored at, so they age by the wall-clock time since. A file that
-// fails a check puts nothing, and the error says why.
-func Read(r io.Reader, limit int64, s *store.Store, fp Fingerprint, now, grace int64) (Loaded, error) {
+// Read reads a file that Write wrote from r, checks all of it, then puts
+// into s the entries that have not expired beyond grace seconds at now
+// (unix seconds). Entries keep the time they were stored at, so they age by
+// the wall-clock time since; a file written by a clock ahead of the
+// reader's has its times moved back by the difference, so that no entry
+// is served unaged for as long as the clocks differ. A file that fails a
+// check puts nothing, and the error says why.
+//
+// Read holds a frame of the file at a time, never the file: a store's file
+// is about as large as the store, and held whole while the store fills it
+// would double the memory a process needs when it starts. So it reads r
+// more than once. The first pass checks everything and tallies the
+// entries' bytes by how long ago each was last used; a damaged file stops
+// there, before anything is stored. Then the most recently used entries
+// that the budget can hold, and no older ones, are put in up to maxBands
+// passes from r's start, each a band of last uses, the least recently used
+// band first: where the budget, or an entry cap (which a store does not
+// tell), keeps fewer of them, the store's eviction drops the least
+// recently used.
+func Read(r io.ReadSeeker, s *store.Store, fp Fingerprint, now, grace int64) (Loaded, error) {
 	var l Loaded
-	br := bufio.NewReaderSize(io.LimitReader(r, limit), 1<<16)
-	var h [headerLen]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return l, fmt.Errorf("%w: the header: %v", ErrNotSnapshot, err)
-	}
-	if string(h[:6]) != magic {
-		return l, fmt.Errorf("%w: magic %q", ErrNotSnapshot, h[:6])
-	}
-	if v := binary.LittleEndian.Uint16(h[6:]); v != version {
-		return l, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, version)
-	}
-	if crc32.Checksum(h[:48], castagnoli) != binary.LittleEndian.Uint32(h[48:]) {
-		return l, fmt.Errorf("%w: the header's checksum", ErrDamaged)
-	}
-	if Fingerprint(h[16:48]) != fp {
-		return l, ErrSettings
+	br := bufio.NewReaderSize(r, 1<<16)
+	h, err := readHeader(br, fp)
+	if err != nil {
+		return l, err
 	}
 	l.Written = int64(binary.LittleEndian.Uint64(h[8:]))
-	var frames [][]byte
-	count := 0 // entries in the frames
+	c := clock{now: now, grace: grace, shift: max(0, l.Written-now)}
+	frame := make([]byte, maxFrame)
+	var uses tally
+	err = readFrames(br, frame, func(b []byte) error {
+		return eachEntry(b, func(e entry.Entry) error {
+			if err := entry.Check(e); err != nil {
+				return fmt.Errorf("an entry: %v", err)
+			}
+			if c.expired(e) {
+				l.Expired++
+			} else {
+				uses.add(c.age(e), len(e))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return l, err
+	}
+	for _, band := range uses.bands(s.Capacity()) {
+		if _, err := r.Seek(0, io.SeekStart); err != nil {
+			return l, err
+		}
+		br.Reset(r)
+		if again, err := readHeader(br, fp); err != nil || again != h {
+			return l, fmt.Errorf("%w: its header changed while it was read", ErrDamaged)
+		}
+		err := readFrames(br, frame, func(b []byte) error {
+			return eachEntry(b, func(e entry.Entry) error {
+				if c.expired(e) || !band.holds(c.age(e)) {
+					return nil
+				}
+				// The frame's checksum matched again, but the file
+				// may have been rewritten in place since the first
+				// pass: an entry the store takes is checked as it
+				// goes in.
+				if err := entry.Check(e); err != nil {
+					return fmt.Errorf("an entry: %v", err)
+				}
+				c.restamp(e)
+				s.Put(e, now)
+				l.Entries++
+				return nil
+			})
+		})
+		if err != nil {
+			return l, fmt.Errorf("changed while it was read: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// readHeader reads a file's header from r and checks it.
+func readHeader(r io.Reader, fp Fingerprint) ([headerLen]byte, error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return h, fmt.Errorf("%w: the header: %v", ErrNotSnapshot, err)
+	}
+	if string(h[:6]) != magic {
+		return h, fmt.Errorf("%w: magic %q", ErrNotSnapshot, h[:6])
+	}
+	if v := binary.LittleEndian.Uint16(h[6:]); v != version {
+		return h, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, version)
+	}
+	if crc32.Checksum(h[:48], castagnoli) != binary.LittleEndian.Uint32(h[48:]) {
+		return h, fmt.Errorf("%w: the header's checksum", ErrDamaged)
+	}
+	if Fingerprint(h[16:48]) != fp {
+		return h, ErrSettings
+	}
+	return h, nil
+}
+
+// readFrames reads the frames that follow the header from r, through the
+// end frame and the end of r, each into buf (of maxFrame bytes) and, its
+// checksum checked, to f. An error of f stops it, as damage.
+func readFrames(r *bufio.Reader, buf []byte, f func(b []byte) error) error {
 	for {
 		var bh [8]byte
-		if _, err := io.ReadFull(br, bh[:]); err != nil {
-			return l, fmt.Errorf("%w: cut before its end: %v", ErrDamaged, err)
+		if _, err := io.ReadFull(r, bh[:]); err != nil {
+			return fmt.Errorf("%w: cut before its end: %v", ErrDamaged, err)
 		}
 		n, sum := binary.LittleEndian.Uint32(bh[:]), binary.LittleEndian.Uint32(bh[4:])
 		if n == 0 {
 			if sum != 0 {
-				return l, fmt.Errorf("%w: the end frame", ErrDamaged)
+				return fmt.Errorf("%w: the end frame", ErrDamaged)
 			}
 			break
 		}
 		if n > maxFrame {
-			return l, fmt.Errorf("%w: a frame of %d bytes", ErrDamaged, n)
+			return fmt.Errorf("%w: a frame of %d bytes", ErrDamaged, n)
 		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(br, b); err != nil {
-			return l, fmt.Errorf("%w: cut in a frame: %v", ErrDamaged, err)
+		b := buf[:n]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("%w: cut in a frame: %v", ErrDamaged, err)
 		}
 		if crc32.Checksum(b, castagnoli) != sum {
-			return l, fmt.Errorf("%w: a frame's checksum", ErrDamaged)
+			return fmt.Errorf("%w: a frame's checksum", ErrDamaged)
 		}
-		held, err := checkFrame(b)
-		if err != nil {
-			return l, fmt.Errorf("%w: %v", ErrDamaged, err)
-		}
-		frames = append(frames, b)
-		count += held
-	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		return l, fmt.Errorf("%w: bytes past its end", ErrDamaged)
-	}
-	entries := make([]entry.Entry, 0, count)
-	var size int64
-	for _, b := range frames {
-		for off := 0; off < len(b); {
-			n := entry.SizeAt(b[off:])
-			e := entry.Entry(b[off : off+n])
-			off += n
-			if e.Expires()+grace < now {
-				l.Expired++
-				continue
-			}
-			entries = append(entries, e)
-			size += int64(n)
+		if err := f(b); err != nil {
+			return fmt.Errorf("%w: %v", ErrDamaged, err)
 		}
 	}
-	// Where they may not all fit the budget, the most recently used go
-	// last, so that the store's eviction keeps them. The index and the
-	// arenas' slack cost a store less than a third of its entries' bytes.
-	if 4*size > 3*s.Capacity() {
-		sortByUse(entries)
+	if _, err := r.ReadByte(); err != io.EOF {
+		return fmt.Errorf("%w: bytes past its end", ErrDamaged)
 	}
-	for _, e := range entries {
-		s.Put(e, now)
-	}
-	l.Entries = len(entries)
-	return l, nil
+	return nil
 }
 
-// sortByUse orders entries from the least recently used to the most, those
-// used in the same second in the order they came: a stable sort's order.
-// Each entry's time is read once, in the order the entries lie in memory,
-// not at every comparison, where a stable sort's merges reach entries far
-// apart.
-func sortByUse(entries []entry.Entry) {
-	type use struct {
-		at int64
-		i  int
-	}
-	order := make([]use, len(entries))
-	for i, e := range entries {
-		order[i] = use{e.LastUsed(), i}
-	}
-	slices.SortFunc(order, func(a, b use) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.i, b.i)) })
-	sorted := make([]entry.Entry, len(entries))
-	for k, u := range order {
-		sorted[k] = entries[u.i]
-	}
-	copy(entries, sorted)
+// storedAt is where an entry holds the unix second it was stored at
+// (internal/entry's layout), which restamp moves back.
+const storedAt = 4
+
+// clock reads a file's times as the reader's clock: a file's clock ahead
+// of the reader's by shift seconds has its times moved back by as much,
+// and a time still ahead of now (an entry stored before the writer's clock
+// was set back) is taken as now.
+type clock struct {
+	now, grace, shift int64
 }
 
-// checkFrame checks the entries of a frame one by one and returns how many
-// it holds.
-func checkFrame(b []byte) (int, error) {
-	count := 0
-	for off := 0; off < len(b); count++ {
+// stored returns when e was stored, by the reader's clock.
+func (c clock) stored(e entry.Entry) int64 {
+	return max(0, min(int64(e.Stored())-c.shift, c.now))
+}
+
+// expired reports whether e expired beyond the serve-stale window.
+func (c clock) expired(e entry.Entry) bool {
+	return c.stored(e)+int64(e.TTL())+c.grace < c.now
+}
+
+// age returns the seconds since e was last used.
+func (c clock) age(e entry.Entry) int64 {
+	return max(0, c.now-(c.stored(e)+e.LastUsed()-int64(e.Stored())))
+}
+
+// restamp writes into e the time it was stored by the reader's clock.
+func (c clock) restamp(e entry.Entry) {
+	if t := c.stored(e); t != int64(e.Stored()) {
+		binary.LittleEndian.PutUint32(e[storedAt:], uint32(t))
+	}
+}
+
+// The tally counts bytes by age, in seconds since the last use: one bucket
+// a second up to exactAges, about 18 hours, then one for each power of two.
+// The entries of a bucket are put or left out together, which hardly
+// matters where a second holds a small part of the budget; the older
+// entries, which share longer buckets, are seldom those it chooses among.
+const (
+	exactAges  = 1 << 16
+	numBuckets = exactAges + 64 - 16
+)
+
+// maxBands is the most passes over a file that put its entries: more,
+// narrower bands keep the most recently used the more exactly where not
+// all fit, each at the cost of a read of the file.
+const maxBands = 8
+
+// tally is the bytes of a file's entries by their age.
+type tally struct {
+	bytes []int64 // by bucket, the most recently used first
+}
+
+// bucket returns the tally's bucket of an age.
+func bucket(age int64) int {
+	if age < exactAges {
+		return int(age)
+	}
+	return exactAges + bits.Len64(uint64(age)) - bits.Len64(exactAges)
+}
+
+// add counts an entry of size bytes, last used age seconds ago.
+func (t *tally) add(age int64, size int) {
+	if t.bytes == nil {
+		t.bytes = make([]int64, numBuckets)
+	}
+	t.bytes[bucket(age)] += int64(size)
+}
+
+// band is the entries whose age falls in buckets [first, last].
+type band struct{ first, last int }
+
+// holds reports whether an entry last used age seconds ago is in the band.
+func (b band) holds(age int64) bool {
+	k := bucket(age)
+	return b.first <= k && k <= b.last
+}
+
+// bands returns the bands of the most recently used entries whose bytes
+// the budget can hold (or the most recently used bucket where it holds no
+// whole one), in order of use: the least recently used band first, each
+// of about as many bytes, up to maxBands.
+func (t *tally) bands(budget int64) []band {
+	if t.bytes == nil {
+		return nil
+	}
+	var total int64
+	cut := -1 // the oldest bucket taken
+	for k, n := range t.bytes {
+		if n == 0 {
+			continue
+		}
+		if total+n > budget && cut >= 0 {
+			break
+		}
+		total += n
+		cut = k
+	}
+	var out []band
+	var sum int64
+	last := cut
+	for k := cut; k >= 0; k-- {
+		sum += t.bytes[k]
+		// Each band closes once it holds its share of what is left.
+		if sum > 0 && (k == 0 || sum*int64(maxBands-len(out)) >= total) {
+			out = append(out, band{k, last})
+			total -= sum
+			sum, last = 0, k-1
+		}
+	}
+	return out
+}
+
+// eachEntry runs f on the entries of a frame, one after the other. It
+// checks only that each lies within the frame and holds a header, which
+// the reader reads before it checks the entry whole.
+func eachEntry(b []byte, f func(e entry.Entry) error) error {
+	for off := 0; off < len(b); {
 		if len(b)-off < 4 {
-			return 0, errors.New("an entry cut short")
+			return errors.New("an entry cut short")
 		}
 		n := entry.SizeAt(b[off:])
-		if n < 4 || n > len(b)-off {
-			return 0, fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
+		if n < entry.MinLen || n > len(b)-off {
+			return fmt.Errorf("an entry of %d bytes in %d", n, len(b)-off)
 		}
-		if err := entry.Check(b[off : off+n]); err != nil {
-			return 0, fmt.Errorf("an entry: %v", err)
+		if err := f(entry.Entry(b[off : off+n])); err != nil {
+			return err
 		}
 		off += n
 	}
-	return count, nil
+	return nil
 }

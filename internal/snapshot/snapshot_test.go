@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -68,7 +69,7 @@ func contents(s *store.Store) map[string]string {
 func TestRoundTrip(t *testing.T) {
 	s, _ := filled(t, 16<<20, 3000, 3600)
 	var file bytes.Buffer
-	n, err := Write(&file, s.Paced(0), fp, t0+10)
+	n, err := Write(&file, s.Paced(0), fp, t0+3000) // after the last was stored
 	if err != nil || n != 3000 {
 		t.Fatalf("wrote %d entries: %v", n, err)
 	}
@@ -76,12 +77,12 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0+100, 0)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Entries != 3000 || l.Expired != 0 || l.Written != t0+10 {
-		t.Errorf("loaded %+v, want 3000 entries written at %d", l, t0+10)
+	if l.Entries != 3000 || l.Expired != 0 || l.Written != t0+3000 {
+		t.Errorf("loaded %+v, want 3000 entries written at %d", l, t0+3000)
 	}
 	want, got := contents(s), contents(into)
 	if len(got) != len(want) {
@@ -107,7 +108,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	into, _ := store.New(16<<20, store.PerKind{}, 50)
-	l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0+2000, 50)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+2000, 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +124,10 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	small, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
 	s, keys = filled(t, 16<<20, 20000, 3600)
 	file.Reset()
-	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
+	if _, err := Write(&file, s.Paced(0), fp, t0+20000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), small, fp, t0, 0); err != nil {
+	if _, err := Read(bytes.NewReader(file.Bytes()), small, fp, t0+20000, 0); err != nil {
 		t.Fatal(err)
 	}
 	if u := small.Usage(); u.Held > small.Capacity() {
@@ -180,17 +181,13 @@ func TestReadRefusesDamage(t *testing.T) {
 	} {
 		b := tc.damage(append([]byte(nil), good...))
 		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-		l, err := Read(bytes.NewReader(b), 1<<30, into, fp, t0, 0)
+		l, err := Read(bytes.NewReader(b), into, fp, t0, 0)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.want)
 		}
 		if l.Entries != 0 || len(contents(into)) != 0 {
 			t.Errorf("%s: %d entries loaded from a damaged file", tc.name, len(contents(into)))
 		}
-	}
-	into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-	if _, err := Read(bytes.NewReader(good), int64(len(good)-1), into, fp, t0, 0); !errors.Is(err, ErrDamaged) {
-		t.Errorf("a file over the limit: %v", err)
 	}
 }
 
@@ -211,7 +208,7 @@ func FuzzRead(f *testing.F) {
 			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
 		}
 		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-		if _, err := Read(bytes.NewReader(b), 1<<20, into, fp, t0, 0); err != nil {
+		if _, err := Read(bytes.NewReader(b), into, fp, t0, 0); err != nil {
 			return
 		}
 		if err := into.Check(); err != nil {
@@ -236,39 +233,13 @@ func BenchmarkSnapshot(b *testing.B) {
 		write := time.Since(start)
 		into, _ := store.New(512<<20, store.PerKind{}, 0)
 		start = time.Now()
-		l, err := Read(bytes.NewReader(file.Bytes()), int64(file.Len()), into, fp, t0, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0, 0)
 		if err != nil || l.Entries != n {
 			b.Fatalf("read %+v: %v", l, err)
 		}
 		b.ReportMetric(write.Seconds()*1e6/n, "s-write/1M-entries")
 		b.ReportMetric(time.Since(start).Seconds()*1e6/n, "s-load/1M-entries")
 		b.ReportMetric(float64(file.Len())/n, "file-B/entry")
-	}
-}
-
-// TestSortByUse: least recently used first, and entries used in the same
-// second in the order they came, as a stable sort leaves them.
-func TestSortByUse(t *testing.T) {
-	b := entry.NewBuilder()
-	var entries []entry.Entry
-	for i, stored := range []uint32{5, 3, 5, 1, 3, 5} {
-		m := workload.Reply(i, workload.Plain)
-		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := b.Build(m, key, m.Question[0].Name, t0+stored, 3600, 0, 0, 64<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, slices.Clone(e))
-	}
-	want := []entry.Entry{entries[3], entries[1], entries[4], entries[0], entries[2], entries[5]}
-	sortByUse(entries)
-	for k := range want {
-		if !bytes.Equal(entries[k], want[k]) {
-			t.Errorf("place %d: the entry of %s used at %d, want %s used at %d", k, entries[k].QName(), entries[k].LastUsed(), want[k].QName(), want[k].LastUsed())
-		}
 	}
 }
 
@@ -308,5 +279,137 @@ func TestWriteStopsOnError(t *testing.T) {
 	}
 	if chunks >= all {
 		t.Errorf("%d chunks walked of %d", chunks, all)
+	}
+}
+
+// TestReadFromTheFuture: a file written by a clock an hour ahead of the
+// reader's (a peer's, or this host's before it was set back) has its times
+// moved back by the hour, and an entry stored after the file's own time
+// (its writer's clock set back since) is taken as stored now, so that no
+// entry is served unaged past its TTL: the reply writer ages an entry
+// stored after now by 0.
+func TestReadFromTheFuture(t *testing.T) {
+	s, keys := filled(t, 16<<20, 30, 100) // entry i stored at t0+i, TTL 100
+	for _, tc := range []struct {
+		name         string
+		written, now int64
+		stored       func(i int) int64 // by the reader's clock
+	}{
+		{"a clock an hour ahead", t0 + 30, t0 - 3600, func(i int) int64 { return t0 - 3600 - 30 + int64(i) }},
+		{"stored after the file's time", t0, t0 + 10, func(i int) int64 { return min(t0+int64(i), t0+10) }},
+	} {
+		var file bytes.Buffer
+		if _, err := Write(&file, s.Paced(0), fp, tc.written); err != nil {
+			t.Fatal(err)
+		}
+		into, _ := store.New(16<<20, store.PerKind{}, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, tc.now, 0)
+		if err != nil || l.Entries != len(keys) {
+			t.Fatalf("%s: loaded %+v: %v, want %d entries", tc.name, l, err, len(keys))
+		}
+		right := 0
+		for i, key := range keys {
+			into.Get(key, into.Hash(key), func(e entry.Entry) bool {
+				if int64(e.Stored()) == tc.stored(i) {
+					right++
+				}
+				return true
+			})
+		}
+		if right != len(keys) {
+			t.Errorf("%s: %d entries of %d stored at the reader's time of their store", tc.name, right, len(keys))
+		}
+	}
+}
+
+// TestReadKeepsTheNewestUnderEntryCaps: under a `success` cap lower than
+// the file's success entries (a cap lowered, or given, across a restart),
+// the most recently used are kept, as under the byte budget.
+func TestReadKeepsTheNewestUnderEntryCaps(t *testing.T) {
+	s, keys := filled(t, 16<<20, 3000, 3600) // entry i stored (used) at t0+i; i%5 == 0 a denial
+	var file bytes.Buffer
+	if _, err := Write(&file, s.Paced(0), fp, t0+3000); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 500
+	into, _ := store.New(16<<20, store.PerKind{store.KindSuccess: limit}, 0)
+	if _, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3000, 0); err != nil {
+		t.Fatal(err)
+	}
+	kept, newest, seen := 0, 0, 0
+	for i := len(keys) - 1; i >= 0; i-- {
+		if i%5 == 0 {
+			continue // a denial
+		}
+		seen++
+		if into.Get(keys[i], into.Hash(keys[i]), func(entry.Entry) bool { return true }) {
+			kept++
+			if seen <= limit {
+				newest++
+			}
+		}
+	}
+	if newest < limit*3/4 {
+		t.Errorf("kept %d success entries under a cap of %d; only %d of the %d most recently used among them", kept, limit, newest, limit)
+	}
+}
+
+// TestReadHoldsAFrame: Read holds a frame of the file at a time, not the
+// file: a store's file is about as large as the store, and the process
+// that reads it holds the store too.
+func TestReadHoldsAFrame(t *testing.T) {
+	s, _ := filled(t, 64<<20, 80000, 1<<20)
+	var file bytes.Buffer
+	if _, err := Write(&file, s.Paced(0), fp, t0+80000); err != nil {
+		t.Fatal(err)
+	}
+	into, _ := store.New(64<<20, store.PerKind{}, 0)
+	if store.OffHeapBytes() == 0 {
+		t.Skip("the store's arenas are on the Go heap in this build")
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+80000, 0)
+	runtime.ReadMemStats(&after)
+	if err != nil || l.Entries != 80000 {
+		t.Fatalf("loaded %+v: %v", l, err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(file.Len()/2) {
+		t.Errorf("reading a file of %d bytes allocated %d bytes", file.Len(), n)
+	}
+}
+
+// TestBands: the most recently used entries the budget holds, in up to
+// maxBands bands of about as many bytes, the least recently used first.
+func TestBands(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		bytes  map[int64]int // by age
+		budget int64
+		want   []band
+	}{
+		{"empty", nil, 100, nil},
+		{"one age", map[int64]int{5: 1000}, 100, []band{{5, 5}}},
+		{"all fit", map[int64]int{0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 10, 6: 10, 7: 10}, 100,
+			[]band{{7, 7}, {6, 6}, {5, 5}, {4, 4}, {3, 3}, {2, 2}, {1, 1}, {0, 0}}},
+		{"the oldest left out", map[int64]int{0: 40, 10: 40, 20: 40}, 100, []band{{10, 10}, {0, 9}}},
+		{"the budget crossed in a bucket", map[int64]int{0: 60, 1: 60}, 100, []band{{0, 0}}},
+		{"more ages than bands", func() map[int64]int {
+			m := map[int64]int{}
+			for a := range int64(16) {
+				m[a] = 10
+			}
+			return m
+		}(), 1000, []band{{14, 15}, {12, 13}, {10, 11}, {8, 9}, {6, 7}, {4, 5}, {2, 3}, {0, 1}}},
+		{"ages past the exact ones", map[int64]int{0: 10, exactAges: 10, 3 * exactAges: 10}, 1000,
+			[]band{{exactAges + 1, exactAges + 1}, {exactAges, exactAges}, {0, exactAges - 1}}},
+	} {
+		var u tally
+		for age, n := range tc.bytes {
+			u.add(age, n)
+		}
+		if got := u.bands(tc.budget); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: bands %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
