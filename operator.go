@@ -37,6 +37,7 @@ func (o operator) Store() *store.Store               { return o.c.store }
 func (o operator) Fingerprint() snapshot.Fingerprint { return o.c.fingerprint() }
 func (o operator) Now() int64                        { return o.c.now().Unix() }
 func (o operator) Grace() int64                      { return int64(o.c.StaleUpTo / time.Second) }
+func (o operator) Fence() *flush.Fence               { return o.c.fence }
 
 func (o operator) Snapshot(w io.Writer) (int, error) {
 	return snapshot.Write(w, o.c.store.Paced(0), o.c.fingerprint(), o.c.now().Unix())

@@ -1,9 +1,13 @@
 package compactcache
 
 import (
+	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/testenv"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -181,5 +185,88 @@ func TestWarmupFromPeer(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "another format version") {
 		t.Errorf("no log line refusing the foreign version:\n%s", logs)
+	}
+}
+
+// TestFlushDuringWarmup: an operator flushes a name on a replica while it
+// warms up from a peer (compactcache-ctl --each-address during a rollout).
+// The peer's stream was taken before the flush: what the flush covers must
+// not be put from it after, as a fetch that began before a flush stores
+// nothing the flush covers (docs/admin.md).
+func TestFlushDuringWarmup(t *testing.T) {
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	addrs, peer, _ := startOnFreePorts(t, 2, func(addrs []string) string {
+		return `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		admin ` + addrs[0] + ` {
+			insecure_loopback
+		}
+	}
+	forward . ` + up + `
+}`
+	}, nil)
+	t.Cleanup(func() { stopInstance(peer) })
+	peerAddr := peer.Servers()[0].LocalAddr().String()
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, peerAddr, req)
+
+	// The peer's stream, served by a peer that stalls before its last bytes.
+	var block string
+	peerAdmin := newAdminClient(t, addrs[0])
+	peerAdmin.token = ""
+	var blocks admin.Blocks
+	peerAdmin.ok(admin.OpBlocks, nil, &blocks)
+	block = blocks.Blocks[0].Name
+	code, stream := peerAdmin.do("GET", admin.OpSnapshot, url.Values{admin.ParamBlock: {block}})
+	if code != 200 {
+		t.Fatalf("snapshot: %d", code)
+	}
+	asked, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write(stream[:len(stream)-8])
+		w.(http.Flusher).Flush()
+		close(asked)
+		<-release
+		w.Write(stream[len(stream)-8:])
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	own := addrs[1]
+	inst := startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		warmup `+slow.URL+`
+		admin `+own+` {
+			insecure_loopback
+		}
+	}
+	forward . `+up+`
+}`)
+	t.Cleanup(func() { inst.ShutdownCallbacks() })
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the warm-up did not ask the peer")
+	}
+	ownAdmin := newAdminClient(t, own)
+	ownAdmin.token = ""
+	ownAdmin.flush(admin.OpFlush, url.Values{"name": {"a.example.org"}})
+	close(release)
+	for deadline := time.Now().Add(5 * time.Second); persist.Warming() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := u.count("a.example.org.", dns.TypeA)
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), req)
+	if u.count("a.example.org.", dns.TypeA) == before {
+		t.Error("a.example.org. A, flushed on the replica during its warm-up, was answered from the cache afterwards: the warm-up put it back")
 	}
 }

@@ -191,6 +191,11 @@ func (e Entry) Key() []byte    { return e[offKey:e.body()] }
 func (e Entry) QName() []byte  { return e[offKey : offKey+e.nameLen()] }
 func (e Entry) body() int      { return offKey + keyLen(e[offKey:], e.nameLen()) }
 
+// SetStored moves the second e was stored at to t, and its last use with
+// it (LastUsed counts from it): for a snapshot written by a clock ahead of
+// the reader's.
+func (e Entry) SetStored(t uint32) { binary.LittleEndian.PutUint32(e[offStored:], t) }
+
 // HoldsDNSSEC reports whether e serves DO clients: it holds the DNSSEC
 // records the upstream sent (FlagDNSSEC).
 func (e Entry) HoldsDNSSEC() bool { return e.Flags()&FlagDNSSEC != 0 }

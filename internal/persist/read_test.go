@@ -80,7 +80,7 @@ func TestReadStream(t *testing.T) {
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		l, err := read(testCache{s}, onlyReader{bytes.NewReader(file)})
+		l, err := read(testCache{s}, onlyReader{bytes.NewReader(file)}, 0)
 		runtime.ReadMemStats(&after)
 		spilled := !strings.HasSuffix(tc.tmp, "missing")
 		if n := after.TotalAlloc - before.TotalAlloc; spilled && store.OffHeapBytes() > 0 && n > uint64(len(file)/2) {

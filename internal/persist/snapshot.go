@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
@@ -40,6 +41,8 @@ type Cache interface {
 	// Grace is how long, in seconds, expired entries are kept for
 	// serve_stale.
 	Grace() int64
+	// Fence is the flushes begun on the store.
+	Fence() *flush.Fence
 }
 
 // Snapshot is the `snapshot PATH [INTERVAL]` option: the block writes its
@@ -200,8 +203,9 @@ func pacedWalk(ca Cache, stop <-chan struct{}) store.Walker {
 // fills takes. Either way it is bounded: the stream holds at most the
 // peer's store, and four times the budget leaves room for a peer of a
 // larger capacity (a rollout that lowers it), whose most recently used
-// entries are kept.
-func read(ca Cache, r io.Reader) (snapshot.Loaded, error) {
+// entries are kept. What a flush begun since gen covers is not put: a
+// warm-up's stream was taken before a flush an operator made meanwhile.
+func read(ca Cache, r io.Reader, gen uint64) (snapshot.Loaded, error) {
 	s := ca.Store()
 	rs, ok := r.(io.ReadSeeker)
 	if !ok {
@@ -212,7 +216,20 @@ func read(ca Cache, r io.Reader) (snapshot.Loaded, error) {
 		defer spilled.Close()
 		rs = spilled
 	}
-	return snapshot.Read(rs, s, ca.Fingerprint(), ca.Now(), ca.Grace())
+	return snapshot.Read(rs, fenced{s, ca.Fence(), gen}, ca.Fingerprint(), ca.Now(), ca.Grace())
+}
+
+// fenced puts entries into a store unless a flush begun since gen covers
+// them, as a fetch's answer is stored (flush.Fence).
+type fenced struct {
+	*store.Store
+	fence *flush.Fence
+	gen   uint64
+}
+
+func (f fenced) Put(e entry.Entry, now int64) (d store.Displaced) {
+	f.fence.Store(f.gen, e, func() { d = f.Store.Put(e, now) })
+	return d
 }
 
 // spill copies r, at most limit bytes of it, to a file removed at once, or
@@ -316,7 +333,7 @@ func Load(ca Cache, path string) {
 	}
 	defer f.Close()
 	start := time.Now()
-	l, err := read(ca, f)
+	l, err := read(ca, f, ca.Fence().Gen())
 	switch {
 	case errors.Is(err, snapshot.ErrSettings):
 		log.Infof("Snapshot %s: written under other cache settings or by a build of another entry format, starting cold", path)

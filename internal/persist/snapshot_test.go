@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
@@ -21,6 +22,7 @@ func (c testCache) Store() *store.Store               { return c.s }
 func (c testCache) Fingerprint() snapshot.Fingerprint { return snapshot.Fingerprint{1} }
 func (c testCache) Now() int64                        { return time.Now().Unix() }
 func (c testCache) Grace() int64                      { return 0 }
+func (c testCache) Fence() *flush.Fence               { return &flush.Fence{} }
 
 // filled returns a cache holding the first n entries of the workload.
 func filled(t *testing.T, n int) testCache {

@@ -100,6 +100,9 @@ func (wc *Warmup) Start(ca Cache, block string) {
 }
 
 func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
+	// The flushes begun from here on, before the peer takes its stream,
+	// cover what the stream holds.
+	gen := ca.Fence().Gen()
 	ctx, cancel := context.WithTimeout(context.Background(), wc.timeout)
 	defer cancel()
 	u := wc.url + admin.Prefix + admin.OpSnapshot + "?" + url.Values{admin.ParamBlock: {block}}.Encode()
@@ -122,5 +125,5 @@ func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
 	if resp.StatusCode != http.StatusOK {
 		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
 	}
-	return read(ca, resp.Body)
+	return read(ca, resp.Body, gen)
 }

@@ -155,6 +155,13 @@ type Loaded struct {
 	Expired int   // dropped: expired beyond the serve-stale window
 }
 
+// Store is where Read puts a file's entries: a block's store, or one that
+// leaves out what a flush made since the file was taken covers.
+type Store interface {
+	Capacity() int64
+	Put(e entry.Entry, now int64) store.Displaced
+}
+
 // Read reads a file that Write wrote from r, checks all of it, then puts
 // into s the entries that have not expired beyond grace seconds at now
 // (unix seconds). Entries keep the time they were stored at, so they age by
@@ -174,7 +181,7 @@ type Loaded struct {
 // band first: where the budget, or an entry cap (which a store does not
 // tell), keeps fewer of them, the store's eviction drops the least
 // recently used.
-func Read(r io.ReadSeeker, s *store.Store, fp Fingerprint, now, grace int64) (Loaded, error) {
+func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, error) {
 	var l Loaded
 	br := bufio.NewReaderSize(r, 1<<16)
 	h, err := readHeader(br, fp)
@@ -291,10 +298,6 @@ func readFrames(r *bufio.Reader, buf []byte, f func(b []byte) error) error {
 	return nil
 }
 
-// storedAt is where an entry holds the unix second it was stored at
-// (internal/entry's layout), which restamp moves back.
-const storedAt = 4
-
 // clock reads a file's times as the reader's clock: a file's clock ahead
 // of the reader's by shift seconds has its times moved back by as much,
 // and a time still ahead of now (an entry stored before the writer's clock
@@ -321,7 +324,7 @@ func (c clock) age(e entry.Entry) int64 {
 // restamp writes into e the time it was stored by the reader's clock.
 func (c clock) restamp(e entry.Entry) {
 	if t := c.stored(e); t != int64(e.Stored()) {
-		binary.LittleEndian.PutUint32(e[storedAt:], uint32(t))
+		e.SetStored(uint32(t))
 	}
 }
 
