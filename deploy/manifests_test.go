@@ -699,6 +699,23 @@ func TestClusterDNSWarmup(t *testing.T) {
 		}
 	}
 
+	// A writable /tmp on the node's disk, as large as the stream a fill
+	// takes (four times the budget and a MiB), where the warm-up copies
+	// it: without one it is held in memory, past the container's limit.
+	var tmp *corev1.Volume
+	for _, vm := range c.VolumeMounts {
+		for i, v := range pod.Spec.Volumes {
+			if vm.MountPath == "/tmp" && !vm.ReadOnly && v.Name == vm.Name {
+				tmp = &pod.Spec.Volumes[i]
+			}
+		}
+	}
+	blocks := corefile(t, text)
+	if bs := budgets(t, blocks); tmp == nil || tmp.EmptyDir == nil || tmp.EmptyDir.Medium != corev1.StorageMediumDefault ||
+		tmp.EmptyDir.SizeLimit == nil || len(bs) != 1 || tmp.EmptyDir.SizeLimit.Value() < 4*bs[0]+mib {
+		t.Errorf("/tmp: %+v, want a writable emptyDir on disk of at least four times the budgets %v MiB and a MiB", tmp, mibs(bs))
+	}
+
 	// warmup at the Service's address and port from the pod's environment.
 	env := strings.ToUpper(strings.ReplaceAll(peers.Name, "-", "_")) + "_SERVICE_"
 	want := "http://{$" + env + "HOST}:{$" + env + "PORT}"
