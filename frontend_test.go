@@ -461,6 +461,115 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	}
 }
 
+// TestFrontendTCPAfterReload: a TCP connection to the front end opened
+// before a reload is closed at the reload, as CoreDNS's own server closes
+// its connections when the old instance stops, so that the client
+// reconnects to the new instance; it was served by the old instance's
+// chain and upstream for as long as the client kept it.
+func TestFrontendTCPAfterReload(t *testing.T) {
+	const zone = "tcpreload.frontend.test."
+	u1, u2 := newUpstream(), newUpstream()
+	for i := range 5 {
+		n := fmt.Sprintf("x%d.%s", i, zone)
+		u1.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.1")}, nil, nil)
+		u2.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.2")}, nil, nil)
+	}
+	up1, up2, fe := startUpstream(t, u1), startUpstream(t, u2), ""
+	corefile := func(up string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	}
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
+		return corefile(up1)
+	}, nil)
+	defer func() { stopInstance(inst) }()
+	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	conn, err := c.Dial(fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ask := func(i int) (*dns.Msg, error) {
+		m := test.Case{Qname: fmt.Sprintf("x%d.%s", i, zone), Qtype: dns.TypeA}.Msg()
+		r, _, err := c.ExchangeWithConn(m, conn)
+		return r, err
+	}
+	if r, err := ask(0); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("before the reload: %v %v", r, err)
+	}
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile(up2)))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 5; i++ {
+		r, err := ask(i)
+		if err != nil {
+			return // closed: the client reconnects
+		}
+		if len(r.Answer) == 1 && r.Answer[0].(*dns.A).A.String() == "192.0.2.1" {
+			t.Fatalf("query %d on a TCP connection opened before the reload answered by the old instance's upstream: %v", i, r.Answer[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("a TCP connection opened before the reload still open after it")
+}
+
+// TestFrontendTCPHitAfterReloadWithLog: a hit on a TCP connection opened
+// before a reload, in a block with log before the cache. The old front end
+// closed its access log at the reload while the connection's reader still
+// answered hits, whose lines were sent on the closed queue: the process
+// panicked ("send on closed channel"), which takes this test binary down.
+func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
+	const zone = "logreload.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up, fe := startUpstream(t, u), ""
+	corefile := func(extra string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	log
+	` + extra + `
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	}
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
+		return corefile("")
+	}, nil)
+	defer func() { stopInstance(inst) }()
+	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	conn, err := c.Dial(fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	for range 2 { // the miss, then a hit
+		if _, _, err := c.ExchangeWithConn(m, conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile("errors")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ExchangeWithConn(m, conn) // a hit on the old connection, if it is still open
+	time.Sleep(100 * time.Millisecond)
+}
+
 // lossProbes is how many requests lostRequests sends: with half the
 // datagrams going to a socket nobody reads, all are answered 2^-16 of the
 // time.

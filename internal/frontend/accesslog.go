@@ -46,7 +46,8 @@ type accessLog struct {
 	lines   chan accessRecord
 	dropped atomic.Int64
 	counter prometheus.Counter // the dropped lines, in the front end's requests by result
-	done    chan struct{}
+	stop    chan struct{}      // closed by close
+	done    chan struct{}      // closed by the writer as it leaves
 }
 
 // accessRecord is what the line of one hit needs, copied off the packet
@@ -91,7 +92,7 @@ func blockLog(cfg *dnsserver.Config, cache string) (l *corelog.Logger, ok bool) 
 // newAccessLog starts the goroutine that writes l's lines; dropped counts
 // the lines it could not take.
 func newAccessLog(l *corelog.Logger, dropped prometheus.Counter) *accessLog {
-	a := &accessLog{rules: l.Rules, lines: make(chan accessRecord, accessQueue), counter: dropped, done: make(chan struct{})}
+	a := &accessLog{rules: l.Rules, lines: make(chan accessRecord, accessQueue), counter: dropped, stop: make(chan struct{}), done: make(chan struct{})}
 	go a.write()
 	return a
 }
@@ -120,12 +121,15 @@ func (a *accessLog) drop() {
 	a.counter.Inc()
 }
 
-// close ends the writer once the queue is empty; no hit may come after.
+// close ends the writer once it has written the queued lines. The queue
+// itself stays open: a reader the front end gave up waiting for (a client
+// that does not read its reply) may still queue a hit's line, which must
+// not panic as a send on a closed channel would.
 func (a *accessLog) close() {
 	if a == nil {
 		return
 	}
-	close(a.lines)
+	close(a.stop)
 	<-a.done
 }
 
@@ -137,14 +141,20 @@ func (a *accessLog) write() {
 	defer tick.Stop()
 	for {
 		select {
-		case r, ok := <-a.lines:
-			if !ok {
-				a.reportDropped()
-				return
-			}
+		case r := <-a.lines:
 			a.line(repl, &r)
 		case <-tick.C:
 			a.reportDropped()
+		case <-a.stop:
+			for {
+				select {
+				case r := <-a.lines:
+					a.line(repl, &r)
+				default:
+					a.reportDropped()
+					return
+				}
+			}
 		}
 	}
 }

@@ -193,6 +193,10 @@ type frontend struct {
 	inflight  chan struct{} // a token per request in the chain
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+
+	// The TCP connections being served, closed with the front end as
+	// miekg/dns's server closes its own (conns.go).
+	conns conns
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -320,8 +324,8 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	}
 }
 
-// close closes the sockets and waits for their readers; requests in the
-// chain finish on their own. Only the first call does: a front end whose
+// close closes the sockets and waits for their readers; the replies in
+// flight are still written (drain). Only the first call does: a front end whose
 // server was not found is closed at once and again at its instance's
 // shutdown, and a threadSocket's descriptor, closed twice, could close
 // another file that took its number.
@@ -337,6 +341,7 @@ func (fe *frontend) closeSockets() {
 	for _, l := range fe.tcp {
 		l.Close()
 	}
+	fe.conns.close()
 	fe.wg.Wait()
 	for _, s := range fe.threads {
 		s.close() // those never read; a reader closes its own
@@ -344,8 +349,48 @@ func (fe *frontend) closeSockets() {
 	if fe.started {
 		raiseProcs(-len(fe.threads))
 	}
+	if fe.server == nil {
+		fe.drain() // never served: nothing in flight
+		return
+	}
+	// caddy starts the new instance's front ends only once the old
+	// instance's shutdown callbacks, this one's among them, have returned:
+	// waiting here would hold up every request to the new sockets.
+	go fe.drain()
+}
+
+// drain waits for the replies in flight, up to the grace time CoreDNS's
+// server gives its own at a reload or a stop, then closes what is left:
+// connections whose reply did not come, and the access logs, which no
+// reader writes to any longer.
+func (fe *frontend) drain() {
+	waitAtMost(grace, &fe.conns.wg)
+	fe.conns.closeAll()
 	for _, b := range fe.blocks {
 		b.access.close()
+	}
+}
+
+// grace is how long a closed front end waits for the replies in flight:
+// dnsserver's graceTimeout, which it does not export.
+const grace = 5 * time.Second
+
+// waitAtMost waits for wgs, for d at most, and reports whether they ended.
+func waitAtMost(d time.Duration, wgs ...*sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		for _, wg := range wgs {
+			wg.Wait()
+		}
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

@@ -36,8 +36,16 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			conn.Close()
 			continue
 		}
+		if !fe.conns.add(conn) {
+			<-open
+			conn.Close() // the front end closes
+			continue
+		}
 		go func() {
-			defer func() { <-open }()
+			defer func() {
+				fe.conns.remove(conn)
+				<-open
+			}()
 			fe.serveConn(conn)
 		}()
 	}
@@ -55,7 +63,9 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
 	for {
-		conn.SetReadDeadline(time.Now().Add(tcpIdle))
+		if !fe.conns.readFor(conn, tcpIdle) {
+			return
+		}
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
 			return
 		}
@@ -103,4 +113,77 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 		return 0, err
 	}
 	return len(msg), nil
+}
+
+// conns are the TCP connections a front end serves. When it closes, a
+// reader waiting for a request leaves at once, and one answering a request
+// once its reply is written, as miekg/dns's server has its connections'
+// readers leave when it stops: the client reconnects, to the sockets of the
+// instance that runs, rather than being answered by the closed one's chain
+// for as long as it keeps the connection.
+type conns struct {
+	mu      sync.Mutex
+	m       map[net.Conn]struct{}
+	closing bool
+	wg      sync.WaitGroup // the readers
+}
+
+// aLongTimeAgo is a read deadline that ends a read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// add counts conn's reader, unless the front end closes: false then.
+func (c *conns) add(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	if c.m == nil {
+		c.m = map[net.Conn]struct{}{}
+	}
+	c.m[conn] = struct{}{}
+	c.wg.Add(1)
+	return true
+}
+
+// remove is the last act of conn's reader.
+func (c *conns) remove(conn net.Conn) {
+	c.mu.Lock()
+	delete(c.m, conn)
+	c.mu.Unlock()
+	c.wg.Done()
+}
+
+// readFor sets conn's read deadline d from now, unless the front end
+// closes: false then. A deadline set after close's would undo it.
+func (c *conns) readFor(conn net.Conn, d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	conn.SetReadDeadline(time.Now().Add(d))
+	return true
+}
+
+// close has the readers leave: a read under way ends at once, and no other
+// starts.
+func (c *conns) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	for conn := range c.m {
+		conn.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// closeAll closes the connections whose readers are still there: a reply
+// that did not come within the grace time, or a client that does not read
+// it.
+func (c *conns) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for conn := range c.m {
+		conn.Close()
+	}
 }
