@@ -570,6 +570,57 @@ func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 }
 
+// TestFrontendUDPMissAcrossReload: a miss in the chain when a reload comes
+// is still answered, as CoreDNS's own server waits (up to its grace time)
+// for the requests in flight before it closes its socket: the front end
+// closed its sockets at once, and the chain's reply was never sent.
+func TestFrontendUDPMissAcrossReload(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) {
+			zone := wait + ".udpreload.frontend.test."
+			u := newUpstream()
+			asked, release := u.hold("a." + zone + " 300 IN A 192.0.2.1")
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			up, fe := startUpstream(t, u), ""
+			corefile := func(extra string) string {
+				return zone + `:0 {
+	bind 127.0.0.1
+	` + extra + `
+	compactcache {
+		frontend ` + fe + ` {
+			wait ` + wait + `
+		}
+	}
+	forward . ` + up + `
+}`
+			}
+			_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+				fe = fes[0]
+				return corefile("")
+			}, nil)
+			defer func() { stopInstance(inst) }()
+			pkt, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan []byte, 1)
+			go func() { got <- exchangeRaw(t, fe, pkt, 3*time.Second) }()
+			<-asked
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile("errors")))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			once.Do(func() { close(release) })
+			if r := <-got; r == nil {
+				t.Errorf("a miss in flight during a reload got no reply")
+			}
+		})
+	}
+}
+
 // lossProbes is how many requests lostRequests sends: with half the
 // datagrams going to a socket nobody reads, all are answered 2^-16 of the
 // time.

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -195,8 +196,12 @@ type frontend struct {
 	closeOnce sync.Once
 
 	// The TCP connections being served, closed with the front end as
-	// miekg/dns's server closes its own (conns.go).
+	// miekg/dns's server closes its own (tcp.go).
 	conns conns
+	// chain counts the UDP requests in the chain, whose replies their
+	// sockets must outlive; stopping tells the UDP readers to leave.
+	chain    flights
+	stopping atomic.Bool
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -324,16 +329,21 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	}
 }
 
-// close closes the sockets and waits for their readers; the replies in
-// flight are still written (drain). Only the first call does: a front end whose
-// server was not found is closed at once and again at its instance's
+// close stops the readers and waits for them; the sockets close once the
+// replies in flight are written (closeSockets). Only the first call does: a
+// front end whose server was not found is closed at once and again at its instance's
 // shutdown, and a threadSocket's descriptor, closed twice, could close
 // another file that took its number.
 func (fe *frontend) close() { fe.closeOnce.Do(fe.closeSockets) }
 
+// The UDP sockets stay open, unread, until the chain has sent its replies
+// to the requests they read, as miekg/dns's server stops reading
+// its socket and closes it once its handlers have returned: a miss in
+// flight at a reload got no reply, its write failing on the closed socket.
 func (fe *frontend) closeSockets() {
+	fe.stopping.Store(true)
 	for _, conn := range fe.udp {
-		conn.Close()
+		conn.SetReadDeadline(aLongTimeAgo)
 	}
 	for _, s := range fe.threads {
 		s.shutdown()
@@ -343,45 +353,77 @@ func (fe *frontend) closeSockets() {
 	}
 	fe.conns.close()
 	fe.wg.Wait()
-	for _, s := range fe.threads {
-		s.close() // those never read; a reader closes its own
-	}
 	if fe.started {
 		raiseProcs(-len(fe.threads))
 	}
-	if fe.server == nil {
-		fe.drain() // never served: nothing in flight
-		return
-	}
 	// caddy starts the new instance's front ends only once the old
 	// instance's shutdown callbacks, this one's among them, have returned:
-	// waiting here would hold up every request to the new sockets.
-	go fe.drain()
+	// waiting here would hold up every request to the new sockets. Nor
+	// should a socket stay in its address's SO_REUSEPORT group unread any
+	// longer than the chain's replies need it, since the datagrams that come
+	// to it are lost.
+	after(&fe.chain, fe.closeUDP)
+	after(&fe.conns.readers, fe.closeTCP)
 }
 
-// drain waits for the replies in flight, up to the grace time CoreDNS's
-// server gives its own at a reload or a stop, then closes what is left:
-// connections whose reply did not come, and the access logs, which no
-// reader writes to any longer.
-func (fe *frontend) drain() {
-	waitAtMost(grace, &fe.conns.wg)
+// after calls then once the goroutines f counts have ended, or the grace
+// time CoreDNS's server gives its own at a reload or a stop has passed: at
+// once when none runs, else from a goroutine of its own.
+func after(f *flights, then func()) {
+	if f.n.Load() == 0 {
+		then()
+		return
+	}
+	go func() {
+		waitAtMost(grace, &f.wg)
+		then()
+	}()
+}
+
+// closeUDP closes the UDP sockets, whose readers have left.
+func (fe *frontend) closeUDP() {
+	for _, conn := range fe.udp {
+		conn.Close()
+	}
+	for _, s := range fe.threads {
+		s.close()
+	}
+}
+
+// closeTCP closes the connections whose reply did not come in time, and
+// the access logs, which the readers, gone, no longer write to.
+func (fe *frontend) closeTCP() {
 	fe.conns.closeAll()
 	for _, b := range fe.blocks {
 		b.access.close()
 	}
 }
 
+// flights counts goroutines whose replies a closed front end waits for.
+type flights struct {
+	wg sync.WaitGroup
+	n  atomic.Int64
+}
+
+func (f *flights) add() {
+	f.n.Add(1)
+	f.wg.Add(1)
+}
+
+func (f *flights) done() {
+	f.n.Add(-1)
+	f.wg.Done()
+}
+
 // grace is how long a closed front end waits for the replies in flight:
 // dnsserver's graceTimeout, which it does not export.
 const grace = 5 * time.Second
 
-// waitAtMost waits for wgs, for d at most, and reports whether they ended.
-func waitAtMost(d time.Duration, wgs ...*sync.WaitGroup) bool {
+// waitAtMost waits for wg, for d at most, and reports whether it ended.
+func waitAtMost(d time.Duration, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() {
-		for _, wg := range wgs {
-			wg.Wait()
-		}
+		wg.Wait()
 		close(done)
 	}()
 	t := time.NewTimer(d)
@@ -514,8 +556,12 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	}
 	fm.Chain.Inc()
 	req := append([]byte(nil), pkt...)
+	fe.chain.add()
 	go func() {
-		defer func() { <-fe.inflight }()
+		defer func() {
+			<-fe.inflight
+			fe.chain.done()
+		}()
 		fe.serveChain(req, w)
 	}()
 }

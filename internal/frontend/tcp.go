@@ -125,7 +125,7 @@ type conns struct {
 	mu      sync.Mutex
 	m       map[net.Conn]struct{}
 	closing bool
-	wg      sync.WaitGroup // the readers
+	readers flights
 }
 
 // aLongTimeAgo is a read deadline that ends a read at once.
@@ -142,7 +142,7 @@ func (c *conns) add(conn net.Conn) bool {
 		c.m = map[net.Conn]struct{}{}
 	}
 	c.m[conn] = struct{}{}
-	c.wg.Add(1)
+	c.readers.add()
 	return true
 }
 
@@ -151,7 +151,7 @@ func (c *conns) remove(conn net.Conn) {
 	c.mu.Lock()
 	delete(c.m, conn)
 	c.mu.Unlock()
-	c.wg.Done()
+	c.readers.done()
 }
 
 // readFor sets conn's read deadline d from now, unless the front end
