@@ -4,10 +4,12 @@ package compactcache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/coredns/plugin/test"
+	_ "github.com/coredns/coredns/plugin/timeouts" // for TestFrontendTCPTimeouts
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -618,6 +621,100 @@ func TestFrontendUDPMissAcrossReload(t *testing.T) {
 				t.Errorf("a miss in flight during a reload got no reply")
 			}
 		})
+	}
+}
+
+// TestFrontendTCPTimeouts: the block's timeouts plugin sets the read and
+// idle timeouts and the queries per connection of the server's own TCP
+// listener, and the front end's follows them: it closed connections idle
+// for 10 s whatever the block said, served any number of queries on one,
+// and gave a new connection 10 s, not the server's 3, for its first query.
+func TestFrontendTCPTimeouts(t *testing.T) {
+	const zone = "timeouts.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up := startUpstream(t, u)
+	fe, _, tcp := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	timeouts {
+		read 1s
+		idle 1s
+		maxtcpqueries 2
+	}
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	})
+	pkt, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchangeTCPRaw(t, tcp, [][]byte{pkt}, true, time.Second) // the miss
+	for _, addr := range []struct{ name, addr string }{{"server", tcp}, {"front end", fe}} {
+		// Three pipelined queries get two replies, then the connection
+		// closes.
+		if got := exchangeTCPRaw(t, addr.addr, [][]byte{pkt, pkt, pkt}, false, 3*time.Second); len(got) != 2 {
+			t.Errorf("%s: maxtcpqueries 2: %d replies to 3 pipelined queries on one connection, want 2", addr.name, len(got))
+		}
+		// A connection that sends nothing is closed after the read timeout,
+		// and one idle after a query after the idle timeout.
+		for _, queries := range [][]byte{nil, pkt} {
+			conn, err := net.Dial("tcp", addr.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			start := time.Now()
+			if queries != nil {
+				if _, err := conn.Write(binary.BigEndian.AppendUint16(nil, uint16(len(pkt)))); err == nil {
+					conn.Write(pkt)
+				}
+			}
+			_, err = io.ReadAll(conn)
+			if took := time.Since(start); err != nil || took > 2*time.Second {
+				t.Errorf("%s: a connection %d queries in still open after %v (%v), want closed after 1s", addr.name, len(queries)/len(pkt), took.Round(time.Millisecond), err)
+			}
+			conn.Close()
+		}
+	}
+}
+
+// exchangeTCPRaw writes msgs, each with its length, on one connection,
+// half-closing it if asked, and reads the replies until the connection
+// closes or wait passes.
+func exchangeTCPRaw(t *testing.T, addr string, msgs [][]byte, halfClose bool, wait time.Duration) [][]byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(wait))
+	var out []byte
+	for _, m := range msgs {
+		out = binary.BigEndian.AppendUint16(out, uint16(len(m)))
+		out = append(out, m...)
+	}
+	if _, err := conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	if halfClose {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	var replies [][]byte
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(conn, l[:]); err != nil {
+			return replies
+		}
+		b := make([]byte, binary.BigEndian.Uint16(l[:]))
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return replies
+		}
+		replies = append(replies, b)
 	}
 }
 

@@ -84,11 +84,7 @@ type Config struct {
 	poller   bool     // UDP readers wait in the poller, not in recvmmsg
 }
 
-const (
-	defaultInflight = 1024
-	// tcpIdle closes TCP connections idle this long, CoreDNS's default.
-	tcpIdle = 10 * time.Second
-)
+const defaultInflight = 1024
 
 // bypassRefused are the plugins that, placed before the cache, decide who
 // gets an answer or what it is, or see every request, in ways the front
@@ -189,6 +185,7 @@ type frontend struct {
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
 	ctx    context.Context // what the server gives its own requests
+	limits tcpLimits       // the server's, for its own TCP listener
 
 	opcodes   [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight  chan struct{} // a token per request in the chain
@@ -314,6 +311,7 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 		}
 	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
+	fe.limits = limitsOf(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
 	}

@@ -3,8 +3,10 @@ package frontend
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 )
 
 func TestParse(t *testing.T) {
@@ -33,6 +35,29 @@ func TestParse(t *testing.T) {
 		}
 		if !tc.check(f) {
 			t.Errorf("%q: parsed as %+v", tc.input, *f)
+		}
+	}
+}
+
+// TestLimitsOf: the front end's TCP connections get the server's limits,
+// CoreDNS's defaults included, and miekg/dns's where a server leaves one
+// unset.
+func TestLimitsOf(t *testing.T) {
+	defaults, err := dnsserver.NewServer("dns://127.0.0.1:53", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		srv  *dnsserver.Server
+		want tcpLimits
+	}{
+		{"CoreDNS's defaults", defaults, tcpLimits{read: 3 * time.Second, idle: 10 * time.Second, queries: -1}},
+		{"timeouts", &dnsserver.Server{ReadTimeout: time.Second, IdleTimeout: time.Minute, MaxTCPQueries: 2}, tcpLimits{read: time.Second, idle: time.Minute, queries: 2}},
+		{"unset", &dnsserver.Server{}, tcpLimits{read: 2 * time.Second, idle: 8 * time.Second, queries: 128}},
+	} {
+		if got := limitsOf(tc.srv); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }

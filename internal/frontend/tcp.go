@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/coredns/coredns/core/dnsserver"
 
 	"encoding/binary"
 	"errors"
@@ -52,7 +53,7 @@ func (fe *frontend) serveTCP(l net.Listener) {
 }
 
 // serveConn answers the requests of one connection until the client closes
-// it or leaves it idle.
+// it or leaves it idle, or it has served the server's most queries.
 func (fe *frontend) serveConn(conn net.Conn) {
 	defer conn.Close()
 	t := &tcpConn{conn: conn}
@@ -62,10 +63,14 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	var hit Hit
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
-	for {
-		if !fe.conns.readFor(conn, tcpIdle) {
+	timeout := fe.limits.read
+	for q := 0; q < fe.limits.queries || fe.limits.queries < 0; q++ {
+		if !fe.conns.readFor(conn, timeout) {
 			return
 		}
+		// The first read waits for the read timeout, the next ones for the
+		// idle timeout, as miekg/dns's server reads.
+		timeout = fe.limits.idle
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
 			return
 		}
@@ -92,6 +97,29 @@ func (fe *frontend) serveConn(conn net.Conn) {
 		fe.counters(pkt[:n]).Chain.Inc()
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
+}
+
+// tcpLimits are what the server's own TCP listener allows a connection,
+// which the block's timeouts plugin sets.
+type tcpLimits struct {
+	read, idle time.Duration // before the first request, and between requests
+	queries    int           // on one connection; -1 for no limit
+}
+
+// limitsOf returns srv's TCP limits, with miekg/dns's defaults where srv
+// leaves them unset, as its listener has them.
+func limitsOf(srv *dnsserver.Server) tcpLimits {
+	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, queries: srv.MaxTCPQueries}
+	if l.read <= 0 {
+		l.read = 2 * time.Second
+	}
+	if l.idle <= 0 {
+		l.idle = 8 * time.Second
+	}
+	if l.queries == 0 {
+		l.queries = 128
+	}
+	return l
 }
 
 // tcpConn writes messages with their two-byte length (RFC 1035 4.2.2).
