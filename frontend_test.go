@@ -294,7 +294,8 @@ func TestFrontendRefusesBypass(t *testing.T) {
 }
 
 // TestFrontendShedsLoad: with one request allowed in the chain and the
-// upstream stuck, further misses are dropped and counted, not queued.
+// upstream stuck, further misses are answered SERVFAIL and counted, not
+// queued; with EDNS, their reply has OPT.
 func TestFrontendShedsLoad(t *testing.T) {
 	const zone = "shed.frontend.test."
 	release := make(chan struct{})
@@ -325,6 +326,10 @@ func TestFrontendShedsLoad(t *testing.T) {
 	shed := frontendCount(zone, "shed")
 	for i, n := range []string{"a", "b", "c", "d", "e"} {
 		m := test.Case{Qname: n + "." + zone, Qtype: dns.TypeA}.Msg()
+		edns := i >= 3
+		if edns {
+			m.SetEdns0(1232, i == 4)
+		}
 		b, _ := m.Pack()
 		reply := exchangeRaw(t, fe, b, 500*time.Millisecond)
 		if i == 0 {
@@ -334,6 +339,11 @@ func TestFrontendShedsLoad(t *testing.T) {
 		r := new(dns.Msg)
 		if reply == nil || r.Unpack(reply) != nil || r.Rcode != dns.RcodeServerFailure || r.Id != m.Id || len(r.Question) != 1 || r.Question[0] != m.Question[0] {
 			t.Errorf("request %d shed: reply %v, want SERVFAIL with its ID and question", i, r)
+		}
+		// RFC 6891 6.1.1: a reply to a request with EDNS has OPT, as
+		// CoreDNS's own error replies have.
+		if o := r.IsEdns0(); edns && (o == nil || o.UDPSize() != 1232 || o.Do() != (i == 4) || o.Version() != 0) {
+			t.Errorf("request %d shed: OPT %v, want the request's UDP size and DO", i, o)
 		}
 	}
 	if got := frontendCount(zone, "shed") - shed; got != 4 {

@@ -565,8 +565,11 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 }
 
 // shedReply returns the SERVFAIL that answers a shed request pkt: its
-// header, as a reply, and its question, or nil for a request whose
-// question does not read (it gets no reply, as a malformed one would not).
+// header, as a reply, its question, and for a request with EDNS an OPT
+// record as CoreDNS's server gives its own error replies (request.SizeAndDo:
+// the request's UDP size and DO bit, version 0), which RFC 6891 6.1.1 asks
+// of every reply to one; or nil for a request whose question does not read
+// (it gets no reply, as a malformed one would not).
 func shedReply(pkt []byte) []byte {
 	if len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]) != 1 {
 		return nil
@@ -584,7 +587,60 @@ func shedReply(pkt []byte) []byte {
 	flags = dnsmsg.QR | flags&(0xF<<11|dnsmsg.RD|dnsmsg.CD) | dns.RcodeServerFailure
 	binary.BigEndian.PutUint16(reply[dnsmsg.OffFlags:], flags)
 	clear(reply[dnsmsg.OffANCount:dnsmsg.HeaderLen])
+	if size, do, ok := requestOPT(pkt, end+4); ok {
+		var ttl uint32 // extended RCODE 0, version 0
+		if do {
+			ttl = 1 << 15
+		}
+		reply = append(reply, 0) // root owner
+		reply = binary.BigEndian.AppendUint16(reply, dns.TypeOPT)
+		reply = binary.BigEndian.AppendUint16(reply, size)
+		reply = binary.BigEndian.AppendUint32(reply, ttl)
+		reply = binary.BigEndian.AppendUint16(reply, 0) // no options
+		binary.BigEndian.PutUint16(reply[dnsmsg.OffARCount:], 1)
+	}
 	return reply
+}
+
+// requestOPT returns the UDP size and the DO bit of the OPT record in the
+// additional section of the request pkt, whose question ends at off, and
+// whether it has one there.
+func requestOPT(pkt []byte, off int) (size uint16, do, ok bool) {
+	an := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffANCount:]))
+	ns := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffNSCount:]))
+	ar := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:]))
+	for i := range an + ns + ar {
+		owner := off
+		if off = skipName(pkt, off); off < 0 || len(pkt) < off+10 {
+			return 0, false, false
+		}
+		if i >= an+ns && pkt[owner] == 0 && binary.BigEndian.Uint16(pkt[off:]) == dns.TypeOPT {
+			return binary.BigEndian.Uint16(pkt[off+2:]), pkt[off+6]&0x80 != 0, true
+		}
+		off += 10 + int(binary.BigEndian.Uint16(pkt[off+8:]))
+	}
+	return 0, false, false
+}
+
+// skipName returns the offset past the name at off in pkt, compressed or
+// not, or -1 when pkt ends first.
+func skipName(pkt []byte, off int) int {
+	for off < len(pkt) {
+		switch l := int(pkt[off]); {
+		case l == 0:
+			return off + 1
+		case l&0xC0 == 0xC0:
+			if off+2 > len(pkt) {
+				return -1
+			}
+			return off + 2
+		case l > 63:
+			return -1
+		default:
+			off += l + 1
+		}
+	}
+	return -1
 }
 
 // serveChain does what miekg/dns's server does with a request before its
