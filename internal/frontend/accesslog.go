@@ -33,8 +33,9 @@ import (
 const (
 	// accessQueue is how many hits wait for their line at most.
 	accessQueue = 4096
-	// maxLoggedRequest is the longest request whose line is kept: longer
-	// ones are counted as dropped lines. Requests are seldom past 100 bytes.
+	// maxLoggedRequest is the longest request a queue slot holds; a longer
+	// one, padded (RFC 7830) or over TCP, is copied apart. Requests are
+	// seldom past 100 bytes.
 	maxLoggedRequest = 512
 	// dropReport is how often a count of dropped lines is logged.
 	dropReport = 10 * time.Second
@@ -55,6 +56,8 @@ type accessLog struct {
 type accessRecord struct {
 	req           [maxLoggedRequest]byte
 	reqLen        int
+	long          []byte                 // the request, when past maxLoggedRequest
+	udpSize       uint16                 // the request's EDNS buffer size, as bufsize left it
 	header        [dnsmsg.HeaderLen]byte // the reply's, for its rcode and flags
 	replyLen      int
 	class         response.Class
@@ -102,12 +105,12 @@ func (a *accessLog) hit(pkt, reply []byte, local, remote netip.AddrPort, tcp boo
 	if a == nil {
 		return
 	}
+	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), udpSize: hit.UDPSize, class: hit.Class, local: local, remote: remote, tcp: tcp, took: took}
 	if len(pkt) > maxLoggedRequest {
-		a.drop()
-		return
+		r.long = append([]byte(nil), pkt...)
+	} else {
+		copy(r.req[:], pkt)
 	}
-	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), class: hit.Class, local: local, remote: remote, tcp: tcp, took: took}
-	copy(r.req[:], pkt)
 	copy(r.header[:], reply)
 	select {
 	case a.lines <- r:
@@ -167,9 +170,18 @@ func (a *accessLog) reportDropped() {
 
 // line logs r as the log plugin's ServeDNS would have logged its request.
 func (a *accessLog) line(repl replacer.Replacer, r *accessRecord) {
+	pkt := r.long
+	if pkt == nil {
+		pkt = r.req[:r.reqLen]
+	}
 	req := new(dns.Msg)
-	if err := req.Unpack(r.req[:r.reqLen]); err != nil {
+	if err := req.Unpack(pkt); err != nil {
 		return // the front end answered it: it unpacks
+	}
+	if o := req.IsEdns0(); o != nil {
+		// The log plugin sees the request as bufsize, before it, clamped
+		// it; the cache's answer did too.
+		o.SetUDPSize(r.udpSize)
 	}
 	state := request.Request{W: &recordWriter{r}, Req: req}
 	name := state.Name()
