@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,6 +351,65 @@ func TestFrontendShedsLoad(t *testing.T) {
 		t.Errorf("%v requests shed, want 4", got)
 	}
 	once.Do(func() { close(release) })
+}
+
+// TestFrontendCountsEachRequestOnce: each request the front end reads is
+// counted under one result of coredns_compactcache_frontend_requests_total:
+// runts, replies and requests that do not unpack were counted both handed
+// to the chain and dropped, and took a slot of inflight.
+func TestFrontendCountsEachRequestOnce(t *testing.T) {
+	const zone = "count.frontend.test."
+	up := startUpstream(t, newUpstream())
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	})
+	resp := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	resp.Response = true
+	rb, err := resp.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := slices.Clone(rb[:len(rb)-3])
+	cut[dnsmsg.OffFlags] &^= dnsmsg.QR >> 8 // a request whose question is cut
+	results := []string{"hit", "chain", "shed", "dropped"}
+	counts := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, r := range results {
+			m[r] = frontendCount(zone, r)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		pkt  []byte
+	}{
+		{"runt", []byte{1, 2, 3, 4, 5}},
+		{"reply", rb},
+		{"cut", cut},
+	} {
+		for _, proto := range []string{"udp", "tcp"} {
+			before := counts()
+			if proto == "udp" {
+				exchangeRaw(t, fe, tc.pkt, 300*time.Millisecond)
+			} else {
+				exchangeTCPRaw(t, fe, [][]byte{tc.pkt}, true, 300*time.Millisecond)
+			}
+			var total float64
+			after := counts()
+			for _, r := range results {
+				total += after[r] - before[r]
+			}
+			if total != 1 || after["dropped"]-before["dropped"] != 1 {
+				t.Errorf("%s over %s: counted %v times, want once, dropped: %v to %v", tc.name, proto, total, before, after)
+			}
+		}
+	}
 }
 
 // TestFrontendLogsSampledHits: `log 2` logs every second hit of a socket.

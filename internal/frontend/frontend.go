@@ -543,6 +543,10 @@ func (fe *frontend) timed() bool {
 // (5 s for a pod's resolver) before it tries again.
 func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	fm := fe.counters(pkt)
+	if ignored(pkt) {
+		fm.Dropped.Inc() // what serveChain would do, without a slot
+		return
+	}
 	select {
 	case fe.inflight <- struct{}{}:
 	default:
@@ -552,7 +556,6 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 		}
 		return
 	}
-	fm.Chain.Inc()
 	req := append([]byte(nil), pkt...)
 	fe.chain.add()
 	go func() {
@@ -643,13 +646,22 @@ func skipName(pkt []byte, off int) int {
 	return -1
 }
 
+// ignored reports whether miekg/dns's server would leave the request pkt
+// without a reply: it has no header, or it is a reply itself.
+func ignored(pkt []byte) bool {
+	return len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffFlags:])&dnsmsg.QR != 0
+}
+
 // serveChain does what miekg/dns's server does with a request before its
 // handler: it checks the header the way CoreDNS's server asks it to, unpacks
 // the request, checks its TSIG; then the server's ServeDNS runs the chain.
+// It counts the request once: dropped when it does not read (answered
+// FORMERR if it has a header), else handed to the chain.
 func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
-	if len(pkt) < dnsmsg.HeaderLen {
-		fe.counters(pkt).Dropped.Inc()
-		return // no ID to answer: a reply could only amplify
+	fm := fe.counters(pkt)
+	if ignored(pkt) {
+		fm.Dropped.Inc()
+		return // no ID to answer, or a reply: a reply could only amplify or loop
 	}
 	h := dns.Header{
 		Id:      binary.BigEndian.Uint16(pkt[dnsmsg.OffID:]),
@@ -671,15 +683,18 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		if err == nil {
 			break
 		}
-		fe.counters(pkt).Dropped.Inc()
-		fallthrough
+		fm.Dropped.Inc()
+		w.WriteMsg(rejection(r, h, false))
+		return
 	case dns.MsgReject, dns.MsgRejectNotImplemented:
+		fm.Chain.Inc()
 		w.WriteMsg(rejection(r, h, action == dns.MsgRejectNotImplemented))
 		return
 	default:
-		fe.counters(pkt).Dropped.Inc()
+		fm.Dropped.Inc()
 		return
 	}
+	fm.Chain.Inc()
 	if t := r.IsTsig(); t != nil {
 		w.verifyTSIG(pkt, t, fe.server.TsigSecret)
 	}

@@ -94,7 +94,6 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			}
 			continue
 		}
-		fe.counters(pkt[:n]).Chain.Inc()
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
 }
