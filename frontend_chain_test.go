@@ -350,6 +350,95 @@ func TestFrontendHitsLoggedAsPluginHits(t *testing.T) {
 	}
 }
 
+// TestFrontendLogsLargeRequests: with log before the cache, a hit whose
+// request is past 512 bytes (a query padded over TCP, RFC 7830) is logged
+// as the log plugin logs it; the front end dropped its line.
+func TestFrontendLogsLargeRequests(t *testing.T) {
+	buf := captureLog(t)
+	const zone = "biglog.frontend.test."
+	u := newUpstream()
+	u.add("www."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up := startUpstream(t, u)
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	log
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + ` {
+		force_tcp
+	}
+}`
+	})
+	m := new(dns.Msg).SetQuestion("www."+zone, dns.TypeA)
+	m.SetEdns0(1232, false)
+	m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_PADDING{Padding: make([]byte, 600)})
+	exchangeTCP(t, fe, m) // the miss, logged by the chain's log
+	hits := frontendCount(zone, "hit")
+	exchangeTCP(t, fe, m)
+	if got := frontendCount(zone, "hit") - hits; got != 1 {
+		t.Fatalf("%v front end hits, want 1", got)
+	}
+	// The client port, ID and duration differ.
+	mask := regexp.MustCompile(`127\.0\.0\.1:\d+ - \d+ "|\S+s$`)
+	var lines []string
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if lines = linesOf(buf.String(), zone, mask); len(lines) == 2 {
+			break
+		}
+	}
+	if len(lines) != 2 || lines[0] != lines[1] {
+		t.Errorf("log lines of the miss and the hit:\n%s\nwant two, the same", strings.Join(lines, "\n"))
+	}
+}
+
+// TestFrontendLogsBufsize: with bufsize before the cache, the log plugin
+// logs every request with the buffer size bufsize clamped it to
+// ({>bufsize}), and the front end's lines of hits say the same; they said
+// the client's.
+func TestFrontendLogsBufsize(t *testing.T) {
+	buf := captureLog(t)
+	const zone = "bufsizelog.frontend.test."
+	u := newUpstream()
+	u.add("www."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up := startUpstream(t, u)
+	fe, udp, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	bufsize 1232
+	log
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	})
+	m := new(dns.Msg).SetQuestion("www."+zone, dns.TypeA)
+	m.SetEdns0(4096, false)
+	exchangeUDP(t, udp, m) // the miss
+	exchangeUDP(t, udp, m) // a hit of the plugin
+	hits := frontendCount(zone, "hit")
+	exchangeUDP(t, fe, m) // a hit of the front end
+	if got := frontendCount(zone, "hit") - hits; got != 1 {
+		t.Fatalf("%v front end hits, want 1", got)
+	}
+	var lines []string
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if lines = linesOf(buf.String(), zone, regexp.MustCompile(`^$`)); len(lines) == 3 {
+			break
+		}
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, ` false 1232"`) {
+			t.Errorf("log line without the clamped buffer size 1232:\n%s", l)
+		}
+	}
+}
+
 // linesOf returns the log plugin's lines for names in zone, masked with mask
 // and sorted.
 func linesOf(log, zone string, mask *regexp.Regexp) []string {

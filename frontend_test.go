@@ -4,16 +4,19 @@ package compactcache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/prometheus/client_golang/prometheus"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +25,7 @@ import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/coredns/plugin/test"
+	_ "github.com/coredns/coredns/plugin/timeouts" // for TestFrontendTCPTimeouts
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -291,7 +295,8 @@ func TestFrontendRefusesBypass(t *testing.T) {
 }
 
 // TestFrontendShedsLoad: with one request allowed in the chain and the
-// upstream stuck, further misses are dropped and counted, not queued.
+// upstream stuck, further misses are answered SERVFAIL and counted, not
+// queued; with EDNS, their reply has OPT.
 func TestFrontendShedsLoad(t *testing.T) {
 	const zone = "shed.frontend.test."
 	release := make(chan struct{})
@@ -322,6 +327,10 @@ func TestFrontendShedsLoad(t *testing.T) {
 	shed := frontendCount(zone, "shed")
 	for i, n := range []string{"a", "b", "c", "d", "e"} {
 		m := test.Case{Qname: n + "." + zone, Qtype: dns.TypeA}.Msg()
+		edns := i >= 3
+		if edns {
+			m.SetEdns0(1232, i == 4)
+		}
 		b, _ := m.Pack()
 		reply := exchangeRaw(t, fe, b, 500*time.Millisecond)
 		if i == 0 {
@@ -332,11 +341,75 @@ func TestFrontendShedsLoad(t *testing.T) {
 		if reply == nil || r.Unpack(reply) != nil || r.Rcode != dns.RcodeServerFailure || r.Id != m.Id || len(r.Question) != 1 || r.Question[0] != m.Question[0] {
 			t.Errorf("request %d shed: reply %v, want SERVFAIL with its ID and question", i, r)
 		}
+		// RFC 6891 6.1.1: a reply to a request with EDNS has OPT, as
+		// CoreDNS's own error replies have.
+		if o := r.IsEdns0(); edns && (o == nil || o.UDPSize() != 1232 || o.Do() != (i == 4) || o.Version() != 0) {
+			t.Errorf("request %d shed: OPT %v, want the request's UDP size and DO", i, o)
+		}
 	}
 	if got := frontendCount(zone, "shed") - shed; got != 4 {
 		t.Errorf("%v requests shed, want 4", got)
 	}
 	once.Do(func() { close(release) })
+}
+
+// TestFrontendCountsEachRequestOnce: each request the front end reads is
+// counted under one result of coredns_compactcache_frontend_requests_total:
+// runts, replies and requests that do not unpack were counted both handed
+// to the chain and dropped, and took a slot of inflight.
+func TestFrontendCountsEachRequestOnce(t *testing.T) {
+	const zone = "count.frontend.test."
+	up := startUpstream(t, newUpstream())
+	fe, _, _ := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	})
+	resp := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	resp.Response = true
+	rb, err := resp.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := slices.Clone(rb[:len(rb)-3])
+	cut[dnsmsg.OffFlags] &^= dnsmsg.QR >> 8 // a request whose question is cut
+	results := []string{"hit", "chain", "shed", "dropped"}
+	counts := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, r := range results {
+			m[r] = frontendCount(zone, r)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		pkt  []byte
+	}{
+		{"runt", []byte{1, 2, 3, 4, 5}},
+		{"reply", rb},
+		{"cut", cut},
+	} {
+		for _, proto := range []string{"udp", "tcp"} {
+			before := counts()
+			if proto == "udp" {
+				exchangeRaw(t, fe, tc.pkt, 300*time.Millisecond)
+			} else {
+				exchangeTCPRaw(t, fe, [][]byte{tc.pkt}, true, 300*time.Millisecond)
+			}
+			var total float64
+			after := counts()
+			for _, r := range results {
+				total += after[r] - before[r]
+			}
+			if total != 1 || after["dropped"]-before["dropped"] != 1 {
+				t.Errorf("%s over %s: counted %v times, want once, dropped: %v to %v", tc.name, proto, total, before, after)
+			}
+		}
+	}
 }
 
 // TestFrontendLogsSampledHits: `log 2` logs every second hit of a socket.
@@ -458,6 +531,260 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	}
 	if lost := lostRequests(t, fe, pkt); lost > 0 {
 		t.Errorf("after a failed reload from a block without compactcache, %d of %d requests to the front end got no reply", lost, lossProbes)
+	}
+}
+
+// TestFrontendTCPAfterReload: a TCP connection to the front end opened
+// before a reload is closed at the reload, as CoreDNS's own server closes
+// its connections when the old instance stops, so that the client
+// reconnects to the new instance; it was served by the old instance's
+// chain and upstream for as long as the client kept it.
+func TestFrontendTCPAfterReload(t *testing.T) {
+	const zone = "tcpreload.frontend.test."
+	u1, u2 := newUpstream(), newUpstream()
+	for i := range 5 {
+		n := fmt.Sprintf("x%d.%s", i, zone)
+		u1.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.1")}, nil, nil)
+		u2.add(n, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(n + " 300 IN A 192.0.2.2")}, nil, nil)
+	}
+	up1, up2, fe := startUpstream(t, u1), startUpstream(t, u2), ""
+	corefile := func(up string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	}
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
+		return corefile(up1)
+	}, nil)
+	defer func() { stopInstance(inst) }()
+	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	conn, err := c.Dial(fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ask := func(i int) (*dns.Msg, error) {
+		m := test.Case{Qname: fmt.Sprintf("x%d.%s", i, zone), Qtype: dns.TypeA}.Msg()
+		r, _, err := c.ExchangeWithConn(m, conn)
+		return r, err
+	}
+	if r, err := ask(0); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("before the reload: %v %v", r, err)
+	}
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile(up2)))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 5; i++ {
+		r, err := ask(i)
+		if err != nil {
+			return // closed: the client reconnects
+		}
+		if len(r.Answer) == 1 && r.Answer[0].(*dns.A).A.String() == "192.0.2.1" {
+			t.Fatalf("query %d on a TCP connection opened before the reload answered by the old instance's upstream: %v", i, r.Answer[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("a TCP connection opened before the reload still open after it")
+}
+
+// TestFrontendTCPHitAfterReloadWithLog: a hit on a TCP connection opened
+// before a reload, in a block with log before the cache. The old front end
+// closed its access log at the reload while the connection's reader still
+// answered hits, whose lines were sent on the closed queue: the process
+// panicked ("send on closed channel"), which takes this test binary down.
+func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
+	const zone = "logreload.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up, fe := startUpstream(t, u), ""
+	corefile := func(extra string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	log
+	` + extra + `
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	}
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
+		return corefile("")
+	}, nil)
+	defer func() { stopInstance(inst) }()
+	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	conn, err := c.Dial(fe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
+	for range 2 { // the miss, then a hit
+		if _, _, err := c.ExchangeWithConn(m, conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile("errors")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ExchangeWithConn(m, conn) // a hit on the old connection, if it is still open
+	time.Sleep(100 * time.Millisecond)
+}
+
+// TestFrontendUDPMissAcrossReload: a miss in the chain when a reload comes
+// is still answered, as CoreDNS's own server waits (up to its grace time)
+// for the requests in flight before it closes its socket: the front end
+// closed its sockets at once, and the chain's reply was never sent.
+func TestFrontendUDPMissAcrossReload(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) {
+			zone := wait + ".udpreload.frontend.test."
+			u := newUpstream()
+			asked, release := u.hold("a." + zone + " 300 IN A 192.0.2.1")
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			up, fe := startUpstream(t, u), ""
+			corefile := func(extra string) string {
+				return zone + `:0 {
+	bind 127.0.0.1
+	` + extra + `
+	compactcache {
+		frontend ` + fe + ` {
+			wait ` + wait + `
+		}
+	}
+	forward . ` + up + `
+}`
+			}
+			_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+				fe = fes[0]
+				return corefile("")
+			}, nil)
+			defer func() { stopInstance(inst) }()
+			pkt, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan []byte, 1)
+			go func() { got <- exchangeRaw(t, fe, pkt, 3*time.Second) }()
+			<-asked
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile("errors")))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			once.Do(func() { close(release) })
+			if r := <-got; r == nil {
+				t.Errorf("a miss in flight during a reload got no reply")
+			}
+		})
+	}
+}
+
+// TestFrontendTCPTimeouts: the block's timeouts plugin sets the read and
+// idle timeouts and the queries per connection of the server's own TCP
+// listener, and the front end's follows them: it closed connections idle
+// for 10 s whatever the block said, served any number of queries on one,
+// and gave a new connection 10 s, not the server's 3, for its first query.
+func TestFrontendTCPTimeouts(t *testing.T) {
+	const zone = "timeouts.frontend.test."
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	up := startUpstream(t, u)
+	fe, _, tcp := startFrontend(t, func(fe string) string {
+		return zone + `:0 {
+	bind 127.0.0.1
+	timeouts {
+		read 1s
+		idle 1s
+		maxtcpqueries 2
+	}
+	compactcache {
+		frontend ` + fe + `
+	}
+	forward . ` + up + `
+}`
+	})
+	pkt, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchangeTCPRaw(t, tcp, [][]byte{pkt}, true, time.Second) // the miss
+	for _, addr := range []struct{ name, addr string }{{"server", tcp}, {"front end", fe}} {
+		// Three pipelined queries get two replies, then the connection
+		// closes.
+		if got := exchangeTCPRaw(t, addr.addr, [][]byte{pkt, pkt, pkt}, false, 3*time.Second); len(got) != 2 {
+			t.Errorf("%s: maxtcpqueries 2: %d replies to 3 pipelined queries on one connection, want 2", addr.name, len(got))
+		}
+		// A connection that sends nothing is closed after the read timeout,
+		// and one idle after a query after the idle timeout.
+		for _, queries := range [][]byte{nil, pkt} {
+			conn, err := net.Dial("tcp", addr.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			start := time.Now()
+			if queries != nil {
+				if _, err := conn.Write(binary.BigEndian.AppendUint16(nil, uint16(len(pkt)))); err == nil {
+					conn.Write(pkt)
+				}
+			}
+			_, err = io.ReadAll(conn)
+			if took := time.Since(start); err != nil || took > 2*time.Second {
+				t.Errorf("%s: a connection %d queries in still open after %v (%v), want closed after 1s", addr.name, len(queries)/len(pkt), took.Round(time.Millisecond), err)
+			}
+			conn.Close()
+		}
+	}
+}
+
+// exchangeTCPRaw writes msgs, each with its length, on one connection,
+// half-closing it if asked, and reads the replies until the connection
+// closes or wait passes.
+func exchangeTCPRaw(t *testing.T, addr string, msgs [][]byte, halfClose bool, wait time.Duration) [][]byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(wait))
+	var out []byte
+	for _, m := range msgs {
+		out = binary.BigEndian.AppendUint16(out, uint16(len(m)))
+		out = append(out, m...)
+	}
+	if _, err := conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	if halfClose {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	var replies [][]byte
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(conn, l[:]); err != nil {
+			return replies
+		}
+		b := make([]byte, binary.BigEndian.Uint16(l[:]))
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return replies
+		}
+		replies = append(replies, b)
 	}
 }
 

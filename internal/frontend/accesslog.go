@@ -33,8 +33,9 @@ import (
 const (
 	// accessQueue is how many hits wait for their line at most.
 	accessQueue = 4096
-	// maxLoggedRequest is the longest request whose line is kept: longer
-	// ones are counted as dropped lines. Requests are seldom past 100 bytes.
+	// maxLoggedRequest is the longest request a queue slot holds; a longer
+	// one, padded (RFC 7830) or over TCP, is copied apart. Requests are
+	// seldom past 100 bytes.
 	maxLoggedRequest = 512
 	// dropReport is how often a count of dropped lines is logged.
 	dropReport = 10 * time.Second
@@ -46,7 +47,8 @@ type accessLog struct {
 	lines   chan accessRecord
 	dropped atomic.Int64
 	counter prometheus.Counter // the dropped lines, in the front end's requests by result
-	done    chan struct{}
+	stop    chan struct{}      // closed by close
+	done    chan struct{}      // closed by the writer as it leaves
 }
 
 // accessRecord is what the line of one hit needs, copied off the packet
@@ -54,6 +56,8 @@ type accessLog struct {
 type accessRecord struct {
 	req           [maxLoggedRequest]byte
 	reqLen        int
+	long          []byte                 // the request, when past maxLoggedRequest
+	udpSize       uint16                 // the request's EDNS buffer size, as bufsize left it
 	header        [dnsmsg.HeaderLen]byte // the reply's, for its rcode and flags
 	replyLen      int
 	class         response.Class
@@ -91,7 +95,7 @@ func blockLog(cfg *dnsserver.Config, cache string) (l *corelog.Logger, ok bool) 
 // newAccessLog starts the goroutine that writes l's lines; dropped counts
 // the lines it could not take.
 func newAccessLog(l *corelog.Logger, dropped prometheus.Counter) *accessLog {
-	a := &accessLog{rules: l.Rules, lines: make(chan accessRecord, accessQueue), counter: dropped, done: make(chan struct{})}
+	a := &accessLog{rules: l.Rules, lines: make(chan accessRecord, accessQueue), counter: dropped, stop: make(chan struct{}), done: make(chan struct{})}
 	go a.write()
 	return a
 }
@@ -101,12 +105,12 @@ func (a *accessLog) hit(pkt, reply []byte, local, remote netip.AddrPort, tcp boo
 	if a == nil {
 		return
 	}
+	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), udpSize: hit.UDPSize, class: hit.Class, local: local, remote: remote, tcp: tcp, took: took}
 	if len(pkt) > maxLoggedRequest {
-		a.drop()
-		return
+		r.long = append([]byte(nil), pkt...)
+	} else {
+		copy(r.req[:], pkt)
 	}
-	r := accessRecord{reqLen: len(pkt), replyLen: len(reply), class: hit.Class, local: local, remote: remote, tcp: tcp, took: took}
-	copy(r.req[:], pkt)
 	copy(r.header[:], reply)
 	select {
 	case a.lines <- r:
@@ -120,12 +124,15 @@ func (a *accessLog) drop() {
 	a.counter.Inc()
 }
 
-// close ends the writer once the queue is empty; no hit may come after.
+// close ends the writer once it has written the queued lines. The queue
+// itself stays open: a reader the front end gave up waiting for (a client
+// that does not read its reply) may still queue a hit's line, which must
+// not panic as a send on a closed channel would.
 func (a *accessLog) close() {
 	if a == nil {
 		return
 	}
-	close(a.lines)
+	close(a.stop)
 	<-a.done
 }
 
@@ -137,14 +144,20 @@ func (a *accessLog) write() {
 	defer tick.Stop()
 	for {
 		select {
-		case r, ok := <-a.lines:
-			if !ok {
-				a.reportDropped()
-				return
-			}
+		case r := <-a.lines:
 			a.line(repl, &r)
 		case <-tick.C:
 			a.reportDropped()
+		case <-a.stop:
+			for {
+				select {
+				case r := <-a.lines:
+					a.line(repl, &r)
+				default:
+					a.reportDropped()
+					return
+				}
+			}
 		}
 	}
 }
@@ -157,9 +170,18 @@ func (a *accessLog) reportDropped() {
 
 // line logs r as the log plugin's ServeDNS would have logged its request.
 func (a *accessLog) line(repl replacer.Replacer, r *accessRecord) {
+	pkt := r.long
+	if pkt == nil {
+		pkt = r.req[:r.reqLen]
+	}
 	req := new(dns.Msg)
-	if err := req.Unpack(r.req[:r.reqLen]); err != nil {
+	if err := req.Unpack(pkt); err != nil {
 		return // the front end answered it: it unpacks
+	}
+	if o := req.IsEdns0(); o != nil {
+		// The log plugin sees the request as bufsize, before it, clamped
+		// it; the cache's answer did too.
+		o.SetUDPSize(r.udpSize)
 	}
 	state := request.Request{W: &recordWriter{r}, Req: req}
 	name := state.Name()

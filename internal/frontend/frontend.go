@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -83,11 +84,7 @@ type Config struct {
 	poller   bool     // UDP readers wait in the poller, not in recvmmsg
 }
 
-const (
-	defaultInflight = 1024
-	// tcpIdle closes TCP connections idle this long, CoreDNS's default.
-	tcpIdle = 10 * time.Second
-)
+const defaultInflight = 1024
 
 // bypassRefused are the plugins that, placed before the cache, decide who
 // gets an answer or what it is, or see every request, in ways the front
@@ -188,11 +185,20 @@ type frontend struct {
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
 	ctx    context.Context // what the server gives its own requests
+	limits tcpLimits       // the server's, for its own TCP listener
 
 	opcodes   [16]bool      // the opcodes besides QUERY and NOTIFY the server accepts
 	inflight  chan struct{} // a token per request in the chain
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+
+	// The TCP connections being served, closed with the front end as
+	// miekg/dns's server closes its own (tcp.go).
+	conns conns
+	// chain counts the UDP requests in the chain, whose replies their
+	// sockets must outlive; stopping tells the UDP readers to leave.
+	chain    flights
+	stopping atomic.Bool
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -305,6 +311,7 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 		}
 	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
+	fe.limits = limitsOf(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
 	}
@@ -320,16 +327,21 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	}
 }
 
-// close closes the sockets and waits for their readers; requests in the
-// chain finish on their own. Only the first call does: a front end whose
-// server was not found is closed at once and again at its instance's
+// close stops the readers and waits for them; the sockets close once the
+// replies in flight are written (closeSockets). Only the first call does: a
+// front end whose server was not found is closed at once and again at its instance's
 // shutdown, and a threadSocket's descriptor, closed twice, could close
 // another file that took its number.
 func (fe *frontend) close() { fe.closeOnce.Do(fe.closeSockets) }
 
+// The UDP sockets stay open, unread, until the chain has sent its replies
+// to the requests they read, as miekg/dns's server stops reading
+// its socket and closes it once its handlers have returned: a miss in
+// flight at a reload got no reply, its write failing on the closed socket.
 func (fe *frontend) closeSockets() {
+	fe.stopping.Store(true)
 	for _, conn := range fe.udp {
-		conn.Close()
+		conn.SetReadDeadline(aLongTimeAgo)
 	}
 	for _, s := range fe.threads {
 		s.shutdown()
@@ -337,15 +349,88 @@ func (fe *frontend) closeSockets() {
 	for _, l := range fe.tcp {
 		l.Close()
 	}
+	fe.conns.close()
 	fe.wg.Wait()
-	for _, s := range fe.threads {
-		s.close() // those never read; a reader closes its own
-	}
 	if fe.started {
 		raiseProcs(-len(fe.threads))
 	}
+	// caddy starts the new instance's front ends only once the old
+	// instance's shutdown callbacks, this one's among them, have returned:
+	// waiting here would hold up every request to the new sockets. Nor
+	// should a socket stay in its address's SO_REUSEPORT group unread any
+	// longer than the chain's replies need it, since the datagrams that come
+	// to it are lost.
+	after(&fe.chain, fe.closeUDP)
+	after(&fe.conns.readers, fe.closeTCP)
+}
+
+// after calls then once the goroutines f counts have ended, or the grace
+// time CoreDNS's server gives its own at a reload or a stop has passed: at
+// once when none runs, else from a goroutine of its own.
+func after(f *flights, then func()) {
+	if f.n.Load() == 0 {
+		then()
+		return
+	}
+	go func() {
+		waitAtMost(grace, &f.wg)
+		then()
+	}()
+}
+
+// closeUDP closes the UDP sockets, whose readers have left.
+func (fe *frontend) closeUDP() {
+	for _, conn := range fe.udp {
+		conn.Close()
+	}
+	for _, s := range fe.threads {
+		s.close()
+	}
+}
+
+// closeTCP closes the connections whose reply did not come in time, and
+// the access logs, which the readers, gone, no longer write to.
+func (fe *frontend) closeTCP() {
+	fe.conns.closeAll()
 	for _, b := range fe.blocks {
 		b.access.close()
+	}
+}
+
+// flights counts goroutines whose replies a closed front end waits for.
+type flights struct {
+	wg sync.WaitGroup
+	n  atomic.Int64
+}
+
+func (f *flights) add() {
+	f.n.Add(1)
+	f.wg.Add(1)
+}
+
+func (f *flights) done() {
+	f.n.Add(-1)
+	f.wg.Done()
+}
+
+// grace is how long a closed front end waits for the replies in flight:
+// dnsserver's graceTimeout, which it does not export.
+const grace = 5 * time.Second
+
+// waitAtMost waits for wg, for d at most, and reports whether it ended.
+func waitAtMost(d time.Duration, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -458,6 +543,10 @@ func (fe *frontend) timed() bool {
 // (5 s for a pod's resolver) before it tries again.
 func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	fm := fe.counters(pkt)
+	if ignored(pkt) {
+		fm.Dropped.Inc() // what serveChain would do, without a slot
+		return
+	}
 	select {
 	case fe.inflight <- struct{}{}:
 	default:
@@ -467,17 +556,23 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 		}
 		return
 	}
-	fm.Chain.Inc()
 	req := append([]byte(nil), pkt...)
+	fe.chain.add()
 	go func() {
-		defer func() { <-fe.inflight }()
+		defer func() {
+			<-fe.inflight
+			fe.chain.done()
+		}()
 		fe.serveChain(req, w)
 	}()
 }
 
 // shedReply returns the SERVFAIL that answers a shed request pkt: its
-// header, as a reply, and its question, or nil for a request whose
-// question does not read (it gets no reply, as a malformed one would not).
+// header, as a reply, its question, and for a request with EDNS an OPT
+// record as CoreDNS's server gives its own error replies (request.SizeAndDo:
+// the request's UDP size and DO bit, version 0), which RFC 6891 6.1.1 asks
+// of every reply to one; or nil for a request whose question does not read
+// (it gets no reply, as a malformed one would not).
 func shedReply(pkt []byte) []byte {
 	if len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffQDCount:]) != 1 {
 		return nil
@@ -495,16 +590,78 @@ func shedReply(pkt []byte) []byte {
 	flags = dnsmsg.QR | flags&(0xF<<11|dnsmsg.RD|dnsmsg.CD) | dns.RcodeServerFailure
 	binary.BigEndian.PutUint16(reply[dnsmsg.OffFlags:], flags)
 	clear(reply[dnsmsg.OffANCount:dnsmsg.HeaderLen])
+	if size, do, ok := requestOPT(pkt, end+4); ok {
+		var ttl uint32 // extended RCODE 0, version 0
+		if do {
+			ttl = 1 << 15
+		}
+		reply = append(reply, 0) // root owner
+		reply = binary.BigEndian.AppendUint16(reply, dns.TypeOPT)
+		reply = binary.BigEndian.AppendUint16(reply, size)
+		reply = binary.BigEndian.AppendUint32(reply, ttl)
+		reply = binary.BigEndian.AppendUint16(reply, 0) // no options
+		binary.BigEndian.PutUint16(reply[dnsmsg.OffARCount:], 1)
+	}
 	return reply
+}
+
+// requestOPT returns the UDP size and the DO bit of the OPT record in the
+// additional section of the request pkt, whose question ends at off, and
+// whether it has one there.
+func requestOPT(pkt []byte, off int) (size uint16, do, ok bool) {
+	an := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffANCount:]))
+	ns := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffNSCount:]))
+	ar := int(binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:]))
+	for i := range an + ns + ar {
+		owner := off
+		if off = skipName(pkt, off); off < 0 || len(pkt) < off+10 {
+			return 0, false, false
+		}
+		if i >= an+ns && pkt[owner] == 0 && binary.BigEndian.Uint16(pkt[off:]) == dns.TypeOPT {
+			return binary.BigEndian.Uint16(pkt[off+2:]), pkt[off+6]&0x80 != 0, true
+		}
+		off += 10 + int(binary.BigEndian.Uint16(pkt[off+8:]))
+	}
+	return 0, false, false
+}
+
+// skipName returns the offset past the name at off in pkt, compressed or
+// not, or -1 when pkt ends first.
+func skipName(pkt []byte, off int) int {
+	for off < len(pkt) {
+		switch l := int(pkt[off]); {
+		case l == 0:
+			return off + 1
+		case l&0xC0 == 0xC0:
+			if off+2 > len(pkt) {
+				return -1
+			}
+			return off + 2
+		case l > 63:
+			return -1
+		default:
+			off += l + 1
+		}
+	}
+	return -1
+}
+
+// ignored reports whether miekg/dns's server would leave the request pkt
+// without a reply: it has no header, or it is a reply itself.
+func ignored(pkt []byte) bool {
+	return len(pkt) < dnsmsg.HeaderLen || binary.BigEndian.Uint16(pkt[dnsmsg.OffFlags:])&dnsmsg.QR != 0
 }
 
 // serveChain does what miekg/dns's server does with a request before its
 // handler: it checks the header the way CoreDNS's server asks it to, unpacks
 // the request, checks its TSIG; then the server's ServeDNS runs the chain.
+// It counts the request once: dropped when it does not read (answered
+// FORMERR if it has a header), else handed to the chain.
 func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
-	if len(pkt) < dnsmsg.HeaderLen {
-		fe.counters(pkt).Dropped.Inc()
-		return // no ID to answer: a reply could only amplify
+	fm := fe.counters(pkt)
+	if ignored(pkt) {
+		fm.Dropped.Inc()
+		return // no ID to answer, or a reply: a reply could only amplify or loop
 	}
 	h := dns.Header{
 		Id:      binary.BigEndian.Uint16(pkt[dnsmsg.OffID:]),
@@ -526,15 +683,18 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		if err == nil {
 			break
 		}
-		fe.counters(pkt).Dropped.Inc()
-		fallthrough
+		fm.Dropped.Inc()
+		w.WriteMsg(rejection(r, h, false))
+		return
 	case dns.MsgReject, dns.MsgRejectNotImplemented:
+		fm.Chain.Inc()
 		w.WriteMsg(rejection(r, h, action == dns.MsgRejectNotImplemented))
 		return
 	default:
-		fe.counters(pkt).Dropped.Inc()
+		fm.Dropped.Inc()
 		return
 	}
+	fm.Chain.Inc()
 	if t := r.IsTsig(); t != nil {
 		w.verifyTSIG(pkt, t, fe.server.TsigSecret)
 	}

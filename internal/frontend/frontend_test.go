@@ -3,8 +3,11 @@ package frontend
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/miekg/dns"
 )
 
 func TestParse(t *testing.T) {
@@ -34,5 +37,93 @@ func TestParse(t *testing.T) {
 		if !tc.check(f) {
 			t.Errorf("%q: parsed as %+v", tc.input, *f)
 		}
+	}
+}
+
+// TestLimitsOf: the front end's TCP connections get the server's limits,
+// CoreDNS's defaults included, and miekg/dns's where a server leaves one
+// unset.
+func TestLimitsOf(t *testing.T) {
+	defaults, err := dnsserver.NewServer("dns://127.0.0.1:53", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		srv  *dnsserver.Server
+		want tcpLimits
+	}{
+		{"CoreDNS's defaults", defaults, tcpLimits{read: 3 * time.Second, idle: 10 * time.Second, queries: -1}},
+		{"timeouts", &dnsserver.Server{ReadTimeout: time.Second, IdleTimeout: time.Minute, MaxTCPQueries: 2}, tcpLimits{read: time.Second, idle: time.Minute, queries: 2}},
+		{"unset", &dnsserver.Server{}, tcpLimits{read: 2 * time.Second, idle: 8 * time.Second, queries: 128}},
+	} {
+		if got := limitsOf(tc.srv); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestShedReply: a shed request gets the reply CoreDNS's server gives its
+// own errors (errorFunc): SERVFAIL with the request's ID, flags and
+// question, and with EDNS an OPT record of the request's UDP size and DO
+// bit, version 0 (RFC 6891 6.1.1); an OPT record was missing.
+func TestShedReply(t *testing.T) {
+	q := func(edit func(m *dns.Msg)) *dns.Msg {
+		m := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA)
+		m.Id, m.CheckingDisabled = 4242, true
+		if edit != nil {
+			edit(m)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		req  *dns.Msg
+	}{
+		{"no EDNS", q(nil)},
+		{"EDNS", q(func(m *dns.Msg) { m.SetEdns0(1232, false) })},
+		{"EDNS with DO", q(func(m *dns.Msg) { m.SetEdns0(4096, true) })},
+		{"EDNS version 1, options", q(func(m *dns.Msg) {
+			m.SetEdns0(1400, true)
+			m.IsEdns0().SetVersion(1)
+			m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"}}
+		})},
+		{"EDNS after TSIG's owner, compressed", q(func(m *dns.Msg) {
+			m.Extra = append(m.Extra, &dns.TXT{Hdr: dns.RR_Header{Name: "www.example.org.", Rrtype: dns.TypeTXT, Class: dns.ClassINET}, Txt: []string{"x"}})
+			m.SetEdns0(1232, true)
+			m.Compress = true
+		})},
+		{"OPT outside the additional section", q(func(m *dns.Msg) {
+			m.Ns = []dns.RR{&dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: 1232}}}
+		})},
+	} {
+		pkt, err := tc.req.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := new(dns.Msg).SetRcode(tc.req, dns.RcodeServerFailure)
+		want.RecursionDesired, want.CheckingDisabled = tc.req.RecursionDesired, tc.req.CheckingDisabled
+		if o := tc.req.IsEdns0(); o != nil {
+			want.SetEdns0(o.UDPSize(), o.Do())
+		}
+		got := new(dns.Msg)
+		if err := got.Unpack(shedReply(pkt)); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got.String() != want.String() {
+			t.Errorf("%s: reply\n%s\nwant\n%s", tc.name, got, want)
+		}
+	}
+	resp := q(nil)
+	resp.Response = true
+	for name, req := range map[string]*dns.Msg{"reply": resp} {
+		pkt, _ := req.Pack()
+		if got := shedReply(pkt); got != nil {
+			t.Errorf("%s: shed reply %v, want none", name, got)
+		}
+	}
+	if got := shedReply([]byte{1, 2, 3}); got != nil {
+		t.Errorf("runt: shed reply %v, want none", got)
 	}
 }

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/coredns/coredns/core/dnsserver"
 
 	"encoding/binary"
 	"errors"
@@ -36,15 +37,23 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			conn.Close()
 			continue
 		}
+		if !fe.conns.add(conn) {
+			<-open
+			conn.Close() // the front end closes
+			continue
+		}
 		go func() {
-			defer func() { <-open }()
+			defer func() {
+				fe.conns.remove(conn)
+				<-open
+			}()
 			fe.serveConn(conn)
 		}()
 	}
 }
 
 // serveConn answers the requests of one connection until the client closes
-// it or leaves it idle.
+// it or leaves it idle, or it has served the server's most queries.
 func (fe *frontend) serveConn(conn net.Conn) {
 	defer conn.Close()
 	t := &tcpConn{conn: conn}
@@ -54,8 +63,14 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	var hit Hit
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
-	for {
-		conn.SetReadDeadline(time.Now().Add(tcpIdle))
+	timeout := fe.limits.read
+	for q := 0; q < fe.limits.queries || fe.limits.queries < 0; q++ {
+		if !fe.conns.readFor(conn, timeout) {
+			return
+		}
+		// The first read waits for the read timeout, the next ones for the
+		// idle timeout, as miekg/dns's server reads.
+		timeout = fe.limits.idle
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
 			return
 		}
@@ -79,9 +94,31 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			}
 			continue
 		}
-		fe.counters(pkt[:n]).Chain.Inc()
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
+}
+
+// tcpLimits are what the server's own TCP listener allows a connection,
+// which the block's timeouts plugin sets.
+type tcpLimits struct {
+	read, idle time.Duration // before the first request, and between requests
+	queries    int           // on one connection; -1 for no limit
+}
+
+// limitsOf returns srv's TCP limits, with miekg/dns's defaults where srv
+// leaves them unset, as its listener has them.
+func limitsOf(srv *dnsserver.Server) tcpLimits {
+	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, queries: srv.MaxTCPQueries}
+	if l.read <= 0 {
+		l.read = 2 * time.Second
+	}
+	if l.idle <= 0 {
+		l.idle = 8 * time.Second
+	}
+	if l.queries == 0 {
+		l.queries = 128
+	}
+	return l
 }
 
 // tcpConn writes messages with their two-byte length (RFC 1035 4.2.2).
@@ -103,4 +140,77 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 		return 0, err
 	}
 	return len(msg), nil
+}
+
+// conns are the TCP connections a front end serves. When it closes, a
+// reader waiting for a request leaves at once, and one answering a request
+// once its reply is written, as miekg/dns's server has its connections'
+// readers leave when it stops: the client reconnects, to the sockets of the
+// instance that runs, rather than being answered by the closed one's chain
+// for as long as it keeps the connection.
+type conns struct {
+	mu      sync.Mutex
+	m       map[net.Conn]struct{}
+	closing bool
+	readers flights
+}
+
+// aLongTimeAgo is a read deadline that ends a read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// add counts conn's reader, unless the front end closes: false then.
+func (c *conns) add(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	if c.m == nil {
+		c.m = map[net.Conn]struct{}{}
+	}
+	c.m[conn] = struct{}{}
+	c.readers.add()
+	return true
+}
+
+// remove is the last act of conn's reader.
+func (c *conns) remove(conn net.Conn) {
+	c.mu.Lock()
+	delete(c.m, conn)
+	c.mu.Unlock()
+	c.readers.done()
+}
+
+// readFor sets conn's read deadline d from now, unless the front end
+// closes: false then. A deadline set after close's would undo it.
+func (c *conns) readFor(conn net.Conn, d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	conn.SetReadDeadline(time.Now().Add(d))
+	return true
+}
+
+// close has the readers leave: a read under way ends at once, and no other
+// starts.
+func (c *conns) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	for conn := range c.m {
+		conn.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// closeAll closes the connections whose readers are still there: a reply
+// that did not come within the grace time, or a client that does not read
+// it.
+func (c *conns) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for conn := range c.m {
+		conn.Close()
+	}
 }

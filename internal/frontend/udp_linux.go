@@ -127,16 +127,16 @@ func newPollerBatch(fe *frontend, conn *net.UDPConn) (*udpBatch, error) {
 	return b, nil
 }
 
-// serveUDP answers the requests on conn until it is closed.
+// serveUDP answers the requests on conn until the front end closes.
 func (fe *frontend) serveUDP(conn *net.UDPConn) {
 	b, err := newPollerBatch(fe, conn)
 	if err != nil {
 		log.Errorf("frontend: %s: %v", conn.LocalAddr(), err)
 		return
 	}
-	for {
+	for !fe.stopping.Load() {
 		if err := b.raw.Read(b.serveFn); err != nil {
-			if !errors.Is(err, net.ErrClosed) {
+			if !errors.Is(err, net.ErrClosed) && !fe.stopping.Load() {
 				log.Errorf("frontend: reading %s: %v", b.local, err)
 			}
 			return
@@ -151,7 +151,8 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 
 // serve is serveUDP's read callback: it reads batches and answers them
 // until the socket is drained, then asks the poller to wait. It returns
-// true, ending the read, only for an error to read or send.
+// true, ending the read, for an error to read or send, and when the front
+// end closes.
 //
 // A batch short of batchLen drained the socket when it was read, so every
 // datagram queued since has woken the poller (the socket is edge-triggered),
@@ -162,6 +163,9 @@ func (fe *frontend) serveUDP(conn *net.UDPConn) {
 // whose wake-up the batch itself took, so the next is read at once.
 func (b *udpBatch) serve(fd uintptr) bool {
 	for {
+		if b.fe.stopping.Load() {
+			return true // a stream of full batches never waits for the deadline
+		}
 		if !b.recv(fd) {
 			return false
 		}

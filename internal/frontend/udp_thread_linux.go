@@ -80,13 +80,14 @@ func (s *threadSocket) setup() error {
 	return err
 }
 
-// shutdown wakes the reader, which closes the socket as it leaves.
+// shutdown wakes the reader, which leaves. The socket still sends the
+// chain's replies: it is shut down for reading only.
 func (s *threadSocket) shutdown() {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.closed.Store(true)
 	if s.fd >= 0 {
-		unix.Shutdown(s.fd, unix.SHUT_RDWR) // ENOTCONN, but it wakes the reader
+		unix.Shutdown(s.fd, unix.SHUT_RD) // ENOTCONN, but it wakes the reader
 	}
 }
 
@@ -110,9 +111,15 @@ const yieldEvery = 5 * time.Millisecond
 
 // serveThread answers the requests on s until it is closed.
 func (fe *frontend) serveThread(s *threadSocket) {
-	// Closed at once, the socket leaves the address's SO_REUSEPORT group,
-	// whose datagrams would otherwise still come to it.
-	defer s.close()
+	// A reader that leaves on an error closes its socket at once, which
+	// leaves the address's SO_REUSEPORT group, whose datagrams would
+	// otherwise still come to it; one that was shut down leaves it to the
+	// front end, which closes it once the chain has replied (closeSockets).
+	defer func() {
+		if !s.closed.Load() {
+			s.close()
+		}
+	}()
 	b := newUDPBatch(fe, s.local)
 	b.thread = s
 	yielded := time.Now()
