@@ -197,7 +197,7 @@ type frontend struct {
 	conns conns
 	// chain counts the UDP requests in the chain, whose replies their
 	// sockets must outlive; stopping tells the UDP readers to leave.
-	chain    flights
+	chain    busy
 	stopping atomic.Bool
 }
 
@@ -367,7 +367,7 @@ func (fe *frontend) closeSockets() {
 // after calls then once the goroutines f counts have ended, or the grace
 // time CoreDNS's server gives its own at a reload or a stop has passed: at
 // once when none runs, else from a goroutine of its own.
-func after(f *flights, then func()) {
+func after(f *busy, then func()) {
 	if f.n.Load() == 0 {
 		then()
 		return
@@ -397,18 +397,18 @@ func (fe *frontend) closeTCP() {
 	}
 }
 
-// flights counts goroutines whose replies a closed front end waits for.
-type flights struct {
+// busy counts goroutines whose replies a closed front end waits for.
+type busy struct {
 	wg sync.WaitGroup
 	n  atomic.Int64
 }
 
-func (f *flights) add() {
+func (f *busy) add() {
 	f.n.Add(1)
 	f.wg.Add(1)
 }
 
-func (f *flights) done() {
+func (f *busy) done() {
 	f.n.Add(-1)
 	f.wg.Done()
 }

@@ -152,7 +152,7 @@ type conns struct {
 	mu      sync.Mutex
 	m       map[net.Conn]struct{}
 	closing bool
-	readers flights
+	readers busy
 }
 
 // aLongTimeAgo is a read deadline that ends a read at once.
