@@ -198,9 +198,8 @@ func pacedWalk(ca Cache, stop <-chan struct{}) store.Walker {
 // cannot be read twice, is copied first to a file in os.TempDir() (TMPDIR)
 // that is removed as soon as it is made, so that a process killed while
 // it reads leaves nothing behind; where there is no room for one (a
-// read-only root file system, as deploy/kubernetes runs with no TMPDIR
-// mounted), it is held in memory instead, as much again as the store it
-// fills takes. Either way it is bounded: the stream holds at most the
+// read-only root file system without a writable TMPDIR), it is held in
+// memory instead, as much again as the store it fills takes. Either way it is bounded: the stream holds at most the
 // peer's store, and four times the budget leaves room for a peer of a
 // larger capacity (a rollout that lowers it), whose most recently used
 // entries are kept. What a flush begun since gen covers is not put: a
