@@ -159,6 +159,7 @@ type Loaded struct {
 // leaves out what a flush made since the file was taken covers.
 type Store interface {
 	Capacity() int64
+	Limits() store.PerKind
 	Put(e entry.Entry, now int64) store.Displaced
 }
 
@@ -200,7 +201,7 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 			if c.expired(e) {
 				l.Expired++
 			} else {
-				uses.add(c.age(e), len(e))
+				uses.add(c.age(e), len(e), store.KindOf(e))
 			}
 			return nil
 		})
@@ -208,7 +209,13 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 	if err != nil {
 		return l, err
 	}
-	for _, band := range uses.bands(s.Capacity()) {
+	bands := uses.bands(s.Capacity())
+	if uses.fits(s.Capacity(), s.Limits()) {
+		// None is left out: the order they go in does not matter, and
+		// one pass puts them all.
+		bands = []band{{0, numBuckets - 1}}
+	}
+	for _, band := range bands {
 		if _, err := r.Seek(0, io.SeekStart); err != nil {
 			return l, err
 		}
@@ -345,7 +352,9 @@ const maxBands = 8
 
 // tally is the bytes of a file's entries by their age.
 type tally struct {
-	bytes []int64 // by bucket, the most recently used first
+	bytes []int64       // by bucket, the most recently used first
+	total int64         // of all buckets
+	kinds store.PerKind // entries of each kind
 }
 
 // bucket returns the tally's bucket of an age.
@@ -356,12 +365,30 @@ func bucket(age int64) int {
 	return exactAges + bits.Len64(uint64(age)) - bits.Len64(exactAges)
 }
 
-// add counts an entry of size bytes, last used age seconds ago.
-func (t *tally) add(age int64, size int) {
+// add counts an entry of kind and size bytes, last used age seconds ago.
+func (t *tally) add(age int64, size, kind int) {
 	if t.bytes == nil {
 		t.bytes = make([]int64, numBuckets)
 	}
 	t.bytes[bucket(age)] += int64(size)
+	t.total += int64(size)
+	t.kinds[kind]++
+}
+
+// fits reports whether a store of budget bytes and entry caps limits (0:
+// none) holds every entry tallied, with room to spare: the index and the
+// arenas' slack cost a store less than a third of its entries' bytes, and
+// shards apply their share of a cap each.
+func (t *tally) fits(budget int64, limits store.PerKind) bool {
+	if 4*t.total > 3*budget {
+		return false
+	}
+	for k, n := range t.kinds {
+		if limits[k] > 0 && 4*n > 3*limits[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // band is the entries whose age falls in buckets [first, last].

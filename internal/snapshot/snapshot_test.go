@@ -406,10 +406,41 @@ func TestBands(t *testing.T) {
 	} {
 		var u tally
 		for age, n := range tc.bytes {
-			u.add(age, n)
+			u.add(age, n, store.KindSuccess)
 		}
 		if got := u.bands(tc.budget); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: bands %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestFits: a file whose entries a store holds with room to spare, in
+// bytes and in each kind's cap, is put in one pass; one it may not is put
+// by bands, the most recently used last.
+func TestFits(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		success, denial int // entries of 100 bytes
+		budget          int64
+		limits          store.PerKind
+		want            bool
+	}{
+		{"empty", 0, 0, 1000, store.PerKind{}, true},
+		{"three quarters of the budget", 6, 0, 800, store.PerKind{}, true},
+		{"past three quarters", 7, 0, 800, store.PerKind{}, false},
+		{"under the caps", 3, 3, 10000, store.PerKind{store.KindSuccess: 4, store.KindDenial: 4}, true},
+		{"past a cap's three quarters", 3, 4, 10000, store.PerKind{store.KindSuccess: 4, store.KindDenial: 4}, false},
+		{"no cap of a kind", 3, 90, 100000, store.PerKind{store.KindSuccess: 4}, true},
+	} {
+		var u tally
+		for range tc.success {
+			u.add(0, 100, store.KindSuccess)
+		}
+		for range tc.denial {
+			u.add(0, 100, store.KindDenial)
+		}
+		if got := u.fits(tc.budget, tc.limits); got != tc.want {
+			t.Errorf("%s: fits %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -253,6 +253,9 @@ func (s *Store) shard(h uint64) *shard { return &s.shards[h&uint64(len(s.shards)
 // Capacity returns the byte budget.
 func (s *Store) Capacity() int64 { return s.capacity }
 
+// Limits returns the entry caps of each kind it was made with, 0 for none.
+func (s *Store) Limits() PerKind { return s.limits }
+
 // Get runs f on the entry stored under key, whose hash is h (Hash), with the
 // entry's shard locked, and returns what f returns: false when there is no
 // entry. f may change the entry's bookkeeping in place (entry.Hit,
