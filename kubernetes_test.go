@@ -494,13 +494,7 @@ func TestKubernetesFailedReloadKeepsSource(t *testing.T) {
 	corefile := func(ttl string) string {
 		return ".:0 {\n\tbind 127.0.0.1\n\tcompactcache " + ttl + " {\n\t\tkubernetes cluster.local {\n\t\t\tendpoint http://127.0.0.1:1\n\t\t}\n\t}\n\twhoami\n}\n"
 	}
-	sources := func() (running []*Cache) {
-		invalidators.Range(func(ca, _ any) bool {
-			running = append(running, ca.(*Cache))
-			return true
-		})
-		return running
-	}
+	sources := kube.Running
 	inst, err := startCorefile(corefile(""))
 	if err != nil {
 		t.Fatal(err)
