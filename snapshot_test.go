@@ -120,20 +120,7 @@ func TestWarmupFromPeer(t *testing.T) {
 	logs := captureLog(t)
 	u := exampleUpstream()
 	up := startUpstream(t, u)
-	addrs, peer, _ := startOnFreePorts(t, 1, func(addrs []string) string {
-		return `.:0 {
-	bind 127.0.0.1
-	compactcache {
-		admin ` + addrs[0] + ` {
-			insecure_loopback
-		}
-	}
-	forward . ` + up + `
-}`
-	}, nil)
-	t.Cleanup(func() { stopInstance(peer) })
-	adminAddr := addrs[0]
-	peerAddr := peer.Servers()[0].LocalAddr().String()
+	adminAddr, peerAddr, _ := startPeer(t, up)
 	names := []string{"a.example.org.", "t.example.org.", "missing.example.org."}
 	for _, n := range names {
 		exchangeUDP(t, peerAddr, test.Case{Qname: n, Qtype: dns.TypeA}.Msg())
@@ -196,25 +183,13 @@ func TestWarmupFromPeer(t *testing.T) {
 func TestFlushDuringWarmup(t *testing.T) {
 	u := exampleUpstream()
 	up := startUpstream(t, u)
-	addrs, peer, _ := startOnFreePorts(t, 2, func(addrs []string) string {
-		return `.:0 {
-	bind 127.0.0.1
-	compactcache {
-		admin ` + addrs[0] + ` {
-			insecure_loopback
-		}
-	}
-	forward . ` + up + `
-}`
-	}, nil)
-	t.Cleanup(func() { stopInstance(peer) })
-	peerAddr := peer.Servers()[0].LocalAddr().String()
+	peerAdminAddr, peerAddr, own := startPeer(t, up)
 	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
 	exchangeUDP(t, peerAddr, req)
 
 	// The peer's stream, served by a peer that stalls before its last bytes.
 	var block string
-	peerAdmin := newAdminClient(t, addrs[0])
+	peerAdmin := newAdminClient(t, peerAdminAddr)
 	peerAdmin.token = ""
 	var blocks admin.Blocks
 	peerAdmin.ok(admin.OpBlocks, nil, &blocks)
@@ -240,7 +215,6 @@ func TestFlushDuringWarmup(t *testing.T) {
 		}
 	})
 
-	own := addrs[1]
 	inst := startInstance(t, `.:0 {
 	bind 127.0.0.1
 	compactcache {
@@ -269,4 +243,25 @@ func TestFlushDuringWarmup(t *testing.T) {
 	if u.count("a.example.org.", dns.TypeA) == before {
 		t.Error("a.example.org. A, flushed on the replica during its warm-up, was answered from the cache afterwards: the warm-up put it back")
 	}
+}
+
+// startPeer starts a server of a block that forwards to up with an admin
+// endpoint on the loopback, without a token, for replicas to warm up from,
+// and returns the endpoint's address, the server's, and one more address
+// whose port was free, for the replica's own endpoint.
+func startPeer(t *testing.T, up string) (admin, server, spare string) {
+	t.Helper()
+	addrs, peer, _ := startOnFreePorts(t, 2, func(addrs []string) string {
+		return `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		admin ` + addrs[0] + ` {
+			insecure_loopback
+		}
+	}
+	forward . ` + up + `
+}`
+	}, nil)
+	t.Cleanup(func() { stopInstance(peer) })
+	return addrs[0], peer.Servers()[0].LocalAddr().String(), addrs[1]
 }
