@@ -23,9 +23,10 @@ import (
 //   - the admin listeners (internal/adminserver) and the warm-ups in
 //     progress (internal/persist): one listener per address outlives
 //     reloads, and the ready plugin asks any block about every fill.
-//   - the front ends not yet started (internal/frontend, unstarted): their
-//     sockets are open while caddy swaps instances, and the instance that
-//     opened them may never start.
+//   - what blocks started before their instance's servers are up
+//     (internal/lifecycle): front ends' sockets, Kubernetes sources, shared
+//     tiers' connections, admin registrations, timed snapshot writes; the
+//     instance that started them may never start, nor shut down.
 //   - the memory mapped outside the Go heap and the huge-page collapses
 //     (internal/store, arena.go): the kernel's, counted once for the process.
 //   - the type of plugin.NextOrFailure's writer (internal/coredns), learnt

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -234,6 +237,35 @@ func TestReloadWhileServing(t *testing.T) {
 	}
 }
 
+// onTakenPort returns a server block on a port another socket holds: a
+// start or reload with it fails in caddy's start of the servers, after
+// every block's startup ran.
+func onTakenPort(t *testing.T) string {
+	t.Helper()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	_, port, _ := net.SplitHostPort(taken.Addr().String())
+	return ".:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}\n"
+}
+
+// failReload reloads inst with corefile, which must fail, and returns the
+// instance that serves on: inst, or the one a reload that did not fail
+// made, for the test's cleanup to stop.
+func failReload(t *testing.T, inst *caddy.Instance, corefile string) *caddy.Instance {
+	t.Helper()
+	serverMu.Lock()
+	next, err := inst.Restart(corefileInput(corefile))
+	serverMu.Unlock()
+	if err == nil {
+		t.Errorf("the reload to\n%s\nsucceeded", corefile)
+		return next
+	}
+	return inst
+}
+
 // TestFailedReloadWritesNoSnapshot: a reload that fails leaves the running
 // instance serving, and the failed instance, which never starts nor shuts
 // down, must not write its own store every INTERVAL over the running
@@ -241,15 +273,9 @@ func TestReloadWhileServing(t *testing.T) {
 // the server's (a block on a port another process holds), after a change
 // that makes a new, empty store.
 func TestFailedReloadWritesNoSnapshot(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	_, port, _ := net.SplitHostPort(taken.Addr().String())
 	for _, tc := range []struct{ name, block, more string }{
 		{"cache beside it", "cache\n\tcompactcache", ""},
-		{"port taken", "compactcache 600", ".:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}\n"},
+		{"port taken", "compactcache 600", onTakenPort(t)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLog(t)
@@ -265,13 +291,7 @@ func TestFailedReloadWritesNoSnapshot(t *testing.T) {
 			defer func() { stopInstance(inst) }()
 			exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
 
-			serverMu.Lock()
-			next, err := inst.Restart(corefileInput(corefile(tc.block) + tc.more))
-			serverMu.Unlock()
-			if err == nil {
-				inst = next
-				t.Fatal("the reload succeeded")
-			}
+			inst = failReload(t, inst, corefile(tc.block)+tc.more)
 			written := regexp.MustCompile(`Snapshot ` + regexp.QuoteMeta(path) + `: (\d+) entries written`)
 			// Three ticks of the running block's writer: the failed one's,
 			// if it ran, would tick as often.
@@ -286,5 +306,43 @@ func TestFailedReloadWritesNoSnapshot(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailedReloadClosesSharedTier: a reload that fails after the new
+// instance's blocks started (a block on a port another process holds)
+// leaves that instance neither started nor shut down; the connections its
+// shared tier opened must close, or each failed reload would leave a
+// client of the Redis server behind for good.
+func TestFailedReloadClosesSharedTier(t *testing.T) {
+	r := testenv.StartRedis(t)
+	corefile := func(ttl string) string {
+		return ".:0 {\n\tbind 127.0.0.1\n\tcompactcache " + ttl + " {\n\t\tshared redis://" + r.Addr + "\n\t}\n\twhoami\n}\n"
+	}
+	clients := func() int { return strings.Count(r.MustDo("CLIENT", "LIST"), "\n") - 1 } // less the one asking
+	settled := func(want int) int {
+		got := clients()
+		for deadline := time.Now().Add(5 * time.Second); got != want && time.Now().Before(deadline); got = clients() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return got
+	}
+	inst, err := startCorefile(corefile(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	for deadline := time.Now().Add(5 * time.Second); clients() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tier did not connect")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // every connection the tier keeps
+	running := clients()
+
+	inst = failReload(t, inst, corefile("600")+onTakenPort(t))
+	time.Sleep(500 * time.Millisecond) // time for a tier left running to connect
+	if got := settled(running); got != running {
+		t.Errorf("after a failed reload, the Redis server has %d clients, want the running block's %d", got, running)
 	}
 }

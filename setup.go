@@ -2,15 +2,16 @@ package compactcache
 
 import (
 	"fmt"
+	"strings"
+	"time"
+
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/adminserver"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/coredns"
-	"strings"
-	"time"
-
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -53,7 +54,7 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnRestartFailed(func() error {
 		withdraw(block, ca.store)
-		frontend.CloseUnstarted() // what a failed new instance opened
+		lifecycle.StopFailed() // what the failed new instance started
 		return nil
 	})
 	c.OnStartup(func() error {
@@ -72,6 +73,9 @@ func setup(c *caddy.Controller) error {
 		}
 		ca.metrics.View = cfg.ViewName
 		ca.StartShared(cfg.ViewName)
+		if ca.Shared != nil {
+			connected.Add(c, ca)
+		}
 		ca.listen = coredns.ServerAddrs(cfg)
 		if ca.Frontend != nil {
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {

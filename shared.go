@@ -2,15 +2,16 @@ package compactcache
 
 import (
 	"context"
-	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/miekg/dns"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/tier"
+	"github.com/miekg/dns"
 )
 
 // The second tier (internal/tier): a local miss asks it before the next
@@ -36,6 +37,11 @@ func (c *Cache) StartShared(view string) {
 		Apply:       func(f flush.Flush) { c.flushLocal(f) },
 	})
 }
+
+// connected are the blocks whose tiers connected at their startup, until
+// their instance's servers are up; the tiers of an instance that never
+// starts (a failed reload, which also never shuts down) are closed.
+var connected = lifecycle.New(nil, (*Cache).StopShared)
 
 // StopShared closes the block's connections to its shared tier.
 func (c *Cache) StopShared() {

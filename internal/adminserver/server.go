@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/corefile"
 	"io"
 	"net"
 	"net/http"
@@ -26,8 +25,10 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 )
@@ -192,10 +193,9 @@ func (t *tokenFile) matches(got string) bool {
 // adminInstance is what the blocks of one caddy instance share: the admin
 // configuration they agreed on. It lives in the instance's storage.
 type adminInstance struct {
-	cfg     adminConfig
-	from    string // the block that gave it first, for errors
-	token   *tokenFile
-	started bool // the instance's servers are up (InstanceStartupEvent)
+	cfg   adminConfig
+	from  string // the block that gave it first, for errors
+	token *tokenFile
 }
 
 type adminInstanceKey struct{}
@@ -219,7 +219,11 @@ func Hooks(c *caddy.Controller, ca Cache, info func() admin.Block) {
 			return nil
 		}
 		reg = &adminBlock{inst: ai, c: ca, info: info()}
-		return admins.register(reg)
+		if err := admins.register(reg); err != nil {
+			return err
+		}
+		registered.Add(c, reg)
+		return nil
 	})
 	c.OnShutdown(func() error {
 		if reg != nil {
@@ -227,29 +231,12 @@ func Hooks(c *caddy.Controller, ca Cache, info func() admin.Block) {
 		}
 		return nil
 	})
-	// A reload that failed after the new instance's blocks registered:
-	// they never start, nor shut down.
-	c.OnRestartFailed(func() error {
-		admins.dropUnstarted(nil)
-		return nil
-	})
 }
 
-func init() { caddy.RegisterEventHook("compactcache-admin", adminStartup) }
-
-// adminStartup marks the blocks of an instance whose servers are up as
-// started, and drops those of instances that never started.
-func adminStartup(event caddy.EventName, info any) error {
-	inst, ok := info.(*caddy.Instance)
-	if event != caddy.InstanceStartupEvent || !ok {
-		return nil
-	}
-	inst.StorageMu.RLock()
-	ai, _ := inst.Storage[adminInstanceKey{}].(*adminInstance)
-	inst.StorageMu.RUnlock()
-	admins.dropUnstarted(ai)
-	return nil
-}
+// registered are the blocks registered until their instance's servers are
+// up; those of an instance that never starts (a failed reload, which also
+// never shuts down) are taken off.
+var registered = lifecycle.New(nil, admins.unregister)
 
 // admins are the process's admin listeners, by address.
 var admins = adminRegistry{servers: map[string]*adminServer{}}
@@ -298,18 +285,6 @@ func (r *adminRegistry) unregister(b *adminBlock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.remove(func(x *adminBlock) bool { return x == b })
-}
-
-// dropUnstarted marks the blocks of started as started, and takes off the
-// blocks of every other instance that has not started: a reload or start
-// that failed after its blocks registered.
-func (r *adminRegistry) dropUnstarted(started *adminInstance) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if started != nil {
-		started.started = true
-	}
-	r.remove(func(x *adminBlock) bool { return !x.inst.started })
 }
 
 // remove takes the blocks drop picks off every listener and closes the

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/corefile"
 	"net"
 	"net/netip"
 	"runtime"
@@ -21,16 +20,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
-	corelog "github.com/coredns/coredns/plugin/log"
-	"github.com/coredns/coredns/plugin/pkg/response"
-
 	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	corelog "github.com/coredns/coredns/plugin/log"
 	"github.com/coredns/coredns/plugin/metrics"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/coredns/coredns/plugin/pkg/transport"
 	"github.com/miekg/dns"
@@ -176,6 +176,7 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 type frontend struct {
 	cfg    *Config
 	blocks []*block
+	addrs  []string // the server addresses of its blocks, as dnsserver names them
 
 	udp     []*net.UDPConn  // read through the poller
 	threads []*threadSocket // read by threads of their own
@@ -808,81 +809,21 @@ func (w *chainWriter) verifyTSIG(pkt []byte, t *dns.TSIG, secrets map[string]str
 
 var log = clog.NewWithPlugin("compactcache")
 
-// frontendsKey keeps, in a caddy instance's storage, the front ends its
-// blocks opened, until the instance's servers are up.
-type frontendsKey struct{}
+// opened are the front ends whose sockets are open, each started once its
+// instance's servers run: only then does caddy know them, and a front end
+// needs its block's. One whose instance never starts is closed, or
+// clients' datagrams would go to sockets nobody reads (SO_REUSEPORT shares
+// the address).
+var opened = lifecycle.New(startFrontend, (*frontend).close)
 
-// pendingFrontend is a front end waiting for its server.
-type pendingFrontend struct {
-	fe    *frontend
-	addrs []string // the server addresses of the block, as dnsserver names them
-}
-
-func init() { caddy.RegisterEventHook("compactcache-frontend", startFrontends) }
-
-// startFrontends starts the front ends of an instance once its servers
-// run: only then does caddy know them, and a front end needs its block's.
-func startFrontends(event caddy.EventName, info any) error {
-	inst, ok := info.(*caddy.Instance)
-	if event != caddy.InstanceStartupEvent || !ok {
-		return nil
-	}
-	inst.StorageMu.RLock()
-	pending, _ := inst.Storage[frontendsKey{}].([]pendingFrontend)
-	inst.StorageMu.RUnlock()
-	for _, p := range pending {
-		unstarted.remove(p.fe)
-		srv := coredns.Server(inst, p.addrs)
-		if srv == nil {
-			log.Errorf("frontend: no server for %s among the instance's; the front end stays closed", strings.Join(p.addrs, ", "))
-			p.fe.close()
-			continue
-		}
-		p.fe.start(srv)
-	}
-	// What is left belongs to an instance that never started: a failed
-	// reload whose old instance had no compactcache to close it.
-	unstarted.closeAll()
-	return nil
-}
-
-// CloseUnstarted closes the front ends whose instance's servers never
-// started: a reload failed after their blocks were set up.
-func CloseUnstarted() { unstarted.closeAll() }
-
-// unstarted are the front ends whose sockets are open and whose instance's
-// servers are not up yet. A reload that fails after a block's front end
-// opened its sockets drops the new instance without shutting it down: the
-// old instance closes them (unstarted.closeAll) if it has compactcache, else the
-// next instance that starts does, or clients' datagrams would go to sockets
-// nobody reads (SO_REUSEPORT shares the address).
-var unstarted = frontendSet{m: map[*frontend]bool{}}
-
-type frontendSet struct {
-	mu sync.Mutex
-	m  map[*frontend]bool
-}
-
-func (s *frontendSet) add(fe *frontend) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[fe] = true
-}
-
-func (s *frontendSet) remove(fe *frontend) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, fe)
-}
-
-// closeAll closes the front ends in s and empties it.
-func (s *frontendSet) closeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for fe := range s.m {
+func startFrontend(inst *caddy.Instance, fe *frontend) {
+	srv := coredns.Server(inst, fe.addrs)
+	if srv == nil {
+		log.Errorf("frontend: no server for %s among the instance's; the front end stays closed", strings.Join(fe.addrs, ", "))
 		fe.close()
-		delete(s.m, fe)
+		return
 	}
+	fe.start(srv)
 }
 
 // Setup opens the front end fc of the block of cfg at startup, before
@@ -908,30 +849,28 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 		}
 	}
 	addrs := coredns.ServerAddrs(cfg)
-	pending, _ := c.Get(frontendsKey{}).([]pendingFrontend)
-	for _, p := range pending {
-		if !slices.Equal(p.fe.cfg.udp, fc.udp) || !slices.Equal(p.fe.cfg.tcp, fc.tcp) {
+	for _, fe := range opened.Of(c) {
+		if !slices.Equal(fe.cfg.udp, fc.udp) || !slices.Equal(fe.cfg.tcp, fc.tcp) {
 			continue
 		}
 		// Another block of this instance has the front end of these
 		// addresses: one front end serves both, by zone.
-		if !slices.Equal(p.addrs, addrs) {
+		if !slices.Equal(fe.addrs, addrs) {
 			return fmt.Errorf("frontend: %s is the front end of blocks served on %s; a block served on %s cannot share it: give it a front end of its own addresses",
-				strings.Join(fc.udp, " "), strings.Join(p.addrs, " "), strings.Join(addrs, " "))
+				strings.Join(fc.udp, " "), strings.Join(fe.addrs, " "), strings.Join(addrs, " "))
 		}
-		if o := p.fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery || o.poller != fc.poller {
+		if o := fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery || o.poller != fc.poller {
 			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log, wait): give them the same", strings.Join(fc.udp, " "))
 		}
-		p.fe.blocks = append(p.fe.blocks, b)
+		fe.blocks = append(fe.blocks, b)
 		return nil
 	}
 	fe, err := fc.listen()
 	if err != nil {
 		return err
 	}
-	fe.blocks = []*block{b}
-	unstarted.add(fe)
-	c.Set(frontendsKey{}, append(pending, pendingFrontend{fe: fe, addrs: addrs}))
+	fe.blocks, fe.addrs = []*block{b}, addrs
+	opened.Add(c, fe)
 	c.OnShutdown(func() error {
 		fe.close()
 		return nil

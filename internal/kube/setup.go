@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -33,22 +34,19 @@ func Setup(c *caddy.Controller, key any, cfg *Config, name string, target func(v
 			return plugin.Error(name, err)
 		}
 		sources.Store(key, inv)
-		unstarted.add(c, key)
+		waiting.Add(c, key)
 		return nil
 	})
 	c.OnShutdown(func() error {
 		stop(key)
 		return nil
 	})
-	// A reload failed: the new instance, whose sources may have started,
-	// never starts its servers nor shuts down. caddy runs this instance's
-	// hook (the old one's, still serving), which stops the new one's
-	// sources, not its own.
-	c.OnRestartFailed(func() error {
-		unstarted.stopAll()
-		return nil
-	})
 }
+
+// waiting are the keys of the blocks whose sources run, until their
+// instance's servers are up; the sources of an instance that never starts
+// (a failed reload, which also never shuts down) are stopped.
+var waiting = lifecycle.New(nil, stop)
 
 // StatsOf is what the source of the block whose cache is key has done
 // since it started; nil without one.
@@ -74,63 +72,5 @@ func Running() (keys []any) {
 func stop(key any) {
 	if inv, ok := sources.LoadAndDelete(key); ok {
 		inv.(*Invalidator).Stop()
-	}
-}
-
-// startedKey keeps, in a caddy instance's storage, the keys of its blocks
-// whose sources started, until the instance's servers are up.
-type startedKey struct{}
-
-func init() { caddy.RegisterEventHook("compactcache-kubernetes", started) }
-
-// started marks the sources of an instance whose servers are up as
-// started, and stops those left of instances that never started: a failed
-// reload from an instance without compactcache, whose hook would have.
-func started(event caddy.EventName, info any) error {
-	inst, ok := info.(*caddy.Instance)
-	if event != caddy.InstanceStartupEvent || !ok {
-		return nil
-	}
-	inst.StorageMu.RLock()
-	keys, _ := inst.Storage[startedKey{}].([]any)
-	inst.StorageMu.RUnlock()
-	unstarted.remove(keys)
-	unstarted.stopAll()
-	return nil
-}
-
-// unstarted are the blocks whose sources run and whose instance's servers
-// are not up yet.
-var unstarted = keySet{m: map[any]bool{}}
-
-type keySet struct {
-	mu sync.Mutex
-	m  map[any]bool
-}
-
-// add records key, of the block of c, until c's instance's servers are up.
-func (s *keySet) add(c *caddy.Controller, key any) {
-	s.mu.Lock()
-	s.m[key] = true
-	s.mu.Unlock()
-	keys, _ := c.Get(startedKey{}).([]any)
-	c.Set(startedKey{}, append(keys, key))
-}
-
-func (s *keySet) remove(keys []any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, k := range keys {
-		delete(s.m, k)
-	}
-}
-
-// stopAll stops the sources of the set's blocks, and empties it.
-func (s *keySet) stopAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key := range s.m {
-		stop(key)
-		delete(s.m, key)
 	}
 }

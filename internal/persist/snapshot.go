@@ -11,7 +11,6 @@ package persist
 import (
 	"errors"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"io"
 	"io/fs"
 	"os"
@@ -20,8 +19,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
@@ -108,12 +109,7 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 	stop := make(chan struct{})
 	if sc.every > 0 {
 		c.OnStartup(func() error {
-			// The writes start once the instance's servers are up
-			// (startWriters): a new instance that fails to start never
-			// shuts down, and its writes would go on, of its own store,
-			// over the file of the instance still serving.
-			pending, _ := c.Get(writersKey{}).([]func())
-			c.Set(writersKey{}, append(pending, func() { go sc.writeEvery(ca, stop) }))
+			timed.Add(c, &timedWrites{sc, ca, stop})
 			return nil
 		})
 	}
@@ -130,27 +126,19 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 	return nil
 }
 
-// writersKey keeps, in a caddy instance's storage, the starts of its blocks'
-// writes every INTERVAL, until the instance's servers are up.
-type writersKey struct{}
-
-func init() { caddy.RegisterEventHook("compactcache-snapshot", startWriters) }
-
-// startWriters starts the writes every INTERVAL of an instance whose
-// servers are up.
-func startWriters(event caddy.EventName, info any) error {
-	inst, ok := info.(*caddy.Instance)
-	if event != caddy.InstanceStartupEvent || !ok {
-		return nil
-	}
-	inst.StorageMu.RLock()
-	pending, _ := inst.Storage[writersKey{}].([]func())
-	inst.StorageMu.RUnlock()
-	for _, start := range pending {
-		start()
-	}
-	return nil
+// timedWrites are the writes every INTERVAL of one block.
+type timedWrites struct {
+	sc   *Snapshot
+	ca   Cache
+	stop chan struct{}
 }
+
+// timed starts the writes every INTERVAL of an instance once its servers
+// are up: one that fails to start never shuts down, and its writes would
+// go on, of its own store, over the file of the instance still serving.
+var timed = lifecycle.New(func(_ *caddy.Instance, w *timedWrites) {
+	go w.sc.writeEvery(w.ca, w.stop)
+}, nil)
 
 func (sc *Snapshot) writeEvery(ca Cache, stop <-chan struct{}) {
 	t := time.NewTicker(sc.every)

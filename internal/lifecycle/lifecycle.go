@@ -1,0 +1,129 @@
+// Package lifecycle ties what a Corefile block starts beside its servers
+// (a front end's sockets, a source of invalidations, a shared tier's
+// connections, a registration with an admin listener, timed snapshot
+// writes) to whether its caddy instance's servers come up.
+//
+// caddy runs an instance's OnStartup hooks and only then starts its
+// servers. When that fails on a reload (a port another process holds, a
+// later block's startup error), caddy keeps the running instance, runs the
+// running instance's OnRestartFailed hooks, and neither starts nor shuts
+// down the new one: its OnShutdown hooks never run, and what its blocks
+// started would run on for good. A Waiting holds each such thing until its
+// instance's servers are up (caddy.InstanceStartupEvent), and stops those
+// whose instance never got there: when the running instance's blocks call
+// StopFailed from their OnRestartFailed hooks, or else when the next
+// instance starts.
+package lifecycle
+
+import (
+	"sync"
+
+	"github.com/coredns/caddy"
+)
+
+// Waiting is what blocks started that waits for its instance's servers.
+type Waiting[T comparable] struct {
+	start func(inst *caddy.Instance, t T) // the servers are up; may be nil
+	stop  func(t T)                       // they never came up; may be nil
+
+	mu      sync.Mutex
+	waiting map[T]struct{}
+}
+
+// New returns a Waiting that calls start for each thing added once its
+// instance's servers are up, and stop for each whose instance failed.
+func New[T comparable](start func(inst *caddy.Instance, t T), stop func(t T)) *Waiting[T] {
+	w := &Waiting[T]{start: start, stop: stop, waiting: map[T]struct{}{}}
+	all.Lock()
+	defer all.Unlock()
+	all.sets = append(all.sets, w)
+	return w
+}
+
+// Add holds t, which the block of c started or opened, until c's
+// instance's servers are up.
+func (w *Waiting[T]) Add(c *caddy.Controller, t T) {
+	w.mu.Lock()
+	w.waiting[t] = struct{}{}
+	w.mu.Unlock()
+	c.Set(w, append(w.Of(c), t))
+}
+
+// Of returns what the blocks of c's instance added, in the order they did.
+func (w *Waiting[T]) Of(c *caddy.Controller) []T {
+	ts, _ := c.Get(w).([]T)
+	return ts
+}
+
+// started starts what the blocks of inst, whose servers are up, added.
+func (w *Waiting[T]) started(inst *caddy.Instance) {
+	inst.StorageMu.RLock()
+	ts, _ := inst.Storage[w].([]T)
+	inst.StorageMu.RUnlock()
+	w.mu.Lock()
+	for _, t := range ts {
+		delete(w.waiting, t)
+	}
+	w.mu.Unlock()
+	if w.start != nil {
+		for _, t := range ts {
+			w.start(inst, t)
+		}
+	}
+}
+
+// stopFailed stops what is still waiting: its instance's servers never
+// came up, since an instance starts or fails before the next one begins.
+func (w *Waiting[T]) stopFailed() {
+	w.mu.Lock()
+	left := w.waiting
+	w.waiting = map[T]struct{}{}
+	w.mu.Unlock()
+	if w.stop != nil {
+		for t := range left {
+			w.stop(t)
+		}
+	}
+}
+
+// set is a Waiting of any type.
+type set interface {
+	started(inst *caddy.Instance)
+	stopFailed()
+}
+
+// all are the process's Waitings, made once each, at package init.
+var all struct {
+	sync.Mutex
+	sets []set
+}
+
+func sets() []set {
+	all.Lock()
+	defer all.Unlock()
+	return all.sets
+}
+
+func init() { caddy.RegisterEventHook("compactcache-lifecycle", onEvent) }
+
+func onEvent(event caddy.EventName, info any) error {
+	inst, ok := info.(*caddy.Instance)
+	if event != caddy.InstanceStartupEvent || !ok {
+		return nil
+	}
+	for _, s := range sets() {
+		s.started(inst)
+	}
+	// What is left belongs to an instance that never started: a failed
+	// reload whose running instance had no block to call StopFailed.
+	StopFailed()
+	return nil
+}
+
+// StopFailed stops what the blocks of instances whose servers never came
+// up started. A block calls it from its OnRestartFailed hook.
+func StopFailed() {
+	for _, s := range sets() {
+		s.stopFailed()
+	}
+}
