@@ -646,15 +646,19 @@ func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 }
 
-// TestFrontendUDPMissAcrossReload: a miss in the chain when a reload comes
-// is still answered, as CoreDNS's own server waits (up to its grace time)
-// for the requests in flight before it closes its socket: the front end
-// closed its sockets at once, and the chain's reply was never sent.
-func TestFrontendUDPMissAcrossReload(t *testing.T) {
+// TestFrontendUDPAcrossReload: a miss in the chain when a reload comes is
+// still answered, as CoreDNS's own server waits (up to its grace time) for
+// the requests in flight before it closes its socket: the front end closed
+// its sockets at once, and the chain's reply was never sent. And no request
+// that comes meanwhile is lost, as none is by CoreDNS's own server, which
+// hands its socket to the new instance: the old front end's sockets stayed
+// in their address's SO_REUSEPORT group, unread, until that reply was sent.
+func TestFrontendUDPAcrossReload(t *testing.T) {
 	for _, wait := range []string{"thread", "poller"} {
 		t.Run(wait, func(t *testing.T) {
 			zone := wait + ".udpreload.frontend.test."
 			u := newUpstream()
+			u.add("b."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("b." + zone + " 300 IN A 192.0.2.2")}, nil, nil)
 			asked, release := u.hold("a." + zone + " 300 IN A 192.0.2.1")
 			var once sync.Once
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -680,14 +684,32 @@ func TestFrontendUDPMissAcrossReload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			hit, err := test.Case{Qname: "b." + zone, Qtype: dns.TypeA}.Msg().Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exchangeRaw(t, fe, hit, time.Second) == nil {
+				t.Fatal("no reply to the miss of b")
+			}
 			got := make(chan []byte, 1)
-			go func() { got <- exchangeRaw(t, fe, pkt, 3*time.Second) }()
+			go func() { got <- exchangeRaw(t, fe, pkt, 15*time.Second) }()
 			<-asked
 			serverMu.Lock()
 			inst, err = inst.Restart(corefileInput(corefile("errors")))
 			serverMu.Unlock()
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Each from a socket of its own, which the kernel hashes to
+			// any of the address's sockets.
+			lost := 0
+			for range 32 {
+				if exchangeRaw(t, fe, hit, 250*time.Millisecond) == nil {
+					lost++
+				}
+			}
+			if lost > 0 {
+				t.Errorf("%d of 32 requests sent after the reload, while a miss was in flight, got no reply", lost)
 			}
 			once.Do(func() { close(release) })
 			if r := <-got; r == nil {

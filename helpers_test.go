@@ -83,13 +83,14 @@ func (u *upstream) set(name string, qtype uint16, f func(r *dns.Msg) *dns.Msg) {
 }
 
 // hold scripts the answer to the A record a's name and type to wait:
-// asked closes when the question comes, and closing release answers it
-// with a.
+// asked closes when the question first comes (forward asks again after
+// its timeout), and closing release answers it with a.
 func (u *upstream) hold(a string) (asked, release chan struct{}) {
 	rr := test.A(a)
 	asked, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	u.set(rr.Hdr.Name, dns.TypeA, func(r *dns.Msg) *dns.Msg {
-		close(asked)
+		once.Do(func() { close(asked) })
 		<-release
 		m := new(dns.Msg)
 		m.SetReply(r)

@@ -9,6 +9,7 @@ package frontend
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -177,6 +178,7 @@ type frontend struct {
 	cfg    *Config
 	blocks []*block
 	addrs  []string // the server addresses of its blocks, as dnsserver names them
+	seq    uint64   // the order it opened in, among the process's (successor)
 
 	udp     []*net.UDPConn  // read through the poller
 	threads []*threadSocket // read by threads of their own
@@ -253,7 +255,7 @@ func (fc *Config) check(cfg *dnsserver.Config, cache string) error {
 // sockets share an address, each read by its own goroutine, and lets a
 // reloaded instance open its sockets before the old one closes.
 func (fc *Config) listen() (*frontend, error) {
-	fe := &frontend{cfg: fc, inflight: make(chan struct{}, fc.inflight)}
+	fe := &frontend{cfg: fc, inflight: make(chan struct{}, fc.inflight), seq: frontends.Add(1)}
 	if err := fe.open(); err != nil {
 		fe.close()
 		return nil, fmt.Errorf("frontend: %w", err)
@@ -287,12 +289,14 @@ func (fe *frontend) openUDP(addr string) error {
 		s, err := listenThread(addr)
 		if err == nil {
 			fe.threads = append(fe.threads, s)
+			recordSocket(fe, s.local, s)
 		}
 		return err
 	}
 	conn, err := listenUDP(addr)
 	if err == nil {
 		fe.udp = append(fe.udp, conn)
+		recordSocket(fe, conn.LocalAddr(), pollerConn{conn})
 	}
 	return err
 }
@@ -360,8 +364,13 @@ func (fe *frontend) closeSockets() {
 	// waiting here would hold up every request to the new sockets. Nor
 	// should a socket stay in its address's SO_REUSEPORT group unread any
 	// longer than the chain's replies need it, since the datagrams that come
-	// to it are lost.
-	after(&fe.chain, fe.closeUDP)
+	// to it are lost: not at all when a newer front end's sockets can send
+	// those replies (successor.go).
+	if fe.succeeded() {
+		fe.closeUDP()
+	} else {
+		after(&fe.chain, fe.closeUDP)
+	}
 	after(&fe.conns.readers, fe.closeTCP)
 }
 
@@ -381,6 +390,7 @@ func after(f *busy, then func()) {
 
 // closeUDP closes the UDP sockets, whose readers have left.
 func (fe *frontend) closeUDP() {
+	forgetSockets(fe)
 	for _, conn := range fe.udp {
 		conn.Close()
 	}
@@ -727,6 +737,7 @@ type chainWriter struct {
 	local, remote net.Addr
 
 	udp udpSender
+	fe  *frontend // whose socket udp is
 	to  netip.AddrPort
 	oob []byte // the reply's control message: its source (frontend_linux.go)
 	tcp *tcpConn
@@ -770,14 +781,27 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	if w.tcp != nil {
 		return w.tcp.write(b)
 	}
+	n, err := w.send(w.udp, b)
+	if errors.Is(err, net.ErrClosed) {
+		// The front end closed at a reload, and a newer one's socket on
+		// the same address took its place.
+		if s := successor(w.fe, w.local); s != nil {
+			return w.send(s, b)
+		}
+	}
+	return n, err
+}
+
+// send sends b to the client through s.
+func (w *chainWriter) send(s udpSender, b []byte) (int, error) {
 	if len(w.oob) > 0 {
-		if n, err := w.udp.sendmsg(b, w.oob, w.to); err == nil {
+		if n, err := s.sendmsg(b, w.oob, w.to); err == nil {
 			return n, nil
 		}
 		// No reply can leave from a broadcast or multicast destination:
 		// the routing's source then, as without.
 	}
-	return w.udp.sendmsg(b, nil, w.to)
+	return s.sendmsg(b, nil, w.to)
 }
 
 // udpSender sends a datagram to a client, from the source a control

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,61 @@ func TestShedReply(t *testing.T) {
 	}
 	if got := shedReply([]byte{1, 2, 3}); got != nil {
 		t.Errorf("runt: shed reply %v, want none", got)
+	}
+}
+
+// TestSuccessor: a closed front end's replies leave through the newest
+// front end opened after it with a socket on the same address, never
+// through an older one, which may be closing too.
+func TestSuccessor(t *testing.T) {
+	local := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}
+	other := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5354}
+	var fes [3]*frontend
+	for i := range fes {
+		fes[i] = &frontend{seq: frontends.Add(1)}
+		recordSocket(fes[i], local, pollerConn{new(net.UDPConn)})
+	}
+	recordSocket(fes[0], other, pollerConn{new(net.UDPConn)})
+	t.Cleanup(func() {
+		for _, fe := range fes {
+			forgetSockets(fe)
+		}
+	})
+	sender := func(fe *frontend) udpSender {
+		successors.Lock()
+		defer successors.Unlock()
+		for _, o := range successors.m[local.String()] {
+			if o.fe == fe {
+				return o.s
+			}
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name   string
+		forget *frontend
+		of     *frontend
+		want   *frontend
+	}{
+		{"the newest", nil, fes[0], fes[2]},
+		{"the newest of a later one", nil, fes[1], fes[2]},
+		{"none for the newest", nil, fes[2], nil},
+		{"the next newest once the newest closed", fes[2], fes[0], fes[1]},
+		{"none for a later one", nil, fes[1], nil},
+		{"never an older one, once its own are forgotten", fes[1], fes[1], nil},
+	} {
+		if tc.forget != nil {
+			forgetSockets(tc.forget)
+		}
+		want := udpSender(nil)
+		if tc.want != nil {
+			want = sender(tc.want)
+		}
+		if got := successor(tc.of, local); got != want {
+			t.Errorf("%s: got a socket of %v, want %v", tc.name, got, want)
+		}
+	}
+	if successor(fes[0], other) != nil {
+		t.Error("a successor on an address no later front end has")
 	}
 }

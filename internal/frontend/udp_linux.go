@@ -270,7 +270,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 		return
 	}
 	client = withScope(client, &b.names[i])
-	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.sender(), to: client}
+	w := &chainWriter{local: b.local, remote: net.UDPAddrFromAddrPort(client), udp: b.sender(), fe: fe, to: client}
 	if b.pktinfo {
 		// The chain replies later, from its own goroutine: its own copy.
 		oob := oobBytes(new([oobLen / 8]uint64))

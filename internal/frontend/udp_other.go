@@ -5,6 +5,7 @@ package frontend
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"runtime"
 )
 
@@ -15,11 +16,14 @@ func (fe *frontend) serveUDP(*net.UDPConn) {}
 func askDestinations(*net.UDPConn) error { return nil }
 
 // threadSocket and what uses it are never called either: as serveUDP.
-type threadSocket struct{}
+type threadSocket struct{ local net.Addr }
 
 func listenThread(string) (*threadSocket, error) { return nil, errors.New("needs Linux") }
 
-func (*threadSocket) shutdown()                {}
+func (*threadSocket) shutdown() {}
+func (*threadSocket) sendmsg(_, _ []byte, _ netip.AddrPort) (int, error) {
+	return 0, errors.ErrUnsupported
+}
 func (*threadSocket) close()                   {}
 func (fe *frontend) serveThread(*threadSocket) {}
 func raiseProcs(int)                           {}
