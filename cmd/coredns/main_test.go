@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,7 +153,7 @@ func smoke(t *testing.T, bin, corefile string) {
 	}
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
-	start(t, bin, conf)
+	srv := start(t, bin, conf)
 	waitReady(t, addr)
 
 	zone := readZone(t, filepath.Join(root, "testdata", "db.example.org"))
@@ -183,8 +184,12 @@ func smoke(t *testing.T, bin, corefile string) {
 		{"www.example.org.", dns.TypeMX, dns.RcodeSuccess, nil, soa}, // NODATA
 	}
 
-	// Twice: the first round fills the cache, the second is served from it.
-	for round := 1; round <= 2; round++ {
+	// The first round fills the cache, the second is served from it, and
+	// the third after a reload, from what the reload kept.
+	for round := 1; round <= 3; round++ {
+		if round == 3 {
+			srv.reload(t)
+		}
 		for _, tc := range tests {
 			for _, tr := range []struct {
 				net  string
@@ -291,7 +296,7 @@ func readZone(t *testing.T, path string) zone {
 // start runs the binary on conf from the repository root, where the zone
 // path in Corefile.example points, and kills it when the test ends. Its
 // output goes to the test log if the test fails.
-func start(t *testing.T, bin, conf string) {
+func start(t *testing.T, bin, conf string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, "-conf", conf)
 	cmd.Dir = root
@@ -313,6 +318,28 @@ func start(t *testing.T, bin, conf string) {
 			t.Logf("coredns output:\n%s", out.String())
 		}
 	})
+	return &server{cmd, out}
+}
+
+// server is a running binary and its output.
+type server struct {
+	cmd *exec.Cmd
+	out *testenv.LogBuffer
+}
+
+// reload reloads the server as an operator does, with SIGUSR1, and waits
+// until caddy says the reload is complete.
+func (s *server) reload(t *testing.T) {
+	t.Helper()
+	done := strings.Count(s.out.String(), "Reloading complete")
+	if err := s.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(s.out.String(), "Reloading complete") == done; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reload 30 s after SIGUSR1")
+		}
+	}
 }
 
 // waitReady waits until the server at addr answers anything over UDP and TCP.

@@ -43,6 +43,7 @@ func New[T comparable](start func(inst *caddy.Instance, t T), stop func(t T)) *W
 // Add holds t, which the block of c started or opened, until c's
 // instance's servers are up.
 func (w *Waiting[T]) Add(c *caddy.Controller, t T) {
+	hook()
 	w.mu.Lock()
 	w.waiting[t] = struct{}{}
 	w.mu.Unlock()
@@ -104,7 +105,21 @@ func sets() []set {
 	return all.sets
 }
 
-func init() { caddy.RegisterEventHook("compactcache-lifecycle", onEvent) }
+// hook registers onEvent with caddy unless it is registered. Registering
+// it once, at init, is not enough: a reload by SIGUSR1 drops every event
+// hook before it sets the new instance up (caddy's sigtrap_posix.go,
+// purgeEventHooks), and nothing would start after the first such reload.
+// Add calls it, at a block's startup, which comes after that drop.
+func hook() {
+	hooked.Lock()
+	defer hooked.Unlock()
+	// RegisterEventHook panics when a hook of the name is registered, and
+	// caddy has no other way to ask.
+	defer func() { _ = recover() }()
+	caddy.RegisterEventHook("compactcache-lifecycle", onEvent)
+}
+
+var hooked sync.Mutex
 
 func onEvent(event caddy.EventName, info any) error {
 	inst, ok := info.(*caddy.Instance)
