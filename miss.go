@@ -437,6 +437,12 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 	})
 	if dropped != nil {
 		c.store.Remove(dropped)
+		if c.PreferPositive {
+			// What does not answer is kept beside the answer (store):
+			// listed nowhere once its variant leaves the list, it would
+			// outlive max_variants and every flush of the name.
+			c.store.Remove(b.OtherKey(dropped))
+		}
 	}
 }
 
