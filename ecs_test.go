@@ -401,3 +401,23 @@ func TestECSMaxVariantsDropsKeptDenial(t *testing.T) {
 		t.Errorf("10.1.1.0/24 asked upstream %d times across a flush of the name, want 2: its denial outlived the flush", asked["10.1.1.0"])
 	}
 }
+
+// TestECSVariantCachedAgainAfterExpiry: an answer tailored to a subnet and
+// fetched again once expired is cached again: the name's list of variants
+// lives as long as the variants it lists, the one fetched again too.
+func TestECSVariantCachedAgainAfterExpiry(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache", g, clk)
+	q := geoQuery("s24.geo.", "10.1.1.0/24")
+	ask(t, c, q, false)
+	clk.advance(301 * time.Second) // past the answer's TTL of 300
+	for range 3 {
+		if network, _ := geoAnswer(t, ask(t, c, q, false)); network != "10.1.1.0/24" {
+			t.Fatalf("answer for %s", network)
+		}
+	}
+	if n := g.count("s24.geo."); n != 2 {
+		t.Errorf("upstream asked %d times, want 2: the answer fetched again after it expired was not served from the cache", n)
+	}
+}

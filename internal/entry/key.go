@@ -210,13 +210,16 @@ func (v Variant) key(dst, base []byte, family uint16) []byte {
 // the variant dropped past max in b.dropped, or nil.
 func ListVariant(b *Builder, old Entry, base []byte, family uint16, v Variant, max int, stored, ttl uint32) (fresh Entry, dropped []byte) {
 	if old != nil {
+		// Before the lookup for v: a variant listed already, fetched again,
+		// outlives the list otherwise, which is then expired while the
+		// variant lives, and the lookups that read the list find none.
+		outlive(old, int64(stored)+int64(ttl))
 		l := old.List()
 		for i := range l.Count() {
 			if l.Item(i) == v {
 				return nil, nil
 			}
 		}
-		outlive(old, int64(stored)+int64(ttl))
 		switch n := l.Count(); {
 		case n < l.capacity():
 			l.setItem(n, v)
