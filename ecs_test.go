@@ -421,3 +421,24 @@ func TestECSVariantCachedAgainAfterExpiry(t *testing.T) {
 		t.Errorf("upstream asked %d times, want 2: the answer fetched again after it expired was not served from the cache", n)
 	}
 }
+
+// TestECSFlushAfterListEvicted: a name's list of ECS variants can leave the
+// store before the variants it listed (main's CLOCK passes the list's older
+// chunk first). A flush of the name finds its variants through the list, so
+// the variants the list no longer lists must not be served after it either,
+// when a later variant lists their prefix length again.
+func TestECSFlushAfterListEvicted(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache", g, clk)
+	ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false)
+	clk.advance(10 * time.Second)
+	base, _ := entry.KeyFor("s24.geo.", dns.TypeTXT, dns.ClassINET, false)
+	c.store.Remove(entry.ScopesKey(nil, base, dnsmsg.FamilyIPv4)) // as an eviction would
+	c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "s24.geo.")}})
+	ask(t, c, geoQuery("s24.geo.", "10.2.2.0/24"), false) // lists /24 again
+	ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false)
+	if n := g.count("s24.geo."); n != 3 {
+		t.Errorf("upstream asked %d times, want 3: 10.1.1.0/24 was served its answer from before the flush", n)
+	}
+}

@@ -431,7 +431,7 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 	var dropped []byte
 	key := entry.ScopesKey(b.Key[:0], s.key, family)
 	c.store.Update(key, now, func(old entry.Entry) entry.Entry {
-		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, uint32(now), e.TTL())
+		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, e.Stored(), e.TTL())
 		dropped = d
 		return list
 	})
