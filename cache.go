@@ -120,6 +120,11 @@ type scratch struct {
 	// alone marks the front end's scratch: it answers fresh hits alone and
 	// hands the rest to the chain, whose lookup counts their hit, once.
 	alone bool
+
+	// born is when the list of the variants a lookup probes began (0 for
+	// other keys): a variant stored before is one no flush finds (entry's
+	// list layout), not served.
+	born uint32
 }
 
 // builder returns s's entry builder, made at its first use: hits, most
@@ -244,6 +249,7 @@ func (c *Cache) at(now *time.Time) time.Time {
 // lookupAt fills f from the first entry found for s.q.
 func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 	q := &s.q
+	s.born = 0
 	switch {
 	case q.ecs.family == 0:
 	case q.ecs.sent == 0:
@@ -269,12 +275,14 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 				}
 			}
 		}
+		s.born = 0
 	}
 	c.lookupKey(s, s.key, now, withStale, f)
 }
 
 // variants returns the bitmaps of the prefix lengths of the variants, and
-// of the exact variants, stored for s.q's name and family.
+// of the exact variants, stored for s.q's name and family, and sets s.born
+// to when their list began.
 func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.ScopesLen]byte, ok bool) {
 	s.probe = entry.ScopesKey(s.probe[:0], s.key, s.q.ecs.family)
 	ok = c.store.Get(s.probe, c.store.Hash(s.probe), func(e entry.Entry) bool {
@@ -283,7 +291,7 @@ func (c *Cache) variants(s *scratch, now *time.Time) (normal, exact [entry.Scope
 		}
 		e.SetFreq(e.Freq() + 1) // a hit of the list, as Hit counts one for eviction
 		l := e.List()
-		normal, exact = *l.Bits(), *l.Exact()
+		normal, exact, s.born = *l.Bits(), *l.Exact(), e.Stored()
 		return true
 	})
 	return normal, exact, ok
@@ -322,7 +330,7 @@ func (c *Cache) probe(s *scratch, key []byte, at *time.Time, withStale, answersO
 // serve fills f from e, the entry under the key whose hash is h, and
 // reports whether it may serve s.q; it runs with e's shard locked.
 func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withStale, answersOnly bool, f *found) bool {
-	if answersOnly && e.Flags()&entry.FlagAnswers == 0 {
+	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || e.Stored() < s.born {
 		return false
 	}
 	if ok, upgrade := s.q.takes(e); !ok {

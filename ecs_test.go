@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -355,5 +356,89 @@ func TestECSServeStale(t *testing.T) {
 	// Another network gets no stale answer of this one: a miss.
 	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", "10.2.0.0/24"), false)); network != "10.2.0.0/16" {
 		t.Fatalf("10.2.0.0/24 got the answer for %s", network)
+	}
+}
+
+// TestECSMaxVariantsDropsKeptDenial: under serve_stale_policy prefer_positive
+// a subnet's denial is kept beside its answer (KeyOther); when max_variants
+// pushes the subnet out of the name's list, both go. A denial left behind
+// is listed nowhere: it outlives max_variants, a flush of the name misses
+// it, and once another subnet lists the prefix length again it is served.
+func TestECSMaxVariantsDropsKeptDenial(t *testing.T) {
+	asked := map[string]int{}
+	next := test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		e := dnsmsg.Subnet(r)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Authoritative = true
+		network := net.IP(e.Address).String()
+		asked[network]++
+		if network == "10.1.1.0" {
+			m.Rcode = dns.RcodeNameError
+			m.Ns = []dns.RR{test.SOA("geo. 300 IN SOA ns.geo. host.geo. 1 3600 600 86400 300")}
+		} else {
+			m.Answer = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300}, Txt: []string{network}}}
+		}
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: e.Family, SourceNetmask: e.SourceNetmask, SourceScope: 24, Address: e.Address}}
+		return dns.RcodeSuccess, w.WriteMsg(m)
+	})
+	c := mustParse(t, "compactcache {\n serve_stale\n serve_stale_policy prefer_positive\n ecs {\n max_variants 1\n }\n}")
+	c.Next, c.now = next, newClock().now
+	t.Cleanup(func() { c.refreshes.shutdown(time.Second) })
+
+	if got := ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false); got.Rcode != dns.RcodeNameError {
+		t.Fatalf("10.1.1.0/24: rcode %s, want NXDOMAIN", dns.RcodeToString[got.Rcode])
+	}
+	ask(t, c, geoQuery("s24.geo.", "10.2.2.0/24"), false) // pushes 10.1.1.0/24 out of the list
+	if n := c.store.Usage().Variants; n != 1 {
+		t.Errorf("%d ECS variants stored with max_variants 1", n)
+	}
+	c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "s24.geo.")}})
+	ask(t, c, geoQuery("s24.geo.", "10.3.3.0/24"), false) // lists /24 again
+	ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false)
+	if asked["10.1.1.0"] != 2 {
+		t.Errorf("10.1.1.0/24 asked upstream %d times across a flush of the name, want 2: its denial outlived the flush", asked["10.1.1.0"])
+	}
+}
+
+// TestECSVariantCachedAgainAfterExpiry: an answer tailored to a subnet and
+// fetched again once expired is cached again: the name's list of variants
+// lives as long as the variants it lists, the one fetched again too.
+func TestECSVariantCachedAgainAfterExpiry(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache", g, clk)
+	q := geoQuery("s24.geo.", "10.1.1.0/24")
+	ask(t, c, q, false)
+	clk.advance(301 * time.Second) // past the answer's TTL of 300
+	for range 3 {
+		if network, _ := geoAnswer(t, ask(t, c, q, false)); network != "10.1.1.0/24" {
+			t.Fatalf("answer for %s", network)
+		}
+	}
+	if n := g.count("s24.geo."); n != 2 {
+		t.Errorf("upstream asked %d times, want 2: the answer fetched again after it expired was not served from the cache", n)
+	}
+}
+
+// TestECSFlushAfterListEvicted: a name's list of ECS variants can leave the
+// store before the variants it listed (main's CLOCK passes the list's older
+// chunk first). A flush of the name finds its variants through the list, so
+// the variants the list no longer lists must not be served after it either,
+// when a later variant lists their prefix length again.
+func TestECSFlushAfterListEvicted(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache", g, clk)
+	ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false)
+	clk.advance(10 * time.Second)
+	base, _ := entry.KeyFor("s24.geo.", dns.TypeTXT, dns.ClassINET, false)
+	c.store.Remove(entry.ScopesKey(nil, base, dnsmsg.FamilyIPv4)) // as an eviction would
+	c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "s24.geo.")}})
+	ask(t, c, geoQuery("s24.geo.", "10.2.2.0/24"), false) // lists /24 again
+	ask(t, c, geoQuery("s24.geo.", "10.1.1.0/24"), false)
+	if n := g.count("s24.geo."); n != 3 {
+		t.Errorf("upstream asked %d times, want 3: 10.1.1.0/24 was served its answer from before the flush", n)
 	}
 }

@@ -431,12 +431,18 @@ func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now i
 	var dropped []byte
 	key := entry.ScopesKey(b.Key[:0], s.key, family)
 	c.store.Update(key, now, func(old entry.Entry) entry.Entry {
-		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, uint32(now), e.TTL())
+		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, e.Stored(), e.TTL())
 		dropped = d
 		return list
 	})
 	if dropped != nil {
 		c.store.Remove(dropped)
+		if c.PreferPositive {
+			// What does not answer is kept beside the answer (store):
+			// listed nowhere once its variant leaves the list, it would
+			// outlive max_variants and every flush of the name.
+			c.store.Remove(b.OtherKey(dropped))
+		}
 	}
 }
 

@@ -121,6 +121,11 @@ func (e Entry) Scope() uint8 {
 // A new variant goes into the ring in place; only when the ring is full
 // below max_variants is the list written again, twice as large, so that a
 // name with k variants costs O(k) bytes of arena, not O(k²).
+//
+// The list's stored time is when it began: that of the first variant it
+// listed, kept when it is written again. A variant stored before it was
+// listed by an earlier list, which left the store (evicted) before it: no
+// flush of the name finds it through this list, so it is not served.
 const (
 	listBits     = 0
 	listExact    = ScopesLen
@@ -204,19 +209,24 @@ func (v Variant) key(dst, base []byte, family uint16) []byte {
 	return VariantKey(dst, base, flags, family, v.Prefix, v.Addr)
 }
 
-// ListVariant adds v to old, the list of base's variants of family (nil for
-// none), in place when the ring has room. It returns a new list, built in
-// b.meta, when the list must be written (anew or larger), and the key of
-// the variant dropped past max in b.dropped, or nil.
+// ListVariant adds v, an entry stored at stored for ttl seconds, to old,
+// the list of base's variants of family (nil for none), in place when the
+// ring has room. It returns a new list, built in b.meta, when the list must
+// be written (anew or larger), and the key of the variant dropped past max
+// in b.dropped, or nil.
 func ListVariant(b *Builder, old Entry, base []byte, family uint16, v Variant, max int, stored, ttl uint32) (fresh Entry, dropped []byte) {
 	if old != nil {
+		beginBy(old, stored)
+		// Before the lookup for v: a variant listed already, fetched again,
+		// outlives the list otherwise, which is then expired while the
+		// variant lives, and the lookups that read the list find none.
+		outlive(old, int64(stored)+int64(ttl))
 		l := old.List()
 		for i := range l.Count() {
 			if l.Item(i) == v {
 				return nil, nil
 			}
 		}
-		outlive(old, int64(stored)+int64(ttl))
 		switch n := l.Count(); {
 		case n < l.capacity():
 			l.setItem(n, v)
@@ -244,8 +254,23 @@ func outlive(e Entry, expires int64) {
 	}
 }
 
+// beginBy moves the start of the list e back to stored, when it came later,
+// keeping when it expires: a variant stored before the list began, as one
+// from a shared tier may be, is served once listed.
+func beginBy(e Entry, stored uint32) {
+	if begun := e.Stored(); stored < begun {
+		binary.LittleEndian.PutUint32(e[offTTL:], e.TTL()+(begun-stored))
+		e.SetStored(stored)
+	}
+}
+
 // newList builds in b.meta a list of capacity holding old's variants and v.
 func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capacity int, stored, ttl uint32) Entry {
+	if old != nil {
+		// Written again, the list keeps when it began; it outlives v
+		// already (ListVariant).
+		stored, ttl = old.Stored(), old.TTL()
+	}
 	buf := b.meta[:headerLen]
 	binary.LittleEndian.PutUint32(buf[offStored:], stored)
 	binary.LittleEndian.PutUint32(buf[offTTL:], ttl)
@@ -264,7 +289,6 @@ func newList(b *Builder, old Entry, base []byte, family uint16, v Variant, capac
 			l.setItem(i, o.Item(i))
 		}
 		n = o.Count()
-		outlive(Entry(buf), old.Expires())
 	}
 	l.setItem(n, v)
 	l.set(n+1, 0)
