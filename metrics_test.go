@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -205,4 +206,93 @@ func (s scraped) value(name string, labels map[string]string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestMetricsAsStock runs scenarios against the stock cache and against
+// compactcache, as the differential test does, and compares what each
+// counted in the stock families that dashboards divide by each other:
+// requests, hits by type, misses, served_stale, prefetch and drops. The
+// zones are the scenarios' own, so that their series are no other test's.
+func TestMetricsAsStock(t *testing.T) {
+	const zones = "example.org. metrics-as-stock.test."
+	label := strings.ReplaceAll(zones, ". ", ".,")
+	scenarios := []diffScenario{
+		{name: "hits and misses", corefile: zones, steps: []diffStep{
+			{ask: "a.example.org. A"}, {ask: "a.example.org. A"},
+			{ask: "nx.example.org. A"}, {ask: "nx.example.org. A"},
+			{ask: "sub.example.org. A"}, {ask: "sub.example.org. A"},
+			{ask: "fail.example.org. A"}, {ask: "fail.example.org. A"},
+			{ask: "down.example.org. A"}, {ask: "down.example.org. A"},
+			{ask: "spoof.example.org. A"}, {ask: "spoof.example.org. A"},
+		}},
+		{name: "serve_stale immediate", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+		}},
+		{name: "serve_stale verify", corefile: zones + " {\n serve_stale 1h verify\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			// Verified: the upstream answers.
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+			// Not verified: the stale entry answers.
+			{set: "short.example.org. A", to: diffAnswer{fail: true}},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+		}},
+		{name: "serve_stale_policy prefer_positive", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n serve_stale_policy prefer_positive\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			{set: "short.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError, ns: []string{diffSOA}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+		}},
+		{name: "prefetch", corefile: zones + " {\n prefetch 2 1m 50%\n}", steps: []diffStep{
+			{ask: "pop.example.org. A"},
+			{advance: 10 * time.Second, ask: "pop.example.org. A"},
+			{advance: 45 * time.Second, ask: "pop.example.org. A"},
+			{advance: time.Second, ask: "pop.example.org. A"},
+		}},
+	}
+	families := []struct{ name, kind string }{
+		{"requests_total", ""}, {"hits_total", "success"}, {"hits_total", "denial"}, {"misses_total", ""},
+		{"served_stale_total", ""}, {"prefetch_total", ""}, {"drops_total", ""},
+	}
+	counts := func() []float64 {
+		var v []float64
+		for _, f := range families {
+			labels := map[string]string{"server": "", "zones": label, "view": ""}
+			if f.kind != "" {
+				labels["type"] = f.kind
+			}
+			v = append(v, seriesValue(t, "coredns_cache_"+f.name, labels))
+		}
+		return v
+	}
+	baseline := backgroundGoroutines(nil)
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var counted [2][]float64
+			for i, directive := range []string{"cache", pluginName} {
+				before := counts()
+				runScenario(t, sc, directive, false, baseline)
+				counted[i] = counts()
+				for j := range counted[i] {
+					counted[i][j] -= before[j]
+				}
+			}
+			asks := 0
+			for _, st := range sc.steps {
+				if st.ask != "" {
+					asks++
+				}
+			}
+			if counted[0][0] != float64(asks) {
+				t.Fatalf("the stock cache counted %v requests of %d: the series read are not the scenario's", counted[0][0], asks)
+			}
+			for j, f := range families {
+				if counted[0][j] != counted[1][j] {
+					t.Errorf("coredns_cache_%s{type=%q}: the stock cache counted %v, compactcache %v", f.name, f.kind, counted[0][j], counted[1][j])
+				}
+			}
+		})
+	}
 }
