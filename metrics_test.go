@@ -225,6 +225,12 @@ func TestMetricsAsStock(t *testing.T) {
 			{ask: "down.example.org. A"}, {ask: "down.example.org. A"},
 			{ask: "spoof.example.org. A"}, {ask: "spoof.example.org. A"},
 		}},
+		// Answers to the question that are not cached (RFC 2308 5): no drops.
+		{name: "not cached", corefile: zones, steps: []diffStep{
+			{ask: "dangling.example.org. A"}, {ask: "dangling.example.org. A"},
+			{set: "nosoa.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError}},
+			{ask: "nosoa.example.org. A"}, {ask: "nosoa.example.org. A"},
+		}},
 		{name: "serve_stale immediate", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n}", steps: []diffStep{
 			{ask: "short.example.org. A"},
 			{advance: 31 * time.Second, ask: "short.example.org. A"},
