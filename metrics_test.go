@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -300,5 +301,65 @@ func TestMetricsAsStock(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMetricsEntriesAcrossSwitch switches a block from the stock cache to
+// compactcache and back by reloads, as a rollout does: coredns_cache_entries
+// counts what the block's live cache holds, not that plus what the cache it
+// replaced held when it went.
+func TestMetricsEntriesAcrossSwitch(t *testing.T) {
+	const zone = "metrics-switch.test."
+	u := newUpstream()
+	for _, name := range []string{"a", "b", "c"} {
+		u.add(name+"."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + "." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	}
+	up := startUpstream(t, u)
+	if _, err := cachemetrics.Register(); err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(cache string) string {
+		return ".:0 {\n\tbind 127.0.0.1\n\t" + cache + " " + zone + "\n\tforward . " + up + "\n}\n"
+	}
+	entries := func() float64 {
+		return seriesValue(t, "coredns_cache_entries", map[string]string{"zones": zone, "type": "success"})
+	}
+	inst, err := startCorefile(corefile("cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	for i, step := range []struct {
+		cache string
+		names []string // asked after the reload
+	}{
+		{"cache", []string{"a", "b", "c"}},
+		{"compactcache", []string{"a"}},
+		{"cache", []string{"a", "b"}},
+	} {
+		if i > 0 {
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile(step.cache)))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		addr := inst.Servers()[0].LocalAddr().String()
+		for _, name := range step.names {
+			exchangeUDP(t, addr, test.Case{Qname: name + "." + zone, Qtype: dns.TypeA}.Msg())
+		}
+		// The store of a compactcache replaced goes at a collection; the
+		// cleanup that tells the collector runs on a goroutine of its own.
+		want, got := float64(len(step.names)), 0.0
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			runtime.GC()
+			if got = entries(); got == want {
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("%s, %v entries: coredns_cache_entries %v", step.cache, want, got)
+		}
 	}
 }
