@@ -171,17 +171,19 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
+		// A hit, verified or not: the stock cache counts it before it
+		// verifies, so that requests are hits and misses.
+		m.Hits[f.kind].Inc()
 		if c.VerifyStale {
 			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, m); done {
 				return rcode, err
 			}
 			if f = c.lookup(s, f.now, true); f.state != stale {
-				break // gone meanwhile: ask as for a miss
+				return c.miss(ctx, w, r, s, &f, m) // gone meanwhile: ask as for a miss, counted as a hit
 			}
 		} else {
 			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
 		}
-		m.Hits[f.kind].Inc()
 		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	}

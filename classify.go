@@ -47,6 +47,9 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 		// A CNAME chain that does not reach the queried type: NODATA when an
 		// SOA bounds it (RFC 2308 2.2), an incomplete recursion otherwise
 		// (RFC 2308 5: not cached).
+		if !sc.SOA && reply.StartsChain(res) {
+			return verdict{why: "CNAME chain does not reach the type"} // no drop: an answer, as in the stock cache
+		}
 		if !sc.SOA {
 			return unusable("answer does not resolve the question")
 		}
@@ -61,7 +64,7 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 		v = verdict{kind: store.KindSuccess, ttl: clampTTL(config.MinDefaultTTL, c.SuccessMinTTL, c.SuccessTTL), floor: c.SuccessMinTTL}
 	case response.NameError, response.NoData:
 		if !sc.SOA {
-			return unusable("denial without SOA")
+			return verdict{why: "denial without SOA"} // an answer, not cached (RFC 2308 5); no drop, as in the stock cache
 		}
 		v = verdict{kind: store.KindDenial, nxname: t == response.NoData && reply.CompactNXDomain(res), ttl: clampTTL(sc.MinTTL(c.DenialTTL, config.MinDefaultTTL, true), c.DenialMinTTL, c.DenialTTL), floor: c.DenialMinTTL}
 	case response.ServerError:

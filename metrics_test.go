@@ -9,9 +9,11 @@ import (
 	"maps"
 	"net"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -205,4 +207,159 @@ func (s scraped) value(name string, labels map[string]string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestMetricsAsStock runs scenarios against the stock cache and against
+// compactcache, as the differential test does, and compares what each
+// counted in the stock families that dashboards divide by each other:
+// requests, hits by type, misses, served_stale, prefetch and drops. The
+// zones are the scenarios' own, so that their series are no other test's.
+func TestMetricsAsStock(t *testing.T) {
+	const zones = "example.org. metrics-as-stock.test."
+	label := strings.ReplaceAll(zones, ". ", ".,")
+	scenarios := []diffScenario{
+		{name: "hits and misses", corefile: zones, steps: []diffStep{
+			{ask: "a.example.org. A"}, {ask: "a.example.org. A"},
+			{ask: "nx.example.org. A"}, {ask: "nx.example.org. A"},
+			{ask: "sub.example.org. A"}, {ask: "sub.example.org. A"},
+			{ask: "fail.example.org. A"}, {ask: "fail.example.org. A"},
+			{ask: "down.example.org. A"}, {ask: "down.example.org. A"},
+			{ask: "spoof.example.org. A"}, {ask: "spoof.example.org. A"},
+		}},
+		// Answers to the question that are not cached (RFC 2308 5): no drops.
+		{name: "not cached", corefile: zones, steps: []diffStep{
+			{ask: "dangling.example.org. A"}, {ask: "dangling.example.org. A"},
+			{set: "nosoa.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError}},
+			{ask: "nosoa.example.org. A"}, {ask: "nosoa.example.org. A"},
+		}},
+		{name: "serve_stale immediate", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+		}},
+		{name: "serve_stale verify", corefile: zones + " {\n serve_stale 1h verify\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			// Verified: the upstream answers.
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+			// Not verified: the stale entry answers.
+			{set: "short.example.org. A", to: diffAnswer{fail: true}},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+		}},
+		{name: "serve_stale_policy prefer_positive", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n serve_stale_policy prefer_positive\n}", steps: []diffStep{
+			{ask: "short.example.org. A"},
+			{set: "short.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError, ns: []string{diffSOA}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A"},
+			{ask: "short.example.org. A"},
+		}},
+		{name: "prefetch", corefile: zones + " {\n prefetch 2 1m 50%\n}", steps: []diffStep{
+			{ask: "pop.example.org. A"},
+			{advance: 10 * time.Second, ask: "pop.example.org. A"},
+			{advance: 45 * time.Second, ask: "pop.example.org. A"},
+			{advance: time.Second, ask: "pop.example.org. A"},
+		}},
+	}
+	families := []struct{ name, kind string }{
+		{"requests_total", ""}, {"hits_total", "success"}, {"hits_total", "denial"}, {"misses_total", ""},
+		{"served_stale_total", ""}, {"prefetch_total", ""}, {"drops_total", ""},
+	}
+	counts := func() []float64 {
+		var v []float64
+		for _, f := range families {
+			labels := map[string]string{"server": "", "zones": label, "view": ""}
+			if f.kind != "" {
+				labels["type"] = f.kind
+			}
+			v = append(v, seriesValue(t, "coredns_cache_"+f.name, labels))
+		}
+		return v
+	}
+	baseline := backgroundGoroutines(nil)
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var counted [2][]float64
+			for i, directive := range []string{"cache", pluginName} {
+				before := counts()
+				runScenario(t, sc, directive, false, baseline)
+				counted[i] = counts()
+				for j := range counted[i] {
+					counted[i][j] -= before[j]
+				}
+			}
+			asks := 0
+			for _, st := range sc.steps {
+				if st.ask != "" {
+					asks++
+				}
+			}
+			if counted[0][0] != float64(asks) {
+				t.Fatalf("the stock cache counted %v requests of %d: the series read are not the scenario's", counted[0][0], asks)
+			}
+			for j, f := range families {
+				if counted[0][j] != counted[1][j] {
+					t.Errorf("coredns_cache_%s{type=%q}: the stock cache counted %v, compactcache %v", f.name, f.kind, counted[0][j], counted[1][j])
+				}
+			}
+		})
+	}
+}
+
+// TestMetricsEntriesAcrossSwitch switches a block from the stock cache to
+// compactcache and back by reloads, as a rollout does: coredns_cache_entries
+// counts what the block's live cache holds, not that plus what the cache it
+// replaced held when it went.
+func TestMetricsEntriesAcrossSwitch(t *testing.T) {
+	const zone = "metrics-switch.test."
+	u := newUpstream()
+	for _, name := range []string{"a", "b", "c"} {
+		u.add(name+"."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + "." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	}
+	up := startUpstream(t, u)
+	if _, err := cachemetrics.Register(); err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(cache string) string {
+		return ".:0 {\n\tbind 127.0.0.1\n\t" + cache + " " + zone + "\n\tforward . " + up + "\n}\n"
+	}
+	entries := func() float64 {
+		return seriesValue(t, "coredns_cache_entries", map[string]string{"zones": zone, "type": "success"})
+	}
+	inst, err := startCorefile(corefile("cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	for i, step := range []struct {
+		cache string
+		names []string // asked after the reload
+	}{
+		{"cache", []string{"a", "b", "c"}},
+		{"compactcache", []string{"a"}},
+		{"cache", []string{"a", "b"}},
+	} {
+		if i > 0 {
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile(step.cache)))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		addr := inst.Servers()[0].LocalAddr().String()
+		for _, name := range step.names {
+			exchangeUDP(t, addr, test.Case{Qname: name + "." + zone, Qtype: dns.TypeA}.Msg())
+		}
+		// The store of a compactcache replaced goes at a collection; the
+		// cleanup that tells the collector runs on a goroutine of its own.
+		want, got := float64(len(step.names)), 0.0
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			runtime.GC()
+			if got = entries(); got == want {
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("%s, %v entries: coredns_cache_entries %v", step.cache, want, got)
+		}
+	}
 }

@@ -125,6 +125,7 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n capacity 0\n}", `capacity: "0"`},
 		{"compactcache {\n capacity 512K\n}", "capacity: 524288 bytes is outside"},
 		{"compactcache {\n capacity 9999999G\n}", `capacity: "9999999G"`},
+		{"compactcache {\n capacity 1024G\n}", `capacity: "1024G" is above the largest budget, 512GiB`},
 		{"compactcache {\n capacity 1MiB 2MiB\n}", "capacity: want one SIZE, got 2"},
 		{"compactcache {\n success\n}", "success: want CAPACITY"},
 		{"compactcache {\n success many\n}", `success: CAPACITY "many"`},

@@ -117,6 +117,9 @@ type stockFamilies struct {
 	hits, evictions                          *prometheus.CounterVec
 	// entries holds the compactcache blocks' series; see register.
 	entries *prometheus.GaugeVec
+	// stockEntries is the stock cache's entries family, where it is linked
+	// in: entriesFamily collects it beside entries.
+	stockEntries *prometheus.GaugeVec
 }
 
 func newStockFamilies() *stockFamilies {
@@ -176,7 +179,7 @@ func (f *stockFamilies) register(reg prometheus.Registerer, sc *storeCollector) 
 	err := reg.Register(entries)
 	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
 		if existing, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok && reg.Unregister(existing) {
-			entries.stock = existing
+			entries.stock, f.stockEntries = existing, existing
 			if err = reg.Register(entries); err != nil {
 				reg.Register(existing) // as it was
 			}
@@ -203,9 +206,12 @@ type gauge struct{ stock, own prometheus.Gauge }
 
 func (g gauge) Set(v float64) { g.stock.Set(v); g.own.Set(v) }
 
-// Server holds one server's series of a block, resolved once.
+// Server holds one server's counters of a block, resolved once, and the
+// labels of its gauges, which storeGauges sets.
 type Server struct {
 	server    string
+	zones     string
+	view      string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
 	gone      atomic.Bool               // the store was collected: set by a cleanup
 	Requests  Counter
@@ -215,12 +221,8 @@ type Server struct {
 	Stale     Counter
 	Hits      [2]Counter // by kind
 	evictions [2]Counter
-	entries   [2]gauge
 	TooLarge  prometheus.Counter    // replies not cached for the per-entry limit
 	refusals  [2]prometheus.Counter // entries not admitted (notAdmitted)
-	bytes     prometheus.Gauge
-	capacity  prometheus.Gauge
-	variants  prometheus.Gauge
 }
 
 // Block maps a block's servers to their series. A block serves few
@@ -270,8 +272,20 @@ func (s *Block) resolve(server string) *Server {
 		return Counter{stock.WithLabelValues(server, s.Zones, s.View), own.WithLabelValues(server, s.Zones, s.View)}
 	}
 	st := s.Store() // the instance has started: requests have come
+	// The stock cache's entries of these labels are those of a block that
+	// this one replaced, which are never set again: summed with this block's
+	// (entriesFamily), they would count what the block held before. A stock
+	// block of the same labels, in another server block, sets them again at
+	// its next insert.
+	if f.stockEntries != nil {
+		for _, t := range KindLabels {
+			f.stockEntries.DeleteLabelValues(server, t, s.Zones, s.View)
+		}
+	}
 	m := &Server{
 		server:   server,
+		zones:    s.Zones,
+		view:     s.View,
 		store:    weak.Make(st),
 		Requests: block(f.requests, cacheRequests),
 		Misses:   block(f.misses, cacheMisses),
@@ -279,15 +293,11 @@ func (s *Block) resolve(server string) *Server {
 		Prefetch: block(f.prefetch, cachePrefetches),
 		Stale:    block(f.stale, servedStale),
 		TooLarge: cacheRefused.WithLabelValues(server, s.Zones, s.View),
-		bytes:    cacheBytes.WithLabelValues(server, s.Zones, s.View),
-		capacity: cacheCapacity.WithLabelValues(server, s.Zones, s.View),
-		variants: ecsVariants.WithLabelValues(server, s.Zones, s.View),
 	}
 	for k, t := range KindLabels {
 		m.Hits[k] = Counter{f.hits.WithLabelValues(server, t, s.Zones, s.View), cacheHits.WithLabelValues(server, t, s.Zones, s.View)}
 		m.evictions[k] = Counter{f.evictions.WithLabelValues(server, t, s.Zones, s.View), evictions.WithLabelValues(server, t, s.Zones, s.View)}
 		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.Zones, s.View)
-		m.entries[k] = gauge{f.entries.WithLabelValues(server, t, s.Zones, s.View), cacheSize.WithLabelValues(server, t, s.Zones, s.View)}
 	}
 	if st == nil {
 		m.gone.Store(true)
@@ -375,20 +385,39 @@ type storeCollector struct {
 func (sc *storeCollector) add(m *Server) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	sc.servers = append(sc.servers, m) // before prune: m's series are live
 	sc.prune()
-	sc.servers = append(sc.servers, m)
 }
 
-// prune drops the servers whose store is gone. The caller holds sc.mu.
+// prune drops the servers whose store is gone, and their gauges' series
+// where no server left has their labels: a store that is gone holds
+// nothing, and coredns_cache_entries sums the series of its labels with
+// the stock cache's (entriesFamily). The caller holds sc.mu.
 func (sc *storeCollector) prune() {
+	var gone []*Server
 	live := sc.servers[:0]
 	for _, m := range sc.servers {
 		if !m.gone.Load() {
 			live = append(live, m)
+		} else {
+			gone = append(gone, m)
 		}
 	}
 	clear(sc.servers[len(live):])
 	sc.servers = live
+	for _, m := range gone {
+		if slices.ContainsFunc(live, func(l *Server) bool { return l.server == m.server && l.zones == m.zones && l.view == m.view }) {
+			continue
+		}
+		f, _ := Register()
+		for _, t := range KindLabels {
+			f.entries.DeleteLabelValues(m.server, t, m.zones, m.view)
+			cacheSize.DeleteLabelValues(m.server, t, m.zones, m.view)
+		}
+		for _, v := range []*prometheus.GaugeVec{cacheBytes, cacheCapacity, ecsVariants} {
+			v.DeleteLabelValues(m.server, m.zones, m.view)
+		}
+	}
 }
 
 // set sets the gauges from the stores. The caller holds sc.mu.
@@ -400,12 +429,14 @@ func (sc *storeCollector) set() {
 			continue // gone since prune
 		}
 		u := s.Usage()
-		for k := range KindLabels {
-			m.entries[k].Set(float64(u.Kinds[k]))
+		// Looked up here, under sc.mu, not kept: prune deletes series.
+		f, _ := Register()
+		for k, t := range KindLabels {
+			gauge{f.entries.WithLabelValues(m.server, t, m.zones, m.view), cacheSize.WithLabelValues(m.server, t, m.zones, m.view)}.Set(float64(u.Kinds[k]))
 		}
-		m.bytes.Set(float64(u.Held))
-		m.capacity.Set(float64(s.Capacity()))
-		m.variants.Set(float64(u.Variants))
+		cacheBytes.WithLabelValues(m.server, m.zones, m.view).Set(float64(u.Held))
+		cacheCapacity.WithLabelValues(m.server, m.zones, m.view).Set(float64(s.Capacity()))
+		ecsVariants.WithLabelValues(m.server, m.zones, m.view).Set(float64(u.Variants))
 	}
 }
 

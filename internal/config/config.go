@@ -287,8 +287,11 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > store.MaxCapacity/scale {
+	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a size such as 64MiB, 1GiB or a number of bytes", s)
+	}
+	if n > store.MaxCapacity/scale {
+		return 0, fmt.Errorf("%q is above the largest budget, %dGiB", s, store.MaxCapacity>>30)
 	}
 	return n * scale, nil
 }

@@ -154,6 +154,15 @@ func Answers(m *dns.Msg) bool {
 	return false // longer than the answer: a loop
 }
 
+// StartsChain reports whether the answer section holds a CNAME at the
+// question's name: a reply that Answers rejects is then a chain that stops
+// short of the type (an incomplete recursion, RFC 2308 5), not an answer to
+// another question.
+func StartsChain(m *dns.Msg) bool {
+	q := m.Question[0]
+	return ownerHas(m.Answer, q.Name, dns.TypeCNAME, q.Qclass)
+}
+
 // ownerHas reports whether rrs has a record of type t (any type for ANY) at
 // name in class.
 func ownerHas(rrs []dns.RR, name string, t, class uint16) bool {
