@@ -108,8 +108,10 @@ func sets() []set {
 // hook registers onEvent with caddy unless it is registered. Registering
 // it once, at init, is not enough: a reload by SIGUSR1 drops every event
 // hook before it sets the new instance up (caddy's sigtrap_posix.go,
-// purgeEventHooks), and nothing would start after the first such reload.
-// Add calls it, at a block's startup, which comes after that drop.
+// purgeEventHooks), and nothing would start after the first such reload
+// (CoreDNS's reload plugin, which registers its hook once, stops so:
+// coredns/coredns#6263). Add calls it, at a block's startup, which comes
+// after that drop.
 func hook() {
 	hooked.Lock()
 	defer hooked.Unlock()
