@@ -29,8 +29,11 @@ type record struct {
 }
 
 // maxRecords bounds the flushes kept; a fetch older than all of them
-// stores nothing.
-const maxRecords = 64
+// stores nothing. A fetch takes a round trip, but a peer's warm-up puts
+// what it fetched for as long as its fill takes, seconds for a large store,
+// while the Kubernetes source flushes up to ten times a second: a bound a
+// fill outlives would leave the replica cold.
+const maxRecords = 1024
 
 // Gen returns the generation a fetch beginning now records.
 func (fc *Fence) Gen() uint64 { return fc.gen.Load() }
@@ -56,8 +59,10 @@ func (fc *Fence) since(gen uint64, e entry.Entry) bool {
 	if len(fc.recent) == 0 || fc.recent[0].gen > gen+1 {
 		return true // older than the flushes kept: covered, for all we know
 	}
-	for _, f := range fc.recent {
-		if f.gen > gen && f.covers(e) {
+	// The newest first, up to the first begun before gen: a fetch checks
+	// the flushes begun since it began, not every one kept.
+	for i := len(fc.recent) - 1; i >= 0 && fc.recent[i].gen > gen; i-- {
+		if fc.recent[i].covers(e) {
 			return true
 		}
 	}

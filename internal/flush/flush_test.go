@@ -150,6 +150,15 @@ func TestFence(t *testing.T) {
 	if put != 3 {
 		t.Errorf("put ran %d times, want 3", put)
 	}
+	for range 100 {
+		fc.Begin(func(entry.Entry) bool { return false })
+	}
+	if !store(before, b) {
+		t.Error("a fetch begun before 100 flushes, none covering its entry, did not store it (a warm-up's fill lasts through as many)")
+	}
+	if store(before, a) {
+		t.Error("a fetch begun before a flush that covers its entry stored it, 100 flushes later")
+	}
 	for range maxRecords {
 		fc.Begin(func(entry.Entry) bool { return false })
 	}
