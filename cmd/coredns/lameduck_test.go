@@ -1,0 +1,72 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/testenv"
+	"github.com/miekg/dns"
+)
+
+// testLameduck stops the binary with SIGTERM under health's lameduck, as
+// Kubernetes stops a pod of deploy/kubernetes/coredns.yaml, and asks the
+// front end during the lameduck: CoreDNS's servers answer until it is over,
+// while the pod leaves its Service, and so must the front end.
+func testLameduck(t *testing.T, bin, example string) {
+	front, back, up, health := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	corefile := strings.Replace(example, ".:1053 {\n", ".:1053 {\n    health 127.0.0.1:"+strconv.Itoa(health)+" {\n        lameduck 3s\n    }\n", 1)
+	corefile = strings.Replace(corefile, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:"+strconv.Itoa(front)+"\n", 1)
+	corefile = strings.ReplaceAll(corefile, ":1053", ":"+strconv.Itoa(back))
+	corefile = strings.ReplaceAll(corefile, ":1054", ":"+strconv.Itoa(up))
+	if !strings.Contains(corefile, "lameduck 3s") || !strings.Contains(corefile, "frontend 127.0.0.1:") {
+		t.Fatal("Corefile.example: no .:1053 block with a compactcache block to add health and the front end to")
+	}
+	conf := filepath.Join(t.TempDir(), "Corefile")
+	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
+	srv := start(t, bin, conf)
+	waitReady(t, addr)
+	ask := func(network, name string) error {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		_, _, err := (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(m, addr)
+		return err
+	}
+	if err := ask("udp", "www.example.org."); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.cmd.Process.Wait(); close(done) }()
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(srv.out.String(), "Going into lameduck mode") {
+		select {
+		case <-done:
+			t.Fatal("coredns exited before its lameduck")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	// A hit, and a miss the front end hands to the chain, over UDP and TCP.
+	for _, network := range []string{"udp", "tcp"} {
+		for _, name := range []string{"www.example.org.", "mail.example.org."} {
+			if err := ask(network, name); err != nil {
+				t.Errorf("%s %s during the lameduck: %v", network, name, err)
+			}
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Error("coredns still running 20 s after SIGTERM")
+	}
+}
