@@ -72,6 +72,7 @@ func TestBinary(t *testing.T) {
 	})
 	t.Run("admin", func(t *testing.T) { testAdmin(t, bin, string(example)) })
 	t.Run("lameduck", func(t *testing.T) { testLameduck(t, bin, string(example)) })
+	t.Run("failed_switch", func(t *testing.T) { testFailedSwitch(t, bin, string(example)) })
 	t.Run("cache", func(t *testing.T) {
 		stock := regexp.MustCompile(`compactcache\s*\{[^}]*\}`).ReplaceAllString(string(example), "cache")
 		if stock == string(example) {

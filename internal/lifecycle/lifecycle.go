@@ -10,9 +10,10 @@
 // down the new one: its OnShutdown hooks never run, and what its blocks
 // started would run on for good. A Waiting holds each such thing until its
 // instance's servers are up (caddy.InstanceStartupEvent), and stops those
-// whose instance never got there: when the running instance's blocks call
-// StopFailed from their OnRestartFailed hooks, or else when the next
-// instance starts.
+// whose instance never got there: when the reload fails, by the running
+// instance's OnRestartFailed hooks (its blocks' StopFailed, and the one
+// watchRestart gives it for an instance without such a block), or else when
+// the next instance starts.
 package lifecycle
 
 import (
@@ -44,6 +45,7 @@ func New[T comparable](start func(inst *caddy.Instance, t T), stop func(t T)) *W
 // instance's servers are up.
 func (w *Waiting[T]) Add(c *caddy.Controller, t T) {
 	hook()
+	watchRestart(c)
 	w.mu.Lock()
 	w.waiting[t] = struct{}{}
 	w.mu.Unlock()
@@ -135,6 +137,47 @@ func onEvent(event caddy.EventName, info any) error {
 	// reload whose running instance had no block to call StopFailed.
 	StopFailed()
 	return nil
+}
+
+// ownKey marks, in an instance's storage, the instance whose blocks call
+// watchRestart; watchedKey an instance that stops what failed.
+type (
+	ownKey     struct{}
+	watchedKey struct{}
+)
+
+// watchRestart has every running instance, which c's instance replaces on a
+// reload, call StopFailed when the reload fails: caddy then runs its
+// OnRestartFailed callbacks, and it may have no block of this plugin to call
+// StopFailed from its own (a Corefile that switches from cache to
+// compactcache). Else what c's instance started would run on until an
+// instance with an event hook starts, and after a reload by SIGUSR1, which
+// purges the event hooks and on failure restores those of before, which
+// then hold none of this package's, until one whose blocks add something:
+// a front end's sockets unread in the SO_REUSEPORT group of an address the
+// running servers answer on would take a share of their queries. caddy sets
+// a new instance up on the goroutine that restarts the running one, which
+// reads its OnRestartFailed only after that.
+func watchRestart(c *caddy.Controller) {
+	if c.Get(ownKey{}) != nil {
+		return
+	}
+	own := new(int)
+	c.Set(ownKey{}, own)
+	for _, inst := range caddy.Instances() {
+		inst.StorageMu.Lock()
+		hook := inst.Storage[ownKey{}] != own && inst.Storage[watchedKey{}] == nil
+		if hook {
+			inst.Storage[watchedKey{}] = true
+		}
+		inst.StorageMu.Unlock()
+		if hook {
+			inst.OnRestartFailed = append(inst.OnRestartFailed, func() error {
+				StopFailed()
+				return nil
+			})
+		}
+	}
 }
 
 // StopFailed stops what the blocks of instances whose servers never came

@@ -63,8 +63,8 @@ func input(corefile string) caddy.Input {
 
 // TestWaiting follows an instance through reloads that fail and succeed:
 // what a block added starts once its instance's servers are up, and stops
-// when they never come up, by the running instance's StopFailed or, where
-// it has no block to call it, the next instance's start.
+// when they never come up, by the running instance's StopFailed, where it
+// has no block to call it too.
 func TestWaiting(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,10 +90,15 @@ func TestWaiting(t *testing.T) {
 	}{
 		{block("b") + onTakenPort, true, []string{"add b", "stop b"}},
 		{block("c"), false, []string{"add c", "start c"}},
-		// The running block has no hook: d waits until the next start.
+		// The running block has no hook: the hook watchRestart gave its
+		// instance stops e.
 		{block("d nohook"), false, []string{"add d", "start d"}},
-		{block("e") + onTakenPort, true, []string{"add e"}},
-		{block("f"), false, []string{"add f", "start f", "stop e"}},
+		{block("e") + onTakenPort, true, []string{"add e", "stop e"}},
+		// Nor has an instance without the plugin (a Corefile switching
+		// from cache), nor an event hook after a reload by SIGUSR1.
+		{".:0 {\n\tbind 127.0.0.1\n}\n", false, nil},
+		{block("g") + onTakenPort, true, []string{"add g", "stop g"}},
+		{block("f"), false, []string{"add f", "start f"}},
 	} {
 		next, err := inst.Restart(input(tc.corefile))
 		if (err != nil) != tc.fails {
