@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -79,17 +80,19 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 	return inst
 }
 
-// stopInstance stops inst as a reload stops the instance it replaces: its
-// servers, then its plugins' shutdown callbacks, which close what they
-// opened (a front end's sockets and their readers among them). Stop alone
-// would leave those running for the rest of the test binary. The final
-// shutdown's callbacks are not run: they stop what the process shares,
-// such as the prometheus plugin's listener, which other tests read.
+// stopInstance stops inst: its servers, then its plugins' shutdown
+// callbacks, which close what they opened, and what compactcache's blocks
+// close with the final ones (a front end's sockets and their readers, an
+// admin registration: lifecycle.Stop). Stop alone would leave those running
+// for the rest of the test binary. The other final shutdown callbacks are
+// not run: they stop what the process shares, such as the prometheus
+// plugin's listener, which other tests read.
 func stopInstance(inst *caddy.Instance) {
 	inst.Stop()
 	for _, shutdown := range inst.OnShutdown {
 		shutdown()
 	}
+	lifecycle.Stop(inst)
 }
 
 // startCorefile starts a CoreDNS instance from corefile, whose servers

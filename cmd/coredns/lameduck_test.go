@@ -17,14 +17,20 @@ import (
 // testLameduck stops the binary with SIGTERM under health's lameduck, as
 // Kubernetes stops a pod of deploy/kubernetes/coredns.yaml, and asks the
 // front end during the lameduck: CoreDNS's servers answer until it is over,
-// while the pod leaves its Service, and so must the front end.
+// while the pod leaves its Service, and so must the front end, and the
+// admin endpoint, from which a new replica warms up.
 func testLameduck(t *testing.T, bin, example string) {
 	front, back, up, health := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("lameduck-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
 	corefile := strings.Replace(example, ".:1053 {\n", ".:1053 {\n    health 127.0.0.1:"+strconv.Itoa(health)+" {\n        lameduck 3s\n    }\n", 1)
-	corefile = strings.Replace(corefile, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:"+strconv.Itoa(front)+"\n", 1)
+	corefile = strings.Replace(corefile, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:"+strconv.Itoa(front)+"\n        admin "+admin+" {\n            token_file "+token+"\n        }\n", 1)
 	corefile = strings.ReplaceAll(corefile, ":1053", ":"+strconv.Itoa(back))
 	corefile = strings.ReplaceAll(corefile, ":1054", ":"+strconv.Itoa(up))
-	if !strings.Contains(corefile, "lameduck 3s") || !strings.Contains(corefile, "frontend 127.0.0.1:") {
+	if !strings.Contains(corefile, "lameduck 3s") || !strings.Contains(corefile, "frontend 127.0.0.1:") || !strings.Contains(corefile, "admin "+admin) {
 		t.Fatal("Corefile.example: no .:1053 block with a compactcache block to add health and the front end to")
 	}
 	conf := filepath.Join(t.TempDir(), "Corefile")
@@ -63,6 +69,11 @@ func testLameduck(t *testing.T, bin, example string) {
 				t.Errorf("%s %s during the lameduck: %v", network, name, err)
 			}
 		}
+	}
+	if conn, err := net.DialTimeout("tcp", admin, 2*time.Second); err != nil {
+		t.Errorf("the admin endpoint during the lameduck: %v", err)
+	} else {
+		conn.Close()
 	}
 	select {
 	case <-done:

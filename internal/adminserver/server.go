@@ -225,11 +225,13 @@ func Hooks(c *caddy.Controller, ca Cache, info func() admin.Block) {
 		registered.Add(c, reg)
 		return nil
 	})
-	c.OnShutdown(func() error {
+	// After health's lameduck at the process's stop: a peer warming up
+	// from this replica, which is leaving its Service, still gets its
+	// snapshot.
+	lifecycle.OnStop(c, func() {
 		if reg != nil {
 			admins.unregister(reg)
 		}
-		return nil
 	})
 }
 

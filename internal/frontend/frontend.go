@@ -895,30 +895,7 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 	}
 	fe.blocks, fe.addrs = []*block{b}, addrs
 	opened.Add(c, fe)
-	// A reload closes the front end with the old instance, its successor's
-	// sockets beside it. The process's stop (SIGTERM) runs the shutdown
-	// callbacks before the final ones, health's lameduck among these,
-	// during which CoreDNS's servers keep answering while the pod leaves
-	// its Service: the front end closes after them, as they do.
-	var reloading atomic.Bool
-	c.OnRestart(func() error {
-		reloading.Store(true)
-		return nil
-	})
-	c.OnRestartFailed(func() error {
-		reloading.Store(false)
-		return nil
-	})
-	c.OnShutdown(func() error {
-		if reloading.Load() {
-			fe.close()
-		}
-		return nil
-	})
-	c.OnFinalShutdown(func() error {
-		fe.close()
-		return nil
-	})
+	lifecycle.OnStop(c, fe.close)
 	return nil
 }
 

@@ -18,6 +18,7 @@ package lifecycle
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/coredns/caddy"
 )
@@ -177,6 +178,53 @@ func watchRestart(c *caddy.Controller) {
 				return nil
 			})
 		}
+	}
+}
+
+// stopsKey keeps, in an instance's storage, what its blocks gave OnStop.
+type stopsKey struct{}
+
+// OnStop calls stop once when the instance of c's block stops. At a reload
+// that is with the running instance's shutdown callbacks, as the new one
+// takes over. At the process's stop (SIGTERM) it is with the final ones,
+// after health's lameduck, during which CoreDNS's servers keep answering
+// while the pod leaves its Service, and so must what the block runs beside
+// them; caddy runs every shutdown callback before the final ones.
+func OnStop(c *caddy.Controller, stop func()) {
+	var once sync.Once
+	stopOnce := func() error {
+		once.Do(stop)
+		return nil
+	}
+	var reloading atomic.Bool
+	c.OnRestart(func() error {
+		reloading.Store(true)
+		return nil
+	})
+	c.OnRestartFailed(func() error {
+		reloading.Store(false)
+		return nil
+	})
+	c.OnShutdown(func() error {
+		if reloading.Load() {
+			stopOnce()
+		}
+		return nil
+	})
+	c.OnFinalShutdown(stopOnce)
+	stops, _ := c.Get(stopsKey{}).([]func() error)
+	c.Set(stopsKey{}, append(stops, stopOnce))
+}
+
+// Stop runs what the blocks of inst gave OnStop, as the process's stop
+// does, for a program that stops an instance without caddy's final
+// shutdown callbacks, which stop what the process shares too.
+func Stop(inst *caddy.Instance) {
+	inst.StorageMu.RLock()
+	stops, _ := inst.Storage[stopsKey{}].([]func() error)
+	inst.StorageMu.RUnlock()
+	for _, stop := range stops {
+		stop()
 	}
 }
 

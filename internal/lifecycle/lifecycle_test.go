@@ -41,6 +41,7 @@ func init() {
 	plugin.Register("waits", func(c *caddy.Controller) error {
 		c.Next()
 		args := c.RemainingArgs()
+		OnStop(c, func() { record("stopped " + args[0]) })
 		c.OnStartup(func() error {
 			waiting.Add(c, args[0])
 			record("add " + args[0])
@@ -64,7 +65,8 @@ func input(corefile string) caddy.Input {
 // TestWaiting follows an instance through reloads that fail and succeed:
 // what a block added starts once its instance's servers are up, and stops
 // when they never come up, by the running instance's StopFailed, where it
-// has no block to call it too.
+// has no block to call it too; what a block gave OnStop stops with the
+// instance it replaces, once, and at the process's stop.
 func TestWaiting(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,14 +91,14 @@ func TestWaiting(t *testing.T) {
 		want     []string
 	}{
 		{block("b") + onTakenPort, true, []string{"add b", "stop b"}},
-		{block("c"), false, []string{"add c", "start c"}},
+		{block("c"), false, []string{"add c", "stopped a", "start c"}},
 		// The running block has no hook: the hook watchRestart gave its
 		// instance stops e.
-		{block("d nohook"), false, []string{"add d", "start d"}},
+		{block("d nohook"), false, []string{"add d", "stopped c", "start d"}},
 		{block("e") + onTakenPort, true, []string{"add e", "stop e"}},
 		// Nor has an instance without the plugin (a Corefile switching
 		// from cache), nor an event hook after a reload by SIGUSR1.
-		{".:0 {\n\tbind 127.0.0.1\n}\n", false, nil},
+		{".:0 {\n\tbind 127.0.0.1\n}\n", false, []string{"stopped d"}},
 		{block("g") + onTakenPort, true, []string{"add g", "stop g"}},
 		{block("f"), false, []string{"add f", "start f"}},
 	} {
@@ -110,5 +112,10 @@ func TestWaiting(t *testing.T) {
 		if got := took(); !slices.Equal(got, tc.want) {
 			t.Errorf("reload to %q: %s, want %s", tc.corefile, strings.Join(got, ", "), strings.Join(tc.want, ", "))
 		}
+	}
+	// The process's stop: the shutdown callbacks, then the final ones.
+	inst.ShutdownCallbacks()
+	if got, want := took(), []string{"stopped f"}; !slices.Equal(got, want) {
+		t.Errorf("the process's stop: %s, want %s", strings.Join(got, ", "), strings.Join(want, ", "))
 	}
 }
