@@ -4,9 +4,6 @@ import (
 	"context"
 	encjson "encoding/json"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/admin"
-	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/compactcache/compactcache/internal/kube"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +15,9 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache" // registers compactcache and its metrics
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/kube"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"

@@ -4,11 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/entry"
-	"github.com/compactcache/compactcache/internal/store"
-	"golang.org/x/net/idna"
 	"maps"
 	"net"
 	"net/http"
@@ -19,8 +14,13 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/miekg/dns"
+	"golang.org/x/net/idna"
 )
 
 // The admin endpoint's HTTP side: the operations of internal/admin, each

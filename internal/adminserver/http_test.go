@@ -2,17 +2,16 @@ package adminserver
 
 import (
 	"bytes"
-	"github.com/compactcache/compactcache/internal/entry"
 	"io"
 	"net/http"
 	"net/http/httptest"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/miekg/dns"
 	"strings"
 	"testing"
-
-	"github.com/miekg/dns"
 )
 
 func TestAdminName(t *testing.T) {

@@ -7,7 +7,6 @@ package config
 
 import (
 	"fmt"
-	"github.com/compactcache/compactcache/internal/tier"
 	"math"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/compactcache/compactcache/internal/kube"
 	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/store"
+	"github.com/compactcache/compactcache/internal/tier"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"

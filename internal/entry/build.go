@@ -3,8 +3,8 @@ package entry
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/miekg/dns"
 )
 

@@ -2,9 +2,9 @@ package entry
 
 import (
 	"encoding/binary"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"testing"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"
 )

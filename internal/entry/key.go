@@ -2,10 +2,10 @@ package entry
 
 import (
 	"encoding/binary"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"maps"
 	"slices"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/miekg/dns"
 )
 

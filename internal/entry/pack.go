@@ -5,12 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"slices"
 	"strings"
 	"unsafe"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/miekg/dns"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"errors"
-	"github.com/compactcache/compactcache/internal/admin"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	api "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"

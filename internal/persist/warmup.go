@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/corefile"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/corefile"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/coredns/caddy"
 )

@@ -6,12 +6,12 @@
 package reply
 
 import (
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"

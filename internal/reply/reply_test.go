@@ -1,10 +1,10 @@
 package reply
 
 import (
-	"github.com/compactcache/compactcache/internal/testenv"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"
 )
