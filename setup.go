@@ -11,7 +11,6 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/frontend"
-	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -54,7 +53,6 @@ func setup(c *caddy.Controller) error {
 	})
 	c.OnRestartFailed(func() error {
 		withdraw(block, ca.store)
-		lifecycle.StopFailed() // what the failed new instance started
 		return nil
 	})
 	c.OnStartup(func() error {

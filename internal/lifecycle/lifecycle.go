@@ -10,10 +10,13 @@
 // down the new one: its OnShutdown hooks never run, and what its blocks
 // started would run on for good. A Waiting holds each such thing until its
 // instance's servers are up (caddy.InstanceStartupEvent), and stops those
-// whose instance never got there: when the reload fails, by the running
-// instance's OnRestartFailed hooks (its blocks' StopFailed, and the one
-// watchRestart gives it for an instance without such a block), or else when
+// whose instance never got there: when the reload fails, by the hook
+// watchRestart gives the running instance's OnRestartFailed, or else when
 // the next instance starts.
+//
+// OnStop is the other end: what a block stops with its instance, at a
+// reload with the instance it replaces, and at the process's stop after
+// the final shutdown callbacks (health's lameduck).
 package lifecycle
 
 import (
@@ -134,9 +137,10 @@ func onEvent(event caddy.EventName, info any) error {
 	for _, s := range sets() {
 		s.started(inst)
 	}
-	// What is left belongs to an instance that never started: a failed
-	// reload whose running instance had no block to call StopFailed.
-	StopFailed()
+	// What is left belongs to an instance that never started, whose
+	// failed reload did not stop it (one by SIGUSR1 restores the event
+	// hooks of before it, but not the OnRestartFailed hooks; see hook).
+	stopAllFailed()
 	return nil
 }
 
@@ -148,17 +152,17 @@ type (
 )
 
 // watchRestart has every running instance, which c's instance replaces on a
-// reload, call StopFailed when the reload fails: caddy then runs its
-// OnRestartFailed callbacks, and it may have no block of this plugin to call
-// StopFailed from its own (a Corefile that switches from cache to
-// compactcache). Else what c's instance started would run on until an
-// instance with an event hook starts, and after a reload by SIGUSR1, which
-// purges the event hooks and on failure restores those of before, which
-// then hold none of this package's, until one whose blocks add something:
-// a front end's sockets unread in the SO_REUSEPORT group of an address the
-// running servers answer on would take a share of their queries. caddy sets
-// a new instance up on the goroutine that restarts the running one, which
-// reads its OnRestartFailed only after that.
+// reload, stop what failed when the reload fails: caddy then runs its
+// OnRestartFailed callbacks, and it may have no block of this plugin (a
+// Corefile that switches from cache to compactcache). Else what c's
+// instance started would run on until an instance with an event hook
+// starts, and after a reload by SIGUSR1, which purges the event hooks and
+// on failure restores those of before, which then hold none of this
+// package's, until one whose blocks add something: a front end's sockets
+// unread in the SO_REUSEPORT group of an address the running servers
+// answer on would take a share of their queries. caddy sets a new instance
+// up on the goroutine that restarts the running one, which reads its
+// OnRestartFailed only after that.
 func watchRestart(c *caddy.Controller) {
 	if c.Get(ownKey{}) != nil {
 		return
@@ -174,7 +178,7 @@ func watchRestart(c *caddy.Controller) {
 		inst.StorageMu.Unlock()
 		if hook {
 			inst.OnRestartFailed = append(inst.OnRestartFailed, func() error {
-				StopFailed()
+				stopAllFailed()
 				return nil
 			})
 		}
@@ -228,9 +232,9 @@ func Stop(inst *caddy.Instance) {
 	}
 }
 
-// StopFailed stops what the blocks of instances whose servers never came
-// up started. A block calls it from its OnRestartFailed hook.
-func StopFailed() {
+// stopAllFailed stops what the blocks of instances whose servers never
+// came up started.
+func stopAllFailed() {
 	for _, s := range sets() {
 		s.stopFailed()
 	}

@@ -13,9 +13,8 @@ import (
 	_ "github.com/coredns/coredns/plugin/bind"
 )
 
-// The test plugin "waits NAME [nohook]" adds NAME to waiting at its
-// block's startup and, unless nohook, calls StopFailed when a reload
-// fails, as compactcache's blocks do.
+// The test plugin "waits NAME" adds NAME to waiting at its block's startup,
+// and gives OnStop a stop of NAME.
 var (
 	mu      sync.Mutex
 	events  []string
@@ -47,12 +46,6 @@ func init() {
 			record("add " + args[0])
 			return nil
 		})
-		if len(args) < 2 {
-			c.OnRestartFailed(func() error {
-				StopFailed()
-				return nil
-			})
-		}
 		return nil
 	})
 	dnsserver.Directives = append(dnsserver.Directives, "waits")
@@ -64,9 +57,10 @@ func input(corefile string) caddy.Input {
 
 // TestWaiting follows an instance through reloads that fail and succeed:
 // what a block added starts once its instance's servers are up, and stops
-// when they never come up, by the running instance's StopFailed, where it
-// has no block to call it too; what a block gave OnStop stops with the
-// instance it replaces, once, and at the process's stop.
+// when they never come up, by the hook watchRestart gave the running
+// instance, whether it has blocks of the plugin or not; what a block gave
+// OnStop stops with the instance it replaces, once, and at the process's
+// stop.
 func TestWaiting(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -92,12 +86,10 @@ func TestWaiting(t *testing.T) {
 	}{
 		{block("b") + onTakenPort, true, []string{"add b", "stop b"}},
 		{block("c"), false, []string{"add c", "stopped a", "start c"}},
-		// The running block has no hook: the hook watchRestart gave its
-		// instance stops e.
-		{block("d nohook"), false, []string{"add d", "stopped c", "start d"}},
+		{block("d"), false, []string{"add d", "stopped c", "start d"}},
 		{block("e") + onTakenPort, true, []string{"add e", "stop e"}},
-		// Nor has an instance without the plugin (a Corefile switching
-		// from cache), nor an event hook after a reload by SIGUSR1.
+		// An instance without the plugin (a Corefile switching from
+		// cache), whose event hooks after a reload by SIGUSR1 hold none.
 		{".:0 {\n\tbind 127.0.0.1\n}\n", false, []string{"stopped d"}},
 		{block("g") + onTakenPort, true, []string{"add g", "stop g"}},
 		{block("f"), false, []string{"add f", "start f"}},
