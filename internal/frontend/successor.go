@@ -13,9 +13,10 @@ import (
 // sockets as soon as its readers leave, when a newer front end has a
 // socket on each of their addresses, and the chain's replies to requests
 // it read, still in flight, leave through that socket instead: from the
-// same address and port, which is all the client sees. CoreDNS's own
-// server keeps its socket across a reload and hands it over; the front
-// end's sockets, one set per instance, cannot be.
+// same address and port, which is all the client sees. (CoreDNS's own
+// server hands its socket to the new instance instead; the front end opens
+// a set of its own per instance, and datagrams that reach the old set
+// between its readers' last read and its close are lost.)
 
 // successors are the open UDP sockets of every front end, by their local
 // address, the newest last.
