@@ -167,7 +167,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.Hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
@@ -175,14 +175,14 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// verifies, so that requests are hits and misses.
 		m.Hits[f.kind].Inc()
 		if c.VerifyStale {
-			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, m); done {
+			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, f.popularity, m); done {
 				return rcode, err
 			}
 			if f = c.lookup(s, f.now, true); f.state != stale {
 				return c.miss(ctx, w, r, s, &f, m) // gone meanwhile: ask as for a miss, counted as a hit
 			}
 		} else {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
 		}
 		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)
@@ -218,7 +218,8 @@ type found struct {
 
 	// upgrade: a DO client found an entry stored without its DNSSEC
 	// records, which it cannot take; its miss fetches the entry again
-	// with them, as a refresh of it that inherits its popularity.
+	// with them, as a refresh of it that inherits its popularity, as the
+	// refreshes of prefetch and serve_stale do.
 	upgrade    bool
 	popularity int
 }
@@ -361,6 +362,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(e)
 	if !s.alone || state == fresh && !f.prefetch {
 		e.Hit(now.Unix(), window)
+	}
+	if state == stale || f.prefetch {
+		f.popularity = e.Popularity() // what the refresh's entry inherits
 	}
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.form(age, e, state == stale))
