@@ -1,8 +1,13 @@
 package compactcache
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
 )
 
 // TestPrefetchInheritsPopularity: an entry refreshed by prefetch keeps the
@@ -26,5 +31,42 @@ func TestPrefetchInheritsPopularity(t *testing.T) {
 			ask(t, c, req, false)          // popularity 3 with the inherited 2: prefetched again
 			await(t, "the second prefetch", func() bool { return g.count("s16.geo.") == 3 })
 		})
+	}
+}
+
+// TestVerifyEndsWhenNextPanics: in serve_stale's verify mode the request
+// that verifies runs the fetch itself; when the next plugin panics (the
+// server recovers) the verify must still end, or the entry counts as being
+// verified for good: every later request served stale, none verifying, and
+// shutdown waiting for a fetch that is over.
+func TestVerifyEndsWhenNextPanics(t *testing.T) {
+	u := exampleUpstream()
+	clk := newClock()
+	c := parseCache(t, "compactcache {\n serve_stale 1h verify\n}", u, clk)
+	var panics atomic.Int32
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		if u.count("a.example.org.", dns.TypeA) == 1 && panics.Add(1) == 1 {
+			panic("the next plugin fails") // the first verify only
+		}
+		return u.ServeDNS(ctx, w, r)
+	})
+	req := withEDNS(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	ask(t, c, req, false)
+	clk.advance(400 * time.Second)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the verify's ServeDNS returned: the next plugin's panic was lost")
+			}
+		}()
+		c.ServeDNS(context.Background(), &recorder{}, req)
+	}()
+	if c.refreshes.running() {
+		t.Error("the verify whose next plugin panicked is still counted as running")
+	}
+	clk.advance(2 * time.Second) // past the failure recheck
+	got := ask(t, c, req, false)
+	if _, stale := ede(got); stale || u.count("a.example.org.", dns.TypeA) != 2 {
+		t.Errorf("after the panic: stale %v, upstream asked %d times; want the entry verified again", stale, u.count("a.example.org.", dns.TypeA))
 	}
 }

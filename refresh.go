@@ -166,13 +166,15 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.VerifyTimeout == 0 {
+		// Ended even if the next plugin panics (the server recovers), or
+		// the entry would count as being verified for good.
+		ok := false
+		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok) }()
 		cw := c.newCapture(w, r, s, m)
 		cw.refresh, cw.popularity = true, popularity
 		cw.dnssec = cw.dnssec || dnssec
 		rcode, err = cw.fetch(ctx)
-		ok := cw.refreshed()
-		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
-		if !ok {
+		if ok = cw.refreshed(); !ok {
 			return false, 0, nil
 		}
 		return true, dns.RcodeSuccess, c.answer(w, r, cw)
