@@ -2,6 +2,7 @@ package compactcache
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,4 +70,53 @@ func TestVerifyEndsWhenNextPanics(t *testing.T) {
 	if _, stale := ede(got); stale || u.count("a.example.org.", dns.TypeA) != 2 {
 		t.Errorf("after the panic: stale %v, upstream asked %d times; want the entry verified again", stale, u.count("a.example.org.", dns.TypeA))
 	}
+}
+
+// TestVerifyAsksOnce: in serve_stale's verify mode a stale entry costs one
+// upstream query, whatever the verify brings. Under prefer_positive a
+// stale denial verified to a denial (kept beside the answer, so no
+// refresh of one) left the request to find the fresh denial and ask again
+// as for a miss.
+func TestVerifyAsksOnce(t *testing.T) {
+	for _, policy := range []string{"", "\n serve_stale_policy prefer_positive"} {
+		t.Run(policy, func(t *testing.T) {
+			u := exampleUpstream()
+			clk := newClock()
+			c := parseCache(t, "compactcache {\n serve_stale 1h verify"+policy+"\n}", u, clk)
+			req := withEDNS(test.Case{Qname: "missing.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+			ask(t, c, req, false)
+			// Another name's miss lands a flight in the list of the name's
+			// flights, as happens between two misses of a busy server:
+			// the hint that a flight of the name landed last is gone.
+			c.ServeDNS(context.Background(), &recorder{}, sameFlightList(t, c, req))
+			clk.advance(time.Hour) // stale
+			got := ask(t, c, req, false)
+			if n := u.count("missing.example.org.", dns.TypeA); n != 2 || got.Rcode != dns.RcodeNameError {
+				t.Errorf("verifying a stale denial: rcode %s, upstream asked %d times; want NXDOMAIN, 2", dns.RcodeToString[got.Rcode], n)
+			}
+		})
+	}
+}
+
+// sameFlightList returns a query for another name whose flights share a
+// list with req's (flights.Flights), which the exampleUpstream answers
+// SERVFAIL.
+func sameFlightList(t *testing.T, c *Cache, req *dns.Msg) *dns.Msg {
+	t.Helper()
+	s := new(scratch)
+	key := func(m *dns.Msg) uint64 {
+		if !s.readMsg(m, &recorder{}, &c.ecs) {
+			t.Fatalf("unreadable %v", m)
+		}
+		return c.flightKey(s)
+	}
+	want := key(req) % 64
+	for i := range 10000 {
+		m := withEDNS(test.Case{Qname: fmt.Sprintf("n%d.example.org.", i), Qtype: dns.TypeA}.Msg(), 1232)
+		if key(m)%64 == want {
+			return m
+		}
+	}
+	t.Fatal("no name found whose flights share a list with the request's")
+	return nil
 }

@@ -178,8 +178,13 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, f.popularity, m); done {
 				return rcode, err
 			}
-			if f = c.lookup(s, f.now, true); f.state != stale {
+			switch f = c.lookup(s, f.now, true); f.state {
+			case absent:
 				return c.miss(ctx, w, r, s, &f, m) // gone meanwhile: ask as for a miss, counted as a hit
+			case fresh:
+				// Refreshed meanwhile, or what the verify brought that
+				// refreshes no answer (prefer_positive keeps it beside one).
+				return dns.RcodeSuccess, c.write(w, f.reply)
 			}
 		} else {
 			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
