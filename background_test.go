@@ -146,3 +146,51 @@ func TestFailedRefreshesManyNames(t *testing.T) {
 		t.Errorf("%d failures held, for %d names failing a second for a second", n, perSecond)
 	}
 }
+
+// TestWaitersOutliveCanceledLeader: the request that leads a miss's fetch
+// may be canceled (a DoH client that went away: CoreDNS hands the chain the
+// HTTP request's context, and forward stops asking); the clients that
+// waited for its answer are still there and get the answer, not SERVFAIL.
+func TestWaitersOutliveCanceledLeader(t *testing.T) {
+	u := exampleUpstream()
+	release := make(chan struct{})
+	c := newTestCache(t, u, newClock())
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		select {
+		case <-release:
+		case <-ctx.Done(): // as forward gives up
+			return dns.RcodeServerFailure, ctx.Err()
+		}
+		return u.ServeDNS(ctx, w, r)
+	})
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	ctx, cancel := context.WithCancel(context.Background())
+	led := make(chan struct{})
+	go func() {
+		defer close(led)
+		c.ServeDNS(ctx, &recorder{}, req)
+	}()
+	await(t, "the leader's flight", func() bool { return c.flights.InFlight() == 1 })
+	type result struct {
+		msg *dns.Msg
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		rec := &recorder{}
+		_, err := c.ServeDNS(context.Background(), rec, req)
+		waited <- result{rec.msg, err}
+	}()
+	await(t, "the waiter to join", func() bool { _, n := c.flights.Waiting(); return n == 1 })
+	cancel()
+	<-led
+	close(release)
+	select {
+	case r := <-waited:
+		if r.err != nil || r.msg == nil || r.msg.Rcode != dns.RcodeSuccess || len(r.msg.Answer) != 2 {
+			t.Errorf("the waiter of a canceled leader got %v, error %v; want the answer", r.msg, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter of a canceled leader got no reply")
+	}
+}

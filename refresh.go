@@ -26,10 +26,8 @@ type refreshes struct {
 }
 
 // sweepAt is the least size at which begin drops the failure records that
-// expired. The next sweep waits for what is left to double: in an outage
-// the map holds every name that failed within the recheck, and a walk of
-// it at every refresh, under the lock every stale hit takes, cost each
-// refresh 100 µs at 16,384 names failing a second.
+// expired; the next sweep waits for what is left to double, not to walk an
+// outage's failures at every refresh, under the lock of every stale hit.
 const sweepAt = 4096
 
 func newRefreshes() refreshes {
