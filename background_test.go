@@ -194,3 +194,38 @@ func TestWaitersOutliveCanceledLeader(t *testing.T) {
 		t.Fatal("the waiter of a canceled leader got no reply")
 	}
 }
+
+// TestPrefetchDNSSECShortProof: a signed wildcard answer carries its
+// proof, NSEC records whose TTL (the zone's negative TTL) is shorter than
+// the answer's, and a DO client's entry lasts as long as that proof. Its
+// prefetch must come at PERCENTAGE of that, as the stock cache counts TTL
+// left against the TTL it ages: against the answer's TTL, a DO client's
+// every hit from the moment it was fetched set off a prefetch, a refresh
+// after refresh of one name.
+func TestPrefetchDNSSECShortProof(t *testing.T) {
+	u := newUpstream()
+	u.add("w.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
+		mustRR(t, "w.example.org. 3600 IN A 192.0.2.1"),
+		mustRR(t, "w.example.org. 3600 IN RRSIG A 8 3 3600 20300101000000 20200101000000 12345 example.org. AAAA"),
+	}, []dns.RR{
+		mustRR(t, "*.example.org. 300 IN NSEC z.example.org. A RRSIG NSEC"),
+		mustRR(t, "*.example.org. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
+	}, nil)
+	clk := newClock()
+	c := parseCache(t, "compactcache {\n prefetch 1 10m 10%\n}", u, clk)
+	req := test.Case{Qname: "w.example.org.", Qtype: dns.TypeA, Do: true}.Msg()
+	ask(t, c, req, false)
+	for range 10 {
+		clk.advance(time.Second)
+		if got := ask(t, c, req, false); len(got.Ns) != 2 {
+			t.Fatalf("a DO hit without the proof: %v", got)
+		}
+		await(t, "the prefetch to end", func() bool { return !c.refreshes.running() })
+	}
+	if n := u.count("w.example.org.", dns.TypeA); n != 1 {
+		t.Errorf("10 DO hits within 10 s of 300 fetched the entry %d times, want 1", n)
+	}
+	clk.advance(270 * time.Second) // 20 s of the proof's 300 left
+	ask(t, c, req, false)
+	await(t, "the prefetch near the proof's expiry", func() bool { return u.count("w.example.org.", dns.TypeA) == 2 })
+}

@@ -364,7 +364,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	}
 	window := int64(c.PrefetchWindow / time.Second)
 	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
-	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(e)
+	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(ttl)
 	if !s.alone || state == fresh && !f.prefetch {
 		e.Hit(now.Unix(), window)
 	}
@@ -378,9 +378,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 }
 
 // prefetchThreshold is the TTL left below which a popular entry is fetched
-// again: PERCENTAGE of its TTL, rounded up as the stock cache does.
-func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
-	return (int64(e.TTL())*int64(c.PrefetchPercentage) + 99) / 100
+// again: PERCENTAGE of ttl, the TTL left counts down from, rounded up.
+func (c *Cache) prefetchThreshold(ttl uint32) int64 {
+	return (int64(ttl)*int64(c.PrefetchPercentage) + 99) / 100
 }
 
 // form says how e is served from the cache at age seconds: TTLs aged (or
