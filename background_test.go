@@ -229,3 +229,30 @@ func TestPrefetchDNSSECShortProof(t *testing.T) {
 	ask(t, c, req, false)
 	await(t, "the prefetch near the proof's expiry", func() bool { return u.count("w.example.org.", dns.TypeA) == 2 })
 }
+
+// TestDOMissPastProofKeepsEntry: a DO client's view of an entry ends with
+// its proof (ProofTTL), before the answer's TTL that clients without DO
+// still get it for; the DO client's miss then must not replace the entry
+// with a failure, as a refresh does not: the SERVFAIL of an upstream that
+// times out, cached for the servfail time, was served to every client.
+func TestDOMissPastProofKeepsEntry(t *testing.T) {
+	u := newUpstream()
+	u.add("w.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
+		mustRR(t, "w.example.org. 3600 IN A 192.0.2.1"),
+		mustRR(t, "w.example.org. 3600 IN RRSIG A 8 3 3600 20300101000000 20200101000000 12345 example.org. AAAA"),
+	}, []dns.RR{
+		mustRR(t, "*.example.org. 300 IN NSEC z.example.org. A RRSIG NSEC"),
+		mustRR(t, "*.example.org. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
+	}, nil)
+	clk := newClock()
+	c := newTestCache(t, u, clk)
+	do := test.Case{Qname: "w.example.org.", Qtype: dns.TypeA, Do: true}.Msg()
+	plain := test.Case{Qname: "w.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, c, do, false)
+	clk.advance(400 * time.Second)          // past the proof, 3200 s left of the answer
+	u.set("w.example.org.", dns.TypeA, nil) // the upstream fails without a reply, as forward's timeout
+	c.ServeDNS(context.Background(), &recorder{}, do)
+	if got := ask(t, c, plain, false); got.Rcode != dns.RcodeSuccess || len(got.Answer) != 1 {
+		t.Errorf("a client without DO after a DO client's failed miss: %v; want the answer it had", got)
+	}
+}

@@ -182,8 +182,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 			case absent:
 				return c.miss(ctx, w, r, s, &f, m) // gone meanwhile: ask as for a miss, counted as a hit
 			case fresh:
-				// Refreshed meanwhile, or what the verify brought that
-				// refreshes no answer (prefer_positive keeps it beside one).
+				// Refreshed meanwhile, or what the verify kept beside (prefer_positive).
 				return dns.RcodeSuccess, c.write(w, f.reply)
 			}
 		} else {
@@ -223,8 +222,7 @@ type found struct {
 
 	// upgrade: a DO client found an entry stored without its DNSSEC
 	// records, which it cannot take; its miss fetches the entry again
-	// with them, as a refresh of it that inherits its popularity, as the
-	// refreshes of prefetch and serve_stale do.
+	// with them, as a refresh of it that inherits its popularity.
 	upgrade    bool
 	popularity int
 }
@@ -360,6 +358,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	case c.StaleUpTo > 0 && -left < int64(c.StaleUpTo/time.Second):
 		state = stale
 	default:
+		// Past a DO client's proof, e may still serve clients without DO:
+		// the miss refreshes it (found.upgrade), a failure leaves it.
+		f.upgrade, f.popularity = int64(e.TTL())-age > -int64(c.StaleUpTo/time.Second), e.Popularity()
 		return false
 	}
 	window := int64(c.PrefetchWindow / time.Second)

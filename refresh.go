@@ -170,8 +170,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.VerifyTimeout == 0 {
-		// Ended even if the next plugin panics (the server recovers), or
-		// the entry would count as being verified for good.
+		// Ended even if the next plugin panics: the server recovers.
 		ok := false
 		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok) }()
 		cw := c.newCapture(w, r, s, m)
