@@ -256,3 +256,21 @@ func TestDOMissPastProofKeepsEntry(t *testing.T) {
 		t.Errorf("a client without DO after a DO client's failed miss: %v; want the answer it had", got)
 	}
 }
+
+// TestECSMissKeepsAnswerWithoutECS: an answer fetched without ECS serves
+// no client that sends a subnet (RFC 7871 7.3.1), whose miss fetches its
+// own; when that fetch fails, the failure must not replace the answer the
+// clients without ECS still get.
+func TestECSMissKeepsAnswerWithoutECS(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache", g, clk)
+	ask(t, c, geoQuery("s24.geo.", ""), false)
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		return dns.RcodeServerFailure, context.DeadlineExceeded // as forward's timeout
+	})
+	c.ServeDNS(context.Background(), &recorder{}, geoQuery("s24.geo.", "10.1.1.0/24"))
+	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", ""), false)); network != "none" {
+		t.Errorf("a client without ECS got the answer for %s", network)
+	}
+}

@@ -220,9 +220,10 @@ type found struct {
 	dnssec   bool      // the entry holds its DNSSEC records: refreshes keep them
 	now      time.Time // the time the lookup aged entries at
 
-	// upgrade: a DO client found an entry stored without its DNSSEC
-	// records, which it cannot take; its miss fetches the entry again
-	// with them, as a refresh of it that inherits its popularity.
+	// upgrade: the client found an entry it cannot take that serves others
+	// (without the DNSSEC records a DO client needs, past its proof, or
+	// fetched without ECS); its miss fetches it again as a refresh of it,
+	// which inherits its popularity and which a failure does not replace.
 	upgrade    bool
 	popularity int
 }
@@ -339,10 +340,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || e.Stored() < s.born {
 		return false
 	}
-	if ok, upgrade := s.q.takes(e); !ok {
-		if upgrade {
-			f.upgrade, f.popularity = true, e.Popularity()
-		}
+	if ok, _ := s.q.takes(e); !ok {
+		// What serves other clients: the miss refreshes it, a failure leaves it.
+		f.upgrade, f.popularity = true, e.Popularity()
 		return false
 	}
 	now := c.at(at)
