@@ -167,7 +167,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.Hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
@@ -175,14 +175,18 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// verifies, so that requests are hits and misses.
 		m.Hits[f.kind].Inc()
 		if c.VerifyStale {
-			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, m); done {
+			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, f.popularity, m); done {
 				return rcode, err
 			}
-			if f = c.lookup(s, f.now, true); f.state != stale {
+			switch f = c.lookup(s, f.now, true); f.state {
+			case absent:
 				return c.miss(ctx, w, r, s, &f, m) // gone meanwhile: ask as for a miss, counted as a hit
+			case fresh:
+				// Refreshed meanwhile, or what the verify kept beside (prefer_positive).
+				return dns.RcodeSuccess, c.write(w, f.reply)
 			}
 		} else {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
+			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
 		}
 		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)
@@ -216,9 +220,10 @@ type found struct {
 	dnssec   bool      // the entry holds its DNSSEC records: refreshes keep them
 	now      time.Time // the time the lookup aged entries at
 
-	// upgrade: a DO client found an entry stored without its DNSSEC
-	// records, which it cannot take; its miss fetches the entry again
-	// with them, as a refresh of it that inherits its popularity.
+	// upgrade: the client found an entry it cannot take that serves others
+	// (without the DNSSEC records a DO client needs, past its proof, or
+	// fetched without ECS); its miss fetches it again as a refresh of it,
+	// which inherits its popularity and which a failure does not replace.
 	upgrade    bool
 	popularity int
 }
@@ -335,10 +340,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || e.Stored() < s.born {
 		return false
 	}
-	if ok, upgrade := s.q.takes(e); !ok {
-		if upgrade {
-			f.upgrade, f.popularity = true, e.Popularity()
-		}
+	if ok, _ := s.q.takes(e); !ok {
+		// What serves other clients: the miss refreshes it, a failure leaves it.
+		f.upgrade, f.popularity = true, e.Popularity()
 		return false
 	}
 	now := c.at(at)
@@ -354,13 +358,19 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	case c.StaleUpTo > 0 && -left < int64(c.StaleUpTo/time.Second):
 		state = stale
 	default:
+		// Past a DO client's proof, e may still serve clients without DO:
+		// the miss refreshes it (found.upgrade), a failure leaves it.
+		f.upgrade, f.popularity = int64(e.TTL())-age > -int64(c.StaleUpTo/time.Second), e.Popularity()
 		return false
 	}
 	window := int64(c.PrefetchWindow / time.Second)
 	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
-	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(e)
+	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(ttl)
 	if !s.alone || state == fresh && !f.prefetch {
 		e.Hit(now.Unix(), window)
+	}
+	if state == stale || f.prefetch {
+		f.popularity = e.Popularity() // what the refresh's entry inherits
 	}
 	if state == fresh || withStale {
 		f.reply = s.replies.appendReply(&s.q, e, c.form(age, e, state == stale))
@@ -369,9 +379,9 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 }
 
 // prefetchThreshold is the TTL left below which a popular entry is fetched
-// again: PERCENTAGE of its TTL, rounded up as the stock cache does.
-func (c *Cache) prefetchThreshold(e entry.Entry) int64 {
-	return (int64(e.TTL())*int64(c.PrefetchPercentage) + 99) / 100
+// again: PERCENTAGE of ttl, the TTL left counts down from, rounded up.
+func (c *Cache) prefetchThreshold(ttl uint32) int64 {
+	return (int64(ttl)*int64(c.PrefetchPercentage) + 99) / 100
 }
 
 // form says how e is served from the cache at age seconds: TTLs aged (or

@@ -38,6 +38,9 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	cw := &k.cw
 	rcode, err := dns.RcodeServerFailure, errNoReply
 	defer func() {
+		if cw.reply == nil && ctx.Err() != nil {
+			err = errGone // cut short for this request alone
+		}
 		if !c.flights.Land(f, cw.reply, rcode, err) {
 			// Nobody joined the flight, and nobody can now that it has
 			// landed: the fetch is this request's alone. Cleared, so that
@@ -87,6 +90,9 @@ var errNoReply = errors.New("no reply from the next plugin")
 // it from the store.
 var errStored = errors.New("answered from an entry stored")
 
+// errGone lands the flight of a miss whose client went away: waiters ask anew.
+var errGone = errors.New("the leading request was canceled")
+
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
 func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flights.Flight) (int, error) {
@@ -101,9 +107,9 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 		return dns.RcodeSuccess, c.write(w, found.reply)
 	}
 	if f.Reply == nil {
-		if f.Err == errStored {
+		if f.Err == errStored || f.Err == errGone {
 			// The leader answered from an entry in the store, gone
-			// already: ask for it anew.
+			// already, or went away: ask for it anew.
 			return c.miss(ctx, w, r, s, &found{}, c.metrics.Server(metrics.WithServer(ctx)))
 		}
 		return f.Rcode, f.Err

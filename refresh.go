@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/coredns/coredns/plugin/metadata"
 	"github.com/miekg/dns"
 )
@@ -18,6 +17,7 @@ import (
 type refreshes struct {
 	mu       sync.Mutex
 	inflight map[uint64]time.Time // key hash to the time before which no refresh starts; zero while one runs
+	sweep    int                  // the size at which begin next drops the failure records that expired
 
 	life   context.Context // canceled when the cache shuts down
 	stop   context.CancelFunc
@@ -25,7 +25,9 @@ type refreshes struct {
 	closed bool           // shut down: no refresh begins
 }
 
-// sweepAt is the size at which begin drops the failure records that expired.
+// sweepAt is the least size at which begin drops the failure records that
+// expired; the next sweep waits for what is left to double, not to walk an
+// outage's failures at every refresh, under the lock of every stale hit.
 const sweepAt = 4096
 
 func newRefreshes() refreshes {
@@ -45,12 +47,13 @@ func (r *refreshes) begin(h uint64, now time.Time) bool {
 	if until, ok := r.inflight[h]; ok && (until.IsZero() || now.Before(until)) {
 		return false
 	}
-	if len(r.inflight) >= sweepAt {
+	if len(r.inflight) >= max(r.sweep, sweepAt) {
 		for k, until := range r.inflight {
 			if !until.IsZero() && !now.Before(until) {
 				delete(r.inflight, k)
 			}
 		}
+		r.sweep = 2 * len(r.inflight)
 	}
 	r.inflight[h] = time.Time{}
 	r.wg.Add(1)
@@ -108,14 +111,15 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // refreshAsync fetches req's question again in the background, unless a
 // fetch for the entry is in flight: prefetch for popular entries near
 // expiry, and serve_stale's immediate mode for expired ones.
-// dnssec says the entry holds its DNSSEC records, which the refresh keeps.
-func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, m *cachemetrics.Server) {
+// dnssec says the entry holds its DNSSEC records, which the refresh keeps,
+// and popularity is its hits, which the new entry inherits.
+func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
 	if !c.refreshes.begin(h, c.now()) {
 		return
 	}
 	c.detach(ctx, func(ctx context.Context) {
 		m.Prefetch.Inc()
-		ok := c.refresh(ctx, req, dnssec, m)
+		ok := c.refresh(ctx, req, dnssec, popularity, m)
 		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 	})
 }
@@ -135,9 +139,10 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 
 // refresh fetches req's question with no client waiting and reports whether
 // the entry was refreshed. The new entry inherits the old one's popularity,
-// and its DNSSEC records (dnssec): a refresh a client without DO set off
-// must not take from DO clients the entry they use.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *cachemetrics.Server) bool {
+// as the caller found it (an ECS variant's key is not the request's), and
+// its DNSSEC records (dnssec): a refresh a client without DO set off must
+// not take from DO clients the entry they use.
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) bool {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
@@ -145,20 +150,10 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, m *cache
 	}
 	cw := c.newCapture(coredns.NoClient, req, s, m)
 	cw.refresh = true
-	cw.popularity = c.popularity(s)
+	cw.popularity = popularity
 	cw.dnssec = cw.dnssec || dnssec
 	cw.fetch(ctx)
 	return cw.refreshed()
-}
-
-// popularity returns the hits of the entry s.key names.
-func (c *Cache) popularity(s *scratch) int {
-	hits := 0
-	c.store.Get(s.key, c.store.Hash(s.key), func(e entry.Entry) bool {
-		hits = e.Popularity()
-		return true
-	})
-	return hits
 }
 
 // verify is serve_stale's verify mode: the request that finds an expired
@@ -166,7 +161,7 @@ func (c *Cache) popularity(s *scratch) int {
 // refreshes the entry (done). Otherwise, or after VERIFY_TIMEOUT, the caller
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
-func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, m *cachemetrics.Server) (done bool, rcode int, err error) {
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) (done bool, rcode int, err error) {
 	// One verify per entry at a time: the requests that find one in flight,
 	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
 	// stock cache lets every request verify for itself unless a recheck or
@@ -175,13 +170,14 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.VerifyTimeout == 0 {
+		// Ended even if the next plugin panics: the server recovers.
+		ok := false
+		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok) }()
 		cw := c.newCapture(w, r, s, m)
-		cw.refresh = true
+		cw.refresh, cw.popularity = true, popularity
 		cw.dnssec = cw.dnssec || dnssec
 		rcode, err = cw.fetch(ctx)
-		ok := cw.refreshed()
-		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
-		if !ok {
+		if ok = cw.refreshed(); !ok {
 			return false, 0, nil
 		}
 		return true, dns.RcodeSuccess, c.answer(w, r, cw)
@@ -190,7 +186,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	req := refreshRequest(r, &s.q.ecs, 0)
 	result := make(chan bool, 1)
 	c.detach(ctx, func(ctx context.Context) {
-		ok := c.refresh(ctx, req, dnssec, m)
+		ok := c.refresh(ctx, req, dnssec, popularity, m)
 		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 		result <- ok
 	})

@@ -82,7 +82,7 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 	case f.state == stale && c.VerifyStale:
 		return found{}
 	case f.state == stale:
-		c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, m)
+		c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
 		m.Stale.Inc()
 	}
 	return f
