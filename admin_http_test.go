@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"github.com/compactcache/compactcache/internal/config"
 	"maps"
 	"net"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"

@@ -3,8 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/adminserver"
-	"github.com/compactcache/compactcache/internal/flush"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )

@@ -2,17 +2,17 @@ package compactcache
 
 import (
 	"context"
-	"github.com/compactcache/compactcache/internal/adminserver"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/flush"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"

@@ -2,10 +2,10 @@ package compactcache
 
 import (
 	"encoding/binary"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"net/netip"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/compactcache/compactcache/internal/store"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/frontend"
 	"net"
 	"net/netip"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/test"

@@ -1,10 +1,10 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/reply"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/reply"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/miekg/dns"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/config"
 	"os"
 	"reflect"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"

@@ -2,11 +2,11 @@ package compactcache
 
 import (
 	"encoding/binary"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"net"
 	"net/netip"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/miekg/dns"
 )
 

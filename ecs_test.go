@@ -3,7 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"

@@ -6,9 +6,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net"
 	"net/netip"
@@ -22,11 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/coredns/plugin/test"
 	_ "github.com/coredns/coredns/plugin/timeouts" // for TestFrontendTCPTimeouts
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"net"
 	"os"
@@ -16,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"

@@ -3,7 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	golog "log"
 	"sort"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // recorder captures what reaches the client, through WriteMsg or Write.

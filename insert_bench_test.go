@@ -2,12 +2,12 @@ package compactcache
 
 import (
 	"context"
-	"github.com/compactcache/compactcache/internal/config"
 	"net"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/coredns/coredns/plugin/test"

@@ -3,9 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/testenv"
 	"maps"
 	"net"
 	"regexp"
@@ -15,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"

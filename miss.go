@@ -3,18 +3,18 @@ package compactcache
 import (
 	"context"
 	"errors"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/flights"
-	"github.com/compactcache/compactcache/internal/reply"
-	"github.com/coredns/coredns/plugin/metrics"
 	"math"
 	"net"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flights"
+	"github.com/compactcache/compactcache/internal/reply"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/miekg/dns"
 	ot "github.com/opentracing/opentracing-go"
 )

@@ -1,13 +1,13 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/flush"
-	"github.com/compactcache/compactcache/internal/snapshot"
 	"io"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/miekg/dns"
 )

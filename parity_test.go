@@ -2,12 +2,12 @@ package compactcache
 
 import (
 	"context"
-	"github.com/compactcache/compactcache/internal/coredns"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )

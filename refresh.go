@@ -2,12 +2,12 @@ package compactcache
 
 import (
 	"context"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/coredns"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/coredns/plugin/metadata"
 	"github.com/miekg/dns"
 )

@@ -3,11 +3,11 @@ package compactcache
 import (
 	"crypto/sha256"
 	"fmt"
+
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
-
 	"strings"
 	"time"
 )

@@ -2,14 +2,14 @@ package compactcache
 
 import (
 	"fmt"
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/persist"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 )

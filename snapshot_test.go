@@ -1,10 +1,6 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/admin"
-	"github.com/compactcache/compactcache/internal/cachemetrics"
-	"github.com/compactcache/compactcache/internal/persist"
-	"github.com/compactcache/compactcache/internal/testenv"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/persist"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"

@@ -3,8 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/coredns"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -16,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coredns"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"

@@ -3,17 +3,17 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/adminserver"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
-	"github.com/compactcache/compactcache/internal/persist"
 	"net/netip"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/adminserver"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )

@@ -1,13 +1,13 @@
 package compactcache
 
 import (
-	"github.com/compactcache/compactcache/internal/config"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"math"
 	"net"
 	"strings"
 	"testing"
 
+	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/workload"
 	"github.com/miekg/dns"

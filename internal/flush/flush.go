@@ -12,10 +12,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"slices"
 	"strings"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/miekg/dns"
 )

@@ -3,10 +3,10 @@ package flush
 import (
 	"bytes"
 	"errors"
-	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"slices"
 	"testing"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/miekg/dns"
 )
