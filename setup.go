@@ -11,6 +11,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -90,9 +91,9 @@ func setup(c *caddy.Controller) error {
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
 		ca.refreshes.shutdown(5 * time.Second)
-		ca.StopShared()
 		return nil
 	})
+	lifecycle.OnStop(c, ca.StopShared) // flushes reach a replica in its lameduck
 	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next

@@ -17,9 +17,12 @@ import (
 // testLameduck stops the binary with SIGTERM under health's lameduck, as
 // Kubernetes stops a pod of deploy/kubernetes/coredns.yaml, and asks the
 // front end during the lameduck: CoreDNS's servers answer until it is over,
-// while the pod leaves its Service, and so must the front end, and the
-// admin endpoint, from which a new replica warms up.
+// while the pod leaves its Service, and so must the front end, the admin
+// endpoint, from which a new replica warms up, and the shared tier, through
+// which flushes reach the replica.
 func testLameduck(t *testing.T, bin, example string) {
+	redis := testenv.StartRedis(t)
+	clients := func() int { return strings.Count(redis.MustDo("CLIENT", "LIST"), "\n") - 1 } // less the one asking
 	front, back, up, health := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("lameduck-token-0123456789abcdef\n"), 0o600); err != nil {
@@ -27,7 +30,7 @@ func testLameduck(t *testing.T, bin, example string) {
 	}
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
 	corefile := strings.Replace(example, ".:1053 {\n", ".:1053 {\n    health 127.0.0.1:"+strconv.Itoa(health)+" {\n        lameduck 3s\n    }\n", 1)
-	corefile = strings.Replace(corefile, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:"+strconv.Itoa(front)+"\n        admin "+admin+" {\n            token_file "+token+"\n        }\n", 1)
+	corefile = strings.Replace(corefile, "compactcache {\n", "compactcache {\n        frontend 127.0.0.1:"+strconv.Itoa(front)+"\n        admin "+admin+" {\n            token_file "+token+"\n        }\n        shared redis://"+redis.Addr+"\n", 1)
 	corefile = strings.ReplaceAll(corefile, ":1053", ":"+strconv.Itoa(back))
 	corefile = strings.ReplaceAll(corefile, ":1054", ":"+strconv.Itoa(up))
 	if !strings.Contains(corefile, "lameduck 3s") || !strings.Contains(corefile, "frontend 127.0.0.1:") || !strings.Contains(corefile, "admin "+admin) {
@@ -48,6 +51,11 @@ func testLameduck(t *testing.T, bin, example string) {
 	}
 	if err := ask("udp", "www.example.org."); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); clients() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the shared tier did not connect")
+		}
 	}
 	done := make(chan struct{})
 	go func() { srv.cmd.Process.Wait(); close(done) }()
@@ -74,6 +82,9 @@ func testLameduck(t *testing.T, bin, example string) {
 		t.Errorf("the admin endpoint during the lameduck: %v", err)
 	} else {
 		conn.Close()
+	}
+	if n := clients(); n == 0 {
+		t.Error("the shared tier closed its connections before the lameduck was over")
 	}
 	select {
 	case <-done:
