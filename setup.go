@@ -94,7 +94,7 @@ func setup(c *caddy.Controller) error {
 		return nil
 	})
 	lifecycle.OnStop(c, ca.StopShared) // flushes reach a replica in its lameduck
-	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with
+	setupKubernetes(c, ca)             // after OnStartup's takeOver: it flushes the store the block ends with
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next
 		return ca
