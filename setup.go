@@ -93,8 +93,8 @@ func setup(c *caddy.Controller) error {
 		ca.refreshes.shutdown(5 * time.Second)
 		return nil
 	})
-	lifecycle.OnStop(c, ca.StopShared) // flushes reach a replica in its lameduck
-	setupKubernetes(c, ca)             // after OnStartup's takeOver: it flushes the store the block ends with
+	lifecycle.OnStop(c, ca.StopShared)
+	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next
 		return ca
