@@ -195,14 +195,10 @@ func TestWaitersOutliveCanceledLeader(t *testing.T) {
 	}
 }
 
-// TestPrefetchDNSSECShortProof: a signed wildcard answer carries its
-// proof, NSEC records whose TTL (the zone's negative TTL) is shorter than
-// the answer's, and a DO client's entry lasts as long as that proof. Its
-// prefetch must come at PERCENTAGE of that, as the stock cache counts TTL
-// left against the TTL it ages: against the answer's TTL, a DO client's
-// every hit from the moment it was fetched set off a prefetch, a refresh
-// after refresh of one name.
-func TestPrefetchDNSSECShortProof(t *testing.T) {
+// shortProofUpstream answers w.example.org A with a signed wildcard's
+// answer (TTL 3600) and its proof, NSEC records of the zone's negative TTL
+// (300).
+func shortProofUpstream(t *testing.T) *upstream {
 	u := newUpstream()
 	u.add("w.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
 		mustRR(t, "w.example.org. 3600 IN A 192.0.2.1"),
@@ -211,6 +207,18 @@ func TestPrefetchDNSSECShortProof(t *testing.T) {
 		mustRR(t, "*.example.org. 300 IN NSEC z.example.org. A RRSIG NSEC"),
 		mustRR(t, "*.example.org. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
 	}, nil)
+	return u
+}
+
+// TestPrefetchDNSSECShortProof: a signed wildcard answer carries its
+// proof, NSEC records whose TTL (the zone's negative TTL) is shorter than
+// the answer's, and a DO client's entry lasts as long as that proof. Its
+// prefetch must come at PERCENTAGE of that, as the stock cache counts TTL
+// left against the TTL it ages: against the answer's TTL, a DO client's
+// every hit from the moment it was fetched set off a prefetch, a refresh
+// after refresh of one name.
+func TestPrefetchDNSSECShortProof(t *testing.T) {
+	u := shortProofUpstream(t)
 	clk := newClock()
 	c := parseCache(t, "compactcache {\n prefetch 1 10m 10%\n}", u, clk)
 	req := test.Case{Qname: "w.example.org.", Qtype: dns.TypeA, Do: true}.Msg()
@@ -236,14 +244,7 @@ func TestPrefetchDNSSECShortProof(t *testing.T) {
 // with a failure, as a refresh does not: the SERVFAIL of an upstream that
 // times out, cached for the servfail time, was served to every client.
 func TestDOMissPastProofKeepsEntry(t *testing.T) {
-	u := newUpstream()
-	u.add("w.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{
-		mustRR(t, "w.example.org. 3600 IN A 192.0.2.1"),
-		mustRR(t, "w.example.org. 3600 IN RRSIG A 8 3 3600 20300101000000 20200101000000 12345 example.org. AAAA"),
-	}, []dns.RR{
-		mustRR(t, "*.example.org. 300 IN NSEC z.example.org. A RRSIG NSEC"),
-		mustRR(t, "*.example.org. 300 IN RRSIG NSEC 8 3 300 20300101000000 20200101000000 12345 example.org. AAAA"),
-	}, nil)
+	u := shortProofUpstream(t)
 	clk := newClock()
 	c := newTestCache(t, u, clk)
 	do := test.Case{Qname: "w.example.org.", Qtype: dns.TypeA, Do: true}.Msg()

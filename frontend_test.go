@@ -23,6 +23,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	_ "github.com/coredns/coredns/plugin/timeouts" // for TestFrontendTCPTimeouts
 	"github.com/miekg/dns"
@@ -446,6 +447,25 @@ func TestFrontendLogsSampledHits(t *testing.T) {
 	}
 }
 
+// startReloadable starts a block of zone whose cache has a front end, with
+// options in its braces, before forward to up, and before the cache the
+// plugins before says. It returns the front end's address, the instance,
+// which the caller stops, and the block's Corefile with more plugins put
+// before the cache, for the reloads the test makes.
+func startReloadable(t *testing.T, zone, up, before, options string) (string, *caddy.Instance, func(extra string) string) {
+	t.Helper()
+	fe := ""
+	corefile := func(extra string) string {
+		return zone + ":0 {\n\tbind 127.0.0.1\n\t" + before + "\n\t" + extra + "\n\tcompactcache {\n\t\tfrontend " + fe +
+			" {\n\t\t\t" + options + "\n\t\t}\n\t}\n\tforward . " + up + "\n}\n"
+	}
+	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
+		fe = fes[0]
+		return corefile("")
+	}, nil)
+	return fe, inst, corefile
+}
+
 // TestFrontendSurvivesReload: the front end of the reloaded instance opens
 // its sockets beside the old ones and answers from the handed-over store;
 // the old front end's sockets close with the old instance.
@@ -453,21 +473,7 @@ func TestFrontendSurvivesReload(t *testing.T) {
 	const zone = "reload.frontend.test."
 	u := newUpstream()
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
-	up, fe := startUpstream(t, u), ""
-	corefile := func(extra string) string {
-		return zone + `:0 {
-	bind 127.0.0.1
-	` + extra + `
-	compactcache {
-		frontend ` + fe + `
-	}
-	forward . ` + up + `
-}`
-	}
-	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
-		fe = fes[0]
-		return corefile("")
-	}, nil)
+	fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "", "")
 	var err error
 	defer func() { stopInstance(inst) }()
 	req := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg()
@@ -607,22 +613,7 @@ func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
 	const zone = "logreload.frontend.test."
 	u := newUpstream()
 	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
-	up, fe := startUpstream(t, u), ""
-	corefile := func(extra string) string {
-		return zone + `:0 {
-	bind 127.0.0.1
-	log
-	` + extra + `
-	compactcache {
-		frontend ` + fe + `
-	}
-	forward . ` + up + `
-}`
-	}
-	_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
-		fe = fes[0]
-		return corefile("")
-	}, nil)
+	fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "log", "")
 	defer func() { stopInstance(inst) }()
 	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
 	conn, err := c.Dial(fe)
@@ -662,23 +653,7 @@ func TestFrontendUDPAcrossReload(t *testing.T) {
 			asked, release := u.hold("a." + zone + " 300 IN A 192.0.2.1")
 			var once sync.Once
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
-			up, fe := startUpstream(t, u), ""
-			corefile := func(extra string) string {
-				return zone + `:0 {
-	bind 127.0.0.1
-	` + extra + `
-	compactcache {
-		frontend ` + fe + ` {
-			wait ` + wait + `
-		}
-	}
-	forward . ` + up + `
-}`
-			}
-			_, inst, _ := startOnFreePorts(t, 1, func(fes []string) string {
-				fe = fes[0]
-				return corefile("")
-			}, nil)
+			fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "", "wait "+wait)
 			defer func() { stopInstance(inst) }()
 			pkt, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
 			if err != nil {

@@ -41,13 +41,7 @@ func testAdmin(t *testing.T, bin string, example string) {
 	if !strings.Contains(corefile, "admin "+adminAddr) {
 		t.Fatal("Corefile.example: no compactcache block to add admin to")
 	}
-	conf := filepath.Join(dir, "Corefile")
-	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dnsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
-	start(t, bin, conf)
-	waitReady(t, dnsAddr)
+	_, dnsAddr := serve(t, bin, corefile, front)
 	for _, q := range []struct {
 		name  string
 		qtype uint16

@@ -3,7 +3,6 @@ package main
 import (
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,14 +44,8 @@ func testFailedSwitch(t *testing.T, bin, example string) {
 	if !strings.Contains(next, "frontend 127.0.0.1:") {
 		t.Fatal("Corefile.example: no compactcache block to add the front end to")
 	}
-	conf := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(conf, []byte(stock), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
-	srv := start(t, bin, conf)
-	waitReady(t, addr)
-	if err := os.WriteFile(conf, []byte(next), 0o644); err != nil {
+	srv, addr := serve(t, bin, stock, front)
+	if err := os.WriteFile(srv.conf, []byte(next), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.cmd.Process.Signal(syscall.SIGUSR1); err != nil {

@@ -36,13 +36,7 @@ func testLameduck(t *testing.T, bin, example string) {
 	if !strings.Contains(corefile, "lameduck 3s") || !strings.Contains(corefile, "frontend 127.0.0.1:") || !strings.Contains(corefile, "admin "+admin) {
 		t.Fatal("Corefile.example: no .:1053 block with a compactcache block to add health and the front end to")
 	}
-	conf := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
-	srv := start(t, bin, conf)
-	waitReady(t, addr)
+	srv, addr := serve(t, bin, corefile, front)
 	ask := func(network, name string) error {
 		m := new(dns.Msg)
 		m.SetQuestion(name, dns.TypeA)

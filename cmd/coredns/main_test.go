@@ -149,14 +149,7 @@ func smoke(t *testing.T, bin, corefile string) {
 		corefile = strings.ReplaceAll(corefile, port, ":"+strconv.Itoa(p))
 	}
 	front := ports[":1053"]
-	conf := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(front))
-	srv := start(t, bin, conf)
-	waitReady(t, addr)
+	srv, addr := serve(t, bin, corefile, front)
 
 	zone := readZone(t, filepath.Join(root, "testdata", "db.example.org"))
 	soa := zone.get("example.org.", dns.TypeSOA)
@@ -320,13 +313,28 @@ func start(t *testing.T, bin, conf string) *server {
 			t.Logf("coredns output:\n%s", out.String())
 		}
 	})
-	return &server{cmd, out}
+	return &server{cmd, out, conf}
 }
 
-// server is a running binary and its output.
+// server is a running binary, its output and its Corefile.
 type server struct {
-	cmd *exec.Cmd
-	out *testenv.LogBuffer
+	cmd  *exec.Cmd
+	out  *testenv.LogBuffer
+	conf string
+}
+
+// serve writes corefile to a file of its own, runs the binary on it and
+// waits until it answers on 127.0.0.1:port, which it returns.
+func serve(t *testing.T, bin, corefile string, port int) (*server, string) {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "Corefile")
+	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, bin, conf)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	waitReady(t, addr)
+	return srv, addr
 }
 
 // reload reloads the server as an operator does, with SIGUSR1, and waits
