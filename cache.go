@@ -340,7 +340,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 	if answersOnly && e.Flags()&entry.FlagAnswers == 0 || e.Stored() < s.born {
 		return false
 	}
-	if ok, _ := s.q.takes(e); !ok {
+	if !s.q.takes(e) {
 		// What serves other clients: the miss refreshes it, a failure leaves it.
 		f.upgrade, f.popularity = true, e.Popularity()
 		return false

@@ -54,11 +54,10 @@ type query struct {
 
 // takes reports whether an entry found under q's key may answer q: an answer
 // fetched without ECS serves no client that sent a subnet (RFC 7871 7.3.1),
-// and one stored without its DNSSEC records no DO client, whose miss
-// upgrades it (found.upgrade).
-func (q *query) takes(e entry.Entry) (ok, upgrade bool) {
-	upgrade = q.do && !e.HoldsDNSSEC()
-	return !upgrade && (e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0), upgrade
+// and one stored without its DNSSEC records no DO client; either's miss
+// refreshes it for the clients it serves (found.upgrade).
+func (q *query) takes(e entry.Entry) bool {
+	return (!q.do || e.HoldsDNSSEC()) && (e.Flags()&entry.FlagNoECS == 0 || q.ecs.family == 0 || q.ecs.sent == 0)
 }
 
 const (

@@ -58,10 +58,7 @@ func (c *Cache) StopShared() {
 func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint64, m *cachemetrics.Server) found {
 	now := c.now()
 	name := s.key[:dnsmsg.WireNameLen(s.key)]
-	e := c.shared.Get(ctx, c.sharedKeys(s), name, now.Unix(), func(e entry.Entry) bool {
-		ok, _ := s.q.takes(e)
-		return ok
-	})
+	e := c.shared.Get(ctx, c.sharedKeys(s), name, now.Unix(), s.q.takes)
 	if e == nil {
 		return found{}
 	}
