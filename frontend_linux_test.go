@@ -40,8 +40,7 @@ func TestFrontendRepliesFromTheAddressAsked(t *testing.T) {
 	}
 	upLoopback(t)
 	const zone = "source.frontend.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	u.add("b."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("b." + zone + " 300 IN A 192.0.2.2")}, nil, nil)
 	_, port, err := net.SplitHostPort(freePort(t))
 	if err != nil {

@@ -70,8 +70,7 @@ func exchangeRaw(t *testing.T, addr string, pkt []byte, wait time.Duration) []by
 // counted as hits of the cache too.
 func TestFrontendServesHitsItself(t *testing.T) {
 	const zone = "hits.frontend.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	up := startUpstream(t, u)
 	fe, _, _ := startFrontend(t, func(fe string) string {
 		return zone + `:0 {
@@ -471,8 +470,7 @@ func startReloadable(t *testing.T, zone, up, before, options string) (string, *c
 // the old front end's sockets close with the old instance.
 func TestFrontendSurvivesReload(t *testing.T) {
 	const zone = "reload.frontend.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "", "")
 	var err error
 	defer func() { stopInstance(inst) }()
@@ -611,8 +609,7 @@ func TestFrontendTCPAfterReload(t *testing.T) {
 // panicked ("send on closed channel"), which takes this test binary down.
 func TestFrontendTCPHitAfterReloadWithLog(t *testing.T) {
 	const zone = "logreload.frontend.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "log", "")
 	defer func() { stopInstance(inst) }()
 	c := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
@@ -701,8 +698,7 @@ func TestFrontendUDPAcrossReload(t *testing.T) {
 // and gave a new connection 10 s, not the server's 3, for its first query.
 func TestFrontendTCPTimeouts(t *testing.T) {
 	const zone = "timeouts.frontend.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	up := startUpstream(t, u)
 	fe, _, tcp := startFrontend(t, func(fe string) string {
 		return zone + `:0 {

@@ -82,6 +82,13 @@ func (u *upstream) set(name string, qtype uint16, f func(r *dns.Msg) *dns.Msg) {
 	u.answers[qkey(name, qtype)] = f
 }
 
+// upstreamOfA returns an upstream that answers a.ZONE A with 192.0.2.1.
+func upstreamOfA(zone string) *upstream {
+	u := newUpstream()
+	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	return u
+}
+
 // hold scripts the answer to the A record a's name and type to wait:
 // asked closes when the question first comes (forward asks again after
 // its timeout), and closing release answers it with a.

@@ -52,8 +52,7 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 func TestMetricsStockFamilies(t *testing.T) {
 	logs := captureLog(t) // not parallel
 	const zone = "metrics.test."
-	u := newUpstream()
-	u.add("a."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	u := upstreamOfA(zone)
 	u.add("nx."+zone, dns.TypeA, dns.RcodeNameError, nil, []dns.RR{test.SOA(zone + " 300 IN SOA ns." + zone + " admin." + zone + " 1 7200 3600 1209600 60")}, nil)
 	up := startUpstream(t, u)
 	blocks := []struct{ cache, server string }{{cache: "cache"}, {cache: "compactcache"}}
