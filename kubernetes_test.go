@@ -14,6 +14,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/kube"
+	"github.com/compactcache/compactcache/internal/lifecycle"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/kubernetes"
@@ -511,5 +512,28 @@ func TestKubernetesFailedReloadKeepsSource(t *testing.T) {
 	}
 	if got := sources(); len(got) != 1 || got[0] == first[0] {
 		t.Errorf("after a reload, %d sources run, the old block's among them: %v; want the new block's alone", len(got), slices.Contains(got, first[0]))
+	}
+}
+
+func TestKubernetesSourceRunsThroughLameduck(t *testing.T) {
+	// health's lameduck runs among the shutdown callbacks, while the
+	// servers still answer: the source must still drop what changes then.
+	inst, err := startCorefile(".:0 {\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tkubernetes cluster.local {\n\t\t\tendpoint http://127.0.0.1:1\n\t\t}\n\t}\n\twhoami\n}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kube.Running()); n != 1 {
+		t.Fatalf("%d sources running, want the block's one", n)
+	}
+	inst.Stop()
+	for _, shutdown := range inst.OnShutdown {
+		shutdown()
+	}
+	if n := len(kube.Running()); n != 1 {
+		t.Errorf("%d sources running after the shutdown callbacks, want the block's one until the final ones", n)
+	}
+	lifecycle.Stop(inst)
+	if n := len(kube.Running()); n != 0 {
+		t.Errorf("%d sources running after the instance stopped, want none", n)
 	}
 }

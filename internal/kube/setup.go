@@ -15,7 +15,9 @@ var sources sync.Map // key → *Invalidator
 
 // Setup starts the source of cfg for the block of c, whose cache is key,
 // once its chain is known (the plugins after the one named name, where
-// the kubernetes plugin to follow is), and stops it with the block. A
+// the kubernetes plugin to follow is), and stops it with the block: after
+// health's lameduck at the process's stop, so that a replica still
+// answering while it leaves its Service drops what changes. A
 // source that cannot start fails the start, with what to write instead.
 // target is read then, once the block's cache is settled.
 func Setup(c *caddy.Controller, key any, cfg *Config, name string, target func(view string) Target) {
@@ -37,10 +39,7 @@ func Setup(c *caddy.Controller, key any, cfg *Config, name string, target func(v
 		waiting.Add(c, key)
 		return nil
 	})
-	c.OnShutdown(func() error {
-		stop(key)
-		return nil
-	})
+	lifecycle.OnStop(c, func() { stop(key) })
 }
 
 // waiting are the keys of the blocks whose sources run, until their
