@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
 )
@@ -32,7 +33,7 @@ func TestLoadIntoSmallerCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Load(testCache{small}, path)
+	Load(testCache{s: small}, path)
 	if aside, _ := filepath.Glob(path + ".bad-*"); len(aside) != 0 {
 		t.Errorf("a good file moved aside as damaged when read into a store of %d bytes: %v", small.Capacity(), aside)
 	}
@@ -80,7 +81,7 @@ func TestReadStream(t *testing.T) {
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		l, err := read(testCache{s}, onlyReader{bytes.NewReader(file)}, 0)
+		l, err := read(testCache{s: s}, onlyReader{bytes.NewReader(file)}, 0)
 		runtime.ReadMemStats(&after)
 		spilled := !strings.HasSuffix(tc.tmp, "missing")
 		if n := after.TotalAlloc - before.TotalAlloc; spilled && store.OffHeapBytes() > 0 && n > uint64(len(file)/2) {
@@ -112,7 +113,7 @@ func TestLoadPeakMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		Load(testCache{s}, path)
+		Load(testCache{s: s}, path)
 		fmt.Printf("PEAK %d ENTRIES %d\n", peakResident(t), s.Usage().Kinds[store.KindSuccess])
 		return
 	}
@@ -123,7 +124,7 @@ func TestLoadPeakMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testCache{s}
+	c := testCache{s: s}
 	b := entry.NewBuilder()
 	now := c.Now()
 	for i := 0; ; i++ {
@@ -182,4 +183,43 @@ func peakResident(t *testing.T) int64 {
 	}
 	t.Skip("no VmHWM in /proc/self/status")
 	return 0
+}
+
+// TestReadFenced: entries that a flush begun since the fetch covers are
+// left out, and not counted as loaded.
+func TestReadFenced(t *testing.T) {
+	c := filled(t, 1000)
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	if _, err := WriteFile(c, path, c.s.Paced(0)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(64<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := testCache{s: s, f: &flush.Fence{}}
+	gen := to.f.Gen()
+	to.f.Begin(func(e entry.Entry) bool { // about half of them
+		sum := 0
+		for _, b := range e.Key() {
+			sum += int(b)
+		}
+		return sum&1 == 0
+	})
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, err := read(to, f, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := s.Usage().Kinds[store.KindSuccess]
+	if held == 0 || held == 1000 {
+		t.Fatalf("the store holds %d of 1000 entries: the flush covered none or all", held)
+	}
+	if l.Entries != held {
+		t.Errorf("loaded %d entries, the store holds %d", l.Entries, held)
+	}
 }

@@ -203,19 +203,26 @@ func read(ca Cache, r io.Reader, gen uint64) (snapshot.Loaded, error) {
 		defer spilled.Close()
 		rs = spilled
 	}
-	return snapshot.Read(rs, fenced{s, ca.Fence(), gen}, ca.Fingerprint(), ca.Now(), ca.Grace())
+	f := &fenced{Store: s, fence: ca.Fence(), gen: gen}
+	l, err := snapshot.Read(rs, f, ca.Fingerprint(), ca.Now(), ca.Grace())
+	l.Entries -= f.out
+	return l, err
 }
 
 // fenced puts entries into a store unless a flush begun since gen covers
-// them, as a fetch's answer is stored (flush.Fence).
+// them, as a fetch's answer is stored (flush.Fence), and counts those it
+// leaves out.
 type fenced struct {
 	*store.Store
 	fence *flush.Fence
 	gen   uint64
+	out   int
 }
 
-func (f fenced) Put(e entry.Entry, now int64) (d store.Displaced) {
-	f.fence.Store(f.gen, e, func() { d = f.Store.Put(e, now) })
+func (f *fenced) Put(e entry.Entry, now int64) (d store.Displaced) {
+	if !f.fence.Store(f.gen, e, func() { d = f.Store.Put(e, now) }) {
+		f.out++
+	}
 	return d
 }
 

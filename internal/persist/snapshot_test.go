@@ -15,14 +15,23 @@ import (
 	"github.com/compactcache/compactcache/internal/workload"
 )
 
-// testCache is a store as a block's cache.
-type testCache struct{ s *store.Store }
+// testCache is a store as a block's cache, with the fence f, or a new
+// one at each call.
+type testCache struct {
+	s *store.Store
+	f *flush.Fence
+}
 
 func (c testCache) Store() *store.Store               { return c.s }
 func (c testCache) Fingerprint() snapshot.Fingerprint { return snapshot.Fingerprint{1} }
 func (c testCache) Now() int64                        { return time.Now().Unix() }
 func (c testCache) Grace() int64                      { return 0 }
-func (c testCache) Fence() *flush.Fence               { return &flush.Fence{} }
+func (c testCache) Fence() *flush.Fence {
+	if c.f != nil {
+		return c.f
+	}
+	return &flush.Fence{}
+}
 
 // filled returns a cache holding the first n entries of the workload.
 func filled(t *testing.T, n int) testCache {
@@ -31,7 +40,7 @@ func filled(t *testing.T, n int) testCache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testCache{s}
+	c := testCache{s: s}
 	b := entry.NewBuilder()
 	for i := range n {
 		m := workload.Reply(i, workload.Plain)
@@ -92,7 +101,7 @@ func TestSnapshotPathNotAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Load(testCache{s}, dir)
+	Load(testCache{s: s}, dir)
 	if _, err := os.Stat(other); err != nil {
 		moved, _ := filepath.Glob(dir + ".bad-*")
 		t.Errorf("loading %s, a directory, moved it away with its files (now %v): %v", dir, moved, err)
