@@ -202,6 +202,10 @@ type frontend struct {
 	// sockets must outlive; stopping tells the UDP readers to leave.
 	chain    busy
 	stopping atomic.Bool
+
+	// What older front ends, closing at a reload before this one started,
+	// handed it.
+	taken taken
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -330,6 +334,9 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	for _, l := range fe.tcp {
 		fe.wg.Go(func() { fe.serveTCP(l) })
 	}
+	for _, serve := range fe.taken.done(true) {
+		serve(fe)
+	}
 }
 
 // close stops the readers and waits for them; the sockets close once the
@@ -359,6 +366,9 @@ func (fe *frontend) closeSockets() {
 	if fe.started {
 		raiseProcs(-len(fe.threads))
 	}
+	for _, serve := range fe.taken.done(false) {
+		serve(nil)
+	}
 	// caddy starts the new instance's front ends only once the old
 	// instance's shutdown callbacks, this one's among them, have returned:
 	// waiting here would hold up every request to the new sockets. Nor
@@ -367,6 +377,7 @@ func (fe *frontend) closeSockets() {
 	// to it are lost: not at all when a newer front end's sockets can send
 	// those replies (successor.go).
 	if fe.succeeded() {
+		fe.drainUDP()
 		fe.closeUDP()
 	} else {
 		after(&fe.chain, fe.closeUDP)
@@ -553,6 +564,16 @@ func (fe *frontend) timed() bool {
 // without bound, and a client left without a reply waits out its timeout
 // (5 s for a pod's resolver) before it tries again.
 func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
+	if fe.stopping.Load() {
+		req := slices.Clone(pkt)
+		if fe.handOver(w.local, func(next *frontend) {
+			if next != nil {
+				next.toChain(req, w)
+			}
+		}) {
+			return
+		}
+	}
 	fm := fe.counters(pkt)
 	if ignored(pkt) {
 		fm.Dropped.Inc() // what serveChain would do, without a slot
@@ -785,8 +806,8 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	if errors.Is(err, net.ErrClosed) {
 		// The front end closed at a reload, and a newer one's socket on
 		// the same address took its place.
-		if s := successor(w.fe, w.local); s != nil {
-			return w.send(s, b)
+		if o, ok := successor(w.fe, w.local); ok {
+			return w.send(o.s, b)
 		}
 	}
 	return n, err

@@ -176,11 +176,11 @@ func TestSuccessor(t *testing.T) {
 		if tc.want != nil {
 			want = sender(tc.want)
 		}
-		if got := successor(tc.of, local); got != want {
+		if got, _ := successor(tc.of, local); got.s != want {
 			t.Errorf("%s: got a socket of %v, want %v", tc.name, got, want)
 		}
 	}
-	if successor(fes[0], other) != nil {
+	if _, ok := successor(fes[0], other); ok {
 		t.Error("a successor on an address no later front end has")
 	}
 }

@@ -120,8 +120,7 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			s.close()
 		}
 	}()
-	b := newUDPBatch(fe, s.local)
-	b.thread = s
+	b := newThreadBatch(fe, s)
 	yielded := time.Now()
 	for !s.closed.Load() {
 		if !b.wait() {
@@ -142,6 +141,13 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			runtime.Gosched()
 		}
 	}
+}
+
+// newThreadBatch returns the batch of s, read on a thread of its own.
+func newThreadBatch(fe *frontend, s *threadSocket) *udpBatch {
+	b := newUDPBatch(fe, s.local)
+	b.thread = s
+	return b
 }
 
 // wait reads a batch, waiting for its first datagram, and reports whether
