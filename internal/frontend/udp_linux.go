@@ -298,6 +298,9 @@ func (b *udpBatch) account() {
 func (b *udpBatch) handle(i int, now time.Time) {
 	fe := b.fe
 	h := &b.in[i]
+	if h.Hdr.Namelen == 0 {
+		return // no datagram: the end of a thread socket shut down (wait)
+	}
 	if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 		fe.counters(nil).Dropped.Inc()
 		return
