@@ -282,6 +282,7 @@ func (fe *frontend) open() error {
 			return err
 		}
 		fe.tcp = append(fe.tcp, l)
+		recordSocket(fe, l.Addr(), nil)
 	}
 	return nil
 }
@@ -359,7 +360,7 @@ func (fe *frontend) closeSockets() {
 		s.shutdown()
 	}
 	for _, l := range fe.tcp {
-		l.Close()
+		stopAccepting(l)
 	}
 	fe.conns.close()
 	fe.wg.Wait()
@@ -381,6 +382,9 @@ func (fe *frontend) closeSockets() {
 		fe.closeUDP()
 	} else {
 		after(&fe.chain, fe.closeUDP)
+	}
+	for _, l := range fe.tcp {
+		fe.closeListener(l)
 	}
 	after(&fe.conns.readers, fe.closeTCP)
 }

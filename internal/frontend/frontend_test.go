@@ -149,7 +149,7 @@ func TestSuccessor(t *testing.T) {
 	sender := func(fe *frontend) udpSender {
 		successors.Lock()
 		defer successors.Unlock()
-		for _, o := range successors.m[local.String()] {
+		for _, o := range successors.m[socketKey(local)] {
 			if o.fe == fe {
 				return o.s
 			}
@@ -180,7 +180,8 @@ func TestSuccessor(t *testing.T) {
 			t.Errorf("%s: got a socket of %v, want %v", tc.name, got, want)
 		}
 	}
+	recordSocket(fes[2], &net.TCPAddr{IP: other.IP, Port: other.Port}, nil)
 	if _, ok := successor(fes[0], other); ok {
-		t.Error("a successor on an address no later front end has")
+		t.Error("a successor on an address no later front end has UDP sockets on")
 	}
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -196,5 +197,66 @@ func TestReloadAnswersQueuedUDP(t *testing.T) {
 				t.Errorf("%d of %d requests that waited in the old front end's socket got a reply", len(got), queued)
 			}
 		})
+	}
+}
+
+// heldListener holds its Accepts until release closes.
+type heldListener struct {
+	*net.TCPListener
+	release chan struct{}
+}
+
+func (l heldListener) Accept() (net.Conn, error) {
+	<-l.release
+	return l.TCPListener.Accept()
+}
+
+// TestReloadServesQueuedTCP: the connections that wait in an old front
+// end's TCP listener when it closes at a reload are served by the front end
+// that replaces it, which answers their requests. The listener closed with
+// its queue, and the kernel reset them.
+func TestReloadServesQueuedTCP(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // only the accepts are held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	l := old.tcp[0].(*net.TCPListener)
+	old.tcp[0] = heldListener{l, cache.release}
+	old.start(chainServer(t, "old"))
+
+	// The connections wait in the old listener, its address's only one.
+	const queued = 8
+	var conns []net.Conn
+	for i := range queued {
+		conn, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		pkt := query(t, i)
+		if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	next := openFrontend(t, &Config{tcp: []string{l.Addr().String()}, inflight: 64}, cache)
+	closeHeld(t, old, cache.open)
+	next.start(chainServer(t, "next"))
+
+	answered := 0
+	for i, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var size [2]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			continue
+		}
+		reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+		if _, err := io.ReadFull(conn, reply); err != nil {
+			continue
+		}
+		checkReply(t, reply, i, "next")
+		answered++
+	}
+	if answered != queued {
+		t.Errorf("%d of %d connections that waited in the old front end's listener were answered", answered, queued)
 	}
 }

@@ -14,13 +14,14 @@ import (
 // end has a socket on each of their addresses, answers what waits in them
 // and closes them; the chain's replies to requests it read, still in
 // flight, leave through that socket instead: from the same address and
-// port, which is all the client sees. (CoreDNS's own server hands its
-// socket to the new instance instead; the front end opens a set of its own
-// per instance, whose readers start only once the old instance's shutdown
-// has run.)
+// port, which is all the client sees. The connections waiting in its TCP
+// listeners' queues it hands to the newer front end (handOver). (CoreDNS's
+// own server hands its sockets to the new instance instead; the front end
+// opens a set of its own per instance, whose readers start only once the
+// old instance's shutdown has run.)
 
-// successors are the open UDP sockets of every front end, by their local
-// address, the newest last.
+// successors are the open sockets of every front end, by their network and
+// local address, the newest last.
 var successors = struct {
 	sync.Mutex
 	m map[string][]openSocket
@@ -28,18 +29,21 @@ var successors = struct {
 
 type openSocket struct {
 	fe *frontend
-	s  udpSender
+	s  udpSender // nil for a TCP listener
 }
 
-// recordSocket records s, a UDP socket of fe on local.
+// recordSocket records a socket of fe on local: s for UDP, nil for a TCP
+// listener.
 func recordSocket(fe *frontend, local net.Addr, s udpSender) {
 	successors.Lock()
 	defer successors.Unlock()
-	k := local.String()
+	k := socketKey(local)
 	successors.m[k] = append(successors.m[k], openSocket{fe, s})
 }
 
-// forgetSockets forgets fe's UDP sockets.
+func socketKey(local net.Addr) string { return local.Network() + " " + local.String() }
+
+// forgetSockets forgets fe's sockets.
 func forgetSockets(fe *frontend) {
 	successors.Lock()
 	defer successors.Unlock()
@@ -63,7 +67,7 @@ func forgetSockets(fe *frontend) {
 func successor(fe *frontend, local net.Addr) (openSocket, bool) {
 	successors.Lock()
 	defer successors.Unlock()
-	socks := successors.m[local.String()]
+	socks := successors.m[socketKey(local)]
 	if n := len(socks); n > 0 && socks[n-1].fe.seq > fe.seq {
 		return socks[n-1], true
 	}
