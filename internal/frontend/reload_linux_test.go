@@ -154,49 +154,59 @@ func checkReply(t *testing.T, reply []byte, i int, chain string) {
 // their instance. The socket closed with its queue, and they were lost.
 func TestReloadAnswersQueuedUDP(t *testing.T) {
 	for _, wait := range []string{"thread", "poller"} {
-		t.Run(wait, func(t *testing.T) {
-			cache := newGatedCache(t)
-			fc := &Config{udp: []string{"127.0.0.1:0"}, sockets: 1, inflight: 64, poller: wait == "poller"}
-			old := openFrontend(t, fc, cache)
-			old.start(chainServer(t, "old"))
-			local := old.udpAddrs()[0].(*net.UDPAddr)
-			client, err := net.DialUDP("udp", nil, local)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
+		for _, tc := range []struct{ listen, dial string }{
+			{"127.0.0.1:0", "127.0.0.1"},
+			// The unspecified address: the replies name their source.
+			{"[::]:0", "127.0.0.1"},
+		} {
+			t.Run(wait+" "+tc.listen, func(t *testing.T) {
+				testReloadAnswersQueuedUDP(t, wait == "poller", tc.listen, tc.dial)
+			})
+		}
+	}
+}
 
-			// The first request holds the old front end's reader; the
-			// others wait in its socket, its address's only one.
-			const queued = 16
-			for i := range queued {
-				if _, err := client.Write(query(t, i)); err != nil {
-					t.Fatal(err)
-				}
-				if i == 0 {
-					<-cache.asked
-				}
-			}
-			next := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64, poller: fc.poller}, cache)
-			closeHeld(t, old, cache.open)
-			next.start(chainServer(t, "next"))
+func testReloadAnswersQueuedUDP(t *testing.T, poller bool, listen, dial string) {
+	cache := newGatedCache(t)
+	fc := &Config{udp: []string{listen}, sockets: 1, inflight: 64, poller: poller}
+	old := openFrontend(t, fc, cache)
+	old.start(chainServer(t, "old"))
+	local := old.udpAddrs()[0].(*net.UDPAddr)
+	client, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(dial), Port: local.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
 
-			client.SetReadDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 512)
-			got := map[int]bool{}
-			for range queued {
-				n, err := client.Read(buf)
-				if err != nil {
-					break
-				}
-				i := int(binary.BigEndian.Uint16(buf)) - 1
-				checkReply(t, buf[:n], i, "next")
-				got[i] = true
-			}
-			if len(got) != queued {
-				t.Errorf("%d of %d requests that waited in the old front end's socket got a reply", len(got), queued)
-			}
-		})
+	// The first request holds the old front end's reader; the others wait
+	// in its socket, its address's only one.
+	const queued = 16
+	for i := range queued {
+		if _, err := client.Write(query(t, i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-cache.asked
+		}
+	}
+	next := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64, poller: poller}, cache)
+	closeHeld(t, old, cache.open)
+	next.start(chainServer(t, "next"))
+
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	got := map[int]bool{}
+	for range queued {
+		n, err := client.Read(buf)
+		if err != nil {
+			break
+		}
+		i := int(binary.BigEndian.Uint16(buf)) - 1
+		checkReply(t, buf[:n], i, "next")
+		got[i] = true
+	}
+	if len(got) != queued {
+		t.Errorf("%d of %d requests that waited in the old front end's socket got a reply", len(got), queued)
 	}
 }
 
