@@ -691,6 +691,94 @@ func TestFrontendUDPAcrossReload(t *testing.T) {
 	}
 }
 
+// TestFrontendUDPAcrossReloads: requests sent without a pause through
+// reloads are all answered, hits and misses, as by CoreDNS's own server,
+// which hands its socket to the new instance. The datagrams that reached an
+// old front end's sockets after its readers' last read were lost with the
+// sockets' close.
+func TestFrontendUDPAcrossReloads(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) {
+			zone := wait + ".udpreloads.frontend.test."
+			u := upstreamOfA(zone)
+			fe, inst, corefile := startReloadable(t, zone, startUpstream(t, u), "", "sockets 2\n\t\t\twait "+wait)
+			defer func() { stopInstance(inst) }()
+			hit, err := test.Case{Qname: "a." + zone, Qtype: dns.TypeA}.Msg().Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exchangeRaw(t, fe, hit, time.Second) == nil {
+				t.Fatal("no reply to the miss of a")
+			}
+			// Each client's socket is hashed to one of the address's
+			// sockets; a miss of a name of its own every few requests.
+			const clients = 8
+			var wg sync.WaitGroup
+			var sent, lost [clients]int
+			stop := make(chan struct{})
+			for c := range clients {
+				wg.Go(func() {
+					conn, err := net.Dial("udp", fe)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer conn.Close()
+					buf := make([]byte, dns.MaxMsgSize)
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						pkt := slices.Clone(hit)
+						if i%8 == 7 {
+							pkt, _ = test.Case{Qname: fmt.Sprintf("m%d-%d.%s", c, i, zone), Qtype: dns.TypeA}.Msg().Pack()
+						}
+						binary.BigEndian.PutUint16(pkt, uint16(i))
+						sent[c]++
+						conn.SetDeadline(time.Now().Add(2 * time.Second))
+						if _, err := conn.Write(pkt); err != nil {
+							t.Error(err)
+							return
+						}
+						for {
+							n, err := conn.Read(buf)
+							if err != nil {
+								lost[c]++
+								break
+							}
+							if n >= 2 && binary.BigEndian.Uint16(buf) == uint16(i) {
+								break
+							}
+						}
+					}
+				})
+			}
+			for i := range 5 {
+				time.Sleep(50 * time.Millisecond)
+				serverMu.Lock()
+				inst, err = inst.Restart(corefileInput(corefile(strings.Repeat("errors\n\t", i%2))))
+				serverMu.Unlock()
+				if err != nil {
+					t.Error(err)
+					break
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			var all, gone int
+			for c := range clients {
+				all, gone = all+sent[c], gone+lost[c]
+			}
+			if gone > 0 {
+				t.Errorf("%d of %d requests sent through 5 reloads got no reply", gone, all)
+			}
+		})
+	}
+}
+
 // TestFrontendTCPTimeouts: the block's timeouts plugin sets the read and
 // idle timeouts and the queries per connection of the server's own TCP
 // listener, and the front end's follows them: it closed connections idle

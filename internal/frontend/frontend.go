@@ -202,6 +202,10 @@ type frontend struct {
 	// sockets must outlive; stopping tells the UDP readers to leave.
 	chain    busy
 	stopping atomic.Bool
+
+	// What older front ends, closing at a reload before this one started,
+	// handed it.
+	taken taken
 }
 
 // block is a server block a front end answers hits for: its zones, its
@@ -278,6 +282,7 @@ func (fe *frontend) open() error {
 			return err
 		}
 		fe.tcp = append(fe.tcp, l)
+		recordSocket(fe, l.Addr(), nil)
 	}
 	return nil
 }
@@ -330,6 +335,9 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 	for _, l := range fe.tcp {
 		fe.wg.Go(func() { fe.serveTCP(l) })
 	}
+	for _, serve := range fe.taken.done(true) {
+		serve(fe)
+	}
 }
 
 // close stops the readers and waits for them; the sockets close once the
@@ -352,12 +360,15 @@ func (fe *frontend) closeSockets() {
 		s.shutdown()
 	}
 	for _, l := range fe.tcp {
-		l.Close()
+		stopAccepting(l)
 	}
 	fe.conns.close()
 	fe.wg.Wait()
 	if fe.started {
 		raiseProcs(-len(fe.threads))
+	}
+	for _, serve := range fe.taken.done(false) {
+		serve(nil)
 	}
 	// caddy starts the new instance's front ends only once the old
 	// instance's shutdown callbacks, this one's among them, have returned:
@@ -367,9 +378,13 @@ func (fe *frontend) closeSockets() {
 	// to it are lost: not at all when a newer front end's sockets can send
 	// those replies (successor.go).
 	if fe.succeeded() {
+		fe.drainUDP()
 		fe.closeUDP()
 	} else {
 		after(&fe.chain, fe.closeUDP)
+	}
+	for _, l := range fe.tcp {
+		fe.closeListener(l)
 	}
 	after(&fe.conns.readers, fe.closeTCP)
 }
@@ -553,6 +568,16 @@ func (fe *frontend) timed() bool {
 // without bound, and a client left without a reply waits out its timeout
 // (5 s for a pod's resolver) before it tries again.
 func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
+	if fe.stopping.Load() {
+		req := slices.Clone(pkt)
+		if fe.handOver(w.local, func(next *frontend) {
+			if next != nil {
+				next.toChain(req, w)
+			}
+		}) {
+			return
+		}
+	}
 	fm := fe.counters(pkt)
 	if ignored(pkt) {
 		fm.Dropped.Inc() // what serveChain would do, without a slot
@@ -785,8 +810,8 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	if errors.Is(err, net.ErrClosed) {
 		// The front end closed at a reload, and a newer one's socket on
 		// the same address took its place.
-		if s := successor(w.fe, w.local); s != nil {
-			return w.send(s, b)
+		if o, ok := successor(w.fe, w.local); ok {
+			return w.send(o.s, b)
 		}
 	}
 	return n, err

@@ -149,7 +149,7 @@ func TestSuccessor(t *testing.T) {
 	sender := func(fe *frontend) udpSender {
 		successors.Lock()
 		defer successors.Unlock()
-		for _, o := range successors.m[local.String()] {
+		for _, o := range successors.m[socketKey(local)] {
 			if o.fe == fe {
 				return o.s
 			}
@@ -176,11 +176,12 @@ func TestSuccessor(t *testing.T) {
 		if tc.want != nil {
 			want = sender(tc.want)
 		}
-		if got := successor(tc.of, local); got != want {
+		if got, _ := successor(tc.of, local); got.s != want {
 			t.Errorf("%s: got a socket of %v, want %v", tc.name, got, want)
 		}
 	}
-	if successor(fes[0], other) != nil {
-		t.Error("a successor on an address no later front end has")
+	recordSocket(fes[2], &net.TCPAddr{IP: other.IP, Port: other.Port}, nil)
+	if _, ok := successor(fes[0], other); ok {
+		t.Error("a successor on an address no later front end has UDP sockets on")
 	}
 }

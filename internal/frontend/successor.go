@@ -9,17 +9,19 @@ import (
 // At a reload the new instance's front end opens its sockets beside the
 // old one's (SO_REUSEPORT), and the old one closes once the new instance
 // runs. A socket left in its address's SO_REUSEPORT group unread loses
-// every datagram the kernel hands it, so the old front end closes its UDP
-// sockets as soon as its readers leave, when a newer front end has a
-// socket on each of their addresses, and the chain's replies to requests
-// it read, still in flight, leave through that socket instead: from the
-// same address and port, which is all the client sees. (CoreDNS's own
-// server hands its socket to the new instance instead; the front end opens
-// a set of its own per instance, and datagrams that reach the old set
-// between its readers' last read and its close are lost.)
+// every datagram the kernel hands it, so once its readers leave, the old
+// front end takes its UDP sockets out of their groups, when a newer front
+// end has a socket on each of their addresses, answers what waits in them
+// and closes them; the chain's replies to requests it read, still in
+// flight, leave through that socket instead: from the same address and
+// port, which is all the client sees. The connections waiting in its TCP
+// listeners' queues it hands to the newer front end (handOver). (CoreDNS's
+// own server hands its sockets to the new instance instead; the front end
+// opens a set of its own per instance, whose readers start only once the
+// old instance's shutdown has run.)
 
-// successors are the open UDP sockets of every front end, by their local
-// address, the newest last.
+// successors are the open sockets of every front end, by their network and
+// local address, the newest last.
 var successors = struct {
 	sync.Mutex
 	m map[string][]openSocket
@@ -27,18 +29,21 @@ var successors = struct {
 
 type openSocket struct {
 	fe *frontend
-	s  udpSender
+	s  udpSender // nil for a TCP listener
 }
 
-// recordSocket records s, a UDP socket of fe on local.
+// recordSocket records a socket of fe on local: s for UDP, nil for a TCP
+// listener.
 func recordSocket(fe *frontend, local net.Addr, s udpSender) {
 	successors.Lock()
 	defer successors.Unlock()
-	k := local.String()
+	k := socketKey(local)
 	successors.m[k] = append(successors.m[k], openSocket{fe, s})
 }
 
-// forgetSockets forgets fe's UDP sockets.
+func socketKey(local net.Addr) string { return local.Network() + " " + local.String() }
+
+// forgetSockets forgets fe's sockets.
 func forgetSockets(fe *frontend) {
 	successors.Lock()
 	defer successors.Unlock()
@@ -58,15 +63,15 @@ func forgetSockets(fe *frontend) {
 }
 
 // successor returns the newest socket on local of a front end opened
-// after fe, or nil.
-func successor(fe *frontend, local net.Addr) udpSender {
+// after fe, if any.
+func successor(fe *frontend, local net.Addr) (openSocket, bool) {
 	successors.Lock()
 	defer successors.Unlock()
-	socks := successors.m[local.String()]
+	socks := successors.m[socketKey(local)]
 	if n := len(socks); n > 0 && socks[n-1].fe.seq > fe.seq {
-		return socks[n-1].s
+		return socks[n-1], true
 	}
-	return nil
+	return openSocket{}, false
 }
 
 // frontends numbers the front ends in the order they open.
@@ -76,7 +81,7 @@ var frontends atomic.Uint64
 // address fe has UDP sockets on.
 func (fe *frontend) succeeded() bool {
 	for _, local := range fe.udpAddrs() {
-		if successor(fe, local) == nil {
+		if _, ok := successor(fe, local); !ok {
 			return false
 		}
 	}
@@ -93,4 +98,51 @@ func (fe *frontend) udpAddrs() []net.Addr {
 		addrs = append(addrs, s.local)
 	}
 	return addrs
+}
+
+// handOver has the newest front end opened after fe with a socket on local
+// serve what fe read from its sockets as it closed: serve is called with
+// that front end once it has started, or with nil should it close first.
+// fe's chain is no place for it, as its plugins stop with their instance
+// (forward's upstreams, say), and the newer front end starts only once
+// they have. handOver reports whether such a front end, not closed, took
+// it.
+func (fe *frontend) handOver(local net.Addr, serve func(next *frontend)) bool {
+	o, ok := successor(fe, local)
+	if !ok {
+		return false
+	}
+	next := &o.fe.taken
+	next.Lock()
+	started, closed := next.started, next.closed
+	if !started && !closed {
+		next.work = append(next.work, serve)
+	}
+	next.Unlock()
+	if started && !closed {
+		serve(o.fe)
+	}
+	return !closed
+}
+
+// taken is what older front ends handed a front end (handOver).
+type taken struct {
+	sync.Mutex
+	started, closed bool
+	work            []func(next *frontend) // until it starts
+}
+
+// done ends the wait: the front end started, or else closed. It returns
+// the work handed to it until then.
+func (t *taken) done(started bool) []func(next *frontend) {
+	t.Lock()
+	defer t.Unlock()
+	if started {
+		t.started = true
+	} else {
+		t.closed = true
+	}
+	work := t.work
+	t.work = nil
+	return work
 }

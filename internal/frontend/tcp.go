@@ -23,7 +23,7 @@ func (fe *frontend) serveTCP(l net.Listener) {
 	for {
 		conn, err := l.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || fe.stopping.Load() {
 				return
 			}
 			log.Warningf("frontend: accepting on %s: %v", l.Addr(), err)
@@ -37,19 +37,54 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			conn.Close()
 			continue
 		}
-		if !fe.conns.add(conn) {
-			<-open
-			conn.Close() // the front end closes
-			continue
-		}
-		go func() {
-			defer func() {
-				fe.conns.remove(conn)
-				<-open
-			}()
-			fe.serveConn(conn)
-		}()
+		fe.goServe(conn, func() { <-open })
 	}
+}
+
+// goServe serves conn in a goroutine of its own, unless the front end
+// closes, and calls done once conn is closed.
+func (fe *frontend) goServe(conn net.Conn, done func()) {
+	if !fe.conns.add(conn) {
+		conn.Close() // the front end closes
+		done()
+		return
+	}
+	go func() {
+		defer func() {
+			fe.conns.remove(conn)
+			done()
+		}()
+		fe.serveConn(conn)
+	}()
+}
+
+// stopAccepting ends l's Accept, which serveTCP waits in, and leaves l open:
+// the connections that wait in its queue are accepted and handed over
+// before it closes (closeListener).
+func stopAccepting(l net.Listener) {
+	if d, ok := l.(interface{ SetDeadline(time.Time) error }); !ok || d.SetDeadline(aLongTimeAgo) != nil {
+		l.Close()
+	}
+}
+
+// closeListener closes l, a listener that no longer accepts, once it has
+// handed the connections waiting in its queue, which closing it would
+// reset, to the newest front end on its address, which serves them once it
+// starts.
+func (fe *frontend) closeListener(l net.Listener) {
+	for _, conn := range queued(l, fe.cfg.inflight) {
+		served := fe.handOver(l.Addr(), func(next *frontend) {
+			if next == nil {
+				conn.Close()
+				return
+			}
+			next.goServe(conn, func() {})
+		})
+		if !served {
+			conn.Close()
+		}
+	}
+	l.Close()
 }
 
 // serveConn answers the requests of one connection until the client closes

@@ -166,22 +166,75 @@ func (b *udpBatch) serve(fd uintptr) bool {
 		if b.fe.stopping.Load() {
 			return true // a stream of full batches never waits for the deadline
 		}
-		if !b.recv(fd) {
+		if !b.next(fd) {
 			return false
 		}
-		if b.errno != 0 {
-			return true
-		}
-		now := time.Now()
-		if b.timed {
-			b.start = now
-		}
-		if b.sendErr = b.answerAll(now); b.sendErr != nil {
+		if b.errno != 0 || b.sendErr != nil {
 			return true
 		}
 		if b.received < batchLen {
 			return false
 		}
+	}
+}
+
+// next reads a batch and answers it; false when the socket is empty. The
+// batch's errno and sendErr say whether the read or a send failed.
+func (b *udpBatch) next(fd uintptr) bool {
+	if !b.recv(fd) {
+		return false
+	}
+	if b.errno == 0 {
+		now := time.Now()
+		if b.timed {
+			b.start = now
+		}
+		b.sendErr = b.answerAll(now)
+	}
+	return true
+}
+
+// drain answers the datagrams that wait in the socket fd, whose reader
+// has left, as serve does, and waits for no more.
+func (b *udpBatch) drain(fd uintptr) {
+	for b.next(fd) && b.errno == 0 && b.sendErr == nil && b.received == batchLen {
+	}
+}
+
+// drainUDP takes the front end's UDP sockets, whose readers have left, out
+// of their addresses' SO_REUSEPORT groups, so that the kernel gives every
+// datagram that comes from then on to a newer front end's sockets, and
+// answers those that wait in them, which their close would drop. A front
+// end that never started has nothing to answer them with.
+func (fe *frontend) drainUDP() {
+	if fe.server == nil {
+		return
+	}
+	for _, conn := range fe.udp {
+		if raw, err := conn.SyscallConn(); err == nil {
+			raw.Control(leaveGroup)
+		}
+	}
+	for _, s := range fe.threads {
+		leaveGroup(uintptr(s.fd))
+	}
+	for _, conn := range fe.udp {
+		if b, err := newPollerBatch(fe, conn); err == nil {
+			b.raw.Control(b.drain)
+		}
+	}
+	for _, s := range fe.threads {
+		newThreadBatch(fe, s).drain(uintptr(s.fd))
+	}
+}
+
+// leaveGroup connects the UDP socket fd to its own address. A connected
+// socket gets only the datagrams of its peer: the kernel gives every other
+// to the rest of its SO_REUSEPORT group, and those already queued stay to
+// be read. Failing that, drain reads what came meanwhile.
+func leaveGroup(fd uintptr) {
+	if sa, err := unix.Getsockname(int(fd)); err == nil {
+		unix.Connect(int(fd), sa)
 	}
 }
 
@@ -245,6 +298,9 @@ func (b *udpBatch) account() {
 func (b *udpBatch) handle(i int, now time.Time) {
 	fe := b.fe
 	h := &b.in[i]
+	if h.Hdr.Namelen == 0 {
+		return // no datagram: the end of a thread socket shut down (wait)
+	}
 	if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 		fe.counters(nil).Dropped.Inc()
 		return

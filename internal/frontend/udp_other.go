@@ -29,3 +29,6 @@ func (fe *frontend) serveThread(*threadSocket) {}
 func raiseProcs(int)                           {}
 
 func procs() int { return runtime.GOMAXPROCS(0) }
+
+func (fe *frontend) drainUDP()            {}
+func queued(net.Listener, int) []net.Conn { return nil }

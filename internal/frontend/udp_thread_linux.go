@@ -120,8 +120,7 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			s.close()
 		}
 	}()
-	b := newUDPBatch(fe, s.local)
-	b.thread = s
+	b := newThreadBatch(fe, s)
 	yielded := time.Now()
 	for !s.closed.Load() {
 		if !b.wait() {
@@ -144,6 +143,13 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	}
 }
 
+// newThreadBatch returns the batch of s, read on a thread of its own.
+func newThreadBatch(fe *frontend, s *threadSocket) *udpBatch {
+	b := newUDPBatch(fe, s.local)
+	b.thread = s
+	return b
+}
+
 // wait reads a batch, waiting for its first datagram, and reports whether
 // it read one.
 func (b *udpBatch) wait() bool {
@@ -152,11 +158,11 @@ func (b *udpBatch) wait() bool {
 	}
 	b.used = 0
 	n, _, errno := syscall.Syscall6(unix.SYS_RECVMMSG, uintptr(b.thread.fd), uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_WAITFORONE, 0, 0)
+	// Once the socket is shut down, the batch is still answered: the
+	// datagrams it holds are read, and would be lost. What a shut-down
+	// socket reads once its queue is empty, an empty datagram of no
+	// source, handle skips.
 	switch {
-	case b.thread.closed.Load():
-		// A socket shut down reads as one empty datagram after another.
-		b.used = batchLen
-		return false
 	case errno == unix.EAGAIN || errno == unix.EINTR:
 		return false
 	case errno != 0:

@@ -1,0 +1,272 @@
+package frontend
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/miekg/dns"
+)
+
+// gatedCache answers A requests, as a cache with an entry for each would,
+// and hands the rest to the chain. The first request it is asked holds its
+// reader until release closes.
+type gatedCache struct {
+	cannedCache
+	asked, release chan struct{}
+	once           sync.Once
+}
+
+func newGatedCache(t *testing.T) *gatedCache {
+	reply, err := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeA).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply[2] |= 0x80 // QR
+	c := &gatedCache{cannedCache: cannedCache{reply: reply}, asked: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(c.open)
+	return c
+}
+
+// open lets the held reader go, once.
+func (c *gatedCache) open() {
+	select {
+	case <-c.release:
+	default:
+		close(c.release)
+	}
+}
+
+// Answerer returns an Answerer with a reply of its own, as each reader has.
+func (c *gatedCache) Answerer(string) Answerer {
+	return gatedAnswerer{c, cannedAnswerer{reply: append([]byte(nil), c.reply...)}}
+}
+
+type gatedAnswerer struct {
+	c *gatedCache
+	cannedAnswerer
+}
+
+func (a gatedAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) []byte {
+	a.c.once.Do(func() {
+		close(a.c.asked)
+		<-a.c.release
+	})
+	if binary.BigEndian.Uint16(pkt[len(pkt)-4:]) != dns.TypeA {
+		return nil
+	}
+	return a.cannedAnswerer.Answer(pkt, client, tcp, now, hit)
+}
+
+// chainServer returns a server whose chain answers every request with a
+// TXT record that names it.
+func chainServer(t *testing.T, name string) *dnsserver.Server {
+	answer := plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		m := new(dns.Msg).SetReply(r)
+		m.Answer = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET}, Txt: []string{name}}}
+		w.WriteMsg(m)
+		return dns.RcodeSuccess, nil
+	})
+	cfg := &dnsserver.Config{Zone: ".", Plugin: []plugin.Plugin{func(plugin.Handler) plugin.Handler { return answer }}}
+	srv, err := dnsserver.NewServer("dns://127.0.0.1:0", []*dnsserver.Config{cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// openFrontend opens the front end fc of one block, whose cache is c.
+func openFrontend(t *testing.T, fc *Config, c Cache) *frontend {
+	fe, err := fc.listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.blocks = []*block{{cache: c}}
+	t.Cleanup(fe.close)
+	return fe
+}
+
+// closeHeld closes old as a reload does, while its reader is held by
+// cache, and lets the reader go once old has told its readers to leave.
+func closeHeld(t *testing.T, old *frontend, release func()) {
+	closed := make(chan struct{})
+	go func() {
+		old.close()
+		close(closed)
+	}()
+	for i := 0; !old.stopping.Load(); i++ {
+		if i == 1000 {
+			t.Fatal("the front end does not close")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	<-closed
+}
+
+// query returns request i: an A request, which the cache answers, or for
+// odd i an AAAA one, which goes to the chain.
+func query(t *testing.T, i int) []byte {
+	qtype := dns.TypeA
+	if i%2 == 1 {
+		qtype = dns.TypeAAAA
+	}
+	m := new(dns.Msg).SetQuestion("www.example.org.", qtype)
+	m.Id = uint16(i + 1)
+	pkt, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkt
+}
+
+// checkReply checks that reply answers request i, a miss by the chain of
+// the server named chain.
+func checkReply(t *testing.T, reply []byte, i int, chain string) {
+	t.Helper()
+	m := new(dns.Msg)
+	if err := m.Unpack(reply); err != nil {
+		t.Errorf("reply to request %d: %v", i, err)
+		return
+	}
+	if int(m.Id) != i+1 {
+		t.Errorf("reply of ID %d to request %d", m.Id, i)
+	}
+	if i%2 == 0 {
+		return
+	}
+	if len(m.Answer) != 1 || m.Answer[0].(*dns.TXT).Txt[0] != chain {
+		t.Errorf("request %d, a miss, answered by %v, want the chain of the %s front end", i, m.Answer, chain)
+	}
+}
+
+// TestReloadAnswersQueuedUDP: the requests that wait in an old front end's
+// UDP socket when it closes at a reload, its reader gone, are answered:
+// hits from the cache, misses through the chain of the front end that
+// replaces it, once that starts, since the old chain's plugins stop with
+// their instance. The socket closed with its queue, and they were lost.
+func TestReloadAnswersQueuedUDP(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		for _, tc := range []struct{ listen, dial string }{
+			{"127.0.0.1:0", "127.0.0.1"},
+			// The unspecified address: the replies name their source.
+			{"[::]:0", "127.0.0.1"},
+		} {
+			t.Run(wait+" "+tc.listen, func(t *testing.T) {
+				testReloadAnswersQueuedUDP(t, wait == "poller", tc.listen, tc.dial)
+			})
+		}
+	}
+}
+
+func testReloadAnswersQueuedUDP(t *testing.T, poller bool, listen, dial string) {
+	cache := newGatedCache(t)
+	fc := &Config{udp: []string{listen}, sockets: 1, inflight: 64, poller: poller}
+	old := openFrontend(t, fc, cache)
+	old.start(chainServer(t, "old"))
+	local := old.udpAddrs()[0].(*net.UDPAddr)
+	client, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(dial), Port: local.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	// The first request holds the old front end's reader; the others wait
+	// in its socket, its address's only one.
+	const queued = 16
+	for i := range queued {
+		if _, err := client.Write(query(t, i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-cache.asked
+		}
+	}
+	next := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64, poller: poller}, cache)
+	closeHeld(t, old, cache.open)
+	next.start(chainServer(t, "next"))
+
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	got := map[int]bool{}
+	for range queued {
+		n, err := client.Read(buf)
+		if err != nil {
+			break
+		}
+		i := int(binary.BigEndian.Uint16(buf)) - 1
+		checkReply(t, buf[:n], i, "next")
+		got[i] = true
+	}
+	if len(got) != queued {
+		t.Errorf("%d of %d requests that waited in the old front end's socket got a reply", len(got), queued)
+	}
+}
+
+// heldListener holds its Accepts until release closes.
+type heldListener struct {
+	*net.TCPListener
+	release chan struct{}
+}
+
+func (l heldListener) Accept() (net.Conn, error) {
+	<-l.release
+	return l.TCPListener.Accept()
+}
+
+// TestReloadServesQueuedTCP: the connections that wait in an old front
+// end's TCP listener when it closes at a reload are served by the front end
+// that replaces it, which answers their requests. The listener closed with
+// its queue, and the kernel reset them.
+func TestReloadServesQueuedTCP(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // only the accepts are held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	l := old.tcp[0].(*net.TCPListener)
+	old.tcp[0] = heldListener{l, cache.release}
+	old.start(chainServer(t, "old"))
+
+	// The connections wait in the old listener, its address's only one.
+	const queued = 8
+	var conns []net.Conn
+	for i := range queued {
+		conn, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		pkt := query(t, i)
+		if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	next := openFrontend(t, &Config{tcp: []string{l.Addr().String()}, inflight: 64}, cache)
+	closeHeld(t, old, cache.open)
+	next.start(chainServer(t, "next"))
+
+	answered := 0
+	for i, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var size [2]byte
+		if _, err := io.ReadFull(conn, size[:]); err != nil {
+			continue
+		}
+		reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+		if _, err := io.ReadFull(conn, reply); err != nil {
+			continue
+		}
+		checkReply(t, reply, i, "next")
+		answered++
+	}
+	if answered != queued {
+		t.Errorf("%d of %d connections that waited in the old front end's listener were answered", answered, queued)
+	}
+}
