@@ -332,6 +332,20 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// Stored with TTL 0, stale at once: served only under serve_stale.
+		name: "servfail under a second",
+		corefile: `{
+    servfail 500ms
+    serve_stale 1h immediate 0s 0s
+}`,
+		steps: []diffStep{
+			{ask: "fail.example.org. A", up: 1},
+			{set: "fail.example.org. A", to: diffAnswer{an: []string{"fail.example.org. 300 IN A 192.0.2.7"}}},
+			{ask: "fail.example.org. A", up: 1, diff: []string{"ede-cached-error"}},
+			{ask: "fail.example.org. A", up: 0},
+		},
+	},
+	{
 		name: "next plugin fails without writing",
 		steps: []diffStep{
 			{ask: "down.example.org. A", up: 1},
