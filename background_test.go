@@ -3,6 +3,7 @@ package compactcache
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,5 +274,36 @@ func TestECSMissKeepsAnswerWithoutECS(t *testing.T) {
 	c.ServeDNS(context.Background(), &recorder{}, geoQuery("s24.geo.", "10.1.1.0/24"))
 	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s24.geo.", ""), false)); network != "none" {
 		t.Errorf("a client without ECS got the answer for %s", network)
+	}
+}
+
+// TestRefreshAnsweredNotStored: a refresh the upstream answers with a valid
+// reply that the cache cannot store (records past the per-entry limit) did
+// refresh, as the stock cache counts it: verify answers with the reply, not
+// the stale entry, and the next stale request refreshes again rather than
+// wait out FAILURE_RECHECK, kept for failures.
+func TestRefreshAnsweredNotStored(t *testing.T) {
+	for _, mode := range []string{"verify", "verify 1m", "immediate"} {
+		t.Run(mode, func(t *testing.T) {
+			u := exampleUpstream()
+			clk := newClock()
+			c := parseCache(t, "compactcache {\n serve_stale 1h "+mode+"\n}", u, clk)
+			c.MaxEntry = 200
+			req := withEDNS(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+			ask(t, c, req, false)
+			var big []dns.RR
+			for i := range 40 {
+				big = append(big, test.A(fmt.Sprintf("a.example.org. 300 IN A 192.0.2.%d", i+10)))
+			}
+			u.add("a.example.org.", dns.TypeA, dns.RcodeSuccess, big, nil, nil)
+			clk.advance(400 * time.Second)
+			for i := 2; i <= 3; i++ {
+				got := ask(t, c, req, false)
+				if strings.HasPrefix(mode, "verify") && len(got.Answer) != len(big) {
+					t.Errorf("request %d: %d records, want the %d the verify brought", i, len(got.Answer), len(big))
+				}
+				await(t, fmt.Sprintf("refresh %d", i-1), func() bool { return u.count("a.example.org.", dns.TypeA) == i && !c.refreshes.running() })
+			}
+		})
 	}
 }

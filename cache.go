@@ -141,24 +141,28 @@ func transfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.
 
 // ServeDNS implements plugin.Handler.
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	// Only queries with one question are cached: an UPDATE or a NOTIFY for a
-	// cached name must reach the handlers behind the cache. Nor transfers:
-	// the transfer plugin writes a zone as a stream of messages, each
-	// record as the zone holds it, DNSSEC's too, which a miss's capture
-	// (one reply) and the reply writer (DNSSEC records for DO clients
-	// only) would cut short.
-	if r.Opcode != dns.OpcodeQuery || len(r.Question) != 1 || transfer(r.Question[0].Qtype) {
+	// Only queries are cached: an UPDATE or a NOTIFY for a cached name must
+	// reach the handlers behind the cache.
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.readMsg(r, w, &c.ecs) || !c.serves(s.key) {
+	ok := s.readMsg(r, w, &c.ecs)
+	if len(s.key) == 0 || !c.serves(s.key) {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	m := c.metrics.Server(metrics.WithServer(ctx))
+	m.Requests.Inc()
+	// Nor are queries of several questions, with a malformed ECS option, or
+	// for transfers (streams of messages, which a miss's capture would cut
+	// short): passed on untouched, they count as misses, as in the stock cache.
+	if !ok || len(r.Question) != 1 || transfer(r.Question[0].Qtype) {
+		m.Misses.Inc()
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	// Written as bytes, a reply goes around loadbalance: rotated here.
 	s.q.rotate = c.plan.raw && c.plan.rotate
-	m := c.metrics.Server(metrics.WithServer(ctx))
-	m.Requests.Inc()
 
 	// No time yet: the lookup reads the clock when it finds an entry to age,
 	// so that a miss reads it once, when it stores the reply.

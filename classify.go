@@ -77,8 +77,9 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 	default:
 		return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
 	}
-	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored.
-	if v.store = v.ttl >= time.Second; !v.store {
+	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored;
+	// a servfail under a second is, stale at once, as in the stock cache.
+	if v.store = v.ttl > 0; !v.store {
 		v.why = "TTL 0"
 	}
 	return v

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"reflect"
 	"runtime"
@@ -94,7 +95,8 @@ type diffStep struct {
 	hold    string // "name type": the upstream holds queries for it until release
 	release bool
 	// ask is a query: "name type" and flags +do, +cd, +ad, -edns (no OPT),
-	// tcp, bufsize=N, opt (a local EDNS option, diffOption). The default is UDP with EDNS, buffer 1232, RD set.
+	// tcp, bufsize=N, opt (a local EDNS option, diffOption), badecs (a
+	// malformed ECS option), 2q (a second question). The default is UDP with EDNS, buffer 1232, RD set.
 	ask string
 	up  int // queries the stock cache's upstream gets in this step
 	// diff lists the intended differences the step shows (diffReasons).
@@ -327,6 +329,20 @@ var diffScenarios = []diffScenario{
 			{ask: "fail.example.org. A", up: 1},
 			{ask: "down.example.org. A", up: 1},
 			{ask: "down.example.org. A", up: 1},
+		},
+	},
+	{
+		// Stored with TTL 0, stale at once: served only under serve_stale.
+		name: "servfail under a second",
+		corefile: `{
+    servfail 500ms
+    serve_stale 1h immediate 0s 0s
+}`,
+		steps: []diffStep{
+			{ask: "fail.example.org. A", up: 1},
+			{set: "fail.example.org. A", to: diffAnswer{an: []string{"fail.example.org. 300 IN A 192.0.2.7"}}},
+			{ask: "fail.example.org. A", up: 1, diff: []string{"ede-cached-error"}},
+			{ask: "fail.example.org. A", up: 0},
 		},
 	},
 	{
@@ -1252,6 +1268,10 @@ func diffRequest(t *testing.T, ask string, id uint16) (*dns.Msg, bool) {
 			tcp = true
 		case flag == "opt":
 			opts = append(opts, &dns.EDNS0_LOCAL{Code: diffOption, Data: []byte("local")})
+		case flag == "badecs": // host bits past the source prefix (RFC 7871 6)
+			opts = append(opts, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 1)})
+		case flag == "2q":
+			m.Question = append(m.Question, dns.Question{Name: "u.example.org.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
 		case strings.HasPrefix(flag, "bufsize="):
 			n, err := strconv.ParseUint(strings.TrimPrefix(flag, "bufsize="), 10, 16)
 			if err != nil {

@@ -231,6 +231,14 @@ func TestMetricsAsStock(t *testing.T) {
 			{set: "nosoa.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError}},
 			{ask: "nosoa.example.org. A"}, {ask: "nosoa.example.org. A"},
 		}},
+		// Passed on untouched, each asked once: the stock cache may answer
+		// them again from what it stored.
+		{name: "passed on", corefile: zones, steps: []diffStep{
+			{ask: "a.example.org. A 2q"}, {ask: "nx.example.org. A badecs"}, {ask: "example.org. AXFR"}, {ask: "example.org. IXFR"},
+		}},
+		{name: "servfail under a second", corefile: zones + " {\n servfail 500ms\n serve_stale 1h immediate 0s 0s\n}", steps: []diffStep{
+			{ask: "fail.example.org. A"}, {ask: "fail.example.org. A"}, {advance: 10 * time.Second, ask: "fail.example.org. A"},
+		}},
 		{name: "serve_stale immediate", corefile: zones + " {\n serve_stale 1h immediate 0s 0s\n}", steps: []diffStep{
 			{ask: "short.example.org. A"},
 			{advance: 31 * time.Second, ask: "short.example.org. A"},

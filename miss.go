@@ -158,6 +158,7 @@ type captureWriter struct {
 
 	reply *dns.Msg
 	entry entry.Entry // built in b from reply, when stored
+	fresh bool        // reply may refresh an entry (refreshed)
 }
 
 // fetch is what asking the next plugin takes, in one allocation, since the
@@ -240,16 +241,9 @@ func (cw *captureWriter) ask(ctx context.Context) (int, error) {
 
 // refreshed reports whether the fetch brought what may replace a stale or
 // expiring entry (RFC 8767 section 4: NOERROR or NXDOMAIN; under the
-// prefer_positive policy only an answer).
-func (cw *captureWriter) refreshed() bool {
-	if cw.reply == nil || cw.entry == nil {
-		return false
-	}
-	if cw.c.PreferPositive {
-		return cw.entry.Flags()&entry.FlagAnswers != 0
-	}
-	return cw.entry.Rcode() == dns.RcodeSuccess || cw.entry.Rcode() == dns.RcodeNameError
-}
+// prefer_positive policy only an answer), stored or not: as in the stock
+// cache, a valid reply the cache cannot keep is no failure to recheck.
+func (cw *captureWriter) refreshed() bool { return cw.reply != nil && cw.fresh }
 
 func isUDP(w dns.ResponseWriter) bool {
 	_, ok := w.RemoteAddr().(*net.UDPAddr)
@@ -312,7 +306,7 @@ func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 
 // WriteMsg implements dns.ResponseWriter.
 func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
-	cw.reply, cw.entry = res, nil
+	cw.reply, cw.entry, cw.fresh = res, nil, false
 	if res.Truncated && cw.udp {
 		return nil
 	}
@@ -330,7 +324,7 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	log.Debug("Not caching a reply written as bytes by the next plugin")
-	cw.reply, cw.entry = res, nil
+	cw.reply, cw.entry, cw.fresh = res, nil, false
 	return len(b), nil
 }
 
@@ -339,6 +333,7 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
 	v := c.classify(res, cw.req, now)
+	cw.fresh = v.answers || !c.PreferPositive && !v.bad && (res.Rcode == dns.RcodeSuccess || res.Rcode == dns.RcodeNameError)
 	switch {
 	case !v.store:
 		if v.bad {
@@ -355,6 +350,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	key, variant, ok := storeKey(cw.b, cw.s.key, &cw.s.q, res)
 	if !ok {
+		cw.fresh = false
 		cw.m.Drops.Inc()
 		log.Debugf("Not caching reply for %q/%s: its ECS option does not echo the query's", q.Name, dns.Type(q.Qtype))
 		return
@@ -382,6 +378,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.TooLarge.Inc()
 		} else {
+			cw.fresh = false
 			cw.m.Drops.Inc()
 		}
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)

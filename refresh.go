@@ -119,7 +119,7 @@ func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec
 	}
 	c.detach(ctx, func(ctx context.Context) {
 		m.Prefetch.Inc()
-		ok := c.refresh(ctx, req, dnssec, popularity, m)
+		ok := c.refresh(ctx, req, dnssec, popularity, m) != nil
 		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
 	})
 }
@@ -137,23 +137,25 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 	}()
 }
 
-// refresh fetches req's question with no client waiting and reports whether
-// the entry was refreshed. The new entry inherits the old one's popularity,
+// refresh fetches req's question with no client waiting and returns the
+// reply that refreshed the entry, nil for none. The new entry inherits the old one's popularity,
 // as the caller found it (an ECS variant's key is not the request's), and
 // its DNSSEC records (dnssec): a refresh a client without DO set off must
 // not take from DO clients the entry they use.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) bool {
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *dns.Msg {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
-		return false
+		return nil
 	}
 	cw := c.newCapture(coredns.NoClient, req, s, m)
 	cw.refresh = true
 	cw.popularity = popularity
 	cw.dnssec = cw.dnssec || dnssec
-	cw.fetch(ctx)
-	return cw.refreshed()
+	if cw.fetch(ctx); !cw.refreshed() {
+		return nil
+	}
+	return cw.reply
 }
 
 // verify is serve_stale's verify mode: the request that finds an expired
@@ -184,24 +186,25 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	}
 
 	req := refreshRequest(r, &s.q.ecs, 0)
-	result := make(chan bool, 1)
+	result := make(chan *dns.Msg, 1)
 	c.detach(ctx, func(ctx context.Context) {
-		ok := c.refresh(ctx, req, dnssec, popularity, m)
-		c.refreshes.end(h, c.now(), c.FailRecheck, ok)
-		result <- ok
+		res := c.refresh(ctx, req, dnssec, popularity, m)
+		c.refreshes.end(h, c.now(), c.FailRecheck, res != nil)
+		result <- res
 	})
 	timer := time.NewTimer(c.VerifyTimeout)
 	defer timer.Stop()
 	select {
-	case ok := <-result:
-		if !ok {
+	case res := <-result:
+		if res == nil {
 			return false, 0, nil
 		}
-		// Answer from the refreshed entry, as a hit.
+		// Answer from the refreshed entry, as a hit, or with the reply
+		// that refreshed without being stored.
 		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
 		}
-		return false, 0, nil
+		return true, dns.RcodeSuccess, c.passOn(w, r, res, s)
 	case <-timer.C:
 		return false, 0, nil
 	}

@@ -186,13 +186,14 @@ func (s *scratch) readSubnet(data []byte, cfg *ecsConfig) bool {
 	return cfg.fromSubnet(&s.q, family, source, addr)
 }
 
-// readMsg fills s from r; false when the question's name does not pack or its
-// ECS option is malformed.
+// readMsg fills s from r; false when the question's name does not pack (s.key
+// is then empty) or its ECS option is malformed.
 func (s *scratch) readMsg(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool {
 	q := &s.q
 	question := r.Question[0]
 	n, err := dnsmsg.PackName(question.Name, s.name[:])
 	if err != nil {
+		s.key = s.key[:0]
 		return false
 	}
 	*q = query{
@@ -211,12 +212,9 @@ func (s *scratch) readMsg(r *dns.Msg, w dns.ResponseWriter, ecs *ecsConfig) bool
 		s.opts = appendEchoed(s.opts[:0], o)
 		q.opts = s.opts
 	}
-	if !ecs.loadSubnet(q, o, w) {
-		return false
-	}
 	_, udp := w.RemoteAddr().(*net.UDPAddr)
 	s.finish(udp)
-	return true
+	return ecs.loadSubnet(q, o, w)
 }
 
 // finish sets the size limit of the reply to s.q and its key. The limits

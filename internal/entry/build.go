@@ -95,6 +95,9 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 			case !rdataNamesWhole(r.Type, r.Rdata):
 				refused = errBadRdata
 				continue
+			case len(r.Owner) > dnsmsg.MaxNameLen:
+				refused = dns.ErrLongDomain // miekg/dns packs it, but no reader takes it, Check included
+				continue
 			}
 			proof := DNSSECOnly(r.Type, s) && !AskedFor(r.Type, s, qtype)
 			if proof && !keepDNSSEC {

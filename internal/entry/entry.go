@@ -32,7 +32,7 @@ import (
 //	              once the entry is built, since records that drop their
 //	              own TTL (recTTLIsEntry) read it back from here
 //	12      2     flags: rcode (low 2 bits), plain, DNSSEC, AA, RA, AD, ...
-//	14      2     last hit: seconds after stored, saturating
+//	14      2     last hit: seconds after stored, modulo 2^16
 //	16      2     hits in the current popularity window, saturating
 //	18      K     key: lowercased wire qname, qtype (big endian), key
 //	              flags, the qclass when not IN (keyNotIN), and for ECS
@@ -288,10 +288,11 @@ func (e Entry) ProofTTL() uint32 {
 	return ttl
 }
 
-// LastUsed returns the unix second of the entry's last hit, or when it was
-// stored if it has none.
-func (e Entry) LastUsed() int64 {
-	return int64(e.Stored()) + int64(binary.LittleEndian.Uint16(e[offLastHit:]))
+// Idle returns the seconds from the entry's last hit, or its storing, to now.
+// The last hit is kept modulo 2^16 seconds, so that a hit of an entry older
+// than that still tells a gap: only an idle time of more reads short.
+func (e Entry) Idle(now int64) int64 {
+	return int64(uint16(e.since(now)) - binary.LittleEndian.Uint16(e[offLastHit:]))
 }
 
 // Expires returns the unix second at which the entry's TTL runs out.
@@ -307,17 +308,16 @@ func (e Entry) Popularity() int { return int(binary.LittleEndian.Uint16(e[offHit
 func (e Entry) Hit(now int64, window int64) {
 	e.SetFreq(e.Freq() + 1)
 	hits := e.PopularityAfterHit(now, window)
-	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(min(e.since(now), math.MaxUint16)))
+	binary.LittleEndian.PutUint16(e[offLastHit:], uint16(e.since(now)))
 	binary.LittleEndian.PutUint16(e[offHits:], uint16(hits))
 }
 
 // PopularityAfterHit returns the popularity a hit at now would leave, without
 // recording it.
 func (e Entry) PopularityAfterHit(now int64, window int64) int {
-	last := int64(binary.LittleEndian.Uint16(e[offLastHit:]))
 	hits := e.Popularity()
 	switch {
-	case e.since(now)-last > window && last < math.MaxUint16:
+	case e.Idle(now) > window:
 		return 1
 	case hits < math.MaxUint16:
 		return hits + 1

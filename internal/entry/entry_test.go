@@ -3,6 +3,7 @@ package entry
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -151,5 +152,85 @@ func TestValidFor(t *testing.T) {
 		if got := validFor(&dns.RRSIG{Expiration: tc.expiration}, tc.now); got != tc.want {
 			t.Errorf("validFor(expiration %d, now %d) = %d, want %d", tc.expiration, tc.now, got, tc.want)
 		}
+	}
+}
+
+// TestPopularity: hits count as the stock cache's prefetch counts them, in a
+// row with no gap of more than the window, however long after the entry was
+// stored they come (its TTL may be a day).
+func TestPopularity(t *testing.T) {
+	const stored, window = 1000, 60
+	for _, tc := range []struct {
+		name string
+		hits []int64 // seconds after stored
+		want int
+	}{
+		{"in a row", []int64{10, 70, 130}, 3},
+		{"a gap", []int64{10, 71, 100}, 2},
+		{"in a row past 18 hours", []int64{70000, 70060, 70120}, 3},
+		{"gaps past 18 hours", []int64{66000, 67000, 68000}, 1},
+		{"a gap across 18 hours", []int64{65500, 65600}, 1},
+		{"in a row across 18 hours", []int64{65500, 65540}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(dns.Msg)
+			m.SetQuestion("q.", dns.TypeA)
+			m.Response = true
+			key, err := KeyFor("q.", dns.TypeA, dns.ClassINET, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewBuilder().Build(m, key, "q.", stored, 86400, 0, 0, 1<<16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, at := range tc.hits {
+				e.Hit(stored+at, window)
+			}
+			if got := e.Popularity(); got != tc.want {
+				t.Errorf("popularity %d, want %d", got, tc.want)
+			}
+			last := tc.hits[len(tc.hits)-1]
+			if got := e.Idle(stored + last + 30); got != 30 {
+				t.Errorf("idle 30 s after the last hit: %d", got)
+			}
+		})
+	}
+}
+
+// TestOwnerLength: Build refuses an owner past 255 bytes in wire form,
+// which miekg/dns packs but Check refuses: one such entry stored made a
+// snapshot holding it unreadable, all of it. One of 255 bytes is kept.
+func TestOwnerLength(t *testing.T) {
+	label := strings.Repeat("a", 63) + "."
+	for _, tc := range []struct {
+		name  string
+		owner string
+		ok    bool
+	}{
+		{"255 bytes", strings.Repeat(label, 3) + strings.Repeat("b", 61) + ".", true},
+		{"256 bytes", strings.Repeat(label, 4), false},
+		{"256 bytes with an escape", strings.Repeat(label, 3) + `\.` + strings.Repeat("b", 61) + ".", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := new(dns.Msg)
+			m.SetQuestion("q.", dns.TypeA)
+			m.Response = true
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "q.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: []byte{192, 0, 2, 1}}}
+			m.Extra = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: tc.owner, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300}, Txt: []string{"x"}}}
+			key, err := KeyFor("q.", dns.TypeA, dns.ClassINET, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewBuilder().Build(m, key, "q.", 1, 300, 0, 0, 1<<16)
+			if (err == nil) != tc.ok {
+				t.Fatalf("Build: %v, want it to succeed: %t", err, tc.ok)
+			}
+			if err == nil {
+				if err := Check(e); err != nil {
+					t.Errorf("Check refuses what Build made: %v", err)
+				}
+			}
+		})
 	}
 }

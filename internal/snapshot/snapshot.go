@@ -323,9 +323,10 @@ func (c clock) expired(e entry.Entry) bool {
 	return c.stored(e)+int64(e.TTL())+c.grace < c.now
 }
 
-// age returns the seconds since e was last used.
+// age returns the seconds since e was last used (entry.Idle: more than
+// 2^16 read short).
 func (c clock) age(e entry.Entry) int64 {
-	return max(0, c.now-(c.stored(e)+e.LastUsed()-int64(e.Stored())))
+	return e.Idle(c.now - c.stored(e) + int64(e.Stored()))
 }
 
 // restamp writes into e the time it was stored by the reader's clock.

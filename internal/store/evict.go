@@ -250,7 +250,7 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 	}
 	sh.tally(stored, 1)
 	if k := KindOf(stored); sh.limits[k] > 0 && sh.kinds[k] > sh.limits[k] {
-		sh.evictOldest(k, d)
+		sh.evictOldest(k, location(chunk, off), d)
 	}
 }
 
@@ -594,19 +594,21 @@ func (sh *shard) forget(c int) {
 	}
 }
 
-// evictOldest drops the oldest live entry of kind k, for the per-kind entry
-// caps of the stock cache: the first in probation, oldest first, then in
-// main. The cursor makes repeated calls walk the chunks once rather than
+// evictOldest drops the oldest live entry of kind k but the one at keep, for
+// the per-kind entry caps of the stock cache: the first in probation, oldest
+// first, then in main. keep is the entry just put, which the stock cache
+// keeps: found first when every other entry of its kind is in main, it
+// would evict itself at every put. The cursor makes repeated calls walk the chunks once rather than
 // once per call. A valid cursor's chunk is in a queue: scanFor sets it to a
 // queued chunk, and the chunk leaves its queue only through dequeue, which
 // forgets it (checkQueues checks this), as does each step of its turn.
-func (sh *shard) evictOldest(k int, d *Displaced) {
+func (sh *shard) evictOldest(k int, keep uint64, d *Displaced) {
 	if pos := sh.cursor[k]; pos.valid {
-		if q, seg := sh.segmentOf(pos); sh.scanFor(k, q, seg, pos.off, d) {
+		if q, seg := sh.segmentOf(pos); sh.scanFor(k, q, seg, pos.off, keep, d) {
 			return
 		}
 	}
-	if !sh.scanFor(k, probationQ, 0, 0, d) {
+	if !sh.scanFor(k, probationQ, 0, 0, keep, d) {
 		sh.cursor[k].valid = false
 	}
 }
@@ -669,11 +671,11 @@ func (sh *shard) segmentOf(pos position) (q, seg int) {
 	return q, n + (int(sh.place[pos.chunk])-qu.head+len(qu.ids))%len(qu.ids)
 }
 
-// scanFor drops the first live entry of kind k from segment seg of queue q,
-// at offset off on (off 0: from the segment's start), through the later
-// segments of q and of the queues after it, and reports whether it found
-// one.
-func (sh *shard) scanFor(k, q, seg, off int, d *Displaced) bool {
+// scanFor drops the first live entry of kind k but the one at keep from
+// segment seg of queue q, at offset off on (off 0: from the segment's
+// start), through the later segments of q and of the queues after it, and
+// reports whether it found one.
+func (sh *shard) scanFor(k, q, seg, off int, keep uint64, d *Displaced) bool {
 	for ; q < numQueues; q, seg, off = q+1, 0, 0 {
 		for ; ; seg, off = seg+1, 0 {
 			c, from, to := sh.segment(q, seg)
@@ -683,7 +685,7 @@ func (sh *shard) scanFor(k, q, seg, off int, d *Displaced) bool {
 			for off = max(off, from); off < to; {
 				e := entry.Entry(sh.chunks[c][off:])
 				next := off + e.Size()
-				if KindOf(e) == k {
+				if KindOf(e) == k && location(c, off) != keep {
 					if i := sh.slotOf(location(c, off), keyHash(sh.seed, e.Key())); i >= 0 {
 						sh.drop(i, e, &d.Evicted)
 						sh.cursor[k] = position{chunk: c, off: next, valid: true}

@@ -326,7 +326,7 @@ func TestEvictOldestResumes(t *testing.T) {
 	for n, key := range inProbation {
 		var d Displaced
 		sh.mu.Lock()
-		sh.evictOldest(KindDenial, &d)
+		sh.evictOldest(KindDenial, ^uint64(0), &d) // none kept
 		sh.mu.Unlock()
 		if _, ok := s.lookup(key); ok || d.Evicted[KindDenial] != 1 {
 			t.Fatalf("eviction %d of %d: %d evicted, the oldest (%s) kept: %t", n, len(inProbation), d.Evicted[KindDenial], dnsName(key), ok)

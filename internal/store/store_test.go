@@ -188,6 +188,36 @@ func TestStoreKindLimits(t *testing.T) {
 	}
 }
 
+// TestStoreKindLimitKeepsTheNew: at its kind's cap an entry put is kept, as
+// the stock cache keeps what it adds, and an older one goes, even when every
+// other entry of the kind has left probation for main (each was put again).
+func TestStoreKindLimitKeepsTheNew(t *testing.T) {
+	const limit = 64
+	s, err := New(8*MinCapacity, PerKind{KindSuccess: limit}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := entry.NewBuilder()
+	kept := 0
+	const n = 4000
+	for i := range n {
+		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
+		s.Put(e, 0)
+		if _, ok := s.lookup(key); ok {
+			kept++
+		}
+		s.Put(e, 0) // asked again: to main
+	}
+	checkShards(t, s)
+	if kept != n {
+		t.Errorf("%d of %d entries found right after they were put", kept, n)
+	}
+	perShard := (limit + len(s.shards) - 1) / len(s.shards)
+	if got := s.Usage().Kinds[KindSuccess]; got > perShard*len(s.shards) {
+		t.Errorf("%d entries held, over the cap of %d", got, perShard*len(s.shards))
+	}
+}
+
 func TestStoreCapacityRange(t *testing.T) {
 	for _, c := range []int64{0, MinCapacity - 1, MaxCapacity + 1} {
 		if _, err := New(c, PerKind{}, 0); err == nil {
