@@ -307,3 +307,29 @@ func TestRefreshAnsweredNotStored(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyClientGoneIsNoFailure: a verify whose client went away (a DoH
+// client: CoreDNS hands the chain the HTTP request's context) fetched
+// nothing, yet the upstream did not fail: the next request verifies again
+// rather than getting the stale entry for FAILURE_RECHECK.
+func TestVerifyClientGoneIsNoFailure(t *testing.T) {
+	u := exampleUpstream()
+	clk := newClock()
+	c := parseCache(t, "compactcache {\n serve_stale 1h verify\n}", u, clk)
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		if err := ctx.Err(); err != nil {
+			return dns.RcodeServerFailure, err // as forward gives up
+		}
+		return u.ServeDNS(ctx, w, r)
+	})
+	req := withEDNS(test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), 1232)
+	ask(t, c, req, false)
+	clk.advance(400 * time.Second)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.ServeDNS(gone, &recorder{}, req)
+	got := ask(t, c, req, false)
+	if _, stale := ede(got); stale || u.count("a.example.org.", dns.TypeA) != 2 {
+		t.Errorf("after a verify whose client went away: stale %v, upstream asked %d times; want the entry verified", stale, u.count("a.example.org.", dns.TypeA))
+	}
+}

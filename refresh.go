@@ -172,9 +172,10 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return false, 0, nil
 	}
 	if c.VerifyTimeout == 0 {
-		// Ended even if the next plugin panics: the server recovers.
+		// Ended even if the next plugin panics: the server recovers. A
+		// client gone (DoH) is no failure of the upstream to hold back.
 		ok := false
-		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok) }()
+		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok || ctx.Err() != nil) }()
 		cw := c.newCapture(w, r, s, m)
 		cw.refresh, cw.popularity = true, popularity
 		cw.dnssec = cw.dnssec || dnssec
