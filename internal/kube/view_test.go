@@ -239,6 +239,22 @@ func TestViewNames(t *testing.T) {
 			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
+			// A selector-less headless Service whose slices name ports the
+			// Service does not: the port names answer from the slices.
+			name:   "a headless Service without ports created after its slice: the slice's port names",
+			before: []step{{svc: web}, {ep: dbSlice}},
+			change: []step{{svc: headless("ns", "db")}},
+			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
+			kinds:  [numKinds]int64{kindService: 1},
+		},
+		{
+			name:   "a headless Service without ports deleted: the slice's port names",
+			before: []step{{svc: web}, {svc: headless("ns", "db")}, {ep: dbSlice}},
+			change: []step{{svc: headless("ns", "db"), gone: true}},
+			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
+			kinds:  [numKinds]int64{kindService: 1},
+		},
+		{
 			name:   "the last Service of a namespace deleted: its endpoints' names, and the namespace's",
 			before: []step{{svc: db}, {ep: dbSlice}},
 			change: []step{{svc: db, gone: true}},
