@@ -19,8 +19,13 @@ import (
 const (
 	pollEvery = 100 * time.Millisecond
 	// fullEvery is the longest time between two diffs, whatever Modified
-	// says: a clock set back would hide a change from it.
-	fullEvery = 30 * time.Second
+	// says: the plugin leaves it still for some changes its answers show
+	// (serviceModified compares no ClusterIPs, which a Service made
+	// dual-stack gains; endpointsEquivalent no pod names, which
+	// endpoint_pod_names answers), and a clock set back would hide a
+	// change from it. A diff that finds nothing costs a map lookup per
+	// object.
+	fullEvery = time.Second
 	// nsEvery is how often the namespaces of the view's Services are
 	// looked up: the plugin's namespace informer moves no Modified.
 	nsEvery = time.Second

@@ -260,6 +260,54 @@ func TestFollowFullDiff(t *testing.T) {
 	}
 }
 
+// TestFollowUnmarked: changes the plugin's answers show but its Modified
+// does not (serviceModified compares no ClusterIPs, endpointsEquivalent
+// no pod names) are flushed within a second all the same.
+func TestFollowUnmarked(t *testing.T) {
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	for _, tc := range []struct {
+		name     string
+		podNames bool
+		before   *object.Endpoints
+		svc      *object.Service
+		ep       *object.Endpoints
+		want     []string
+	}{
+		{
+			name: "a Service made dual-stack: a second ClusterIP",
+			svc:  svc("ns", "web", []string{"10.96.0.10", "fd00::10"}, port("http", 80)),
+			want: []string{
+				"0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "10.0.96.10.in-addr.arpa.",
+				"_http._tcp.web.ns" + z, "web.ns" + z,
+			},
+		},
+		{
+			name:     "endpoint_pod_names: a host-network pod replaced at the same address",
+			podNames: true,
+			before:   slice("ns", "web-1", "web", eport("http", 80), "10.0.0.5==web-a"),
+			ep:       slice("ns", "web-1", "web", eport("http", 80), "10.0.0.5==web-b"),
+			want:     []string{"5.0.0.10.in-addr.arpa.", "web-a.web.ns" + z, "web-b.web.ns" + z},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 500}
+			ctl.set(0, web, tc.before)
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+			defer f.em.close()
+			f.view.namer.PodNames = tc.podNames
+			t0 := time.Unix(1000, 0)
+			f.step(t0)
+			ctl.set(0, tc.svc, tc.ep) // Modified stays at 500
+			f.step(t0.Add(time.Second))
+			s.wait(t, 1)
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestFollowPods: under pods verified, any move of Modified drops the
 // pod names' subtree, at most every walkGap.
 func TestFollowPods(t *testing.T) {
