@@ -220,6 +220,12 @@ func (f *follow) namespaces(b *batch) {
 	for ns := range f.view.perNS {
 		if _, ok := f.nsExists[ns]; !ok {
 			f.nsExists[ns] = f.exists(ns)
+			if f.nsExists[ns] && b != nil && f.opts.podMode == podsInsecure {
+				// Its first Service: as near as Services tell to the
+				// namespace's creation, before which its pod names
+				// answered NXDOMAIN.
+				f.view.namer.pods(b, ns)
+			}
 		}
 	}
 	for ns, was := range f.nsExists {

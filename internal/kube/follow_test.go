@@ -359,6 +359,26 @@ func TestFollowNamespace(t *testing.T) {
 	}
 }
 
+// TestFollowNamespaceFirstService: under pods insecure, the first
+// Service of a namespace the view did not know drops its pod names, which
+// answered NXDOMAIN while the namespace did not exist.
+func TestFollowNamespaceFirstService(t *testing.T) {
+	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
+	defer f.em.close()
+	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
+	t0 := time.Unix(2000, 0)
+	f.step(t0)
+	ctl.set(2001, svc("new", "api", []string{"10.96.0.11"}), nil)
+	f.step(t0.Add(nsEvery))
+	s.wait(t, 2) // the names, then the pod names' subtree
+	want := []string{"*.new.pod.cluster.local.", "11.0.96.10.in-addr.arpa.", "api.new" + z, "new.pod.cluster.local.", "new.svc.cluster.local."}
+	if got := s.all(); !slices.Equal(got, want) {
+		t.Errorf("flushed %q, want %q", got, want)
+	}
+}
+
 // TestFollowRun: the goroutine of a block, against a controller changing
 // as the plugin's does, flushes each change within a poll and an
 // interval, and a burst of changes as few flushes.
