@@ -337,45 +337,52 @@ func TestFollowPods(t *testing.T) {
 }
 
 // TestFollowNamespace: a namespace of the view's Services that goes
-// flushes its names and its Services'.
+// flushes its names and its Services'; under pods insecure, its pod
+// names' subtree, and that of a namespace the view learns of through its
+// first Service, whose pod names answered NXDOMAIN while it did not exist.
 func TestFollowNamespace(t *testing.T) {
-	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true}}
-	s := newSink()
-	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
-	defer f.em.close()
-	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
-	t0 := time.Unix(2000, 0)
-	f.step(t0)
-	ctl.mu.Lock()
-	ctl.ns["ns"] = false // a namespace_labels selector that stopped matching
-	ctl.mu.Unlock()
-	f.step(t0.Add(nsEvery / 2))
-	s.quiet(t, 2*interval)
-	f.step(t0.Add(nsEvery))
-	s.wait(t, 2) // the names, then the pod names' subtree
-	want := []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z}
-	if got := s.all(); !slices.Equal(got, want) {
-		t.Errorf("flushed %q, want %q", got, want)
-	}
-}
-
-// TestFollowNamespaceFirstService: under pods insecure, the first
-// Service of a namespace the view did not know drops its pod names, which
-// answered NXDOMAIN while the namespace did not exist.
-func TestFollowNamespaceFirstService(t *testing.T) {
-	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
-	s := newSink()
-	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
-	defer f.em.close()
-	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
-	t0 := time.Unix(2000, 0)
-	f.step(t0)
-	ctl.set(2001, svc("new", "api", []string{"10.96.0.11"}), nil)
-	f.step(t0.Add(nsEvery))
-	s.wait(t, 2) // the names, then the pod names' subtree
-	want := []string{"*.new.pod.cluster.local.", "11.0.96.10.in-addr.arpa.", "api.new" + z, "new.pod.cluster.local.", "new.svc.cluster.local."}
-	if got := s.all(); !slices.Equal(got, want) {
-		t.Errorf("flushed %q, want %q", got, want)
+	for _, tc := range []struct {
+		name   string
+		change func(ctl *fakeCtl)
+		// early: the change shows in no flush before nsEvery.
+		early bool
+		want  []string
+	}{
+		{
+			name: "a namespace_labels selector that stopped matching",
+			change: func(ctl *fakeCtl) {
+				ctl.mu.Lock()
+				ctl.ns["ns"] = false
+				ctl.mu.Unlock()
+			},
+			early: true,
+			want:  []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+		},
+		{
+			name:   "the first Service of a namespace",
+			change: func(ctl *fakeCtl) { ctl.set(2001, svc("new", "api", []string{"10.96.0.11"}), nil) },
+			want:   []string{"*.new.pod.cluster.local.", "11.0.96.10.in-addr.arpa.", "api.new" + z, "new.pod.cluster.local.", "new.svc.cluster.local."},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
+			defer f.em.close()
+			ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
+			t0 := time.Unix(2000, 0)
+			f.step(t0)
+			tc.change(ctl)
+			if tc.early {
+				f.step(t0.Add(nsEvery / 2))
+				s.quiet(t, 2*interval)
+			}
+			f.step(t0.Add(nsEvery))
+			s.wait(t, 2) // the names, then the pod names' subtree
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
