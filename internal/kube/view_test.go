@@ -409,6 +409,28 @@ func TestWatchViewIgnoresEmpty(t *testing.T) {
 	}
 }
 
+// TestWatchViewZonal: a watch of its own does not know whether the
+// cluster DNS has `zonal`, under which a headless Service's zone-scoped
+// names answer its endpoints: it drops their subtree when the endpoints
+// change, and not for a ClusterIP Service, whose zone-scoped names are
+// NXDOMAIN whatever changes.
+func TestWatchViewZonal(t *testing.T) {
+	v := watchView(newNamer(clusterZones))
+	db := headless("ns", "db", port("pg", 5432))
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	for _, s := range []*object.Service{db, web} {
+		v.Service(nil, s.Index, s)
+	}
+	v.Endpoints(nil, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1"))
+	b := newBatch(nil)
+	v.Endpoints(b, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.2"))
+	v.Service(b, web.Index, svc("ns", "web", []string{"10.96.0.10"}, port("http", 8080)))
+	got := names(b)
+	if !slices.Contains(got, "*._zone.db.ns"+z) || slices.Contains(got, "*._zone.web.ns"+z) {
+		t.Errorf("flushed %q: want the subtree of db's zone-scoped names, not web's", got)
+	}
+}
+
 // TestViewRecreate: a Service deleted and created again, told in one
 // diff or in two, leaves the view as it found it, and the namespace's
 // count with it.
