@@ -174,6 +174,10 @@ func (f *follow) diff(b *batch) {
 	seen := 0
 	for _, s := range f.ctl.ServiceList() {
 		e := v.svcs[s.Index]
+		if e == nil && !v.exposed(s.Namespace) {
+			// Told, it would cost a walk of the aliases each diff.
+			continue
+		}
 		if e == nil || e.s != s {
 			v.Service(b, s.Index, s)
 			if e = v.svcs[s.Index]; e == nil {
@@ -194,6 +198,9 @@ func (f *follow) diff(b *batch) {
 	for _, ep := range f.ctl.EndpointsList() {
 		k := keyOf(ep)
 		e := v.eps[k]
+		if e == nil && !v.exposed(ep.Namespace) {
+			continue
+		}
 		if e == nil || e.e != ep {
 			v.Endpoints(b, k, ep)
 			if e = v.eps[k]; e == nil {
