@@ -452,22 +452,41 @@ func TestFollowRun(t *testing.T) {
 }
 
 func TestEmitterAgain(t *testing.T) {
-	s := newSink()
-	c := newCounters("test-again", "")
-	e := newEmitter(s.flush, nil, 300*time.Millisecond, c)
-	e.update(func(b *batch) { b.name("web.ns" + z) })
-	s.wait(t, 2)
-	s.mu.Lock()
-	gap := s.at[1].Sub(s.at[0])
-	s.mu.Unlock()
-	if gap < 300*time.Millisecond || gap > 600*time.Millisecond {
-		t.Errorf("the second flush %v after the first, want 300ms", gap)
+	const again = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		add  func(b *batch)
+		want []string
+		// The second flush's time after the first: a subtree's waits for
+		// the walker, walkGap after the first walk.
+		min, max time.Duration
+	}{
+		{"a name", func(b *batch) { b.name("web.ns" + z) }, []string{"web.ns" + z, "web.ns" + z}, again, 2 * again},
+		{"a subtree", func(b *batch) { b.subtree("_zone.db.ns" + z) }, []string{"*._zone.db.ns" + z, "*._zone.db.ns" + z}, walkGap - 10*time.Millisecond, 5 * walkGap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSink()
+			e := newEmitter(s.flush, nil, again, newCounters("test-again-"+tc.name, ""))
+			e.update(tc.add)
+			s.wait(t, 1)
+			select {
+			case <-s.got:
+			case <-time.After(5 * walkGap):
+				t.Fatalf("no second flush within %v", 5*walkGap)
+			}
+			s.mu.Lock()
+			gap := s.at[1].Sub(s.at[0])
+			s.mu.Unlock()
+			if gap < tc.min || gap > tc.max {
+				t.Errorf("the second flush %v after the first, want %v to %v", gap, tc.min, tc.max)
+			}
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+			e.close()
+			s.quiet(t, 2*interval)
+		})
 	}
-	if got := s.all(); !slices.Equal(got, []string{"web.ns" + z, "web.ns" + z}) {
-		t.Errorf("flushed %q, want web's name twice", got)
-	}
-	e.close()
-	s.quiet(t, 2*interval)
 }
 
 // TestEmitterAgainEachBatch: a batch flushed while an earlier one waits
