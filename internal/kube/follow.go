@@ -146,6 +146,7 @@ func (f *follow) step(now time.Time) {
 		f.em.update(func(b *batch) {
 			b.changes[kindPod]++
 			f.view.namer.pods(b, "")
+			f.view.aliasNames(b)
 		})
 		f.lastPodMod, f.lastPodSec, f.lastPods = m, sec, now
 	}
@@ -245,14 +246,14 @@ func (f *follow) namespaces(b *batch) {
 			}
 			f.view.namespaceNames(b, ns)
 		}
-		if now != was && b != nil {
-			f.view.aliasNames(b)
-		}
 		if !now && f.view.perNS[ns] == 0 {
 			delete(f.nsExists, ns)
 		} else {
 			f.nsExists[ns] = now
 		}
+	}
+	if b != nil {
+		f.view.aliasNames(b)
 	}
 }
 

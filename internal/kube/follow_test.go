@@ -336,6 +336,35 @@ func TestFollowPods(t *testing.T) {
 	}
 }
 
+// TestFollowPodAlias: an ExternalName Service whose target is a pod name
+// is flushed with the pod names' subtree, as with any name it aliases.
+func TestFollowPodAlias(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		target string
+		change *object.Service // moves Modified
+	}{
+		{podsVerified, "10-1-2-3.ns.pod.cluster.local", nil},
+		{podsInsecure, "10-1-2-3.new.pod.cluster.local", svc("new", "api", []string{"10.96.0.11"})}, // the namespace's first Service
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+			ctl.set(0, external("ns", "alias", tc.target), nil)
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: tc.mode}, s)
+			defer f.em.close()
+			t0 := time.Unix(1000, 0)
+			f.step(t0)
+			ctl.set(1001, tc.change, nil)
+			f.step(t0.Add(nsEvery))
+			s.wait(t, 2) // the names, then the subtree
+			if got := s.all(); !slices.Contains(got, "alias.ns"+z) {
+				t.Errorf("flushed %q, not the alias alias.ns%s", got, z)
+			}
+		})
+	}
+}
+
 // TestFollowNamespace: a namespace of the view's Services that goes
 // flushes its names and its Services'; under pods insecure, its pod
 // names' subtree, and that of a namespace the view learns of through its
