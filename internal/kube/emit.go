@@ -22,7 +22,7 @@ const walkGap = time.Second
 // emitter applies the batches of one block's source to its cache: names
 // at most every interval, subtrees at most every walkGap in a goroutine
 // of their own, so that a walk does not hold back the names. With again
-// set, each batch of names is flushed a second time that long after the
+// set, each batch is flushed a second time that long after the
 // first: for a cache in front of another that learns of the same change
 // later (a node-local cache in front of the cluster DNS), whose answer
 // may still be the old one when the first flush comes.
@@ -88,7 +88,7 @@ func (e *emitter) run() {
 		case <-e.kick:
 		case <-due:
 			for len(again) > 0 && !time.Now().Before(again[0].at) {
-				e.applyNames(again[0].fs)
+				e.applyAgain(again[0].fs)
 				again = again[1:]
 			}
 			due = nil
@@ -117,22 +117,16 @@ func (e *emitter) run() {
 		for _, f := range fs {
 			if f.Scope == flush.Names {
 				names = append(names, f)
-				continue
-			}
-			e.walkMu.Lock()
-			for _, n := range f.Names {
-				e.walks[string(n)] = struct{}{}
-			}
-			e.walkMu.Unlock()
-			select {
-			case e.walkKick <- struct{}{}:
-			default:
+			} else {
+				e.walk(f)
 			}
 		}
 		e.applyNames(names)
-		if e.again > 0 && len(names) > 0 {
-			// Each batch is flushed again again after its own first flush.
-			again = append(again, later{time.Now().Add(e.again), names})
+		if e.again > 0 && len(fs) > 0 {
+			// Each batch is flushed again again after its own first flush,
+			// its subtrees too: the answers of the cache asked are no
+			// fresher under them.
+			again = append(again, later{time.Now().Add(e.again), fs})
 			if due == nil {
 				due = time.After(e.again)
 			}
@@ -160,6 +154,31 @@ func (e *emitter) applyLater(again []later) {
 	for _, l := range again {
 		time.Sleep(time.Until(l.at))
 		e.applyNames(l.fs)
+	}
+}
+
+// walk hands the subtrees of f to the walker.
+func (e *emitter) walk(f flush.Flush) {
+	e.walkMu.Lock()
+	for _, n := range f.Names {
+		e.walks[string(n)] = struct{}{}
+	}
+	e.walkMu.Unlock()
+	select {
+	case e.walkKick <- struct{}{}:
+	default:
+	}
+}
+
+// applyAgain flushes fs a second time: the names at once, the subtrees
+// through the walker, which paces them as it paces the first.
+func (e *emitter) applyAgain(fs []flush.Flush) {
+	for _, f := range fs {
+		if f.Scope == flush.Names {
+			e.c.flushed(f, e.apply(f))
+		} else {
+			e.walk(f)
+		}
 	}
 }
 

@@ -19,8 +19,13 @@ import (
 const (
 	pollEvery = 100 * time.Millisecond
 	// fullEvery is the longest time between two diffs, whatever Modified
-	// says: a clock set back would hide a change from it.
-	fullEvery = 30 * time.Second
+	// says: the plugin leaves it still for some changes its answers show
+	// (serviceModified compares no ClusterIPs, which a Service made
+	// dual-stack gains; endpointsEquivalent no pod names, which
+	// endpoint_pod_names answers), and a clock set back would hide a
+	// change from it. A diff that finds nothing costs a map lookup per
+	// object.
+	fullEvery = time.Second
 	// nsEvery is how often the namespaces of the view's Services are
 	// looked up: the plugin's namespace informer moves no Modified.
 	nsEvery = time.Second
@@ -141,6 +146,7 @@ func (f *follow) step(now time.Time) {
 		f.em.update(func(b *batch) {
 			b.changes[kindPod]++
 			f.view.namer.pods(b, "")
+			f.view.aliasNames(b)
 		})
 		f.lastPodMod, f.lastPodSec, f.lastPods = m, sec, now
 	}
@@ -169,6 +175,10 @@ func (f *follow) diff(b *batch) {
 	seen := 0
 	for _, s := range f.ctl.ServiceList() {
 		e := v.svcs[s.Index]
+		if e == nil && !v.exposed(s.Namespace) {
+			// Told, it would cost a walk of the aliases each diff.
+			continue
+		}
 		if e == nil || e.s != s {
 			v.Service(b, s.Index, s)
 			if e = v.svcs[s.Index]; e == nil {
@@ -189,6 +199,9 @@ func (f *follow) diff(b *batch) {
 	for _, ep := range f.ctl.EndpointsList() {
 		k := keyOf(ep)
 		e := v.eps[k]
+		if e == nil && !v.exposed(ep.Namespace) {
+			continue
+		}
 		if e == nil || e.e != ep {
 			v.Endpoints(b, k, ep)
 			if e = v.eps[k]; e == nil {
@@ -215,6 +228,12 @@ func (f *follow) namespaces(b *batch) {
 	for ns := range f.view.perNS {
 		if _, ok := f.nsExists[ns]; !ok {
 			f.nsExists[ns] = f.exists(ns)
+			if f.nsExists[ns] && b != nil && f.opts.podMode == podsInsecure {
+				// Its first Service: as near as Services tell to the
+				// namespace's creation, before which its pod names
+				// answered NXDOMAIN.
+				f.view.namer.pods(b, ns)
+			}
 		}
 	}
 	for ns, was := range f.nsExists {
@@ -227,14 +246,14 @@ func (f *follow) namespaces(b *batch) {
 			}
 			f.view.namespaceNames(b, ns)
 		}
-		if now != was && b != nil {
-			f.view.aliasNames(b)
-		}
 		if !now && f.view.perNS[ns] == 0 {
 			delete(f.nsExists, ns)
 		} else {
 			f.nsExists[ns] = now
 		}
+	}
+	if b != nil {
+		f.view.aliasNames(b)
 	}
 }
 

@@ -260,6 +260,54 @@ func TestFollowFullDiff(t *testing.T) {
 	}
 }
 
+// TestFollowUnmarked: changes the plugin's answers show but its Modified
+// does not (serviceModified compares no ClusterIPs, endpointsEquivalent
+// no pod names) are flushed within a second all the same.
+func TestFollowUnmarked(t *testing.T) {
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	for _, tc := range []struct {
+		name     string
+		podNames bool
+		before   *object.Endpoints
+		svc      *object.Service
+		ep       *object.Endpoints
+		want     []string
+	}{
+		{
+			name: "a Service made dual-stack: a second ClusterIP",
+			svc:  svc("ns", "web", []string{"10.96.0.10", "fd00::10"}, port("http", 80)),
+			want: []string{
+				"0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "10.0.96.10.in-addr.arpa.",
+				"_http._tcp.web.ns" + z, "web.ns" + z,
+			},
+		},
+		{
+			name:     "endpoint_pod_names: a host-network pod replaced at the same address",
+			podNames: true,
+			before:   slice("ns", "web-1", "web", eport("http", 80), "10.0.0.5==web-a"),
+			ep:       slice("ns", "web-1", "web", eport("http", 80), "10.0.0.5==web-b"),
+			want:     []string{"5.0.0.10.in-addr.arpa.", "web-a.web.ns" + z, "web-b.web.ns" + z},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 500}
+			ctl.set(0, web, tc.before)
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+			defer f.em.close()
+			f.view.namer.PodNames = tc.podNames
+			t0 := time.Unix(1000, 0)
+			f.step(t0)
+			ctl.set(0, tc.svc, tc.ep) // Modified stays at 500
+			f.step(t0.Add(time.Second))
+			s.wait(t, 1)
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestFollowPods: under pods verified, any move of Modified drops the
 // pod names' subtree, at most every walkGap.
 func TestFollowPods(t *testing.T) {
@@ -288,26 +336,82 @@ func TestFollowPods(t *testing.T) {
 	}
 }
 
+// TestFollowPodAlias: an ExternalName Service whose target is a pod name
+// is flushed with the pod names' subtree, as with any name it aliases.
+func TestFollowPodAlias(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		target string
+		change *object.Service // moves Modified
+	}{
+		{podsVerified, "10-1-2-3.ns.pod.cluster.local", nil},
+		{podsInsecure, "10-1-2-3.new.pod.cluster.local", svc("new", "api", []string{"10.96.0.11"})}, // the namespace's first Service
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+			ctl.set(0, external("ns", "alias", tc.target), nil)
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: tc.mode}, s)
+			defer f.em.close()
+			t0 := time.Unix(1000, 0)
+			f.step(t0)
+			ctl.set(1001, tc.change, nil)
+			f.step(t0.Add(nsEvery))
+			s.wait(t, 2) // the names, then the subtree
+			if got := s.all(); !slices.Contains(got, "alias.ns"+z) {
+				t.Errorf("flushed %q, not the alias alias.ns%s", got, z)
+			}
+		})
+	}
+}
+
 // TestFollowNamespace: a namespace of the view's Services that goes
-// flushes its names and its Services'.
+// flushes its names and its Services'; under pods insecure, its pod
+// names' subtree, and that of a namespace the view learns of through its
+// first Service, whose pod names answered NXDOMAIN while it did not exist.
 func TestFollowNamespace(t *testing.T) {
-	ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true}}
-	s := newSink()
-	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
-	defer f.em.close()
-	ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
-	t0 := time.Unix(2000, 0)
-	f.step(t0)
-	ctl.mu.Lock()
-	ctl.ns["ns"] = false // a namespace_labels selector that stopped matching
-	ctl.mu.Unlock()
-	f.step(t0.Add(nsEvery / 2))
-	s.quiet(t, 2*interval)
-	f.step(t0.Add(nsEvery))
-	s.wait(t, 2) // the names, then the pod names' subtree
-	want := []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z}
-	if got := s.all(); !slices.Equal(got, want) {
-		t.Errorf("flushed %q, want %q", got, want)
+	for _, tc := range []struct {
+		name   string
+		change func(ctl *fakeCtl)
+		// early: the change shows in no flush before nsEvery.
+		early bool
+		want  []string
+	}{
+		{
+			name: "a namespace_labels selector that stopped matching",
+			change: func(ctl *fakeCtl) {
+				ctl.mu.Lock()
+				ctl.ns["ns"] = false
+				ctl.mu.Unlock()
+			},
+			early: true,
+			want:  []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+		},
+		{
+			name:   "the first Service of a namespace",
+			change: func(ctl *fakeCtl) { ctl.set(2001, svc("new", "api", []string{"10.96.0.11"}), nil) },
+			want:   []string{"*.new.pod.cluster.local.", "11.0.96.10.in-addr.arpa.", "api.new" + z, "new.pod.cluster.local.", "new.svc.cluster.local."},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
+			defer f.em.close()
+			ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
+			t0 := time.Unix(2000, 0)
+			f.step(t0)
+			tc.change(ctl)
+			if tc.early {
+				f.step(t0.Add(nsEvery / 2))
+				s.quiet(t, 2*interval)
+			}
+			f.step(t0.Add(nsEvery))
+			s.wait(t, 2) // the names, then the pod names' subtree
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -377,22 +481,41 @@ func TestFollowRun(t *testing.T) {
 }
 
 func TestEmitterAgain(t *testing.T) {
-	s := newSink()
-	c := newCounters("test-again", "")
-	e := newEmitter(s.flush, nil, 300*time.Millisecond, c)
-	e.update(func(b *batch) { b.name("web.ns" + z) })
-	s.wait(t, 2)
-	s.mu.Lock()
-	gap := s.at[1].Sub(s.at[0])
-	s.mu.Unlock()
-	if gap < 300*time.Millisecond || gap > 600*time.Millisecond {
-		t.Errorf("the second flush %v after the first, want 300ms", gap)
+	const again = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		add  func(b *batch)
+		want []string
+		// The second flush's time after the first: a subtree's waits for
+		// the walker, walkGap after the first walk.
+		min, max time.Duration
+	}{
+		{"a name", func(b *batch) { b.name("web.ns" + z) }, []string{"web.ns" + z, "web.ns" + z}, again, 2 * again},
+		{"a subtree", func(b *batch) { b.subtree("_zone.db.ns" + z) }, []string{"*._zone.db.ns" + z, "*._zone.db.ns" + z}, walkGap - 10*time.Millisecond, 5 * walkGap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSink()
+			e := newEmitter(s.flush, nil, again, newCounters("test-again-"+tc.name, ""))
+			e.update(tc.add)
+			s.wait(t, 1)
+			select {
+			case <-s.got:
+			case <-time.After(5 * walkGap):
+				t.Fatalf("no second flush within %v", 5*walkGap)
+			}
+			s.mu.Lock()
+			gap := s.at[1].Sub(s.at[0])
+			s.mu.Unlock()
+			if gap < tc.min || gap > tc.max {
+				t.Errorf("the second flush %v after the first, want %v to %v", gap, tc.min, tc.max)
+			}
+			if got := s.all(); !slices.Equal(got, tc.want) {
+				t.Errorf("flushed %q, want %q", got, tc.want)
+			}
+			e.close()
+			s.quiet(t, 2*interval)
+		})
 	}
-	if got := s.all(); !slices.Equal(got, []string{"web.ns" + z, "web.ns" + z}) {
-		t.Errorf("flushed %q, want web's name twice", got)
-	}
-	e.close()
-	s.quiet(t, 2*interval)
 }
 
 // TestEmitterAgainEachBatch: a batch flushed while an earlier one waits

@@ -36,7 +36,9 @@ func (n *namer) service(b *batch, s *object.Service) {
 		for _, p := range s.Ports {
 			n.port(b, p.Name, string(p.Protocol), base)
 		}
-		if n.Zonal {
+		if n.Zonal && s.Headless() {
+			// A ClusterIP Service's zone-scoped names are NXDOMAIN
+			// whatever changes: no walk for them.
 			b.subtree("_zone." + base)
 		}
 	}

@@ -122,11 +122,21 @@ func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 		// and is not an ExternalName one (the EndpointSlice controller
 		// leaves the slices of a Service switched to ExternalName).
 		x := cmp(old, s)
-		for _, e := range v.bySvc[key] {
-			for _, ss := range e.Subsets {
-				for _, a := range ss.Addresses {
-					v.namer.endpoint(b, a, x.Name, x.Namespace)
-				}
+		v.endpointNames(b, key, x, old != nil && old.Headless() || s != nil && s.Headless())
+	}
+}
+
+// endpointNames adds the names of the endpoints of x, the Service of key,
+// and where headless the port names its slices answer for, which need not
+// be its own (a selector-less Service's slices name their ports).
+func (v *clusterView) endpointNames(b *batch, key string, x *object.Service, headless bool) {
+	for _, e := range v.bySvc[key] {
+		if headless {
+			v.namer.serviceNames(b, x.Name, x.Namespace, portsOf(e))
+		}
+		for _, ss := range e.Subsets {
+			for _, a := range ss.Addresses {
+				v.namer.endpoint(b, a, x.Name, x.Namespace)
 			}
 		}
 	}
@@ -367,13 +377,7 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 			continue
 		}
 		v.namer.service(b, e.s)
-		for _, ep := range v.bySvc[key] {
-			for _, ss := range ep.Subsets {
-				for _, a := range ss.Addresses {
-					v.namer.endpoint(b, a, e.s.Name, ns)
-				}
-			}
-		}
+		v.endpointNames(b, key, e.s, e.s.Headless())
 	}
 }
 

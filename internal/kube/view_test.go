@@ -239,6 +239,22 @@ func TestViewNames(t *testing.T) {
 			kinds:  [numKinds]int64{kindService: 1},
 		},
 		{
+			// A selector-less headless Service whose slices name ports the
+			// Service does not: the port names answer from the slices.
+			name:   "a headless Service without ports created after its slice: the slice's port names",
+			before: []step{{svc: web}, {ep: dbSlice}},
+			change: []step{{svc: headless("ns", "db")}},
+			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
+			kinds:  [numKinds]int64{kindService: 1},
+		},
+		{
+			name:   "a headless Service without ports deleted: the slice's port names",
+			before: []step{{svc: web}, {svc: headless("ns", "db")}, {ep: dbSlice}},
+			change: []step{{svc: headless("ns", "db"), gone: true}},
+			want:   []string{"10-1-0-2.db.ns" + z, "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
+			kinds:  [numKinds]int64{kindService: 1},
+		},
+		{
 			name:   "the last Service of a namespace deleted: its endpoints' names, and the namespace's",
 			before: []step{{svc: db}, {ep: dbSlice}},
 			change: []step{{svc: db, gone: true}},
@@ -390,6 +406,28 @@ func TestWatchViewIgnoresEmpty(t *testing.T) {
 	v.Endpoints(b, epKey{"ns", "web-1"}, slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1"))
 	if got := names(b); !slices.Contains(got, "web.ns"+z) {
 		t.Errorf("the first endpoint of a ClusterIP Service flushed %q: not web.ns%s", got, z)
+	}
+}
+
+// TestWatchViewZonal: a watch of its own does not know whether the
+// cluster DNS has `zonal`, under which a headless Service's zone-scoped
+// names answer its endpoints: it drops their subtree when the endpoints
+// change, and not for a ClusterIP Service, whose zone-scoped names are
+// NXDOMAIN whatever changes.
+func TestWatchViewZonal(t *testing.T) {
+	v := watchView(newNamer(clusterZones))
+	db := headless("ns", "db", port("pg", 5432))
+	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+	for _, s := range []*object.Service{db, web} {
+		v.Service(nil, s.Index, s)
+	}
+	v.Endpoints(nil, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1"))
+	b := newBatch(nil)
+	v.Endpoints(b, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.2"))
+	v.Service(b, web.Index, svc("ns", "web", []string{"10.96.0.10"}, port("http", 8080)))
+	got := names(b)
+	if !slices.Contains(got, "*._zone.db.ns"+z) || slices.Contains(got, "*._zone.web.ns"+z) {
+		t.Errorf("flushed %q: want the subtree of db's zone-scoped names, not web's", got)
 	}
 }
 
