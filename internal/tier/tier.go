@@ -230,6 +230,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			if errors.Is(asked.Err(), context.Canceled) {
 				// The request went away, not the tier: no failure of it.
 				t.m.skipped.inc()
+				t.br.abandon()
 				return nil
 			}
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {

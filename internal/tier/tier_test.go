@@ -1027,3 +1027,26 @@ func graceTier(t *testing.T, option string, grace int64) *Tier {
 	cfg.timeout = time.Second
 	return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, Grace: grace, MaxTTL: 1, Zones: ".", View: t.Name(), Apply: func(flush.Flush) {}})
 }
+
+// TestCanceledProbeNotLost: a half-open breaker's probe whose request went
+// away reports nothing; the next lookup probes again rather than the
+// tier being skipped for good.
+func TestCanceledProbeNotLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+
+	tr.br.mu.Lock()
+	tr.br.backoff, tr.br.until = breakerMinBackoff, time.Now().Add(-time.Millisecond)
+	tr.br.set(open, errors.New("a test's"))
+	tr.br.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take) != nil {
+		t.Fatal("a canceled lookup answered")
+	}
+	if get(tr, e) == nil || tr.br.current() != closed {
+		t.Errorf("a lookup after a canceled probe: %+v, breaker %v", tr.Stats(), tr.br.current())
+	}
+}
