@@ -15,10 +15,11 @@
 // expired while in the tier is never served as fresh.
 //
 // Flushes do not scan Redis. A flush of a name or zone records its time
-// under the name's or zone's epoch key, a flush of every negative entry or
-// of all under a global one, and a lookup reads, in the same round trip as
-// the value, the epochs of the name, of each zone above it, and the
-// globals: a value stored before a flush that covers it is a miss. Epoch
+// under the name's or zone's epoch key, a flush of every negative entry,
+// of expired ones or of all under a global one, and a lookup reads, in the
+// same round trip as the value, the epochs of the name, of each zone above
+// it, and the globals: a value stored before a flush that covers it (one
+// expired by it, for a flush of expired entries) is a miss. Epoch
 // keys live as long as the longest-lived entry could. A tier at its
 // maxmemory evicts them as it evicts values, and an epoch gone is a flush
 // forgotten, so every value is written with its epochs (witnesses, where
@@ -212,7 +213,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	}
 	c := *cp
 	tierKeys := make([]string, len(keys))
-	cmds := make(valkey.Commands, 0, len(keys)+2+2*countLabels(name))
+	cmds := make(valkey.Commands, 0, len(keys)+3+2*countLabels(name))
 	for i, k := range keys {
 		tierKeys[i] = t.keys.key(k)
 		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
@@ -243,8 +244,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		}
 	}
 	t.br.success()
-	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
-	evicted := false            // an epoch that every value of the name is written with is gone
+	// The latest flush that covers the name, of every entry, of negative
+	// ones and of expired ones.
+	var flushed, negative, expired int64
+	evicted := false // an epoch that every value of the name is written with is gone
 	for i, r := range res[epochs:] {
 		v, err := r.AsInt64()
 		switch {
@@ -258,9 +261,12 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			t.logRefused(errEpoch)
 			v = math.MaxInt64
 		}
-		if i == 1 {
+		switch i {
+		case 1:
 			negative = max(negative, v)
-		} else {
+		case 2:
+			expired = max(expired, v)
+		default:
 			flushed = max(flushed, v)
 		}
 	}
@@ -289,7 +295,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		stored := int64(e.Stored())
 		switch {
 		case now > e.Expires()+t.opt.Grace:
-		case stored <= flushed, stored <= negative && flush.Negativity(e):
+		case stored <= flushed, stored <= negative && flush.Negativity(e), e.Expires() <= expired:
 		case accept(e):
 			t.m.hits.inc()
 			return e
@@ -465,6 +471,10 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 		}
 	case flush.Negative:
 		cmds = append(cmds, epoch(epochNegative, nil))
+	case flush.Expired:
+		// Covers what had expired at now (flush.Covers): the stale
+		// values serve_stale would still serve from the tier.
+		cmds = append(cmds, epoch(epochExpired, nil))
 	case flush.All:
 		cmds = append(cmds, epoch(epochAll, nil))
 	}

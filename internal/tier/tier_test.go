@@ -1050,3 +1050,27 @@ func TestCanceledProbeNotLost(t *testing.T) {
 		t.Errorf("a lookup after a canceled probe: %+v, breaker %v", tr.Stats(), tr.br.current())
 	}
 }
+
+// TestFlushExpired: flush_expired drops the stale entries serve_stale
+// would still serve; the tier's copies of them are misses too, on every
+// replica, while those that had not expired at the flush are not.
+func TestFlushExpired(t *testing.T) {
+	option := "shared redis://" + testenv.StartRedis(t).Addr
+	one, other := graceTier(t, option, 3600), graceTier(t, option, 3600)
+	now := time.Now().Unix()
+	stale := built(t, "stale.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-100), 10)
+	fresh := built(t, "fresh.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now), 300)
+	putAndWait(t, one, stale)
+	putAndWait(t, one, fresh)
+	if err := one.Flush(flush.Flush{Scope: flush.Expired}, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*Tier{one, other} {
+		if get(tr, stale) != nil {
+			t.Error("a stale value read after flush_expired")
+		}
+		if get(tr, fresh) == nil {
+			t.Errorf("a value that had not expired is a miss after flush_expired: %+v", tr.Stats())
+		}
+	}
+}
