@@ -122,6 +122,9 @@ func New(cfg *Config, opt Options) *Tier {
 		cfg: cfg, keys: newKeyer(cfg.secret, opt.Fingerprint), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
+	// The series outlive a reload, which replaces the tier with one of
+	// the same labels: the gauge would show the old tier's breaker.
+	t.m.breaker.Set(float64(closed))
 	t.br.changed = func(from, to breakerState, err error) {
 		t.m.breaker.Set(float64(to))
 		switch to {

@@ -28,6 +28,7 @@ import (
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const testSecret = "0123456789abcdef-shared-secret"
@@ -1072,5 +1073,25 @@ func TestFlushExpired(t *testing.T) {
 		if get(tr, fresh) == nil {
 			t.Errorf("a value that had not expired is a miss after flush_expired: %+v", tr.Stats())
 		}
+	}
+}
+
+// TestBreakerGaugeAfterReload: a reload replaces a block's tier with one
+// of the same labels; the new tier's breaker starts closed, and its
+// gauge says so, whatever the tier it replaced left there.
+func TestBreakerGaugeAfterReload(t *testing.T) {
+	option := "shared redis://" + testenv.StartRedis(t).Addr
+	old := mustTier(t, option, 1, nil)
+	old.br.mu.Lock()
+	old.br.backoff, old.br.until = breakerMinBackoff, time.Now().Add(time.Hour)
+	old.br.set(open, errors.New("a test's"))
+	old.br.mu.Unlock()
+	if g := testutil.ToFloat64(old.m.breaker); g != float64(open) {
+		t.Fatalf("the gauge of an open breaker is %v", g)
+	}
+	tr := mustTier(t, option, 1, nil)
+	old.Close()
+	if g := testutil.ToFloat64(tr.m.breaker); g != float64(tr.br.current()) {
+		t.Errorf("the gauge of a new tier's %v breaker is %v", tr.br.current(), g)
 	}
 }
