@@ -182,12 +182,14 @@ func (t *Tier) connect() {
 		if err == nil {
 			// Where the stream of flushes ends is read before the tier
 			// counts as connected, so that a flush another replica sends
-			// once this one uses the tier is one it reads. On an error
-			// readFlushes reads it again.
-			last, _ = t.streamEnd(c, t.keys.streamKey())
-			t.client.Store(&c)
-			log.Infof("Shared tier %s: connected", t.cfg)
-			break
+			// once this one uses the tier is one it reads: an end read
+			// later would skip the flushes sent meanwhile.
+			if last, err = t.streamEnd(c, t.keys.streamKey()); err == nil {
+				t.client.Store(&c)
+				log.Infof("Shared tier %s: connected", t.cfg)
+				break
+			}
+			c.Close()
 		}
 		if wait == reconnectMin {
 			log.Warningf("Shared tier %s: cannot connect, the block answers without it and keeps trying: %v", t.cfg, err)
@@ -504,22 +506,14 @@ func (t *Tier) epochLife() time.Duration {
 }
 
 // readFlushes applies the flushes the other replicas send after the one
-// whose ID is last (the stream's end when connecting; read from the stream
-// when empty), and after an error from where it left off.
+// whose ID is last (the stream's end when connecting), and after an error
+// from where it left off.
 func (t *Tier) readFlushes(last string) {
 	testHookReading()
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
 	wait := reconnectMin
 	for t.ctx.Err() == nil {
-		if last == "" {
-			id, err := t.streamEnd(c, stream)
-			if err != nil {
-				wait = t.pause(wait)
-				continue
-			}
-			last = id
-		}
 		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build())
 		read, err := res.AsXRead()
 		if err != nil && !valkey.IsValkeyNil(err) {
@@ -548,10 +542,11 @@ func (t *Tier) readFlushes(last string) {
 var testHookReading = func() {}
 
 // streamEnd returns the ID of the stream's last flush, "0-0" when it has
-// none.
+// none. A key of another type holds none: what someone else wrote there
+// keeps no replica from connecting.
 func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 	r, err := c.Do(t.ctx, c.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
-	if err != nil && !valkey.IsValkeyNil(err) {
+	if err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 		return "", err
 	}
 	if len(r) == 0 {

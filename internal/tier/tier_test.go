@@ -1095,3 +1095,70 @@ func TestBreakerGaugeAfterReload(t *testing.T) {
 		t.Errorf("the gauge of a new tier's %v breaker is %v", tr.br.current(), g)
 	}
 }
+
+// TestFlushWhileStreamEndFails: a replica that connects but cannot read
+// where the stream of flushes ends (here its ACL user may not, for a
+// while) does not count as connected: a flush another replica sends once
+// it does is one it applies, not one it skips by reading the end later.
+func TestFlushWhileStreamEndFails(t *testing.T) {
+	r := testenv.StartRedis(t, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+		"--user", "cache", "on", ">s3cret-pw", "~*", "&*", "+@all", "-xrevrange")
+	secret := secretFile(t, testSecret)
+	sender := mustTier(t, "shared redis://"+r.Addr+" {\n secret_file "+secret+"\n}", 1, nil)
+	cfg, err := parse(t, "shared redis://cache@"+r.Addr+" {\n secret_file "+secret+"\n password_file "+secretFile(t, "s3cret-pw")+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var applied []string
+	tr := New(cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: func(f flush.Flush) {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, f.String())
+	}})
+	t.Cleanup(tr.Close)
+	seen := func(want string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(applied, want)
+	}
+	for range 50 {
+		if tr.Connected() {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	connected := tr.Connected()
+	send := func(name string) {
+		t.Helper()
+		if err := sender.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, time.Now().Unix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("first.example")
+	r.MustDo("ACL", "SETUSER", "cache", "+xrevrange")
+	for deadline := time.Now().Add(20 * time.Second); !tr.Connected(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected once it could read the stream")
+		}
+	}
+	send("second.example")
+	for deadline := time.Now().Add(20 * time.Second); !seen("names second.example."); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a flush sent once it connected never reached it")
+		}
+	}
+	if connected && !seen("names first.example.") {
+		t.Errorf("connected before the flush of first.example. was sent, and never applied it: applied %v", applied)
+	}
+}
+
+// TestStreamOfAnotherType: a key of another type where the stream of
+// flushes goes keeps no replica from connecting and using the tier.
+func TestStreamOfAnotherType(t *testing.T) {
+	r := testenv.StartRedis(t)
+	keys := newKeyer(nil, [32]byte{1})
+	r.MustDo("SET", keys.streamKey(), "not a stream")
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+}
