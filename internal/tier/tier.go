@@ -427,6 +427,7 @@ func (t *Tier) write(batch []entry.Entry) {
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
 	var failed error
+	start := time.Now()
 	for i, r := range c.DoMulti(ctx, cmds...) {
 		err := r.Error()
 		if valkey.IsValkeyNil(err) {
@@ -442,9 +443,12 @@ func (t *Tier) write(batch []entry.Entry) {
 			t.m.written.inc()
 		}
 	}
-	if failed != nil {
+	switch took := time.Since(start); {
+	case failed != nil:
 		t.br.failure(time.Now(), failed)
-	} else {
+	case took > t.cfg.timeout:
+		t.br.late(time.Now(), fmt.Errorf("writes took %v, lookups wait %v", took, t.cfg.timeout))
+	default:
 		t.br.success()
 	}
 }

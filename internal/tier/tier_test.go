@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -1161,4 +1162,86 @@ func TestStreamOfAnotherType(t *testing.T) {
 	r.MustDo("SET", keys.streamKey(), "not a stream")
 	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
 	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+}
+
+// TestSlowTierOpensBreaker: a tier that answers, but later than a lookup
+// waits, opens the breaker: the writes that follow the lookups' timeouts,
+// which may wait longer, are no sign that lookups are answered in time.
+func TestSlowTierOpensBreaker(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 300*time.Millisecond)+" {\n timeout 20ms\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	writes := func() int64 { return tr.m.written.n.Load() + tr.m.dropped.n.Load() }
+	for range 4 * breakerFailures {
+		if tr.br.current() != closed {
+			break
+		}
+		get(tr, e)
+		before := writes()
+		tr.Put(e)
+		for deadline := time.Now().Add(10 * time.Second); writes() == before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a write never ended")
+			}
+		}
+	}
+	if st := tr.Stats(); tr.br.current() == closed {
+		t.Errorf("the breaker is closed after lookups that timed out: %+v", st)
+	}
+}
+
+// slowProxy returns the address of a proxy to addr that holds back what
+// the server sends by delay.
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go func() {
+				io.Copy(s, c)
+				s.Close()
+			}()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						time.Sleep(delay)
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
