@@ -157,7 +157,7 @@ func (t *Tier) Close() {
 // stream of flushes.
 func (t *Tier) connect() {
 	defer t.wg.Done()
-	tc, _ := t.cfg.tlsConfig() // checked by Parse
+	tc := t.cfg.tlsConf
 	opt := valkey.ClientOption{
 		InitAddress:  t.cfg.addrs,
 		Username:     t.cfg.username,

@@ -1245,3 +1245,24 @@ func slowProxy(t *testing.T, addr string, delay time.Duration) string {
 	}()
 	return ln.Addr().String()
 }
+
+// TestTLSCAGoneAfterParse: a rediss:// tier whose tls_ca file went away
+// between the parse and the start (a reload racing a rotation) never
+// speaks to its server in the clear, its password included.
+func TestTLSCAGoneAfterParse(t *testing.T) {
+	ca, _, _ := writeCerts(t)
+	r := testenv.StartRedis(t) // no TLS: a client that connects spoke in the clear
+	cfg, err := parse(t, "shared rediss://"+r.Addr+" {\n tls_ca "+ca+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(ca); err != nil {
+		t.Fatal(err)
+	}
+	tr := New(cfg, Options{MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: func(flush.Flush) {}})
+	defer tr.Close()
+	time.Sleep(300 * time.Millisecond)
+	if tr.Connected() {
+		t.Error("a rediss:// tier connected to a server without TLS")
+	}
+}
