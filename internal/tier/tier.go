@@ -47,6 +47,7 @@ package tier
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -119,7 +120,7 @@ func New(cfg *Config, opt Options) *Tier {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &Tier{
-		cfg: cfg, keys: newKeyer(cfg.secret, opt.Fingerprint), opt: opt, id: hex.EncodeToString(id[:]),
+		cfg: cfg, keys: newKeyer(cfg.secret, viewFingerprint(opt.Fingerprint, opt.View)), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
 	// The series outlive a reload, which replaces the tier with one of
@@ -142,6 +143,17 @@ func New(cfg *Config, opt Options) *Tier {
 	go t.connect()
 	go t.writer()
 	return t
+}
+
+// viewFingerprint is the fingerprint of the tier's keys for a block of
+// view: the views of a server answer a question each its own way (split
+// horizon), and blocks of one settings in several views may share a
+// server. Without a view the keys stay those of the settings alone.
+func viewFingerprint(fp [32]byte, view string) [32]byte {
+	if view == "" {
+		return fp
+	}
+	return sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
 }
 
 // Close stops the tier's goroutines and closes its connections.

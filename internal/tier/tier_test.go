@@ -1158,7 +1158,7 @@ func TestFlushWhileStreamEndFails(t *testing.T) {
 // flushes goes keeps no replica from connecting and using the tier.
 func TestStreamOfAnotherType(t *testing.T) {
 	r := testenv.StartRedis(t)
-	keys := newKeyer(nil, [32]byte{1})
+	keys := newKeyer(nil, viewFingerprint([32]byte{1}, t.Name()))
 	r.MustDo("SET", keys.streamKey(), "not a stream")
 	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
 	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
@@ -1264,5 +1264,41 @@ func TestTLSCAGoneAfterParse(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if tr.Connected() {
 		t.Error("a rediss:// tier connected to a server without TLS")
+	}
+}
+
+// TestViewsApart: the views of a server answer a question each its own
+// way (split horizon); blocks of the same settings in other views share a
+// tier's server, never its values or flushes.
+func TestViewsApart(t *testing.T) {
+	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.timeout = time.Second
+	got := make(chan flush.Flush, 2)
+	view := func(name string, apply func(flush.Flush)) *Tier {
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: name, Apply: apply})
+	}
+	internal, external := view("internal", func(flush.Flush) {}), view("external", func(f flush.Flush) { got <- f })
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, internal, e)
+	if get(external, e) != nil {
+		t.Error("a view read what another view fetched")
+	}
+	if err := internal.Flush(flush.Flush{Scope: flush.All}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	// A flush of the view's own, sent after, reaches it first.
+	if err := view("external", func(flush.Flush) {}).Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-got:
+		if f.Scope != flush.Negative {
+			t.Errorf("a view applied another view's flush %s", f.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a flush of the view's own never reached it")
 	}
 }
