@@ -87,6 +87,27 @@ func (b *breaker) failure(now time.Time, err error) {
 	b.set(open, err)
 }
 
+// late reports a request the tier answered later than a lookup waits (a
+// write, which may wait longer): no failure, but no sign that lookups are
+// answered in time either, so it keeps the count of failures in a row; a
+// half-open breaker's probe that was late opens it again.
+func (b *breaker) late(now time.Time, err error) {
+	if b.current() == halfOpen {
+		b.failure(now, err)
+	}
+}
+
+// abandon reports a request that ended without the tier's answer (its
+// client went away). A half-open breaker's probe is out again: the next
+// request probes, rather than every one skipping the tier for good.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == halfOpen {
+		b.state = open // until has passed; no change worth a log line
+	}
+}
+
 // set changes the state and says so; the caller holds b.mu.
 func (b *breaker) set(to breakerState, err error) {
 	from := b.state

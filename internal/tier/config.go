@@ -55,6 +55,9 @@ type Config struct {
 	serverName string
 	timeout    time.Duration
 	queue      int
+	// The TLS of rediss://, made by Parse: tls_ca read again at the start
+	// could be gone, and a nil config would connect in the clear.
+	tlsConf *tls.Config
 }
 
 // Parse parses the option whose name c is on, reading its files: a
@@ -136,10 +139,8 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	if (cfg.caFile != "" || cfg.serverName != "") && !cfg.tls {
 		return nil, fmt.Errorf("shared: tls_ca or tls_server_name without a rediss:// URL")
 	}
-	if cfg.caFile != "" {
-		if _, err := cfg.tlsConfig(); err != nil {
-			return nil, err
-		}
+	if cfg.tlsConf, err = cfg.tlsConfig(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

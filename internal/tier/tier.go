@@ -15,10 +15,11 @@
 // expired while in the tier is never served as fresh.
 //
 // Flushes do not scan Redis. A flush of a name or zone records its time
-// under the name's or zone's epoch key, a flush of every negative entry or
-// of all under a global one, and a lookup reads, in the same round trip as
-// the value, the epochs of the name, of each zone above it, and the
-// globals: a value stored before a flush that covers it is a miss. Epoch
+// under the name's or zone's epoch key, a flush of every negative entry,
+// of expired ones or of all under a global one, and a lookup reads, in the
+// same round trip as the value, the epochs of the name, of each zone above
+// it, and the globals: a value stored before a flush that covers it (one
+// expired by it, for a flush of expired entries) is a miss. Epoch
 // keys live as long as the longest-lived entry could. A tier at its
 // maxmemory evicts them as it evicts values, and an epoch gone is a flush
 // forgotten, so every value is written with its epochs (witnesses, where
@@ -46,6 +47,7 @@ package tier
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -118,9 +120,12 @@ func New(cfg *Config, opt Options) *Tier {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &Tier{
-		cfg: cfg, keys: newKeyer(cfg.secret, opt.Fingerprint), opt: opt, id: hex.EncodeToString(id[:]),
+		cfg: cfg, keys: newKeyer(cfg.secret, viewFingerprint(opt.Fingerprint, opt.View)), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
+	// The series outlive a reload, which replaces the tier with one of
+	// the same labels: the gauge would show the old tier's breaker.
+	t.m.breaker.Set(float64(closed))
 	t.br.changed = func(from, to breakerState, err error) {
 		t.m.breaker.Set(float64(to))
 		switch to {
@@ -140,6 +145,17 @@ func New(cfg *Config, opt Options) *Tier {
 	return t
 }
 
+// viewFingerprint is the fingerprint of the tier's keys for a block of
+// view: the views of a server answer a question each its own way (split
+// horizon), and blocks of one settings in several views may share a
+// server. Without a view the keys stay those of the settings alone.
+func viewFingerprint(fp [32]byte, view string) [32]byte {
+	if view == "" {
+		return fp
+	}
+	return sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
+}
+
 // Close stops the tier's goroutines and closes its connections.
 func (t *Tier) Close() {
 	t.cancel()
@@ -153,7 +169,7 @@ func (t *Tier) Close() {
 // stream of flushes.
 func (t *Tier) connect() {
 	defer t.wg.Done()
-	tc, _ := t.cfg.tlsConfig() // checked by Parse
+	tc := t.cfg.tlsConf
 	opt := valkey.ClientOption{
 		InitAddress:  t.cfg.addrs,
 		Username:     t.cfg.username,
@@ -178,12 +194,14 @@ func (t *Tier) connect() {
 		if err == nil {
 			// Where the stream of flushes ends is read before the tier
 			// counts as connected, so that a flush another replica sends
-			// once this one uses the tier is one it reads. On an error
-			// readFlushes reads it again.
-			last, _ = t.streamEnd(c, t.keys.streamKey())
-			t.client.Store(&c)
-			log.Infof("Shared tier %s: connected", t.cfg)
-			break
+			// once this one uses the tier is one it reads: an end read
+			// later would skip the flushes sent meanwhile.
+			if last, err = t.streamEnd(c, t.keys.streamKey()); err == nil {
+				t.client.Store(&c)
+				log.Infof("Shared tier %s: connected", t.cfg)
+				break
+			}
+			c.Close()
 		}
 		if wait == reconnectMin {
 			log.Warningf("Shared tier %s: cannot connect, the block answers without it and keeps trying: %v", t.cfg, err)
@@ -212,7 +230,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	}
 	c := *cp
 	tierKeys := make([]string, len(keys))
-	cmds := make(valkey.Commands, 0, len(keys)+2+2*countLabels(name))
+	cmds := make(valkey.Commands, 0, len(keys)+3+2*countLabels(name))
 	for i, k := range keys {
 		tierKeys[i] = t.keys.key(k)
 		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
@@ -230,6 +248,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			if errors.Is(asked.Err(), context.Canceled) {
 				// The request went away, not the tier: no failure of it.
 				t.m.skipped.inc()
+				t.br.abandon()
 				return nil
 			}
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -242,8 +261,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		}
 	}
 	t.br.success()
-	var flushed, negative int64 // the latest flush that covers the name, of every entry and of negative ones
-	evicted := false            // an epoch that every value of the name is written with is gone
+	// The latest flush that covers the name, of every entry, of negative
+	// ones and of expired ones.
+	var flushed, negative, expired int64
+	evicted := false // an epoch that every value of the name is written with is gone
 	for i, r := range res[epochs:] {
 		v, err := r.AsInt64()
 		switch {
@@ -257,9 +278,12 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			t.logRefused(errEpoch)
 			v = math.MaxInt64
 		}
-		if i == 1 {
+		switch i {
+		case 1:
 			negative = max(negative, v)
-		} else {
+		case 2:
+			expired = max(expired, v)
+		default:
 			flushed = max(flushed, v)
 		}
 	}
@@ -288,7 +312,7 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		stored := int64(e.Stored())
 		switch {
 		case now > e.Expires()+t.opt.Grace:
-		case stored <= flushed, stored <= negative && flush.Negativity(e):
+		case stored <= flushed, stored <= negative && flush.Negativity(e), e.Expires() <= expired:
 		case accept(e):
 			t.m.hits.inc()
 			return e
@@ -415,6 +439,7 @@ func (t *Tier) write(batch []entry.Entry) {
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
 	var failed error
+	start := time.Now()
 	for i, r := range c.DoMulti(ctx, cmds...) {
 		err := r.Error()
 		if valkey.IsValkeyNil(err) {
@@ -430,9 +455,12 @@ func (t *Tier) write(batch []entry.Entry) {
 			t.m.written.inc()
 		}
 	}
-	if failed != nil {
+	switch took := time.Since(start); {
+	case failed != nil:
 		t.br.failure(time.Now(), failed)
-	} else {
+	case took > t.cfg.timeout:
+		t.br.late(time.Now(), fmt.Errorf("writes took %v, lookups wait %v", took, t.cfg.timeout))
+	default:
 		t.br.success()
 	}
 }
@@ -464,6 +492,10 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 		}
 	case flush.Negative:
 		cmds = append(cmds, epoch(epochNegative, nil))
+	case flush.Expired:
+		// Covers what had expired at now (flush.Covers): the stale
+		// values serve_stale would still serve from the tier.
+		cmds = append(cmds, epoch(epochExpired, nil))
 	case flush.All:
 		cmds = append(cmds, epoch(epochAll, nil))
 	}
@@ -490,22 +522,14 @@ func (t *Tier) epochLife() time.Duration {
 }
 
 // readFlushes applies the flushes the other replicas send after the one
-// whose ID is last (the stream's end when connecting; read from the stream
-// when empty), and after an error from where it left off.
+// whose ID is last (the stream's end when connecting), and after an error
+// from where it left off.
 func (t *Tier) readFlushes(last string) {
 	testHookReading()
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
 	wait := reconnectMin
 	for t.ctx.Err() == nil {
-		if last == "" {
-			id, err := t.streamEnd(c, stream)
-			if err != nil {
-				wait = t.pause(wait)
-				continue
-			}
-			last = id
-		}
 		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build())
 		read, err := res.AsXRead()
 		if err != nil && !valkey.IsValkeyNil(err) {
@@ -534,10 +558,11 @@ func (t *Tier) readFlushes(last string) {
 var testHookReading = func() {}
 
 // streamEnd returns the ID of the stream's last flush, "0-0" when it has
-// none.
+// none. A key of another type holds none: what someone else wrote there
+// keeps no replica from connecting.
 func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 	r, err := c.Do(t.ctx, c.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
-	if err != nil && !valkey.IsValkeyNil(err) {
+	if err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 		return "", err
 	}
 	if len(r) == 0 {

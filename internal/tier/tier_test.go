@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const testSecret = "0123456789abcdef-shared-secret"
@@ -1026,4 +1028,277 @@ func graceTier(t *testing.T, option string, grace int64) *Tier {
 	}
 	cfg.timeout = time.Second
 	return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, Grace: grace, MaxTTL: 1, Zones: ".", View: t.Name(), Apply: func(flush.Flush) {}})
+}
+
+// TestCanceledProbeNotLost: a half-open breaker's probe whose request went
+// away reports nothing; the next lookup probes again rather than the
+// tier being skipped for good.
+func TestCanceledProbeNotLost(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+
+	tr.br.mu.Lock()
+	tr.br.backoff, tr.br.until = breakerMinBackoff, time.Now().Add(-time.Millisecond)
+	tr.br.set(open, errors.New("a test's"))
+	tr.br.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take) != nil {
+		t.Fatal("a canceled lookup answered")
+	}
+	if get(tr, e) == nil || tr.br.current() != closed {
+		t.Errorf("a lookup after a canceled probe: %+v, breaker %v", tr.Stats(), tr.br.current())
+	}
+}
+
+// TestFlushExpired: flush_expired drops the stale entries serve_stale
+// would still serve; the tier's copies of them are misses too, on every
+// replica, while those that had not expired at the flush are not.
+func TestFlushExpired(t *testing.T) {
+	option := "shared redis://" + testenv.StartRedis(t).Addr
+	one, other := graceTier(t, option, 3600), graceTier(t, option, 3600)
+	now := time.Now().Unix()
+	stale := built(t, "stale.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-100), 10)
+	fresh := built(t, "fresh.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now), 300)
+	putAndWait(t, one, stale)
+	putAndWait(t, one, fresh)
+	if err := one.Flush(flush.Flush{Scope: flush.Expired}, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*Tier{one, other} {
+		if get(tr, stale) != nil {
+			t.Error("a stale value read after flush_expired")
+		}
+		if get(tr, fresh) == nil {
+			t.Errorf("a value that had not expired is a miss after flush_expired: %+v", tr.Stats())
+		}
+	}
+}
+
+// TestBreakerGaugeAfterReload: a reload replaces a block's tier with one
+// of the same labels; the new tier's breaker starts closed, and its
+// gauge says so, whatever the tier it replaced left there.
+func TestBreakerGaugeAfterReload(t *testing.T) {
+	option := "shared redis://" + testenv.StartRedis(t).Addr
+	old := mustTier(t, option, 1, nil)
+	old.br.mu.Lock()
+	old.br.backoff, old.br.until = breakerMinBackoff, time.Now().Add(time.Hour)
+	old.br.set(open, errors.New("a test's"))
+	old.br.mu.Unlock()
+	if g := testutil.ToFloat64(old.m.breaker); g != float64(open) {
+		t.Fatalf("the gauge of an open breaker is %v", g)
+	}
+	tr := mustTier(t, option, 1, nil)
+	old.Close()
+	if g := testutil.ToFloat64(tr.m.breaker); g != float64(tr.br.current()) {
+		t.Errorf("the gauge of a new tier's %v breaker is %v", tr.br.current(), g)
+	}
+}
+
+// TestFlushWhileStreamEndFails: a replica that connects but cannot read
+// where the stream of flushes ends (here its ACL user may not, for a
+// while) does not count as connected: a flush another replica sends once
+// it does is one it applies, not one it skips by reading the end later.
+func TestFlushWhileStreamEndFails(t *testing.T) {
+	r := testenv.StartRedis(t, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+		"--user", "cache", "on", ">s3cret-pw", "~*", "&*", "+@all", "-xrevrange")
+	secret := secretFile(t, testSecret)
+	sender := mustTier(t, "shared redis://"+r.Addr+" {\n secret_file "+secret+"\n}", 1, nil)
+	cfg, err := parse(t, "shared redis://cache@"+r.Addr+" {\n secret_file "+secret+"\n password_file "+secretFile(t, "s3cret-pw")+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var applied []string
+	tr := New(cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: func(f flush.Flush) {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, f.String())
+	}})
+	t.Cleanup(tr.Close)
+	seen := func(want string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(applied, want)
+	}
+	for range 50 {
+		if tr.Connected() {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	connected := tr.Connected()
+	send := func(name string) {
+		t.Helper()
+		if err := sender.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, time.Now().Unix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("first.example")
+	r.MustDo("ACL", "SETUSER", "cache", "+xrevrange")
+	for deadline := time.Now().Add(20 * time.Second); !tr.Connected(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected once it could read the stream")
+		}
+	}
+	send("second.example")
+	for deadline := time.Now().Add(20 * time.Second); !seen("names second.example."); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a flush sent once it connected never reached it")
+		}
+	}
+	if connected && !seen("names first.example.") {
+		t.Errorf("connected before the flush of first.example. was sent, and never applied it: applied %v", applied)
+	}
+}
+
+// TestStreamOfAnotherType: a key of another type where the stream of
+// flushes goes keeps no replica from connecting and using the tier.
+func TestStreamOfAnotherType(t *testing.T) {
+	r := testenv.StartRedis(t)
+	keys := newKeyer(nil, viewFingerprint([32]byte{1}, t.Name()))
+	r.MustDo("SET", keys.streamKey(), "not a stream")
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+}
+
+// TestSlowTierOpensBreaker: a tier that answers, but later than a lookup
+// waits, opens the breaker: the writes that follow the lookups' timeouts,
+// which may wait longer, are no sign that lookups are answered in time.
+func TestSlowTierOpensBreaker(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 300*time.Millisecond)+" {\n timeout 20ms\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	writes := func() int64 { return tr.m.written.n.Load() + tr.m.dropped.n.Load() }
+	for range 4 * breakerFailures {
+		if tr.br.current() != closed {
+			break
+		}
+		get(tr, e)
+		before := writes()
+		tr.Put(e)
+		for deadline := time.Now().Add(10 * time.Second); writes() == before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a write never ended")
+			}
+		}
+	}
+	if st := tr.Stats(); tr.br.current() == closed {
+		t.Errorf("the breaker is closed after lookups that timed out: %+v", st)
+	}
+}
+
+// slowProxy returns the address of a proxy to addr that holds back what
+// the server sends by delay.
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go func() {
+				io.Copy(s, c)
+				s.Close()
+			}()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						time.Sleep(delay)
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestTLSCAGoneAfterParse: a rediss:// tier whose tls_ca file went away
+// between the parse and the start (a reload racing a rotation) never
+// speaks to its server in the clear, its password included.
+func TestTLSCAGoneAfterParse(t *testing.T) {
+	ca, _, _ := writeCerts(t)
+	r := testenv.StartRedis(t) // no TLS: a client that connects spoke in the clear
+	cfg, err := parse(t, "shared rediss://"+r.Addr+" {\n tls_ca "+ca+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(ca); err != nil {
+		t.Fatal(err)
+	}
+	tr := New(cfg, Options{MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: func(flush.Flush) {}})
+	defer tr.Close()
+	time.Sleep(300 * time.Millisecond)
+	if tr.Connected() {
+		t.Error("a rediss:// tier connected to a server without TLS")
+	}
+}
+
+// TestViewsApart: the views of a server answer a question each its own
+// way (split horizon); blocks of the same settings in other views share a
+// tier's server, never its values or flushes.
+func TestViewsApart(t *testing.T) {
+	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.timeout = time.Second
+	got := make(chan flush.Flush, 2)
+	view := func(name string, apply func(flush.Flush)) *Tier {
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: name, Apply: apply})
+	}
+	internal, external := view("internal", func(flush.Flush) {}), view("external", func(f flush.Flush) { got <- f })
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, internal, e)
+	if get(external, e) != nil {
+		t.Error("a view read what another view fetched")
+	}
+	if err := internal.Flush(flush.Flush{Scope: flush.All}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	// A flush of the view's own, sent after, reaches it first.
+	if err := view("external", func(flush.Flush) {}).Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-got:
+		if f.Scope != flush.Negative {
+			t.Errorf("a view applied another view's flush %s", f.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a flush of the view's own never reached it")
+	}
 }

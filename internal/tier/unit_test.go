@@ -81,6 +81,32 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// TestBreakerLateAndAbandoned: a late answer keeps the count of failures
+// in a row and, to a half-open breaker's probe, opens it again; a probe
+// abandoned lets the next request probe.
+func TestBreakerLateAndAbandoned(t *testing.T) {
+	var b breaker
+	now := time.Unix(1000, 0)
+	slow := errors.New("slow")
+	for range breakerFailures - 1 {
+		b.failure(now, slow)
+		b.late(now, slow)
+	}
+	if b.failure(now, slow); b.current() != open {
+		t.Fatalf("%v after %d failures with late answers between", b.current(), breakerFailures)
+	}
+	probe := now.Add(b.backoff)
+	if b.abandon(); !b.allow(probe) || b.current() != halfOpen {
+		t.Fatal("no probe after the back-off")
+	}
+	if b.abandon(); !b.allow(probe) {
+		t.Fatal("no request probes after the probe was abandoned")
+	}
+	if b.late(probe, slow); b.current() != open || b.backoff != 2*breakerMinBackoff {
+		t.Errorf("after a late probe: %v, back-off %v", b.current(), b.backoff)
+	}
+}
+
 // TestPutBounded: Put never blocks and never queues more than the queue
 // holds; what it cannot queue is counted as dropped, and what it queues is
 // a copy, which the caller's later writes to its entry do not change.

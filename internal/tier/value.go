@@ -42,10 +42,10 @@ var b64 = base64.RawURLEncoding
 
 // keyer makes the tier's keys and tags from the secret and fingerprint.
 type keyer struct {
-	secret        []byte
-	prefix        string
-	hashers       *sync.Pool // of *hasher: keying an HMAC allocates, and a lookup makes several
-	all, negative string     // the global epochs' keys, which every lookup reads
+	secret                 []byte
+	prefix                 string
+	hashers                *sync.Pool // of *hasher: keying an HMAC allocates, and a lookup makes several
+	all, negative, expired string     // the global epochs' keys, which every lookup reads
 }
 
 // hasher is a keyed hash and where its sums go, which a call to an
@@ -72,11 +72,12 @@ const (
 	epochNegative
 	epochName
 	epochZone
+	epochExpired
 )
 
 var (
-	epochNames = [...]string{epochAll: "all", epochNegative: "negative", epochName: "name", epochZone: "zone"}
-	forEpoch   = [...][]byte{epochAll: []byte("eall"), epochNegative: []byte("enegative"), epochName: []byte("ename"), epochZone: []byte("ezone")}
+	epochNames = [...]string{epochAll: "all", epochNegative: "negative", epochName: "name", epochZone: "zone", epochExpired: "expired"}
+	forEpoch   = [...][]byte{epochAll: []byte("eall"), epochNegative: []byte("enegative"), epochName: []byte("ename"), epochZone: []byte("ezone"), epochExpired: []byte("eexpired")}
 )
 
 func newKeyer(secret []byte, fingerprint [32]byte) keyer {
@@ -88,7 +89,7 @@ func newKeyer(secret []byte, fingerprint [32]byte) keyer {
 	}}}
 	sum := k.mac(forPrefix, fingerprint[:])
 	k.prefix = "cc:" + b64.EncodeToString(sum[:9]) + ":"
-	k.all, k.negative = k.epochKey(epochAll, nil), k.epochKey(epochNegative, nil)
+	k.all, k.negative, k.expired = k.epochKey(epochAll, nil), k.epochKey(epochNegative, nil), k.epochKey(epochExpired, nil)
 	return k
 }
 
@@ -143,10 +144,12 @@ func (k keyer) witness(keys map[string]int64, name []byte, at int64) {
 
 // epochs calls f with the key of each epoch a lookup of name (lowercased
 // wire form) reads, in this order: the flushes of all, of negative
-// entries, of the name, and of each zone from the name up to the root.
+// entries, of expired ones, of the name, and of each zone from the name
+// up to the root.
 func (k keyer) epochs(name []byte, f func(key string)) {
 	f(k.all)
 	f(k.negative)
+	f(k.expired)
 	f(k.epochKey(epochName, name))
 	for off := 0; ; off += int(name[off]) + 1 {
 		f(k.epochKey(epochZone, name[off:]))
