@@ -128,12 +128,11 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 }
 
 // watchView is the view of a watch of its own. The cluster DNS's options
-// are unknown to it: ignore empty_service and zonal are taken at the
-// setting that flushes more, as optionsOf takes an option it cannot read.
-// Its slices carry no zones, so a change of an endpoint's zone alone is
-// not seen.
+// are unknown to it: ignore empty_service is taken at the setting that
+// flushes more, as optionsOf takes an option it cannot read; zonal is not,
+// since under it every change of a headless Service's endpoints would walk
+// the whole store for names that only a cluster DNS with zonal answers.
 func watchView(n namer) *clusterView {
-	n.Zonal = true
 	v := newClusterView(n)
 	v.ignoreEmpty = true
 	return v

@@ -409,25 +409,37 @@ func TestWatchViewIgnoresEmpty(t *testing.T) {
 	}
 }
 
-// TestWatchViewZonal: a watch of its own does not know whether the
-// cluster DNS has `zonal`, under which a headless Service's zone-scoped
-// names answer its endpoints: it drops their subtree when the endpoints
-// change, and not for a ClusterIP Service, whose zone-scoped names are
-// NXDOMAIN whatever changes.
-func TestWatchViewZonal(t *testing.T) {
-	v := watchView(newNamer(clusterZones))
-	db := headless("ns", "db", port("pg", 5432))
-	web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
-	for _, s := range []*object.Service{db, web} {
-		v.Service(nil, s.Index, s)
-	}
-	v.Endpoints(nil, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1"))
-	b := newBatch(nil)
-	v.Endpoints(b, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.2"))
-	v.Service(b, web.Index, svc("ns", "web", []string{"10.96.0.10"}, port("http", 8080)))
-	got := names(b)
-	if !slices.Contains(got, "*._zone.db.ns"+z) || slices.Contains(got, "*._zone.web.ns"+z) {
-		t.Errorf("flushed %q: want the subtree of db's zone-scoped names, not web's", got)
+// TestViewZonal: under zonal, a headless Service's zone-scoped names
+// answer its endpoints, and their subtree is dropped when the endpoints
+// change; a ClusterIP Service's are NXDOMAIN whatever changes, so no walk
+// of the store for them. A watch of its own, which cannot read the option,
+// drops neither: a walk for every change of a headless Service's endpoints
+// is too dear for names only zonal answers.
+func TestViewZonal(t *testing.T) {
+	zonal := newNamer(clusterZones)
+	zonal.Zonal = true
+	for _, tc := range []struct {
+		name string
+		view *clusterView
+		want bool
+	}{
+		{"zonal", newClusterView(zonal), true},
+		{"a watch of its own", watchView(newNamer(clusterZones)), false},
+	} {
+		v := tc.view
+		db := headless("ns", "db", port("pg", 5432))
+		web := svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))
+		for _, s := range []*object.Service{db, web} {
+			v.Service(nil, s.Index, s)
+		}
+		v.Endpoints(nil, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1"))
+		b := newBatch(nil)
+		v.Endpoints(b, epKey{"ns", "db-1"}, slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.2"))
+		v.Service(b, web.Index, svc("ns", "web", []string{"10.96.0.10"}, port("http", 8080)))
+		got := names(b)
+		if slices.Contains(got, "*._zone.db.ns"+z) != tc.want || slices.Contains(got, "*._zone.web.ns"+z) {
+			t.Errorf("%s: flushed %q: want db's zone-scoped subtree %v, web's never", tc.name, got, tc.want)
+		}
 	}
 }
 
