@@ -160,7 +160,10 @@ func viewFingerprint(fp [32]byte, view string) [32]byte {
 func (t *Tier) Close() {
 	t.cancel()
 	t.wg.Wait()
-	if c := t.client.Load(); c != nil {
+	// At a reload the old instance still answers while its tier closes:
+	// its lookups skip the tier rather than fail on the closed client and
+	// open the breaker.
+	if c := t.client.Swap(nil); c != nil {
 		(*c).Close()
 	}
 }

@@ -1302,3 +1302,22 @@ func TestViewsApart(t *testing.T) {
 		t.Fatal("a flush of the view's own never reached it")
 	}
 }
+
+// TestClosedTierSkipped: at a reload the old instance's tier closes while
+// that instance still answers; its lookups then skip the tier, rather than
+// fail on the closed client and open the breaker (a warning in the log at
+// every reload).
+func TestClosedTierSkipped(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	tr.Close()
+	for range 2 * breakerFailures {
+		if tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take) != nil {
+			t.Fatal("a closed tier answered")
+		}
+	}
+	if st := tr.Stats(); tr.br.current() != closed || st.Errors != 0 || st.Skipped != 2*breakerFailures {
+		t.Errorf("lookups after the close: breaker %v, %+v; want them skipped", tr.br.current(), st)
+	}
+}
