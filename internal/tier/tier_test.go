@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -768,14 +769,7 @@ func TestFlushAfterDisconnect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case f := <-got:
-			if f.Scope != flush.Negative {
-				t.Fatalf("received %s", f.String())
-			}
-		case <-time.After(time.Second):
-			t.Fatalf("round %d: the flush did not reach the other replica within a second of a dropped connection", i)
-		}
+		awaitNegative(t, got, time.Second, fmt.Sprintf("round %d: the flush did not reach the other replica within a second of a dropped connection", i))
 	}
 }
 
@@ -801,13 +795,20 @@ func TestFlushBeforeReaderStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
+	awaitNegative(t, got, 5*time.Second, "a flush sent before the connected replica's reader started never reached it")
+}
+
+// awaitNegative waits up to d for the flush a replica applies next, which
+// must be of negative entries; missing says what its absence means.
+func awaitNegative(t *testing.T, got <-chan flush.Flush, d time.Duration, missing string) {
+	t.Helper()
 	select {
 	case f := <-got:
 		if f.Scope != flush.Negative {
-			t.Fatalf("received %s", f.String())
+			t.Fatalf("received %s, want the flush of negative entries", f.String())
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a flush sent before the connected replica's reader started never reached it")
+	case <-time.After(d):
+		t.Fatal(missing)
 	}
 }
 
@@ -1293,14 +1294,7 @@ func TestViewsApart(t *testing.T) {
 	if err := view("external", func(flush.Flush) {}).Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case f := <-got:
-		if f.Scope != flush.Negative {
-			t.Errorf("a view applied another view's flush %s", f.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a flush of the view's own never reached it")
-	}
+	awaitNegative(t, got, 10*time.Second, "a flush of the view's own never reached it")
 }
 
 // TestClosedTierSkipped: at a reload the old instance's tier closes while
