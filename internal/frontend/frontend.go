@@ -513,30 +513,32 @@ func (fe *frontend) blockOf(pkt []byte) int {
 	return best
 }
 
-// answer answers the request pkt from client from the cache of its block,
-// and counts it in the front end's hits: the reply and the block's index,
-// or nil when the request goes to the chain. now is when the request came
-// in, read once for a batch of datagrams. The rest of a hit's bookkeeping
-// is account's, once its reply is sent.
+// answer answers the request pkt from client from the cache of its block:
+// the reply and the block's index, or nil when the request goes to the
+// chain. now is when the request came in, read once for a batch of
+// datagrams. A hit's bookkeeping is account's, once its reply is sent.
 func (fe *frontend) answer(as []Answerer, pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *Hit) ([]byte, int) {
 	i := fe.blockOf(pkt)
 	if i < 0 || fe.blocks[i].chainOnly {
 		return nil, i
 	}
-	reply := as[i].Answer(pkt, client, tcp, now, hit)
-	if reply != nil {
-		fe.blocks[i].fm.Hit.Inc()
-	}
-	return reply, i
+	return as[i].Answer(pkt, client, tcp, now, hit), i
 }
 
-// account counts a hit of block whose reply has been sent, took after its
-// request came in, as the plugins before the cache would: in the block's
-// series and access log, and in the sampled log. It runs after the send,
-// as theirs do, so that a reply waits neither for its own bookkeeping nor
-// for that of the replies before it in its run.
-func (fe *frontend) account(r *reader, block int, pkt, reply []byte, local, client netip.AddrPort, tcp bool, hit *Hit, took time.Duration) {
+// account counts a hit of block whose reply went to the kernel, took after
+// its request came in: in the front end's hits, or its dropped requests
+// when the kernel refused the reply (sent false), and as the plugins
+// before the cache would: in the block's series and access log, and in
+// the sampled log. It runs after the send, as theirs do, so that a reply
+// waits neither for its own bookkeeping nor for that of the replies before
+// it in its run.
+func (fe *frontend) account(r *reader, block int, pkt, reply []byte, local, client netip.AddrPort, tcp, sent bool, hit *Hit, took time.Duration) {
 	b := fe.blocks[block]
+	if sent {
+		b.fm.Hit.Inc()
+	} else {
+		b.fm.Dropped.Inc()
+	}
 	r.series[block].count(reply, len(pkt), client.Addr(), tcp, hit, took)
 	b.access.hit(pkt, reply, local, client, tcp, hit, took)
 	fe.logHit(&r.sinceLogged, hit, len(pkt), reply, client, tcp)

@@ -123,7 +123,7 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			if timed {
 				took = time.Since(start)
 			}
-			fe.account(r, block, pkt[:n], reply, local, client, true, &hit, took)
+			fe.account(r, block, pkt[:n], reply, local, client, true, err == nil, &hit, took)
 			if err != nil {
 				return
 			}

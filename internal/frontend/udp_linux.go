@@ -88,10 +88,11 @@ type udpBatch struct {
 
 // sentHit is what the bookkeeping of a hit needs once its reply is sent.
 type sentHit struct {
-	block  int
-	slot   int // of its request
-	client netip.AddrPort
-	hit    Hit
+	block   int
+	slot    int // of its request
+	client  netip.AddrPort
+	hit     Hit
+	refused bool // by the kernel, on send
 }
 
 // newUDPBatch returns the buffers of a socket bound to local, without the
@@ -251,10 +252,11 @@ func (b *udpBatch) answerAll(now time.Time) error {
 	for i := range b.received {
 		b.handle(i, now)
 		if b.queued == run || b.queued > 0 && i == b.received-1 {
-			if err := b.sendQueued(); err != nil {
+			err := b.sendQueued()
+			b.account()
+			if err != nil {
 				return err
 			}
-			b.account()
 			b.queued = 0
 			run *= 2
 		}
@@ -290,7 +292,7 @@ func (b *udpBatch) account() {
 	for k := range b.queued {
 		h := &b.hits[k]
 		reply := unsafe.Slice(b.outIov[k].Base, b.outIov[k].Len)
-		b.fe.account(b.reader, h.block, b.bufs[h.slot][:b.in[h.slot].Len], reply, b.localPort, h.client, false, &h.hit, took)
+		b.fe.account(b.reader, h.block, b.bufs[h.slot][:b.in[h.slot].Len], reply, b.localPort, h.client, false, k < b.sent && !h.refused, &h.hit, took)
 	}
 }
 
@@ -310,7 +312,7 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	k := b.queued
 	sent := &b.hits[k]
 	if reply, block := fe.answer(b.answer[i], pkt, client.Addr(), false, now, &sent.hit); reply != nil {
-		sent.block, sent.slot, sent.client = block, i, client
+		sent.block, sent.slot, sent.client, sent.refused = block, i, client, false
 		b.outIov[k].Base = &reply[0]
 		b.outIov[k].SetLen(len(reply))
 		b.out[k] = unix.Mmsghdr{Hdr: unix.Msghdr{Name: h.Hdr.Name, Namelen: h.Hdr.Namelen, Iov: &b.outIov[k]}}
@@ -479,7 +481,7 @@ func (b *udpBatch) send(fd uintptr) bool {
 				h.SetControllen(0)
 				continue
 			}
-			b.fe.counters(nil).Dropped.Inc()
+			b.hits[b.sent].refused = true
 			b.sent++
 		}
 	}

@@ -312,6 +312,44 @@ func TestAnswerAllSendsInRuns(t *testing.T) {
 	}
 }
 
+// TestRefusedReplyIsNoHit: a hit whose reply the kernel refuses is counted
+// once, as dropped: the front end's requests by result add up to those
+// read. The reply to port 0 is refused (EINVAL); the one to a listening
+// client leaves.
+func TestRefusedReplyIsNoHit(t *testing.T) {
+	client, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, tc := range []struct {
+		name         string
+		port         int
+		hit, dropped float64
+	}{
+		{"refused", 0, 0, 1},
+		{"sent", client.LocalAddr().(*net.UDPAddr).Port, 1, 0},
+	} {
+		b, _ := hitBatch(t)
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&b.names[0]))
+		sa.Addr = [4]byte{127, 0, 0, 1}
+		sa.Port = uint16(tc.port>>8 | tc.port&0xff<<8) // network byte order
+		b.in[0].Hdr.Namelen = unix.SizeofSockaddrInet4
+		b.received = 1
+		if err := b.answerAll(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		fm := b.fe.blocks[0].fm
+		if hit, dropped := testutil.ToFloat64(fm.Hit), testutil.ToFloat64(fm.Dropped); hit != tc.hit || dropped != tc.dropped {
+			t.Errorf("%s: %v hits and %v dropped, want %v and %v", tc.name, hit, dropped, tc.hit, tc.dropped)
+		}
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := client.Read(make([]byte, 512)); err != nil {
+		t.Errorf("the reply sent did not arrive: %v", err)
+	}
+}
+
 // TestRecvReadiesTheSlotsItFilled: the kernel rewrites the address and
 // control lengths of the headers it fills, and recv readies only those of
 // the last batch again. Here the filled headers are scribbled over after a
