@@ -502,7 +502,15 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 			counts := func() [4]float64 {
 				return [4]float64{testutil.ToFloat64(fm.Hit), testutil.ToFloat64(fm.Chain), testutil.ToFloat64(fm.Shed), testutil.ToFloat64(fm.Dropped)}
 			}
+			// The hit is counted after its reply is sent: maybe after the
+			// client read it.
+			for deadline := time.Now().Add(2 * time.Second); testutil.ToFloat64(fm.Hit) == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			before := counts()
+			if before != [4]float64{1, 0, 0, 0} {
+				t.Errorf("hit, chain, shed, dropped %v before the shutdown, want the hit alone", before)
+			}
 			s.shutdown()
 			select {
 			case <-done:
