@@ -270,3 +270,81 @@ func TestReloadServesQueuedTCP(t *testing.T) {
 		t.Errorf("%d of %d connections that waited in the old front end's listener were answered", answered, queued)
 	}
 }
+
+// TestReloadKeepsTCPConnections: the connections an old front end serves
+// when it closes at a reload go on to the front end that replaces it, with
+// the requests their clients sent that it did not read: one whose reader
+// answers a request, with more requests behind it, and one whose reader
+// waits for a request. The old front end closed them, and those requests
+// were lost.
+func TestReloadKeepsTCPConnections(t *testing.T) {
+	cache := newGatedCache(t)
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	old.start(chainServer(t, "old"))
+	addr := old.tcp[0].Addr().String()
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	send := func(conn net.Conn, from, to int) {
+		for i := from; i < to; i++ {
+			pkt := query(t, i)
+			if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The first request holds busy's reader; the others wait behind it.
+	busy := dial()
+	send(busy, 0, 1)
+	<-cache.asked
+	send(busy, 1, 8)
+	idle := dial()
+	for i := 0; ; i++ {
+		old.conns.mu.Lock()
+		n := len(old.conns.m)
+		old.conns.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the idle connection was not accepted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	closeHeld(t, old, cache.open)
+	send(idle, 8, 12)
+	next.start(chainServer(t, "next"))
+
+	for _, tc := range []struct {
+		name     string
+		conn     net.Conn
+		from, to int
+	}{
+		{"busy", busy, 0, 8},
+		{"idle", idle, 8, 12},
+	} {
+		tc.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		answered := 0
+		for i := tc.from; i < tc.to; i++ {
+			var size [2]byte
+			if _, err := io.ReadFull(tc.conn, size[:]); err != nil {
+				break
+			}
+			reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+			if _, err := io.ReadFull(tc.conn, reply); err != nil {
+				break
+			}
+			checkReply(t, reply, i, "next")
+			answered++
+		}
+		if answered != tc.to-tc.from {
+			t.Errorf("%s connection: %d of %d requests answered", tc.name, answered, tc.to-tc.from)
+		}
+	}
+}

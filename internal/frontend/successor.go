@@ -14,8 +14,9 @@ import (
 // end has a socket on each of their addresses, answers what waits in them
 // and closes them; the chain's replies to requests it read, still in
 // flight, leave through that socket instead: from the same address and
-// port, which is all the client sees. The connections waiting in its TCP
-// listeners' queues it hands to the newer front end (handOver). (CoreDNS's
+// port, which is all the client sees. Its TCP connections, those it serves
+// and those waiting in its listeners' queues, it hands to the newer front
+// end (handConn). (CoreDNS's
 // own server hands its sockets to the new instance instead; the front end
 // opens a set of its own per instance, whose readers start only once the
 // old instance's shutdown has run.)

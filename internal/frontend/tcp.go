@@ -37,25 +37,47 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			conn.Close()
 			continue
 		}
-		fe.goServe(conn, func() { <-open })
+		fe.goServe(conn, l.Addr(), func() { <-open })
 	}
 }
 
-// goServe serves conn in a goroutine of its own, unless the front end
-// closes, and calls done once conn is closed.
-func (fe *frontend) goServe(conn net.Conn, done func()) {
+// goServe serves conn, accepted on the listener at local, in a goroutine
+// of its own, unless the front end closes, and calls done once its reader
+// has left.
+func (fe *frontend) goServe(conn net.Conn, local net.Addr, done func()) {
 	if !fe.conns.add(conn) {
-		conn.Close() // the front end closes
+		fe.handConn(conn, local) // the front end closes
 		done()
 		return
 	}
 	go func() {
-		defer func() {
-			fe.conns.remove(conn)
-			done()
-		}()
-		fe.serveConn(conn)
+		closing := fe.serveConn(conn)
+		fe.conns.remove(conn)
+		done()
+		if closing {
+			fe.handConn(conn, local)
+		} else {
+			conn.Close()
+		}
 	}()
+}
+
+// handConn hands conn, accepted on the listener at local and left with no
+// byte of a request read, to the newest front end on local, which serves
+// it once it starts; it closes conn when there is none. So a reload closes
+// no connection: one closed would lose the requests its client had sent
+// that the closing front end did not read.
+func (fe *frontend) handConn(conn net.Conn, local net.Addr) {
+	served := fe.handOver(local, func(next *frontend) {
+		if next == nil {
+			conn.Close()
+			return
+		}
+		next.goServe(conn, local, func() {})
+	})
+	if !served {
+		conn.Close()
+	}
 }
 
 // stopAccepting ends l's Accept, which serveTCP waits in, and leaves l open:
@@ -73,24 +95,15 @@ func stopAccepting(l net.Listener) {
 // starts.
 func (fe *frontend) closeListener(l net.Listener) {
 	for _, conn := range queued(l, fe.cfg.inflight) {
-		served := fe.handOver(l.Addr(), func(next *frontend) {
-			if next == nil {
-				conn.Close()
-				return
-			}
-			next.goServe(conn, func() {})
-		})
-		if !served {
-			conn.Close()
-		}
+		fe.handConn(conn, l.Addr())
 	}
 	l.Close()
 }
 
 // serveConn answers the requests of one connection until the client closes
-// it or leaves it idle, or it has served the server's most queries.
-func (fe *frontend) serveConn(conn net.Conn) {
-	defer conn.Close()
+// it or leaves it idle, or it has served the server's most queries, or the
+// front end closes: true then, and no byte of the next request is read.
+func (fe *frontend) serveConn(conn net.Conn) (closing bool) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -100,21 +113,28 @@ func (fe *frontend) serveConn(conn net.Conn) {
 	pkt := make([]byte, dnsmsg.TypicalLen)
 	timeout := fe.limits.read
 	for q := 0; q < fe.limits.queries || fe.limits.queries < 0; q++ {
-		if !fe.conns.readFor(conn, timeout) {
-			return
+		if !fe.conns.wait(conn, timeout) {
+			return true
 		}
 		// The first read waits for the read timeout, the next ones for the
 		// idle timeout, as miekg/dns's server reads.
 		timeout = fe.limits.idle
+		err := awaitRequest(conn)
+		if !fe.conns.reading(conn) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
-			return
+			return false
 		}
 		n := int(binary.BigEndian.Uint16(size[:]))
 		if n > len(pkt) {
 			pkt = make([]byte, n)
 		}
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
-			return
+			return false
 		}
 		start := time.Now()
 		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, start, &hit); reply != nil {
@@ -125,12 +145,13 @@ func (fe *frontend) serveConn(conn net.Conn) {
 			}
 			fe.account(r, block, pkt[:n], reply, local, client, true, err == nil, &hit, took)
 			if err != nil {
-				return
+				return false
 			}
 			continue
 		}
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
+	return false
 }
 
 // tcpLimits are what the server's own TCP listener allows a connection,
@@ -180,12 +201,12 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 // conns are the TCP connections a front end serves. When it closes, a
 // reader waiting for a request leaves at once, and one answering a request
 // once its reply is written, as miekg/dns's server has its connections'
-// readers leave when it stops: the client reconnects, to the sockets of the
-// instance that runs, rather than being answered by the closed one's chain
-// for as long as it keeps the connection.
+// readers leave when it stops, rather than have the closed instance's chain
+// answer for as long as the client keeps the connection; the connection
+// goes on to the newer front end (handConn).
 type conns struct {
 	mu      sync.Mutex
-	m       map[net.Conn]struct{}
+	m       map[net.Conn]bool // whether its reader waits for a request
 	closing bool
 	readers busy
 }
@@ -201,9 +222,9 @@ func (c *conns) add(conn net.Conn) bool {
 		return false
 	}
 	if c.m == nil {
-		c.m = map[net.Conn]struct{}{}
+		c.m = map[net.Conn]bool{}
 	}
-	c.m[conn] = struct{}{}
+	c.m[conn] = false
 	c.readers.add()
 	return true
 }
@@ -216,26 +237,41 @@ func (c *conns) remove(conn net.Conn) {
 	c.readers.done()
 }
 
-// readFor sets conn's read deadline d from now, unless the front end
-// closes: false then. A deadline set after close's would undo it.
-func (c *conns) readFor(conn net.Conn, d time.Duration) bool {
+// wait has conn's reader wait for a request, for at most d, unless the
+// front end closes: false then. A deadline set after close's would undo it.
+func (c *conns) wait(conn net.Conn, d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return false
 	}
+	c.m[conn] = true
 	conn.SetReadDeadline(time.Now().Add(d))
 	return true
 }
 
-// close has the readers leave: a read under way ends at once, and no other
-// starts.
+// reading has conn's reader, whose wait ended, read the request that came,
+// unless the front end closes: false then, and the request stays unread.
+func (c *conns) reading(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.m[conn] = false
+	return true
+}
+
+// close has the readers leave: a wait for a request ends at once, and no
+// other starts. A request being read is read whole, and answered.
 func (c *conns) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closing = true
-	for conn := range c.m {
-		conn.SetReadDeadline(aLongTimeAgo)
+	for conn, waiting := range c.m {
+		if waiting {
+			conn.SetReadDeadline(aLongTimeAgo)
+		}
 	}
 }
 
