@@ -394,3 +394,35 @@ func (v *clusterView) aliasNames(b *batch) {
 		}
 	}
 }
+
+// rebase makes v, filled with no batch, the view base holds told of v's
+// objects, adding to b what changed between them: base is a stopped
+// source's last view (handoff.go), which v takes over, keeping its own
+// namer and options.
+func (v *clusterView) rebase(b *batch, base *clusterView) {
+	svcs, eps := v.svcs, v.eps
+	v.svcs, v.eps, v.bySvc, v.perNS, v.aliases = base.svcs, base.eps, base.bySvc, base.perNS, base.aliases
+	for k, e := range svcs {
+		v.Service(b, k, e.s)
+	}
+	for k := range v.svcs {
+		if svcs[k] == nil {
+			v.Service(b, k, nil)
+		}
+	}
+	for k, e := range eps {
+		v.Endpoints(b, k, e.e)
+	}
+	for k := range v.eps {
+		if eps[k] == nil {
+			v.Endpoints(b, k, nil)
+		}
+	}
+	// The marks of base's sweeps are not v's.
+	for _, e := range v.svcs {
+		e.gen = v.gen
+	}
+	for _, e := range v.eps {
+		e.gen = v.gen
+	}
+}
