@@ -1,6 +1,10 @@
 package kube
 
 import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"slices"
 	"testing"
 	"time"
@@ -132,4 +136,68 @@ func TestReloadNoGap(t *testing.T) {
 	}
 	oldSink.quiet(t, 0)
 	newSink.quiet(t, 2*interval)
+}
+
+// gauge is the connected series of zones and view: its value, and
+// whether it exists.
+func gauge(zones, view string) (float64, bool) {
+	ch := make(chan prometheus.Metric, 100)
+	go func() {
+		connected.Collect(ch)
+		close(ch)
+	}()
+	var v float64
+	found := false
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range pb.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["zones"] == zones && labels["view"] == view {
+			v, found = pb.GetGauge().GetValue(), true
+		}
+	}
+	return v, found
+}
+
+// TestConnectedGauge: the connected series of a block goes when its source
+// stops for good, and stays the new source's when a reload keeps the
+// option: the old one's stop neither deletes it nor sets it.
+func TestConnectedGauge(t *testing.T) {
+	s := newSink()
+	labels := fmt.Sprintf("test-%p", s) // newTestFollow's
+	check := func(when string, want float64, exists bool) {
+		t.Helper()
+		v, ok := gauge(labels, "")
+		switch {
+		case ok != exists:
+			t.Errorf("%s: the series exists: %v, want %v", when, ok, exists)
+		case ok && v != want:
+			t.Errorf("%s: connected %v, want %v", when, v, want)
+		}
+	}
+	oldCtl := &fakeCtl{synced: true, mod: 1000}
+	oldKey, newKey := new(int), new(int)
+	old := runFollow(t, oldKey, "", oldCtl, s)
+	waitUp(t, old)
+	check("the old source connected", 1, true)
+
+	newCtl := &fakeCtl{}
+	cur := runFollow(t, newKey, "", newCtl, s)
+	check("a reload's new source started, the old one connected", 1, true)
+	newCtl.mu.Lock()
+	newCtl.synced = true
+	newCtl.mu.Unlock()
+	waitUp(t, cur)
+	stop(oldKey)
+	check("the old source stopped", 1, true)
+	old.c.connected(false) // a late word of the old source's
+	check("the old source, stopped, lost the API server", 1, true)
+
+	stop(newKey)
+	check("the new source stopped, the option removed at the next reload", 0, false)
 }

@@ -154,7 +154,10 @@ func watchView(n namer) *clusterView {
 const againAfter = time.Second
 
 // Stop stops the invalidation, flushing what it has learnt meanwhile.
-func (i *Invalidator) Stop() { i.stop() }
+func (i *Invalidator) Stop() {
+	i.stop()
+	i.c.release()
+}
 
 // Stats is what the invalidation has done since it started, for the admin
 // stats.
