@@ -369,8 +369,9 @@ func svcName(e *object.Endpoints) string {
 }
 
 // namespaceNames adds the names of every Service of namespace ns and of
-// their endpoints: all of them answer only while the namespace is
-// exposed. It walks the view: a namespace appears or goes seldom.
+// their endpoints, and under the namespaces option the PTR names of its
+// endpoints: all of them answer only while the namespace is exposed. It
+// walks the view: a namespace appears or goes seldom.
 func (v *clusterView) namespaceNames(b *batch, ns string) {
 	for key, e := range v.svcs {
 		if e.s.Namespace != ns {
@@ -378,6 +379,22 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 		}
 		v.namer.service(b, e.s)
 		v.endpointNames(b, key, e.s, e.s.Headless())
+	}
+	if len(v.namespaces) == 0 {
+		// The plugin answers an endpoint's PTR query until its slice
+		// goes, whatever its namespace's state, but under its namespaces
+		// option only while the namespace exists (serviceRecordForIP).
+		return
+	}
+	for _, e := range v.eps {
+		if e.e.Namespace != ns {
+			continue
+		}
+		for _, ss := range e.e.Subsets {
+			for _, a := range ss.Addresses {
+				v.namer.ptr(b, a.IP)
+			}
+		}
 	}
 }
 
