@@ -41,7 +41,7 @@ func TestReloadGapWatch(t *testing.T) {
 	oldW, run := fakeWatch(svcs, eps)
 	run()
 	oldSink, newSink := newSink(), newSink()
-	subscriber := func(w *watch, s *sink) *Invalidator {
+	start := func(w *watch, s *sink) *Invalidator {
 		c := newCounters("test-watch-gap", "")
 		sub, err := subscribe(w, watchView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, func(bool, string) {})
 		if err != nil {
@@ -50,7 +50,7 @@ func TestReloadGapWatch(t *testing.T) {
 		return &Invalidator{source: "watch", block: "block watch", c: c, stop: sub.close, base: sub.base, last: sub.last}
 	}
 	oldKey, newKey := new(int), new(int)
-	sources.Store(oldKey, subscriber(oldW, oldSink))
+	sources.Store(oldKey, start(oldW, oldSink))
 	defer stop(oldKey)
 	deadline := time.Now().Add(2 * time.Second)
 	for v, _ := gauge("test-watch-gap", ""); v != 1; v, _ = gauge("test-watch-gap", "") {
@@ -63,7 +63,7 @@ func TestReloadGapWatch(t *testing.T) {
 	svcs, eps = reloadCluster()
 	svcs[0] = svc("ns", "web", []string{"10.96.0.20"}, port("http", 80))
 	newW, run := fakeWatch(svcs, eps)
-	sources.Store(newKey, subscriber(newW, newSink))
+	sources.Store(newKey, start(newW, newSink))
 	defer stop(newKey)
 	stop(oldKey)
 	oldSink.quiet(t, 0)
