@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,9 +99,17 @@ type sink struct {
 	flushes []flush.Flush
 	at      []time.Time
 	got     chan struct{}
+	// labels are the zones label of newTestFollow's counters: the sink's
+	// own, not its address, which a later sink may take while counters
+	// of an earlier one, never stopped, still hold the connected series.
+	labels string
 }
 
-func newSink() *sink { return &sink{got: make(chan struct{}, 1000)} }
+var sinks atomic.Int64
+
+func newSink() *sink {
+	return &sink{got: make(chan struct{}, 1000), labels: fmt.Sprintf("test-%d", sinks.Add(1))}
+}
 
 func (s *sink) flush(f flush.Flush) admin.Counts {
 	s.mu.Lock()
@@ -161,7 +170,7 @@ func (s *sink) reset() {
 func newTestFollow(ctl *fakeCtl, opts pluginOptions, s *sink) (*follow, *[]string) {
 	var logs []string
 	var mu sync.Mutex
-	c := newCounters(fmt.Sprintf("test-%p", s), "")
+	c := newCounters(s.labels, "")
 	f := newFollow(ctl, newClusterView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
 		mu.Lock()
 		defer mu.Unlock()

@@ -1,15 +1,13 @@
 package kube
 
 import (
-	"fmt"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // reloadCluster is the cluster a reload's old instance last saw.
@@ -169,7 +167,7 @@ func gauge(zones, view string) (float64, bool) {
 // option: the old one's stop neither deletes it nor sets it.
 func TestConnectedGauge(t *testing.T) {
 	s := newSink()
-	labels := fmt.Sprintf("test-%p", s) // newTestFollow's
+	labels := s.labels
 	check := func(when string, want float64, exists bool) {
 		t.Helper()
 		v, ok := gauge(labels, "")
