@@ -39,6 +39,7 @@ type follow struct {
 	opts  pluginOptions
 	probe *prober // nil: the connection is the controller's sync alone
 	log   func(up bool, why string)
+	base  *baseline
 
 	filled     bool
 	lastMod    int64 // Modified at the last diff
@@ -59,7 +60,7 @@ type follow struct {
 
 func newFollow(ctl controller, view *clusterView, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
 	f := &follow{ctl: ctl, view: view, em: em, c: c, opts: opts, probe: probe, log: log,
-		nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+		base: &baseline{}, nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	ok := error(nil)
 	f.probeErr.Store(&ok)
 	return f
@@ -129,7 +130,25 @@ func (f *follow) step(now time.Time) {
 		f.diff(nil)
 		f.filled = true
 		f.lastMod, f.lastDiff, f.lastFull, f.lastPodMod, f.lastPodSec = m, sec, now, m, sec
-		f.namespaces(nil)
+		base := f.base.fill()
+		if base != nil {
+			// The block's source before a reload stopped before this one
+			// synced: what changed meanwhile is told against what it knew.
+			f.em.update(func(b *batch) {
+				f.view.rebase(b, base.view)
+				if f.opts.podMode == podsVerified {
+					// Pods changed unseen too.
+					f.view.namer.pods(b, "")
+					f.view.aliasNames(b)
+				}
+			})
+		}
+		if base != nil && base.ns != nil {
+			f.nsExists = base.ns
+			f.em.update(f.namespaces)
+		} else {
+			f.namespaces(nil)
+		}
 		f.lastNS = now
 		f.health(true, "")
 		return
@@ -159,6 +178,15 @@ func (f *follow) step(now time.Time) {
 	} else {
 		f.health(true, "")
 	}
+}
+
+// last is what the follow, stopped, knew of the cluster: its view, or
+// before its first full state the base it was handed.
+func (f *follow) last() *state {
+	if f.filled {
+		return &state{view: f.view, ns: f.nsExists}
+	}
+	return f.base.fill()
 }
 
 func (f *follow) health(up bool, why string) {

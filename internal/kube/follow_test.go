@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,9 +99,17 @@ type sink struct {
 	flushes []flush.Flush
 	at      []time.Time
 	got     chan struct{}
+	// labels are the zones label of newTestFollow's counters: the sink's
+	// own, not its address, which a later sink may take while counters
+	// of an earlier one, never stopped, still hold the connected series.
+	labels string
 }
 
-func newSink() *sink { return &sink{got: make(chan struct{}, 1000)} }
+var sinks atomic.Int64
+
+func newSink() *sink {
+	return &sink{got: make(chan struct{}, 1000), labels: fmt.Sprintf("test-%d", sinks.Add(1))}
+}
 
 func (s *sink) flush(f flush.Flush) admin.Counts {
 	s.mu.Lock()
@@ -161,7 +170,7 @@ func (s *sink) reset() {
 func newTestFollow(ctl *fakeCtl, opts pluginOptions, s *sink) (*follow, *[]string) {
 	var logs []string
 	var mu sync.Mutex
-	c := newCounters(fmt.Sprintf("test-%p", s), "")
+	c := newCounters(s.labels, "")
 	f := newFollow(ctl, newClusterView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -375,9 +384,13 @@ func TestFollowNamespace(t *testing.T) {
 		change func(ctl *fakeCtl)
 		// early: the change shows in no flush before nsEvery.
 		early bool
-		want  []string
+		// namespaces is the plugin's namespaces option.
+		namespaces []string
+		want       []string
 	}{
 		{
+			// The plugin answers an endpoint's PTR query whatever its
+			// namespace, but under the namespaces option.
 			name: "a namespace_labels selector that stopped matching",
 			change: func(ctl *fakeCtl) {
 				ctl.mu.Lock()
@@ -385,7 +398,18 @@ func TestFollowNamespace(t *testing.T) {
 				ctl.mu.Unlock()
 			},
 			early: true,
-			want:  []string{"*.ns.pod.cluster.local.", "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+			want:  []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+		},
+		{
+			name: "a namespace of the namespaces option deleted",
+			change: func(ctl *fakeCtl) {
+				ctl.mu.Lock()
+				ctl.ns["ns"] = false
+				ctl.mu.Unlock()
+			},
+			early:      true,
+			namespaces: []string{"ns", "new"},
+			want:       []string{"*.ns.pod.cluster.local.", "1.0.1.10.in-addr.arpa.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
 		},
 		{
 			name:   "the first Service of a namespace",
@@ -398,7 +422,13 @@ func TestFollowNamespace(t *testing.T) {
 			s := newSink()
 			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
 			defer f.em.close()
-			ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), nil)
+			if tc.namespaces != nil {
+				f.view.namespaces = map[string]struct{}{}
+				for _, ns := range tc.namespaces {
+					f.view.namespaces[ns] = struct{}{}
+				}
+			}
+			ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), slice("ns", "web-1", "web", nil, "10.1.0.1"))
 			t0 := time.Unix(2000, 0)
 			f.step(t0)
 			tc.change(ctl)

@@ -33,14 +33,21 @@ type Target struct {
 	Zones []string
 	// View is the block's view, for the metrics' labels.
 	View string
+	// Block names the block across reloads (its keys, binds and view):
+	// the source of its next instance takes over this one's last view of
+	// the cluster (handoff.go).
+	Block string
 }
 
 // Invalidator is a block's invalidation, running.
 type Invalidator struct {
 	source string
+	block  string
 	c      *counters
 	stop   func()
 	load   func() *admin.KubernetesAPI
+	base   *baseline
+	last   func() *state // once stopped
 }
 
 // Start starts invalidating t's cache as cfg says; next are the plugins
@@ -96,7 +103,7 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		}
 		f := newFollow(k.APIConn, view, newEmitter(t.Flush, keep, 0, c), c, opts, probe, logf("the kubernetes plugin"))
 		go f.run()
-		return &Invalidator{source: "kubernetes plugin", c: c, stop: func() { close(f.stop); <-f.done }}, nil
+		return f.invalidator(t.Block), nil
 	}
 	if k != nil {
 		return nil, fmt.Errorf("kubernetes: the block has the kubernetes plugin: write kubernetes alone to follow its informers rather than watch the API server a second time")
@@ -124,7 +131,12 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		w.release()
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return &Invalidator{source: "watch", c: c, stop: s.close, load: w.load}, nil
+	return &Invalidator{source: "watch", block: t.Block, c: c, stop: s.close, load: w.load, base: s.base, last: s.last}, nil
+}
+
+func (f *follow) invalidator(block string) *Invalidator {
+	return &Invalidator{source: "kubernetes plugin", block: block, c: f.c, base: f.base, last: f.last,
+		stop: func() { close(f.stop); <-f.done }}
 }
 
 // watchView is the view of a watch of its own. The cluster DNS's options
@@ -142,7 +154,10 @@ func watchView(n namer) *clusterView {
 const againAfter = time.Second
 
 // Stop stops the invalidation, flushing what it has learnt meanwhile.
-func (i *Invalidator) Stop() { i.stop() }
+func (i *Invalidator) Stop() {
+	i.stop()
+	i.c.release()
+}
 
 // Stats is what the invalidation has done since it started, for the admin
 // stats.

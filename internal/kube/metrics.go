@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/compactcache/compactcache/internal/admin"
@@ -30,8 +32,19 @@ type counters struct {
 	dropped  struct{ success, denial, ecs atomic.Int64 }
 	up       atomic.Bool
 	lost     atomic.Int64
-	gauge    prometheus.Gauge
+	labels   [2]string // zones, view
 }
+
+// holders are the counters of the running sources that hold each
+// connected series, by its labels: the old and the new instance's source
+// of a block across a reload, and blocks of the same zones and view. The
+// series says 1 while one of them is connected, and goes with the last of
+// them: one left behind by a source that no longer runs would say
+// connected for good.
+var holders = struct {
+	sync.Mutex
+	m map[[2]string][]*counters
+}{m: map[[2]string][]*counters{}}
 
 func newCounters(zones, view string) *counters {
 	c := &counters{}
@@ -40,9 +53,46 @@ func newCounters(zones, view string) *counters {
 	}
 	c.nameS = flushedNames.WithLabelValues(zones, view, "name")
 	c.subtreeS = flushedNames.WithLabelValues(zones, view, "subtree")
-	c.gauge = connected.WithLabelValues(zones, view)
-	c.gauge.Set(0)
+	c.labels = [2]string{zones, view}
+	holders.Lock()
+	holders.m[c.labels] = append(holders.m[c.labels], c)
+	holders.Unlock()
+	c.setGauge()
 	return c
+}
+
+// setGauge sets the connected series from its holders, unless c holds it
+// no more: a stopped source's word comes too late.
+func (c *counters) setGauge() {
+	holders.Lock()
+	defer holders.Unlock()
+	hs := holders.m[c.labels]
+	if !slices.Contains(hs, c) {
+		return
+	}
+	v := 0.0
+	for _, h := range hs {
+		if h.up.Load() {
+			v = 1
+		}
+	}
+	connected.WithLabelValues(c.labels[0], c.labels[1]).Set(v)
+}
+
+// release lets go of the connected series as c's source stops: the series
+// goes unless another running source holds it.
+func (c *counters) release() {
+	holders.Lock()
+	hs := slices.DeleteFunc(holders.m[c.labels], func(h *counters) bool { return h == c })
+	if len(hs) == 0 {
+		delete(holders.m, c.labels)
+		connected.DeleteLabelValues(c.labels[0], c.labels[1])
+		holders.Unlock()
+		return
+	}
+	holders.m[c.labels] = hs
+	holders.Unlock()
+	hs[0].setGauge()
 }
 
 func (c *counters) changed(n [numKinds]int64) {
@@ -73,12 +123,10 @@ func (c *counters) connected(up bool) bool {
 	if c.up.Swap(up) == up {
 		return false
 	}
-	if up {
-		c.gauge.Set(1)
-	} else {
-		c.gauge.Set(0)
+	if !up {
 		c.lost.Add(1)
 	}
+	c.setGauge()
 	return true
 }
 

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/compactcache/compactcache/internal/admin"
@@ -31,7 +32,9 @@ func Setup(c *caddy.Controller, key any, cfg *Config, name string, target func(v
 				break
 			}
 		}
-		inv, err := Start(cfg, next, target(sc.ViewName))
+		t := target(sc.ViewName)
+		t.Block = fmt.Sprint(c.ServerBlockKeys, sc.ListenHosts, sc.ViewName)
+		inv, err := Start(cfg, next, t)
 		if err != nil {
 			return plugin.Error(name, err)
 		}
@@ -67,9 +70,11 @@ func Running() (keys []any) {
 	return keys
 }
 
-// stop stops the source of the block whose cache is key, if one runs.
+// stop stops the source of the block whose cache is key, if one runs,
+// and hands what it knew to the block's next source.
 func stop(key any) {
 	if inv, ok := sources.LoadAndDelete(key); ok {
 		inv.(*Invalidator).Stop()
+		handOver(inv.(*Invalidator))
 	}
 }

@@ -369,8 +369,9 @@ func svcName(e *object.Endpoints) string {
 }
 
 // namespaceNames adds the names of every Service of namespace ns and of
-// their endpoints: all of them answer only while the namespace is
-// exposed. It walks the view: a namespace appears or goes seldom.
+// their endpoints, and under the namespaces option the PTR names of its
+// endpoints: all of them answer only while the namespace is exposed. It
+// walks the view: a namespace appears or goes seldom.
 func (v *clusterView) namespaceNames(b *batch, ns string) {
 	for key, e := range v.svcs {
 		if e.s.Namespace != ns {
@@ -378,6 +379,22 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 		}
 		v.namer.service(b, e.s)
 		v.endpointNames(b, key, e.s, e.s.Headless())
+	}
+	if len(v.namespaces) == 0 {
+		// The plugin answers an endpoint's PTR query until its slice
+		// goes, whatever its namespace's state, but under its namespaces
+		// option only while the namespace exists (serviceRecordForIP).
+		return
+	}
+	for _, e := range v.eps {
+		if e.e.Namespace != ns {
+			continue
+		}
+		for _, ss := range e.e.Subsets {
+			for _, a := range ss.Addresses {
+				v.namer.ptr(b, a.IP)
+			}
+		}
 	}
 }
 
@@ -392,5 +409,37 @@ func (v *clusterView) aliasNames(b *batch) {
 				v.namer.service(b, a.s)
 			}
 		}
+	}
+}
+
+// rebase makes v, filled with no batch, the view base holds told of v's
+// objects, adding to b what changed between them: base is a stopped
+// source's last view (handoff.go), which v takes over, keeping its own
+// namer and options.
+func (v *clusterView) rebase(b *batch, base *clusterView) {
+	svcs, eps := v.svcs, v.eps
+	v.svcs, v.eps, v.bySvc, v.perNS, v.aliases = base.svcs, base.eps, base.bySvc, base.perNS, base.aliases
+	for k, e := range svcs {
+		v.Service(b, k, e.s)
+	}
+	for k := range v.svcs {
+		if svcs[k] == nil {
+			v.Service(b, k, nil)
+		}
+	}
+	for k, e := range eps {
+		v.Endpoints(b, k, e.e)
+	}
+	for k := range v.eps {
+		if eps[k] == nil {
+			v.Endpoints(b, k, nil)
+		}
+	}
+	// The marks of base's sweeps are not v's.
+	for _, e := range v.svcs {
+		e.gen = v.gen
+	}
+	for _, e := range v.eps {
+		e.gen = v.gen
 	}
 }

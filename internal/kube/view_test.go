@@ -478,3 +478,85 @@ func TestNamerRoot(t *testing.T) {
 		t.Errorf("names %q, want %q", got, want)
 	}
 }
+
+// TestViewRebase: a view filled with no batch, rebased on a stopped
+// source's view, names what changed between them and nothing else, and
+// sweeps as a view of its own afterwards.
+func TestViewRebase(t *testing.T) {
+	fill := func(v *clusterView, steps []step) *clusterView {
+		for _, s := range steps {
+			s.apply(v, nil)
+		}
+		return v
+	}
+	cluster := func() []step {
+		return []step{
+			{svc: svc("ns", "web", []string{"10.96.0.10"}, port("http", 80))},
+			{svc: external("ns", "alias", "web.ns.svc.cluster.local")},
+			{svc: headless("ns", "db", port("pg", 5432))},
+			{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0")},
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		now  func([]step) []step
+		want []string
+	}{
+		{
+			name: "nothing changed, every object a new one",
+			now:  func(s []step) []step { return s },
+		},
+		{
+			name: "a Service recreated at another ClusterIP, an alias of it",
+			now: func(s []step) []step {
+				s[0].svc = svc("ns", "web", []string{"10.96.0.20"}, port("http", 80))
+				return s
+			},
+			want: []string{"10.0.96.10.in-addr.arpa.", "20.0.96.10.in-addr.arpa.", "_http._tcp.web.ns" + z, "alias.ns" + z, "web.ns" + z},
+		},
+		{
+			name: "an EndpointSlice deleted",
+			now:  func(s []step) []step { return s[:3] },
+			want: []string{"1.0.1.10.in-addr.arpa.", "_pg._tcp.db.ns" + z, "db-0.db.ns" + z, "db.ns" + z},
+		},
+		{
+			name: "the last Service of a namespace deleted, one in another created",
+			now: func([]step) []step {
+				return []step{{svc: svc("other", "api", []string{"10.96.0.30"})}}
+			},
+			want: []string{
+				"1.0.1.10.in-addr.arpa.", "10.0.96.10.in-addr.arpa.", "30.0.96.10.in-addr.arpa.",
+				"_http._tcp.web.ns" + z, "_pg._tcp.db.ns" + z, "alias.ns" + z, "api.other" + z, "db-0.db.ns" + z, "db.ns" + z,
+				"ns.pod.cluster.local.", "ns.svc.cluster.local.", "other.pod.cluster.local.", "other.svc.cluster.local.", "web.ns" + z,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := fill(newClusterView(newNamer(clusterZones)), cluster())
+			// Its sweeps' marks: the mark of the new view's next sweep.
+			for _, e := range base.svcs {
+				e.gen = 1
+			}
+			for _, e := range base.eps {
+				e.gen = 1
+			}
+			now := tc.now(cluster())
+			v := fill(newClusterView(newNamer(clusterZones)), now)
+			b := newBatch(nil)
+			v.rebase(b, base)
+			if got := names(b); !slices.Equal(got, tc.want) {
+				t.Errorf("names %q, want %q", got, tc.want)
+			}
+			if len(v.svcs) != len(fill(newClusterView(newNamer(clusterZones)), now).svcs) {
+				t.Errorf("%d Services in the view, want those of now", len(v.svcs))
+			}
+			// A follow's sweep: every Service gone from the controller.
+			f := &follow{ctl: &fakeCtl{synced: true}, view: v}
+			b = newBatch(nil)
+			f.diff(b)
+			if len(v.svcs) != 0 || len(v.eps) != 0 || len(v.perNS) != 0 {
+				t.Errorf("after a sweep of an empty cluster: %d Services, %d slices, %d namespaces left", len(v.svcs), len(v.eps), len(v.perNS))
+			}
+		})
+	}
+}

@@ -193,7 +193,12 @@ type subscriber struct {
 	em   *emitter
 	c    *counters
 	log  func(up bool, why string)
-	regs []struct {
+	base *baseline
+	// filled: its handlers have had the informers' objects (watchHealth's);
+	// closed: it stops, and its handlers change the view no more (under
+	// the emitter's lock).
+	filled, closed bool
+	regs           []struct {
 		inf cache.SharedIndexInformer
 		reg cache.ResourceEventHandlerRegistration
 	}
@@ -202,7 +207,7 @@ type subscriber struct {
 }
 
 func subscribe(w *watch, view *clusterView, em *emitter, c *counters, log func(bool, string)) (*subscriber, error) {
-	s := &subscriber{w: w, view: view, em: em, c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &subscriber{w: w, view: view, em: em, c: c, log: log, base: &baseline{}, stop: make(chan struct{}), done: make(chan struct{})}
 	// The adds of the objects the informer holds when the handler comes
 	// (isInInitialList) fill the view and flush nothing.
 	svc := cache.ResourceEventHandlerDetailedFuncs{
@@ -235,7 +240,7 @@ func subscribe(w *watch, view *clusterView, em *emitter, c *counters, log func(b
 
 func (s *subscriber) service(o any, initial bool) {
 	if svc, ok := o.(*object.Service); ok {
-		s.em.update(func(b *batch) { s.view.Service(orNil(b, initial), svc.Index, svc) })
+		s.update(func(b *batch) { s.view.Service(orNil(b, initial), svc.Index, svc) })
 	}
 }
 
@@ -251,13 +256,13 @@ func (s *subscriber) serviceGone(o any) {
 		}
 	}
 	if key != "" {
-		s.em.update(func(b *batch) { s.view.Service(b, key, nil) })
+		s.update(func(b *batch) { s.view.Service(b, key, nil) })
 	}
 }
 
 func (s *subscriber) endpoints(o any, initial bool) {
 	if e, ok := o.(*object.Endpoints); ok {
-		s.em.update(func(b *batch) { s.view.Endpoints(orNil(b, initial), keyOf(e), e) })
+		s.update(func(b *batch) { s.view.Endpoints(orNil(b, initial), keyOf(e), e) })
 	}
 }
 
@@ -271,8 +276,18 @@ func (s *subscriber) endpointsGone(o any) {
 		key = epKey{ns, name}
 	}
 	if key.name != "" {
-		s.em.update(func(b *batch) { s.view.Endpoints(b, key, nil) })
+		s.update(func(b *batch) { s.view.Endpoints(b, key, nil) })
 	}
+}
+
+// update has the emitter call f unless s is closed: a handler may still
+// run once removed, and the view is then the next source's.
+func (s *subscriber) update(f func(b *batch)) {
+	s.em.update(func(b *batch) {
+		if !s.closed {
+			f(b)
+		}
+	})
 }
 
 func orNil(b *batch, initial bool) *batch {
@@ -292,9 +307,20 @@ func (s *subscriber) watchHealth() {
 	started, warned := time.Now(), false
 	for {
 		up, why := s.w.state()
+		synced := true
 		for _, r := range s.regs {
-			if up && !r.reg.HasSynced() {
-				up, why = false, "the watch has not handed the block the cluster's objects yet"
+			synced = synced && r.reg.HasSynced()
+		}
+		if up && !synced {
+			up, why = false, "the watch has not handed the block the cluster's objects yet"
+		}
+		if synced && !s.filled {
+			s.filled = true
+			if base := s.base.fill(); base != nil {
+				// The block's source before a reload stopped before this
+				// one had the cluster's objects: what changed meanwhile is
+				// told against what it knew.
+				s.update(func(b *batch) { s.view.rebase(b, base.view) })
 			}
 		}
 		if s.c.connected(up) {
@@ -325,6 +351,16 @@ func (s *subscriber) close() {
 	s.unregister()
 	close(s.stop)
 	<-s.done
+	s.em.update(func(*batch) { s.closed = true })
 	s.em.close()
 	s.w.release()
+}
+
+// last is what the subscriber, closed, knew of the cluster: its view, or
+// before it had the cluster's objects the base it was handed.
+func (s *subscriber) last() *state {
+	if s.filled {
+		return &state{view: s.view}
+	}
+	return s.base.fill()
 }

@@ -1,0 +1,69 @@
+package kube
+
+import "sync"
+
+// At a reload CoreDNS starts the new instance's sources before it stops
+// the old ones, and a new source tells the changes it sees against its
+// first full state. When the old source of a block stops before the new
+// one has that state (the kubernetes plugin's startup wait ran out before
+// its informers synced, or a new watch still lists), the changes between
+// are neither's: the old one no longer looks, the new one takes them as
+// its base, and the store, carried across the reload, keeps the names
+// they made wrong for their TTL. So the old source hands its last view to
+// the block's new source, whose first full state is told against it. The
+// view rather than a flush of the cluster zones' subtrees: the names
+// flushed are those that changed, no walk of the store, and a reload whose
+// source syncs before the old one stops hands nothing over.
+
+// state is what a stopped source knew of the cluster.
+type state struct {
+	view *clusterView
+	ns   map[string]bool // the namespaces' existence as a follow last looked (nil: a watch's)
+}
+
+// baseline is a source's base at its start: the state of the block's
+// source it replaces, when that one stopped first.
+type baseline struct {
+	mu     sync.Mutex
+	filled bool   // the source has its first full state, or has stopped: it takes no base
+	base   *state // the state handed over, while not filled
+}
+
+// inherit offers st as the base of the source's first full state,
+// reporting whether the source took it.
+func (b *baseline) inherit(st *state) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.filled || b.base != nil {
+		return false
+	}
+	b.base = st
+	return true
+}
+
+// fill marks the source filled and returns the state handed over to it,
+// nil if none was.
+func (b *baseline) fill() *state {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.filled = true
+	st := b.base
+	b.base = nil
+	return st
+}
+
+// handOver hands the last state of inv, stopped, to a running source of
+// its block that has no full state yet: the one a reload started.
+func handOver(inv *Invalidator) {
+	if inv.block == "" || inv.last == nil {
+		return
+	}
+	st := inv.last()
+	if st == nil {
+		return
+	}
+	sources.Range(func(_, v any) bool {
+		o := v.(*Invalidator)
+		return o == inv || o.block != inv.block || o.base == nil || !o.base.inherit(st)
+	})
+}
