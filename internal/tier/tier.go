@@ -248,15 +248,22 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	t.m.lookup.Observe(time.Since(start).Seconds())
 	for _, r := range res {
 		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
-			if errors.Is(asked.Err(), context.Canceled) {
-				// The request went away, not the tier: no failure of it.
+			timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+			// The client may see a deadline pass before the request's
+			// context says so: a deadline of the request's that is no
+			// later than the timeout is the request's.
+			own, has := asked.Deadline()
+			limit, _ := ctx.Deadline()
+			switch {
+			case asked.Err() != nil, timedOut && has && !own.After(limit):
+				// The request went away, or its own deadline passed
+				// first: the tier is not at fault.
 				t.m.skipped.inc()
 				t.br.abandon()
 				return nil
-			}
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			case timedOut:
 				t.m.timeouts.inc()
-			} else {
+			default:
 				t.m.errors.inc()
 			}
 			t.br.failure(time.Now(), err)

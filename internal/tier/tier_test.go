@@ -475,6 +475,28 @@ func TestCanceledNotFailure(t *testing.T) {
 	}
 }
 
+// TestShortDeadlineNotFailure: lookups whose requests' own deadlines end
+// before the tier's timeout, against a tier slower than those deadlines
+// but within its timeout, are no timeouts of the tier: they open no
+// breaker.
+func TestShortDeadlineNotFailure(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 100*time.Millisecond)+" {\n timeout 2s\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	for range 2 * breakerFailures {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		got := tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take)
+		cancel()
+		if got != nil {
+			t.Fatal("a lookup answered after its request's deadline")
+		}
+	}
+	if st := tr.Stats(); tr.br.current() != closed || st.Timeouts != 0 || st.Errors != 0 || st.Skipped != 2*breakerFailures || get(tr, e) == nil {
+		t.Errorf("after lookups past their requests' deadlines: breaker %v, %+v", tr.br.current(), st)
+	}
+}
+
 // heapLive returns the bytes of the heap's live objects after a
 // collection: the spans in use would count the few objects left in each
 // span of the dropped writes, a fragmentation the collector reuses.
