@@ -111,6 +111,9 @@ type Tier struct {
 
 	logMu   sync.Mutex
 	logNext map[string]time.Time // rate limit of the log lines of refused values
+
+	badMu sync.Mutex
+	bad   map[string]int64 // epochs lookups found not a time, and when: the next write replaces them
 }
 
 // New returns the tier of cfg for a block, and starts connecting to it in
@@ -283,9 +286,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			continue
 		case err != nil:
 			// An epoch that is not a time may hide a flush: it covers
-			// every value of its scope, for as long as it is there.
+			// every value of its scope until a write replaces it.
 			t.m.rejected[errEpoch].inc()
 			t.logRefused(errEpoch)
+			t.foundBad(name, i, now)
 			v = math.MaxInt64
 		}
 		switch i {
@@ -332,6 +336,25 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	return nil
 }
 
+// foundBad notes that the i-th epoch a lookup of name reads was found at
+// now not to be a time, for the next write to replace.
+func (t *Tier) foundBad(name []byte, i int, now int64) {
+	n := 0
+	t.keys.epochs(name, func(key string) {
+		if n == i {
+			t.badMu.Lock()
+			if t.bad == nil {
+				t.bad = map[string]int64{}
+			}
+			if len(t.bad) < maxBatch {
+				t.bad[key] = max(t.bad[key], now)
+			}
+			t.badMu.Unlock()
+		}
+		n++
+	})
+}
+
 // wrongType reports whether err is the server's refusal to read a key of
 // another type: what someone else wrote there, not a failure of the tier.
 func wrongType(err error) bool {
@@ -359,7 +382,7 @@ func (t *Tier) logRefused(why error) {
 	}
 	t.logNext[why.Error()] = now.Add(time.Minute)
 	if why == errEpoch {
-		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses while it is there", t.cfg)
+		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses until a write replaces it", t.cfg)
 		return
 	}
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
@@ -434,7 +457,19 @@ func (t *Tier) write(batch []entry.Entry) {
 	// written with a time before the batch's values, so that after an
 	// eviction it holds back the values of its scope stored earlier.
 	life := t.epochLife()
-	cmds := make(valkey.Commands, 0, 2*len(witnesses)+len(values))
+	t.badMu.Lock()
+	bad := t.bad
+	t.bad = nil
+	t.badMu.Unlock()
+	cmds := make(valkey.Commands, 0, len(bad)+2*len(witnesses)+len(values))
+	// An epoch that is not a time, which the epochs below would keep
+	// alive and its scope a miss for good, is replaced by a time no
+	// earlier than the lookup that found it and this write: a flush it
+	// hides was made before it was found, so that the time covers every
+	// value that flush did, as a flush made now would.
+	for key, found := range bad {
+		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build())
+	}
 	for key, at := range witnesses {
 		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build(),
 			c.B().Pexpire().Key(key).Milliseconds(life.Milliseconds()).Build())

@@ -769,6 +769,48 @@ func TestValuesOfOtherTypes(t *testing.T) {
 	}
 }
 
+// TestMalformedEpochReplaced: an epoch that is not a time (a string that
+// is no number, a key of another type) covers every value of its scope,
+// and writes of its scope would keep it alive for good. A write after a
+// lookup found it replaces it by a time no earlier than that lookup:
+// values stored since are read again, those of the flush it hid are not.
+func TestMalformedEpochReplaced(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := time.Now().Unix()
+	a := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-10), 300)
+	putAndWait(t, tr, a)
+	if err := tr.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "www.example.org")}}, now-5); err != nil {
+		t.Fatal(err)
+	}
+	name, zone := tr.keys.epochKey(epochName, wire(t, "www.example.org")), tr.keys.epochKey(epochZone, wire(t, "org"))
+	r.MustDo("SET", name, "not a time")
+	r.MustDo("DEL", zone)
+	r.MustDo("RPUSH", zone, "x")
+	if get(tr, a) != nil {
+		t.Fatal("read under an epoch that is not a time")
+	}
+	later := built(t, "www.example.org", dns.TypeAAAA, dns.RcodeSuccess, uint32(now+5), 300)
+	tr.Put(later)
+	for deadline := time.Now().Add(3 * time.Second); get(tr, later) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ttl, _ := r.Do("PTTL", name)
+			t.Fatalf("a value stored after the epoch was found is never read: the name's epoch holds %q, expires in %s ms; %+v", r.MustDo("GET", name), ttl, tr.Stats())
+		}
+	}
+	for _, key := range []string{name, zone} {
+		if at, err := strconv.ParseInt(r.MustDo("GET", key), 10, 64); err != nil || at < now {
+			t.Errorf("the epoch %s holds %q, want a time no earlier than when it was found", key, r.MustDo("GET", key))
+		}
+		if ttl, _ := strconv.Atoi(strings.TrimPrefix(r.MustDo("PTTL", key), ":")); ttl <= 0 || ttl > 3601_000 {
+			t.Errorf("the epoch %s replaced expires in %d ms, want the life of an epoch", key, ttl)
+		}
+	}
+	if get(tr, a) != nil {
+		t.Error("a value the hidden flush covered is read again")
+	}
+}
+
 // TestFlushAfterDisconnect: a replica whose connections the server dropped
 // reads the stream again by itself, from where it left off: a flush sent
 // meanwhile still reaches it within a second.
