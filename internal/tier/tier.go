@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +90,7 @@ type Options struct {
 	Grace       int64    // seconds entries are served past their TTL
 	MaxTTL      int64    // the longest TTL the block stores
 	Zones, View string   // the block's labels
+	Ports       []string // of the block's servers
 	// Apply flushes the block's local store for a flush another replica
 	// sent.
 	Apply func(flush.Flush)
@@ -123,7 +125,7 @@ func New(cfg *Config, opt Options) *Tier {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &Tier{
-		cfg: cfg, keys: newKeyer(cfg.secret, viewFingerprint(opt.Fingerprint, opt.View)), opt: opt, id: hex.EncodeToString(id[:]),
+		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, opt.Ports)), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
 	// The series outlive a reload, which replaces the tier with one of
@@ -148,15 +150,28 @@ func New(cfg *Config, opt Options) *Tier {
 	return t
 }
 
-// viewFingerprint is the fingerprint of the tier's keys for a block of
-// view: the views of a server answer a question each its own way (split
-// horizon), and blocks of one settings in several views may share a
-// server. Without a view the keys stay those of the settings alone.
-func viewFingerprint(fp [32]byte, view string) [32]byte {
-	if view == "" {
+// keysFingerprint is the fingerprint of the tier's keys for a block of
+// view on ports. The views of a server answer a question each its own way
+// (split horizon), and so do the blocks of a Corefile on other ports (a
+// forward of their own); blocks of one settings that differ in either may
+// share a server, and must share neither values nor flushes. The
+// addresses a block binds are left out: replicas bind each its own (a
+// pod's), and share.
+//
+// A block on port 53 alone, or of no known port (a Cache run without
+// CoreDNS), keeps the keys of its settings and view alone, those replicas
+// made before ports were part of them: a rolling upgrade of a cluster DNS
+// then neither finds the tier cold nor splits the replicas' flushes
+// between two streams. A block on other ports has keys of its own.
+func keysFingerprint(fp [32]byte, view string, ports []string) [32]byte {
+	if view != "" {
+		fp = sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
+	}
+	ports = slices.Compact(slices.Sorted(slices.Values(ports)))
+	if len(ports) == 0 || len(ports) == 1 && ports[0] == "53" {
 		return fp
 	}
-	return sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
+	return sha256.Sum256(append(append([]byte("ports "), fp[:]...), strings.Join(ports, " ")...))
 }
 
 // Close stops the tier's goroutines and closes its connections.

@@ -1223,7 +1223,7 @@ func TestFlushWhileStreamEndFails(t *testing.T) {
 // flushes goes keeps no replica from connecting and using the tier.
 func TestStreamOfAnotherType(t *testing.T) {
 	r := testenv.StartRedis(t)
-	keys := newKeyer(nil, viewFingerprint([32]byte{1}, t.Name()))
+	keys := newKeyer(nil, keysFingerprint([32]byte{1}, t.Name(), nil))
 	r.MustDo("SET", keys.streamKey(), "not a stream")
 	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
 	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
@@ -1359,6 +1359,46 @@ func TestViewsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitNegative(t, got, 10*time.Second, "a flush of the view's own never reached it")
+}
+
+// TestPortsApart: the blocks of a Corefile on other ports answer a
+// question each its own way (a forward of their own); blocks of the same
+// settings on other ports share a tier's server, never its values or
+// flushes. Blocks on the same ports share both: replicas, whatever
+// addresses they bind.
+func TestPortsApart(t *testing.T) {
+	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.timeout = time.Second
+	got := make(chan flush.Flush, 2)
+	block := func(apply func(flush.Flush), ports ...string) *Tier {
+		if apply == nil {
+			apply = func(flush.Flush) {}
+		}
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", Ports: ports, Apply: apply})
+	}
+	on53, on5353 := block(nil, "53"), block(func(f flush.Flush) { got <- f }, "5353")
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, on53, e)
+	if get(on5353, e) != nil {
+		t.Error("a block on port 5353 read what a block on 53 fetched")
+	}
+	if get(block(nil, "53", "5353"), e) != nil {
+		t.Error("a block on ports 53 and 5353 read what a block on 53 fetched")
+	}
+	if get(block(nil, "53"), e) == nil {
+		t.Error("a replica on port 53 did not read what a block on 53 fetched")
+	}
+	if err := on53.Flush(flush.Flush{Scope: flush.All}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	// A flush of a replica on the same port, sent after, reaches it first.
+	if err := block(nil, "5353").Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	awaitNegative(t, got, 10*time.Second, "a flush of a replica on the same port never reached it")
 }
 
 // TestClosedTierSkipped: at a reload the old instance's tier closes while
