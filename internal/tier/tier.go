@@ -267,9 +267,9 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	for _, r := range res {
 		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 			timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)
-			// The client may see a deadline pass before the request's
-			// context says so: a deadline of the request's that is no
-			// later than the timeout is the request's.
+			// The client may report a deadline before the request's
+			// context has ended: a deadline of the request's no later
+			// than the timeout is the one that passed.
 			own, has := asked.Deadline()
 			limit, _ := ctx.Deadline()
 			switch {
