@@ -265,3 +265,49 @@ func ecsQuery(name, prefix string) *dns.Msg {
 	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: uint8(ones), Address: n.IP.To4()}}
 	return m
 }
+
+// TestSharedPortsApart: blocks of one Corefile on other ports, of the same
+// settings and tier, forward each to an upstream of its own: the answer
+// one fetched is never served by another.
+func TestSharedPortsApart(t *testing.T) {
+	r := testenv.StartRedis(t)
+	var corefile string
+	var addrs []string
+	for i := range 2 {
+		u := newUpstream()
+		u.add("a.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("a.example.org. 300 IN A 192.0.2.%d", i+1))}, nil, nil)
+		for j := range 100 {
+			u.add(fmt.Sprintf("w%d.example.org.", j), dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(fmt.Sprintf("w%d.example.org. 300 IN A 192.0.2.9", j))}, nil, nil)
+		}
+		port := testenv.FreePort(t)
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+		corefile += fmt.Sprintf(".:%d {\n\tbind 127.0.0.1\n\tcompactcache {\n\t\tshared redis://%s\n\t}\n\tforward . %s\n}\n", port, r.Addr, startUpstream(t, u))
+	}
+	inst, err := startCorefile(corefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopInstance(inst)
+	// An answer the block wrote to the tier: its tier is connected.
+	n := 0
+	writes := func(addr, name string) {
+		for before, deadline := len(entryKeys(t, r)), time.Now().Add(10*time.Second); len(entryKeys(t, r)) == before; n++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never wrote to the tier", addr)
+			}
+			q := name
+			if q == "" {
+				q = fmt.Sprintf("w%d.example.org.", n)
+			}
+			exchangeUDP(t, addr, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	writes(addrs[1], "")
+	writes(addrs[0], "")
+	writes(addrs[0], "a.example.org.")
+	got, _ := exchangeUDP(t, addrs[1], test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+	if len(got.Answer) != 1 || got.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
+		t.Errorf("the block on %s answered %v, want its own upstream's 192.0.2.2", addrs[1], got.Answer)
+	}
+}

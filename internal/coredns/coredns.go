@@ -1,9 +1,10 @@
 // Package coredns reads the parts of CoreDNS's and caddy's state that they
-// do not export and compactcache needs: the server behind a caddy listener,
-// the opcodes a server accepts, and the writer plugin.NextOrFailure wraps
-// around the next plugin's. Each read goes through reflect here and nowhere
-// else, and each has a test (coredns_test.go) that fails, naming the field,
-// when a CoreDNS version renames or retypes what it reads.
+// do not export and compactcache needs: the ports of a block's servers,
+// the server behind a caddy listener, the opcodes a server accepts, and
+// the writer plugin.NextOrFailure wraps around the next plugin's. Each
+// read goes through reflect here and nowhere else, and each has a test
+// (coredns_test.go) that fails, naming the field, when a CoreDNS version
+// renames or retypes what it reads.
 package coredns
 
 import (
@@ -11,6 +12,7 @@ import (
 	"net"
 	"reflect"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/coredns/caddy"
@@ -41,6 +43,20 @@ func ServerAddrs(cfg *dnsserver.Config) []string {
 		addrs = append(addrs, cfg.Transport+"://"+net.JoinHostPort(h, cfg.Port))
 	}
 	return addrs
+}
+
+// Ports returns the ports of the servers of c's block, each once, sorted.
+// caddy sets a block up for its first key alone; dnsserver keeps a config
+// of each key, with its port, under the key's index.
+func Ports(c *caddy.Controller) []string {
+	var ports []string
+	for i := range c.ServerBlockKeys {
+		k := *c
+		k.ServerBlockKeyIndex = i
+		ports = append(ports, dnsserver.GetConfig(&k).Port)
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // Server returns the instance's server listening on the first of addrs, as

@@ -30,6 +30,28 @@ func init() {
 		return nil
 	})
 	dnsserver.Directives = append(dnsserver.Directives, "opcodetest")
+	plugin.Register("portstest", func(c *caddy.Controller) error {
+		c.Next()
+		portsSeen[c.ServerBlockIndex] = Ports(c)
+		return nil
+	})
+	dnsserver.Directives = append(dnsserver.Directives, "portstest")
+}
+
+// portsSeen are the ports the setup of portstest found, by block.
+var portsSeen = map[int][]string{}
+
+// TestPorts: the ports of every key of a block, the default one where a
+// key has none, though caddy sets the block up for its first key alone.
+func TestPorts(t *testing.T) {
+	err := caddy.ValidateAndExecuteDirectives(corefile(".:5353 dns://example.org:53 tls://example.net:853 {\n\tportstest\n}\nexample.com {\n\tportstest\n}\nexample.com:1053 example.org:1053 {\n\tportstest\n}\n"), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int][]string{0: {"53", "5353", "853"}, 1: {dnsserver.Port}, 2: {"1053"}}
+	if !reflect.DeepEqual(portsSeen, want) {
+		t.Errorf("ports of the blocks: %v, want %v", portsSeen, want)
+	}
 }
 
 // TestFieldsRead fails, naming the field, when CoreDNS or caddy renames or

@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +90,7 @@ type Options struct {
 	Grace       int64    // seconds entries are served past their TTL
 	MaxTTL      int64    // the longest TTL the block stores
 	Zones, View string   // the block's labels
+	Ports       []string // of the block's servers
 	// Apply flushes the block's local store for a flush another replica
 	// sent.
 	Apply func(flush.Flush)
@@ -111,6 +113,9 @@ type Tier struct {
 
 	logMu   sync.Mutex
 	logNext map[string]time.Time // rate limit of the log lines of refused values
+
+	badMu sync.Mutex
+	bad   map[string]int64 // epochs lookups found not a time, and when: the next write replaces them
 }
 
 // New returns the tier of cfg for a block, and starts connecting to it in
@@ -120,7 +125,7 @@ func New(cfg *Config, opt Options) *Tier {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &Tier{
-		cfg: cfg, keys: newKeyer(cfg.secret, viewFingerprint(opt.Fingerprint, opt.View)), opt: opt, id: hex.EncodeToString(id[:]),
+		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, opt.Ports)), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
 	// The series outlive a reload, which replaces the tier with one of
@@ -145,15 +150,28 @@ func New(cfg *Config, opt Options) *Tier {
 	return t
 }
 
-// viewFingerprint is the fingerprint of the tier's keys for a block of
-// view: the views of a server answer a question each its own way (split
-// horizon), and blocks of one settings in several views may share a
-// server. Without a view the keys stay those of the settings alone.
-func viewFingerprint(fp [32]byte, view string) [32]byte {
-	if view == "" {
+// keysFingerprint is the fingerprint of the tier's keys for a block of
+// view on ports. The views of a server answer a question each its own way
+// (split horizon), and so do the blocks of a Corefile on other ports (a
+// forward of their own); blocks of one settings that differ in either may
+// share a server, and must share neither values nor flushes. The
+// addresses a block binds are left out: replicas bind each its own (a
+// pod's), and share.
+//
+// A block on port 53 alone, or of no known port (a Cache run without
+// CoreDNS), keeps the keys of its settings and view alone, those replicas
+// made before ports were part of them: a rolling upgrade of a cluster DNS
+// then neither finds the tier cold nor splits the replicas' flushes
+// between two streams. A block on other ports has keys of its own.
+func keysFingerprint(fp [32]byte, view string, ports []string) [32]byte {
+	if view != "" {
+		fp = sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
+	}
+	ports = slices.Compact(slices.Sorted(slices.Values(ports)))
+	if len(ports) == 0 || len(ports) == 1 && ports[0] == "53" {
 		return fp
 	}
-	return sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
+	return sha256.Sum256(append(append([]byte("ports "), fp[:]...), strings.Join(ports, " ")...))
 }
 
 // Close stops the tier's goroutines and closes its connections.
@@ -248,15 +266,22 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	t.m.lookup.Observe(time.Since(start).Seconds())
 	for _, r := range res {
 		if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
-			if errors.Is(asked.Err(), context.Canceled) {
-				// The request went away, not the tier: no failure of it.
+			timedOut := errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+			// The client may report a deadline before the request's
+			// context has ended: a deadline of the request's no later
+			// than the timeout is the one that passed.
+			own, has := asked.Deadline()
+			limit, _ := ctx.Deadline()
+			switch {
+			case asked.Err() != nil, timedOut && has && !own.After(limit):
+				// The request went away, or its own deadline passed
+				// first: the tier is not at fault.
 				t.m.skipped.inc()
 				t.br.abandon()
 				return nil
-			}
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			case timedOut:
 				t.m.timeouts.inc()
-			} else {
+			default:
 				t.m.errors.inc()
 			}
 			t.br.failure(time.Now(), err)
@@ -276,9 +301,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			continue
 		case err != nil:
 			// An epoch that is not a time may hide a flush: it covers
-			// every value of its scope, for as long as it is there.
+			// every value of its scope until a write replaces it.
 			t.m.rejected[errEpoch].inc()
 			t.logRefused(errEpoch)
+			t.foundBad(name, i, now)
 			v = math.MaxInt64
 		}
 		switch i {
@@ -325,6 +351,25 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	return nil
 }
 
+// foundBad notes that the i-th epoch a lookup of name reads was found at
+// now not to be a time, for the next write to replace.
+func (t *Tier) foundBad(name []byte, i int, now int64) {
+	n := 0
+	t.keys.epochs(name, func(key string) {
+		if n == i {
+			t.badMu.Lock()
+			if t.bad == nil {
+				t.bad = map[string]int64{}
+			}
+			if len(t.bad) < maxBatch {
+				t.bad[key] = max(t.bad[key], now)
+			}
+			t.badMu.Unlock()
+		}
+		n++
+	})
+}
+
 // wrongType reports whether err is the server's refusal to read a key of
 // another type: what someone else wrote there, not a failure of the tier.
 func wrongType(err error) bool {
@@ -352,7 +397,7 @@ func (t *Tier) logRefused(why error) {
 	}
 	t.logNext[why.Error()] = now.Add(time.Minute)
 	if why == errEpoch {
-		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses while it is there", t.cfg)
+		log.Warningf("Shared tier %s: a flush's time that is not a number: the values it may cover are misses until a write replaces it", t.cfg)
 		return
 	}
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
@@ -427,7 +472,19 @@ func (t *Tier) write(batch []entry.Entry) {
 	// written with a time before the batch's values, so that after an
 	// eviction it holds back the values of its scope stored earlier.
 	life := t.epochLife()
-	cmds := make(valkey.Commands, 0, 2*len(witnesses)+len(values))
+	t.badMu.Lock()
+	bad := t.bad
+	t.bad = nil
+	t.badMu.Unlock()
+	cmds := make(valkey.Commands, 0, len(bad)+2*len(witnesses)+len(values))
+	// An epoch that is not a time, which the epochs below would keep
+	// alive and its scope a miss for good, is replaced by a time no
+	// earlier than the lookup that found it and this write: a flush it
+	// hides was made before it was found, so that the time covers every
+	// value that flush did, as a flush made now would.
+	for key, found := range bad {
+		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build())
+	}
 	for key, at := range witnesses {
 		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build(),
 			c.B().Pexpire().Key(key).Milliseconds(life.Milliseconds()).Build())

@@ -475,6 +475,28 @@ func TestCanceledNotFailure(t *testing.T) {
 	}
 }
 
+// TestShortDeadlineNotFailure: lookups whose requests' own deadlines end
+// before the tier's timeout, against a tier slower than those deadlines
+// but within its timeout, are no timeouts of the tier: they open no
+// breaker.
+func TestShortDeadlineNotFailure(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 100*time.Millisecond)+" {\n timeout 2s\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	for range 2 * breakerFailures {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		got := tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take)
+		cancel()
+		if got != nil {
+			t.Fatal("a lookup answered after its request's deadline")
+		}
+	}
+	if st := tr.Stats(); tr.br.current() != closed || st.Timeouts != 0 || st.Errors != 0 || st.Skipped != 2*breakerFailures || get(tr, e) == nil {
+		t.Errorf("after lookups past their requests' deadlines: breaker %v, %+v", tr.br.current(), st)
+	}
+}
+
 // heapLive returns the bytes of the heap's live objects after a
 // collection: the spans in use would count the few objects left in each
 // span of the dropped writes, a fragmentation the collector reuses.
@@ -744,6 +766,48 @@ func TestValuesOfOtherTypes(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Errors != 0 || tr.br.current() != closed || tr.m.rejected[errEpoch].n.Load() != 2*breakerFailures+1 {
 		t.Errorf("epochs of other types: %+v, breaker %v, %d refused; want no errors", st, tr.br.current(), tr.m.rejected[errEpoch].n.Load())
+	}
+}
+
+// TestMalformedEpochReplaced: an epoch that is not a time (a string that
+// is no number, a key of another type) covers every value of its scope,
+// and writes of its scope would keep it alive for good. A write after a
+// lookup found it replaces it by a time no earlier than that lookup:
+// values stored since are read again, those of the flush it hid are not.
+func TestMalformedEpochReplaced(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := time.Now().Unix()
+	a := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-10), 300)
+	putAndWait(t, tr, a)
+	if err := tr.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "www.example.org")}}, now-5); err != nil {
+		t.Fatal(err)
+	}
+	name, zone := tr.keys.epochKey(epochName, wire(t, "www.example.org")), tr.keys.epochKey(epochZone, wire(t, "org"))
+	r.MustDo("SET", name, "not a time")
+	r.MustDo("DEL", zone)
+	r.MustDo("RPUSH", zone, "x")
+	if get(tr, a) != nil {
+		t.Fatal("read under an epoch that is not a time")
+	}
+	later := built(t, "www.example.org", dns.TypeAAAA, dns.RcodeSuccess, uint32(now+5), 300)
+	tr.Put(later)
+	for deadline := time.Now().Add(3 * time.Second); get(tr, later) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ttl, _ := r.Do("PTTL", name)
+			t.Fatalf("a value stored after the epoch was found is never read: the name's epoch holds %q, expires in %s ms; %+v", r.MustDo("GET", name), ttl, tr.Stats())
+		}
+	}
+	for _, key := range []string{name, zone} {
+		if at, err := strconv.ParseInt(r.MustDo("GET", key), 10, 64); err != nil || at < now {
+			t.Errorf("the epoch %s holds %q, want a time no earlier than when it was found", key, r.MustDo("GET", key))
+		}
+		if ttl, _ := strconv.Atoi(strings.TrimPrefix(r.MustDo("PTTL", key), ":")); ttl <= 0 || ttl > 3601_000 {
+			t.Errorf("the epoch %s replaced expires in %d ms, want the life of an epoch", key, ttl)
+		}
+	}
+	if get(tr, a) != nil {
+		t.Error("a value the hidden flush covered is read again")
 	}
 }
 
@@ -1159,7 +1223,7 @@ func TestFlushWhileStreamEndFails(t *testing.T) {
 // flushes goes keeps no replica from connecting and using the tier.
 func TestStreamOfAnotherType(t *testing.T) {
 	r := testenv.StartRedis(t)
-	keys := newKeyer(nil, viewFingerprint([32]byte{1}, t.Name()))
+	keys := newKeyer(nil, keysFingerprint([32]byte{1}, t.Name(), nil))
 	r.MustDo("SET", keys.streamKey(), "not a stream")
 	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
 	putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
@@ -1295,6 +1359,46 @@ func TestViewsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitNegative(t, got, 10*time.Second, "a flush of the view's own never reached it")
+}
+
+// TestPortsApart: the blocks of a Corefile on other ports answer a
+// question each its own way (a forward of their own); blocks of the same
+// settings on other ports share a tier's server, never its values or
+// flushes. Blocks on the same ports share both: replicas, whatever
+// addresses they bind.
+func TestPortsApart(t *testing.T) {
+	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.timeout = time.Second
+	got := make(chan flush.Flush, 2)
+	block := func(apply func(flush.Flush), ports ...string) *Tier {
+		if apply == nil {
+			apply = func(flush.Flush) {}
+		}
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", Ports: ports, Apply: apply})
+	}
+	on53, on5353 := block(nil, "53"), block(func(f flush.Flush) { got <- f }, "5353")
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, on53, e)
+	if get(on5353, e) != nil {
+		t.Error("a block on port 5353 read what a block on 53 fetched")
+	}
+	if get(block(nil, "53", "5353"), e) != nil {
+		t.Error("a block on ports 53 and 5353 read what a block on 53 fetched")
+	}
+	if get(block(nil, "53"), e) == nil {
+		t.Error("a replica on port 53 did not read what a block on 53 fetched")
+	}
+	if err := on53.Flush(flush.Flush{Scope: flush.All}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	// A flush of a replica on the same port, sent after, reaches it first.
+	if err := block(nil, "5353").Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	awaitNegative(t, got, 10*time.Second, "a flush of a replica on the same port never reached it")
 }
 
 // TestClosedTierSkipped: at a reload the old instance's tier closes while

@@ -230,3 +230,43 @@ func TestKeysStable(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysFingerprint: a block on port 53 alone, or of no known port,
+// keeps the keys of its settings and view, those replicas of earlier
+// versions make, so that a rolling upgrade keeps the tier and its flushes;
+// blocks on other ports have keys of their own, whatever the order of
+// their ports.
+func TestKeysFingerprint(t *testing.T) {
+	prefix := func(view string, ports ...string) string {
+		return newKeyer(nil, keysFingerprint([32]byte{1}, view, ports)).prefix
+	}
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{prefix(""), "cc:yqHPJrdd1x1L:"},
+		{prefix("", "53"), "cc:yqHPJrdd1x1L:"},
+		{prefix("", "53", "53"), "cc:yqHPJrdd1x1L:"},
+		{prefix("internal"), "cc:8PCU5Tx9CZLK:"},
+		{prefix("internal", "53"), "cc:8PCU5Tx9CZLK:"},
+		{prefix("", "5353", "53"), prefix("", "53", "5353")},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("prefix %q, want %q", tc.got, tc.want)
+		}
+	}
+	distinct := map[string]string{}
+	for what, p := range map[string]string{
+		"port 53":            prefix("", "53"),
+		"port 5353":          prefix("", "5353"),
+		"ports 53 and 5353":  prefix("", "53", "5353"),
+		"port 1053":          prefix("", "1053"),
+		"a view on 53":       prefix("internal", "53"),
+		"a view on 5353":     prefix("internal", "5353"),
+		"another view on 53": prefix("external", "53"),
+	} {
+		if other, dup := distinct[p]; dup {
+			t.Errorf("%s and %s share the prefix %q", what, other, p)
+		}
+		distinct[p] = what
+	}
+}
