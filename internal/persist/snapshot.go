@@ -383,12 +383,26 @@ func write(ca Cache, path string, walk store.Walker) {
 // WriteFile writes the store to path as write does, and returns the
 // entries written.
 func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
+	gen := ca.Fence().Gen()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer func() { os.Remove(tmp.Name()) }() // a no-op once renamed
 	n, err := snapshot.Write(tmp, walk, ca.Fingerprint(), ca.Now())
+	// A flush that began during the walk removed what it covers from the
+	// store, but not from the chunks the walk had copied before: loaded,
+	// they would undo it. The file is copied without what the flushes
+	// begun since the walk began cover, again while flushes begin during
+	// a copy, up to maxCopies.
+	for seen, copies := gen, 0; err == nil && copies < maxCopies; copies++ {
+		now := ca.Fence().Gen()
+		if now == seen {
+			break
+		}
+		seen = now
+		tmp, n, err = withoutFlushed(ca, path, tmp, gen)
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -406,4 +420,27 @@ func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
 		dir.Close()
 	}
 	return n, nil
+}
+
+// maxCopies bounds the copies of a write's file that leave out what the
+// flushes begun during the write cover: a flush that begins during the
+// last one is as one that begins once the write is done.
+const maxCopies = 3
+
+// withoutFlushed copies f, a write's temporary file for path, to another
+// but for the entries the flushes begun since gen cover, and removes f. It
+// returns the new file and the entries it holds.
+func withoutFlushed(ca Cache, path string, f *os.File, gen uint64) (*os.File, int, error) {
+	next, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return f, 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return next, 0, err
+	}
+	fence := ca.Fence()
+	n, err := snapshot.Filter(next, f, ca.Fingerprint(), func(e entry.Entry) bool { return fence.Covers(gen, e) })
+	return next, n, err
 }

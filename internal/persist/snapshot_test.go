@@ -1,9 +1,11 @@
 package persist
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +134,41 @@ func TestRemoveTemporary(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); (err != nil) != removed {
 			t.Errorf("%s: removed %v, want %v", name, err != nil, removed)
 		}
+	}
+}
+
+// TestSnapshotFlushDuringWrite: a flush that begins while a write walks
+// the store holds at the next start, for the entries the write copied
+// before the flush began as for the rest.
+func TestSnapshotFlushDuringWrite(t *testing.T) {
+	c := filled(t, 20000)
+	c.f = &flush.Fence{}
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	var flushed []byte // the key of an entry of the first chunk
+	walk := func(visit func(e entry.Entry) bool, between func() error) error {
+		return c.s.Paced(0)(func(e entry.Entry) bool {
+			if flushed == nil {
+				flushed = slices.Clone(e.Key())
+			}
+			return visit(e)
+		}, func() error {
+			if flushed != nil && c.s.Get(flushed, c.s.Hash(flushed), func(entry.Entry) bool { return true }) {
+				c.f.Begin(func(e entry.Entry) bool { return bytes.Equal(e.Key(), flushed) })
+				c.s.Remove(flushed)
+			}
+			return between()
+		})
+	}
+	n, err := WriteFile(c, path, walk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := testCache{s: filled(t, 0).s, f: &flush.Fence{}}
+	Load(to, path)
+	if got := to.s.Usage().Kinds[store.KindSuccess]; got != 19999 || n != 19999 {
+		t.Errorf("wrote %d entries and loaded %d, want 19999 of each", n, got)
+	}
+	if to.s.Get(flushed, to.s.Hash(flushed), func(entry.Entry) bool { return true }) {
+		t.Errorf("the entry flushed during the write is back")
 	}
 }

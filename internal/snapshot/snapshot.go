@@ -93,6 +93,40 @@ func Write(w io.Writer, walk store.Walker, fp Fingerprint, now int64) (int, erro
 	return n, bw.Flush()
 }
 
+// Filter copies the file r holds, which Write wrote under fp, to w but for
+// the entries drop picks, with the time it was written, and returns the
+// entries it wrote: a flush that began while Write walked the store
+// covers entries that Write copied before it began.
+func Filter(w io.Writer, r io.Reader, fp Fingerprint, drop func(e entry.Entry) bool) (int, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	h, err := readHeader(br, fp)
+	if err != nil {
+		return 0, err
+	}
+	frame := make([]byte, maxFrame)
+	var werr error // of w, not the file's damage
+	walk := func(visit func(e entry.Entry) bool, between func() error) error {
+		err := readFrames(br, frame, func(b []byte) error {
+			err := eachEntry(b, func(e entry.Entry) error {
+				if !drop(e) {
+					visit(e)
+				}
+				return nil
+			})
+			if err == nil {
+				werr = between()
+				err = werr
+			}
+			return err
+		})
+		if werr != nil {
+			return werr
+		}
+		return err
+	}
+	return Write(w, walk, fp, int64(binary.LittleEndian.Uint64(h[8:])))
+}
+
 // frames cuts the copies of chunks into frames, each of as many entries as
 // maxFrame holds, and writes each from the copies. The chunks of a frame
 // follow one another in cur, but for its first entries (head): the rest of
