@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
@@ -363,9 +364,17 @@ func removeTemporary(path string) {
 	}
 }
 
+// writing holds a mutex for each path, which its writes take: the write at
+// shutdown renames its file after that of a write every INTERVAL, of this
+// instance or one before a reload, still under way when it began.
+var writing sync.Map
+
 // write writes the store to path atomically, walked by walk: to a file
 // beside it, synced, then renamed over it.
 func write(ca Cache, path string, walk store.Walker) {
+	mu, _ := writing.LoadOrStore(path, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	start := time.Now()
 	n, err := WriteFile(ca, path, walk)
 	if errors.Is(err, errStopping) {

@@ -172,3 +172,39 @@ func TestSnapshotFlushDuringWrite(t *testing.T) {
 		t.Errorf("the entry flushed during the write is back")
 	}
 }
+
+// TestSnapshotFinalWriteLast: the write at shutdown is the file the next
+// start reads, though a write every INTERVAL that had walked the store
+// before it was still under way.
+func TestSnapshotFinalWriteLast(t *testing.T) {
+	c := filled(t, 100)
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	walked, release := make(chan struct{}), make(chan struct{})
+	timed := func(visit func(e entry.Entry) bool, between func() error) error {
+		err := c.s.Paced(0)(visit, between)
+		close(walked)
+		<-release
+		return err
+	}
+	timedDone, finalDone := make(chan struct{}), make(chan struct{})
+	go func() { write(c, path, timed); close(timedDone) }()
+	<-walked
+	var gone []byte
+	c.s.Walk(store.Cursor{}, func(e entry.Entry) bool {
+		gone = slices.Clone(e.Key())
+		return true
+	})
+	go func() { write(c, path, c.s.Paced(0)); close(finalDone) }()
+	select {
+	case <-finalDone:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-timedDone
+	<-finalDone
+	to := testCache{s: filled(t, 0).s}
+	Load(to, path)
+	if to.s.Get(gone, to.s.Hash(gone), func(entry.Entry) bool { return true }) {
+		t.Errorf("the file is the write every INTERVAL's, not the final write's: it holds an entry removed before the final write")
+	}
+}
