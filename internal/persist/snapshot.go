@@ -43,6 +43,8 @@ type Cache interface {
 	// Grace is how long, in seconds, expired entries are kept for
 	// serve_stale.
 	Grace() int64
+	// MaxTTL is the longest TTL, in seconds, it stores an answer with.
+	MaxTTL() int64
 	// Fence is the flushes begun on the store.
 	Fence() *flush.Fence
 }
@@ -205,7 +207,7 @@ func read(ca Cache, r io.Reader, gen uint64) (snapshot.Loaded, error) {
 		rs = spilled
 	}
 	f := &fenced{Store: s, fence: ca.Fence(), gen: gen}
-	l, err := snapshot.Read(rs, f, ca.Fingerprint(), ca.Now(), ca.Grace())
+	l, err := snapshot.Read(rs, f, ca.Fingerprint(), ca.Now(), ca.Grace(), ca.MaxTTL())
 	l.Entries -= f.out
 	return l, err
 }

@@ -28,6 +28,7 @@ func (c testCache) Store() *store.Store               { return c.s }
 func (c testCache) Fingerprint() snapshot.Fingerprint { return snapshot.Fingerprint{1} }
 func (c testCache) Now() int64                        { return time.Now().Unix() }
 func (c testCache) Grace() int64                      { return 0 }
+func (c testCache) MaxTTL() int64                     { return 3600 }
 func (c testCache) Fence() *flush.Fence {
 	if c.f != nil {
 		return c.f

@@ -199,7 +199,9 @@ type Store interface {
 
 // Read reads a file that Write wrote from r, checks all of it, then puts
 // into s the entries that have not expired beyond grace seconds at now
-// (unix seconds). Entries keep the time they were stored at, so they age by
+// (unix seconds). An entry of a TTL over maxTTL seconds, the longest the
+// reader's block stores an answer for, fails the checks: the writer's
+// block, of the same settings, capped it. Entries keep the time they were stored at, so they age by
 // the wall-clock time since; a file written by a clock ahead of the
 // reader's has its times moved back by the difference, so that no entry
 // is served unaged for as long as the clocks differ. A file that fails a
@@ -216,7 +218,7 @@ type Store interface {
 // band first: where the budget, or an entry cap (which a store does not
 // tell), keeps fewer of them, the store's eviction drops the least
 // recently used.
-func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, error) {
+func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace, maxTTL int64) (Loaded, error) {
 	var l Loaded
 	br := bufio.NewReaderSize(r, 1<<16)
 	h, err := readHeader(br, fp)
@@ -229,7 +231,7 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 	var uses tally
 	err = readFrames(br, frame, func(b []byte) error {
 		return eachEntry(b, func(e entry.Entry) error {
-			if err := entry.Check(e); err != nil {
+			if err := check(e, maxTTL); err != nil {
 				return fmt.Errorf("an entry: %v", err)
 			}
 			if c.expired(e) {
@@ -266,7 +268,7 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 				// may have been rewritten in place since the first
 				// pass: an entry the store takes is checked as it
 				// goes in.
-				if err := entry.Check(e); err != nil {
+				if err := check(e, maxTTL); err != nil {
 					return fmt.Errorf("an entry: %v", err)
 				}
 				c.restamp(e)
@@ -280,6 +282,19 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 		}
 	}
 	return l, nil
+}
+
+// check checks e as entry.Check does, and that its TTL is at most maxTTL
+// seconds; a variant list's, which outlives the variants it lists, is not
+// an answer's.
+func check(e entry.Entry, maxTTL int64) error {
+	if err := entry.Check(e); err != nil {
+		return err
+	}
+	if e.Flags()&entry.FlagMeta == 0 && int64(e.TTL()) > maxTTL {
+		return fmt.Errorf("a TTL of %d s, over the %d s an answer is stored for", e.TTL(), maxTTL)
+	}
+	return nil
 }
 
 // readHeader reads a file's header from r and checks it.
