@@ -201,11 +201,11 @@ type Store interface {
 // into s the entries that have not expired beyond grace seconds at now
 // (unix seconds). An entry of a TTL over maxTTL seconds, the longest the
 // reader's block stores an answer for, fails the checks: the writer's
-// block, of the same settings, capped it. Entries keep the time they were stored at, so they age by
-// the wall-clock time since; a file written by a clock ahead of the
-// reader's has its times moved back by the difference, so that no entry
-// is served unaged for as long as the clocks differ. A file that fails a
-// check puts nothing, and the error says why.
+// block, of the same settings, capped it. Entries keep the time they were
+// stored at, so they age by the wall-clock time since; a file written by a
+// clock ahead of the reader's has its times moved back by the difference,
+// so that no entry is served unaged for as long as the clocks differ. A
+// file that fails a check puts nothing, and the error says why.
 //
 // Read holds a frame of the file at a time, never the file: a store's file
 // is about as large as the store, and held whole while the store fills it
