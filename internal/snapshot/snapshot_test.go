@@ -444,3 +444,24 @@ func TestFits(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRefusesTTLOverMax: a file holding an answer of a TTL over the
+// longest the reader's block stores is refused whole, as a damaged one; at
+// that longest TTL it loads.
+func TestReadRefusesTTLOverMax(t *testing.T) {
+	s, _ := filled(t, 16<<20, 100, 3600)
+	var file bytes.Buffer
+	if _, err := Write(&file, s.Paced(0), fp, t0+100); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		maxTTL int64
+		want   error
+	}{{3599, ErrDamaged}, {3600, nil}} {
+		into, _ := store.New(16<<20, store.PerKind{}, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+100, 0, tc.maxTTL)
+		if !errors.Is(err, tc.want) || (err != nil) != (len(contents(into)) == 0) {
+			t.Errorf("maxTTL %d: %d entries loaded, error %v; want %v", tc.maxTTL, l.Entries, err, tc.want)
+		}
+	}
+}
