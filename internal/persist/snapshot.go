@@ -65,7 +65,8 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return nil, fmt.Errorf("snapshot: want PATH [INTERVAL], got %d arguments", len(args))
 	}
-	sc := &Snapshot{path: args[0]}
+	// Cleaned, as the key of the file among the blocks' and the writes'.
+	sc := &Snapshot{path: filepath.Clean(args[0])}
 	if !filepath.IsAbs(sc.path) {
 		return nil, fmt.Errorf("snapshot: %q is not an absolute path", sc.path)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
+	"github.com/coredns/caddy"
 )
 
 // testCache is a store as a block's cache, with the fence f, or a new
@@ -207,5 +208,22 @@ func TestSnapshotFinalWriteLast(t *testing.T) {
 	Load(to, path)
 	if to.s.Get(gone, to.s.Hash(gone), func(entry.Entry) bool { return true }) {
 		t.Errorf("the file is the write every INTERVAL's, not the final write's: it holds an entry removed before the final write")
+	}
+}
+
+// TestSnapshotPathSpelledTwice: a path another block gives is refused
+// however it is spelled: both blocks would read and write the one file.
+func TestSnapshotPathSpelledTwice(t *testing.T) {
+	dir := t.TempDir()
+	c := caddy.NewTestController("dns", "")
+	ca := filled(t, 0)
+	for i, path := range []string{filepath.Join(dir, "cache.snap"), dir + "/./cache.snap", dir + "//cache.snap"} {
+		sc, err := ParseSnapshot([]string{path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sc.Setup(c, ca); (err == nil) != (i == 0) {
+			t.Errorf("%s, block %d to give it: error %v", path, i+1, err)
+		}
 	}
 }
