@@ -214,8 +214,10 @@ func read(ca Cache, r io.Reader, gen uint64) (snapshot.Loaded, error) {
 }
 
 // fenced puts entries into a store unless a flush begun since gen covers
-// them, as a fetch's answer is stored (flush.Fence), and counts those it
-// leaves out.
+// them, as a fetch's answer is stored (flush.Fence), or the store holds
+// one of the key stored as late: a warm-up fills a store that answers, and
+// what it fetched meanwhile is newer than the peer's copy. It counts those
+// it leaves out.
 type fenced struct {
 	*store.Store
 	fence *flush.Fence
@@ -224,7 +226,17 @@ type fenced struct {
 }
 
 func (f *fenced) Put(e entry.Entry, now int64) (d store.Displaced) {
-	if !f.fence.Store(f.gen, e, func() { d = f.Store.Put(e, now) }) {
+	put := false
+	f.fence.Store(f.gen, e, func() {
+		d = f.Store.Update(e.Key(), now, func(old entry.Entry) entry.Entry {
+			if old != nil && old.Stored() >= e.Stored() {
+				return nil
+			}
+			put = true
+			return e
+		})
+	})
+	if !put {
 		f.out++
 	}
 	return d
