@@ -12,9 +12,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// operator is a block's cache as the admin endpoint (adminserver.Cache)
-// and snapshots and warm-ups (persist.Cache) reach it, which the plugin's
-// own API does not show.
+// operator is a block's cache as the admin endpoint (adminserver.Cache) and
+// snapshots and warm-ups (persist.Cache) reach it, beyond the plugin's API.
 type operator struct{ c *Cache }
 
 func (o operator) Flush(f flush.Flush) (admin.Counts, error) { return o.c.flush(f) }
@@ -38,6 +37,7 @@ func (o operator) Fingerprint() snapshot.Fingerprint { return o.c.fingerprint() 
 func (o operator) Now() int64                        { return o.c.now().Unix() }
 func (o operator) Grace() int64                      { return int64(o.c.StaleUpTo / time.Second) }
 func (o operator) Fence() *flush.Fence               { return o.c.fence }
+func (o operator) MaxTTL() int64                     { return o.c.LongestTTL() }
 
 func (o operator) Snapshot(w io.Writer) (int, error) {
 	return snapshot.Write(w, o.c.store.Paced(0), o.c.fingerprint(), o.c.now().Unix())

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,7 +13,10 @@ import (
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/persist"
+	"github.com/compactcache/compactcache/internal/snapshot"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
@@ -264,4 +268,59 @@ func startPeer(t *testing.T, up string) (admin, server, spare string) {
 	}, nil)
 	t.Cleanup(func() { stopInstance(peer) })
 	return addrs[0], peer.Servers()[0].LocalAddr().String(), addrs[1]
+}
+
+// TestWarmupRefusesTTLOverCaps: a peer's stream holding an entry whose TTL
+// is longer than the block stores any answer for (a stream forged with the
+// block's settings) is refused, as a damaged one: a fetch of the block's
+// own would have capped it, and the entry would be served, and written to
+// every snapshot after, for as long as its TTL says.
+func TestWarmupRefusesTTLOverCaps(t *testing.T) {
+	logs := captureLog(t)
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	c, err := parse(caddy.NewTestController("dns", "compactcache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("a.example.org.", dns.TypeA)
+	m.Response, m.RecursionAvailable = true, true
+	m.Answer = []dns.RR{test.A("a.example.org. 1000000000 IN A 192.0.2.66")}
+	key, err := entry.KeyFor("a.example.org.", dns.TypeA, dns.ClassINET, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := entry.NewBuilder().Build(m, key, "a.example.org.", uint32(time.Now().Unix()), 1000000000, 0,
+		entry.FlagRA|entry.FlagAnswers|entry.FlagNoECS|entry.FlagDNSSEC, entry.MaxLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Put(e, time.Now().Unix())
+	var stream bytes.Buffer
+	if _, err := snapshot.Write(&stream, s.Paced(0), c.fingerprint(), time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	peer := testenv.ServeBytes(t, stream.Bytes())
+	inst := startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		warmup `+peer+`
+	}
+	forward . `+up+`
+}`)
+	for deadline := time.Now().Add(5 * time.Second); persist.Warming() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, _ := exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg())
+	if n := u.count("a.example.org.", dns.TypeA); n != 1 || len(r.Answer) == 0 || r.Answer[0].Header().Ttl > 3600 {
+		t.Errorf("a.example.org. asked upstream %d times, answered %v: want the upstream's answer, the peer's entry refused", n, r.Answer)
+	}
+	if !strings.Contains(logs.String(), "starting cold") {
+		t.Errorf("no log line refusing the stream:\n%s", logs)
+	}
 }

@@ -91,6 +91,12 @@ type Settings struct {
 	Kubernetes *kube.Config
 }
 
+// LongestTTL is the longest TTL, in seconds, a block of s stores an answer
+// with.
+func (s *Settings) LongestTTL() int64 {
+	return int64(max(s.SuccessTTL, s.DenialTTL, s.ServfailTTL) / time.Second)
+}
+
 // ECS is the `ecs` option: the longest source prefixes sent upstream,
 // whether to add ECS for clients that sent none, and the variants kept per
 // name and family.

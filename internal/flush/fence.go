@@ -69,6 +69,15 @@ func (fc *Fence) since(gen uint64, e entry.Entry) bool {
 	return false
 }
 
+// Covers reports whether a flush that began after generation gen covers
+// e: a snapshot's write drops such entries of the chunks it copied before
+// the flush began.
+func (fc *Fence) Covers(gen uint64, e entry.Entry) bool {
+	fc.mu.RLock()
+	defer fc.mu.RUnlock()
+	return fc.since(gen, e)
+}
+
 // Store calls put, which stores e, fetched by a fetch that began at
 // generation gen, unless a flush that began since covers it: its answer
 // may be one the flush removes. A flush that begins once e is checked

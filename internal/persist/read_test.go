@@ -13,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
+	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
 )
@@ -221,5 +223,43 @@ func TestReadFenced(t *testing.T) {
 	}
 	if l.Entries != held {
 		t.Errorf("loaded %d entries, the store holds %d", l.Entries, held)
+	}
+}
+
+// TestReadKeepsNewerEntries: a warm-up's entry does not replace one the
+// block stored since the fill began, newer than the peer's copy: the
+// client would be answered from the older (stale, or without the DNSSEC
+// records a DO client's fetch added) until it expired.
+func TestReadKeepsNewerEntries(t *testing.T) {
+	now := time.Now().Unix()
+	m := workload.Reply(0, workload.Plain)
+	key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(c testCache, stored int64) {
+		e, err := entry.NewBuilder().Build(m, key, m.Question[0].Name, uint32(stored), 3600, 0, 0, entry.MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.s.Put(e, now)
+	}
+	peer, local := filled(t, 0), filled(t, 0)
+	at(peer, now-100)
+	var stream bytes.Buffer
+	if _, err := snapshot.Write(&stream, peer.s.Paced(0), peer.Fingerprint(), now); err != nil {
+		t.Fatal(err)
+	}
+	at(local, now)
+	if _, err := read(local, onlyReader{&stream}, 0); err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	local.s.Get(key, local.s.Hash(key), func(e entry.Entry) bool {
+		stored = int64(e.Stored())
+		return false
+	})
+	if stored != now {
+		t.Errorf("the entry stored at %d, want the block's own, stored at %d: the peer's older copy replaced it", stored, now)
 	}
 }

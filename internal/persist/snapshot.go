@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
@@ -42,6 +43,8 @@ type Cache interface {
 	// Grace is how long, in seconds, expired entries are kept for
 	// serve_stale.
 	Grace() int64
+	// MaxTTL is the longest TTL, in seconds, it stores an answer with.
+	MaxTTL() int64
 	// Fence is the flushes begun on the store.
 	Fence() *flush.Fence
 }
@@ -62,7 +65,8 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return nil, fmt.Errorf("snapshot: want PATH [INTERVAL], got %d arguments", len(args))
 	}
-	sc := &Snapshot{path: args[0]}
+	// Cleaned, as the key of the file among the blocks' and the writes'.
+	sc := &Snapshot{path: filepath.Clean(args[0])}
 	if !filepath.IsAbs(sc.path) {
 		return nil, fmt.Errorf("snapshot: %q is not an absolute path", sc.path)
 	}
@@ -204,14 +208,16 @@ func read(ca Cache, r io.Reader, gen uint64) (snapshot.Loaded, error) {
 		rs = spilled
 	}
 	f := &fenced{Store: s, fence: ca.Fence(), gen: gen}
-	l, err := snapshot.Read(rs, f, ca.Fingerprint(), ca.Now(), ca.Grace())
+	l, err := snapshot.Read(rs, f, ca.Fingerprint(), ca.Now(), ca.Grace(), ca.MaxTTL())
 	l.Entries -= f.out
 	return l, err
 }
 
 // fenced puts entries into a store unless a flush begun since gen covers
-// them, as a fetch's answer is stored (flush.Fence), and counts those it
-// leaves out.
+// them, as a fetch's answer is stored (flush.Fence), or the store holds
+// one of the key stored as late: a warm-up fills a store that answers, and
+// what it fetched meanwhile is newer than the peer's copy. It counts those
+// it leaves out.
 type fenced struct {
 	*store.Store
 	fence *flush.Fence
@@ -220,7 +226,17 @@ type fenced struct {
 }
 
 func (f *fenced) Put(e entry.Entry, now int64) (d store.Displaced) {
-	if !f.fence.Store(f.gen, e, func() { d = f.Store.Put(e, now) }) {
+	put := false
+	f.fence.Store(f.gen, e, func() {
+		d = f.Store.Update(e.Key(), now, func(old entry.Entry) entry.Entry {
+			if old != nil && old.Stored() >= e.Stored() {
+				return nil
+			}
+			put = true
+			return e
+		})
+	})
+	if !put {
 		f.out++
 	}
 	return d
@@ -363,9 +379,17 @@ func removeTemporary(path string) {
 	}
 }
 
+// writing holds a mutex for each path, which its writes take: the write at
+// shutdown renames its file after that of a write every INTERVAL, of this
+// instance or one before a reload, still under way when it began.
+var writing sync.Map
+
 // write writes the store to path atomically, walked by walk: to a file
 // beside it, synced, then renamed over it.
 func write(ca Cache, path string, walk store.Walker) {
+	mu, _ := writing.LoadOrStore(path, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	start := time.Now()
 	n, err := WriteFile(ca, path, walk)
 	if errors.Is(err, errStopping) {
@@ -383,12 +407,26 @@ func write(ca Cache, path string, walk store.Walker) {
 // WriteFile writes the store to path as write does, and returns the
 // entries written.
 func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
+	gen := ca.Fence().Gen()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer func() { os.Remove(tmp.Name()) }() // a no-op once renamed
 	n, err := snapshot.Write(tmp, walk, ca.Fingerprint(), ca.Now())
+	// A flush that began during the walk removed what it covers from the
+	// store, but not from the chunks the walk had copied before: loaded,
+	// they would undo it. The file is copied without what the flushes
+	// begun since the walk began cover, again while flushes begin during
+	// a copy, up to maxCopies.
+	for seen, copies := gen, 0; err == nil && copies < maxCopies; copies++ {
+		now := ca.Fence().Gen()
+		if now == seen {
+			break
+		}
+		seen = now
+		tmp, n, err = withoutFlushed(ca, path, tmp, gen)
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -406,4 +444,27 @@ func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
 		dir.Close()
 	}
 	return n, nil
+}
+
+// maxCopies bounds the copies of a write's file that leave out what the
+// flushes begun during the write cover: a flush that begins during the
+// last one is as one that begins once the write is done.
+const maxCopies = 3
+
+// withoutFlushed copies f, a write's temporary file for path, to another
+// but for the entries the flushes begun since gen cover, and removes f. It
+// returns the new file and the entries it holds.
+func withoutFlushed(ca Cache, path string, f *os.File, gen uint64) (*os.File, int, error) {
+	next, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return f, 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return next, 0, err
+	}
+	fence := ca.Fence()
+	n, err := snapshot.Filter(next, f, ca.Fingerprint(), func(e entry.Entry) bool { return fence.Covers(gen, e) })
+	return next, n, err
 }

@@ -1,9 +1,11 @@
 package persist
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
+	"github.com/coredns/caddy"
 )
 
 // testCache is a store as a block's cache, with the fence f, or a new
@@ -26,6 +29,7 @@ func (c testCache) Store() *store.Store               { return c.s }
 func (c testCache) Fingerprint() snapshot.Fingerprint { return snapshot.Fingerprint{1} }
 func (c testCache) Now() int64                        { return time.Now().Unix() }
 func (c testCache) Grace() int64                      { return 0 }
+func (c testCache) MaxTTL() int64                     { return 3600 }
 func (c testCache) Fence() *flush.Fence {
 	if c.f != nil {
 		return c.f
@@ -131,6 +135,95 @@ func TestRemoveTemporary(t *testing.T) {
 	for name, removed := range names {
 		if _, err := os.Stat(filepath.Join(dir, name)); (err != nil) != removed {
 			t.Errorf("%s: removed %v, want %v", name, err != nil, removed)
+		}
+	}
+}
+
+// TestSnapshotFlushDuringWrite: a flush that begins while a write walks
+// the store holds at the next start, for the entries the write copied
+// before the flush began as for the rest.
+func TestSnapshotFlushDuringWrite(t *testing.T) {
+	c := filled(t, 20000)
+	c.f = &flush.Fence{}
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	var flushed []byte // the key of an entry of the first chunk
+	walk := func(visit func(e entry.Entry) bool, between func() error) error {
+		return c.s.Paced(0)(func(e entry.Entry) bool {
+			if flushed == nil {
+				flushed = slices.Clone(e.Key())
+			}
+			return visit(e)
+		}, func() error {
+			if flushed != nil && c.s.Get(flushed, c.s.Hash(flushed), func(entry.Entry) bool { return true }) {
+				c.f.Begin(func(e entry.Entry) bool { return bytes.Equal(e.Key(), flushed) })
+				c.s.Remove(flushed)
+			}
+			return between()
+		})
+	}
+	n, err := WriteFile(c, path, walk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := testCache{s: filled(t, 0).s, f: &flush.Fence{}}
+	Load(to, path)
+	if got := to.s.Usage().Kinds[store.KindSuccess]; got != 19999 || n != 19999 {
+		t.Errorf("wrote %d entries and loaded %d, want 19999 of each", n, got)
+	}
+	if to.s.Get(flushed, to.s.Hash(flushed), func(entry.Entry) bool { return true }) {
+		t.Errorf("the entry flushed during the write is back")
+	}
+}
+
+// TestSnapshotFinalWriteLast: the write at shutdown is the file the next
+// start reads, though a write every INTERVAL that had walked the store
+// before it was still under way.
+func TestSnapshotFinalWriteLast(t *testing.T) {
+	c := filled(t, 100)
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	walked, release := make(chan struct{}), make(chan struct{})
+	timed := func(visit func(e entry.Entry) bool, between func() error) error {
+		err := c.s.Paced(0)(visit, between)
+		close(walked)
+		<-release
+		return err
+	}
+	timedDone, finalDone := make(chan struct{}), make(chan struct{})
+	go func() { write(c, path, timed); close(timedDone) }()
+	<-walked
+	var gone []byte
+	c.s.Walk(store.Cursor{}, func(e entry.Entry) bool {
+		gone = slices.Clone(e.Key())
+		return true
+	})
+	go func() { write(c, path, c.s.Paced(0)); close(finalDone) }()
+	select {
+	case <-finalDone:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-timedDone
+	<-finalDone
+	to := testCache{s: filled(t, 0).s}
+	Load(to, path)
+	if to.s.Get(gone, to.s.Hash(gone), func(entry.Entry) bool { return true }) {
+		t.Errorf("the file is the write every INTERVAL's, not the final write's: it holds an entry removed before the final write")
+	}
+}
+
+// TestSnapshotPathSpelledTwice: a path another block gives is refused
+// however it is spelled: both blocks would read and write the one file.
+func TestSnapshotPathSpelledTwice(t *testing.T) {
+	dir := t.TempDir()
+	c := caddy.NewTestController("dns", "")
+	ca := filled(t, 0)
+	for i, path := range []string{filepath.Join(dir, "cache.snap"), dir + "/./cache.snap", dir + "//cache.snap"} {
+		sc, err := ParseSnapshot([]string{path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sc.Setup(c, ca); (err == nil) != (i == 0) {
+			t.Errorf("%s, block %d to give it: error %v", path, i+1, err)
 		}
 	}
 }

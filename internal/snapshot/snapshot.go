@@ -93,6 +93,40 @@ func Write(w io.Writer, walk store.Walker, fp Fingerprint, now int64) (int, erro
 	return n, bw.Flush()
 }
 
+// Filter copies the file r holds, which Write wrote under fp, to w but for
+// the entries drop picks, with the time it was written, and returns the
+// entries it wrote: a flush that began while Write walked the store
+// covers entries that Write copied before it began.
+func Filter(w io.Writer, r io.Reader, fp Fingerprint, drop func(e entry.Entry) bool) (int, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	h, err := readHeader(br, fp)
+	if err != nil {
+		return 0, err
+	}
+	frame := make([]byte, maxFrame)
+	var werr error // of w, not the file's damage
+	walk := func(visit func(e entry.Entry) bool, between func() error) error {
+		err := readFrames(br, frame, func(b []byte) error {
+			err := eachEntry(b, func(e entry.Entry) error {
+				if !drop(e) {
+					visit(e)
+				}
+				return nil
+			})
+			if err == nil {
+				werr = between()
+				err = werr
+			}
+			return err
+		})
+		if werr != nil {
+			return werr
+		}
+		return err
+	}
+	return Write(w, walk, fp, int64(binary.LittleEndian.Uint64(h[8:])))
+}
+
 // frames cuts the copies of chunks into frames, each of as many entries as
 // maxFrame holds, and writes each from the copies. The chunks of a frame
 // follow one another in cur, but for its first entries (head): the rest of
@@ -165,11 +199,13 @@ type Store interface {
 
 // Read reads a file that Write wrote from r, checks all of it, then puts
 // into s the entries that have not expired beyond grace seconds at now
-// (unix seconds). Entries keep the time they were stored at, so they age by
-// the wall-clock time since; a file written by a clock ahead of the
-// reader's has its times moved back by the difference, so that no entry
-// is served unaged for as long as the clocks differ. A file that fails a
-// check puts nothing, and the error says why.
+// (unix seconds). An entry of a TTL over maxTTL seconds, the longest the
+// reader's block stores an answer for, fails the checks: the writer's
+// block, of the same settings, capped it. Entries keep the time they were
+// stored at, so they age by the wall-clock time since; a file written by a
+// clock ahead of the reader's has its times moved back by the difference,
+// so that no entry is served unaged for as long as the clocks differ. A
+// file that fails a check puts nothing, and the error says why.
 //
 // Read holds a frame of the file at a time, never the file: a store's file
 // is about as large as the store, and held whole while the store fills it
@@ -182,7 +218,7 @@ type Store interface {
 // band first: where the budget, or an entry cap (which a store does not
 // tell), keeps fewer of them, the store's eviction drops the least
 // recently used.
-func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, error) {
+func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace, maxTTL int64) (Loaded, error) {
 	var l Loaded
 	br := bufio.NewReaderSize(r, 1<<16)
 	h, err := readHeader(br, fp)
@@ -195,7 +231,7 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 	var uses tally
 	err = readFrames(br, frame, func(b []byte) error {
 		return eachEntry(b, func(e entry.Entry) error {
-			if err := entry.Check(e); err != nil {
+			if err := check(e, maxTTL); err != nil {
 				return fmt.Errorf("an entry: %v", err)
 			}
 			if c.expired(e) {
@@ -232,7 +268,7 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 				// may have been rewritten in place since the first
 				// pass: an entry the store takes is checked as it
 				// goes in.
-				if err := entry.Check(e); err != nil {
+				if err := check(e, maxTTL); err != nil {
 					return fmt.Errorf("an entry: %v", err)
 				}
 				c.restamp(e)
@@ -246,6 +282,19 @@ func Read(r io.ReadSeeker, s Store, fp Fingerprint, now, grace int64) (Loaded, e
 		}
 	}
 	return l, nil
+}
+
+// check checks e as entry.Check does, and that its TTL is at most maxTTL
+// seconds; a variant list's, which outlives the variants it lists, is not
+// an answer's.
+func check(e entry.Entry, maxTTL int64) error {
+	if err := entry.Check(e); err != nil {
+		return err
+	}
+	if e.Flags()&entry.FlagMeta == 0 && int64(e.TTL()) > maxTTL {
+		return fmt.Errorf("a TTL of %d s, over the %d s an answer is stored for", e.TTL(), maxTTL)
+	}
+	return nil
 }
 
 // readHeader reads a file's header from r and checks it.

@@ -77,7 +77,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3100, 0)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3100, 0, 1<<32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	into, _ := store.New(16<<20, store.PerKind{}, 50)
-	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+2000, 50)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+2000, 50, 1<<32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestReadAgesAndHoldsTheBudget(t *testing.T) {
 	if _, err := Write(&file, s.Paced(0), fp, t0+20000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(bytes.NewReader(file.Bytes()), small, fp, t0+20000, 0); err != nil {
+	if _, err := Read(bytes.NewReader(file.Bytes()), small, fp, t0+20000, 0, 1<<32); err != nil {
 		t.Fatal(err)
 	}
 	if u := small.Usage(); u.Held > small.Capacity() {
@@ -181,7 +181,7 @@ func TestReadRefusesDamage(t *testing.T) {
 	} {
 		b := tc.damage(append([]byte(nil), good...))
 		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-		l, err := Read(bytes.NewReader(b), into, fp, t0, 0)
+		l, err := Read(bytes.NewReader(b), into, fp, t0, 0, 1<<32)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.want)
 		}
@@ -208,7 +208,7 @@ func FuzzRead(f *testing.F) {
 			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
 		}
 		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-		if _, err := Read(bytes.NewReader(b), into, fp, t0, 0); err != nil {
+		if _, err := Read(bytes.NewReader(b), into, fp, t0, 0, 1<<32); err != nil {
 			return
 		}
 		if err := into.Check(); err != nil {
@@ -233,7 +233,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		write := time.Since(start)
 		into, _ := store.New(512<<20, store.PerKind{}, 0)
 		start = time.Now()
-		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0, 0, 1<<32)
 		if err != nil || l.Entries != n {
 			b.Fatalf("read %+v: %v", l, err)
 		}
@@ -303,7 +303,7 @@ func TestReadFromTheFuture(t *testing.T) {
 			t.Fatal(err)
 		}
 		into, _ := store.New(16<<20, store.PerKind{}, 0)
-		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, tc.now, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, tc.now, 0, 1<<32)
 		if err != nil || l.Entries != len(keys) {
 			t.Fatalf("%s: loaded %+v: %v, want %d entries", tc.name, l, err, len(keys))
 		}
@@ -333,7 +333,7 @@ func TestReadKeepsTheNewestUnderEntryCaps(t *testing.T) {
 	}
 	const limit = 500
 	into, _ := store.New(16<<20, store.PerKind{store.KindSuccess: limit}, 0)
-	if _, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3000, 0); err != nil {
+	if _, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+3000, 0, 1<<32); err != nil {
 		t.Fatal(err)
 	}
 	kept, newest, seen := 0, 0, 0
@@ -369,7 +369,7 @@ func TestReadHoldsAFrame(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+80000, 0)
+	l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+80000, 0, 1<<32)
 	runtime.ReadMemStats(&after)
 	if err != nil || l.Entries != 80000 {
 		t.Fatalf("loaded %+v: %v", l, err)
@@ -441,6 +441,27 @@ func TestFits(t *testing.T) {
 		}
 		if got := u.fits(tc.budget, tc.limits); got != tc.want {
 			t.Errorf("%s: fits %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestReadRefusesTTLOverMax: a file holding an answer of a TTL over the
+// longest the reader's block stores is refused whole, as a damaged one; at
+// that longest TTL it loads.
+func TestReadRefusesTTLOverMax(t *testing.T) {
+	s, _ := filled(t, 16<<20, 100, 3600)
+	var file bytes.Buffer
+	if _, err := Write(&file, s.Paced(0), fp, t0+100); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		maxTTL int64
+		want   error
+	}{{3599, ErrDamaged}, {3600, nil}} {
+		into, _ := store.New(16<<20, store.PerKind{}, 0)
+		l, err := Read(bytes.NewReader(file.Bytes()), into, fp, t0+100, 0, tc.maxTTL)
+		if !errors.Is(err, tc.want) || (err != nil) != (len(contents(into)) == 0) {
+			t.Errorf("maxTTL %d: %d entries loaded, error %v; want %v", tc.maxTTL, l.Entries, err, tc.want)
 		}
 	}
 }
