@@ -188,6 +188,12 @@ func (t *Tier) Close() {
 
 // connect connects until it succeeds or the tier closes, then reads the
 // stream of flushes.
+//
+// Every command the tier builds is pinned (Pin): valkey-go recycles a
+// command once it has succeeded, and one that succeeded on a retry after
+// its connection broke may still have been read by that connection's
+// writer, with nothing ordering that read before the builder's next reuse
+// of its memory (the race detector's report, in TestFlushAfterDisconnect).
 func (t *Tier) connect() {
 	defer t.wg.Done()
 	tc := t.cfg.tlsConf
@@ -254,10 +260,10 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 	cmds := make(valkey.Commands, 0, len(keys)+3+2*countLabels(name))
 	for i, k := range keys {
 		tierKeys[i] = t.keys.key(k)
-		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build())
+		cmds = append(cmds, c.B().Get().Key(tierKeys[i]).Build().Pin())
 	}
 	epochs := len(cmds)
-	t.keys.epochs(name, func(key string) { cmds = append(cmds, c.B().Get().Key(key).Build()) })
+	t.keys.epochs(name, func(key string) { cmds = append(cmds, c.B().Get().Key(key).Build().Pin()) })
 	asked := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.timeout)
 	defer cancel()
@@ -456,7 +462,7 @@ func (t *Tier) write(batch []entry.Entry) {
 			continue
 		}
 		key := t.keys.key(e.Key())
-		values = append(values, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build())
+		values = append(values, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build().Pin())
 		t.keys.witness(witnesses, e.QName(), int64(e.Stored())-1)
 	}
 	// The breaker is asked only for a batch that will report back: a
@@ -483,11 +489,11 @@ func (t *Tier) write(batch []entry.Entry) {
 	// hides was made before it was found, so that the time covers every
 	// value that flush did, as a flush made now would.
 	for key, found := range bad {
-		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build())
+		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build().Pin())
 	}
 	for key, at := range witnesses {
-		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build(),
-			c.B().Pexpire().Key(key).Milliseconds(life.Milliseconds()).Build())
+		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build().Pin(),
+			c.B().Pexpire().Key(key).Milliseconds(life.Milliseconds()).Build().Pin())
 	}
 	cmds = append(cmds, values...)
 	if !t.br.allow(time.Now()) {
@@ -538,7 +544,7 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	at := strconv.FormatInt(now, 10)
 	life := t.epochLife()
 	epoch := func(scope epochScope, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build()
+		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build().Pin()
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
@@ -562,7 +568,7 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	msg := f.Marshal(nil)
 	tag := t.keys.mac(forFlush, []byte(t.id), msg)
 	cmds = append(cmds, c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
-		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build())
+		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build().Pin())
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
 	for _, r := range c.DoMulti(ctx, cmds...) {
@@ -590,7 +596,7 @@ func (t *Tier) readFlushes(last string) {
 	stream := t.keys.streamKey()
 	wait := reconnectMin
 	for t.ctx.Err() == nil {
-		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build())
+		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build().Pin())
 		read, err := res.AsXRead()
 		if err != nil && !valkey.IsValkeyNil(err) {
 			if t.ctx.Err() != nil {
@@ -621,7 +627,7 @@ var testHookReading = func() {}
 // none. A key of another type holds none: what someone else wrote there
 // keeps no replica from connecting.
 func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
-	r, err := c.Do(t.ctx, c.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
+	r, err := c.Do(t.ctx, c.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build().Pin()).AsXRange()
 	if err != nil && !valkey.IsValkeyNil(err) && !wrongType(err) {
 		return "", err
 	}
@@ -634,7 +640,7 @@ func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 // checkTrimmed flushes the local store whole when the stream no longer
 // holds the flush after last: one this replica did not read is gone.
 func (t *Tier) checkTrimmed(c valkey.Client, stream, last string) {
-	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build()).AsXRange()
+	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
 	if err != nil || len(r) == 0 || last == "0-0" || !idAfter(r[0].ID, last) {
 		return
 	}
