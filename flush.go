@@ -31,7 +31,7 @@ func (c *Cache) Flush(f flush.Flush) admin.Counts {
 // between does not bring back from the tier what the store dropped.
 func (c *Cache) flush(f flush.Flush) (admin.Counts, error) {
 	now := c.now().Unix()
-	c.fenceOff(f, now)
+	c.fence.BeginFlush(f, now)
 	var err error
 	if c.shared != nil {
 		if err = c.shared.Flush(f, now); err != nil {
@@ -46,16 +46,8 @@ func (c *Cache) flush(f flush.Flush) (admin.Counts, error) {
 // store and counts them.
 func (c *Cache) flushLocal(f flush.Flush) admin.Counts {
 	now := c.now().Unix()
-	c.fenceOff(f, now)
+	c.fence.BeginFlush(f, now)
 	return c.drop(f, now)
-}
-
-// fenceOff keeps the fetches in flight that began before it from storing
-// what f covers (flush.Fence).
-func (c *Cache) fenceOff(f flush.Flush, now int64) {
-	if f.Fenced() {
-		c.fence.Begin(func(e entry.Entry) bool { return f.Covers(e, now) })
-	}
 }
 
 // drop removes the entries f covers from the store and counts them.

@@ -50,6 +50,13 @@ func (fc *Fence) Begin(covers func(e entry.Entry) bool) {
 	fc.recent = append(fc.recent, record{gen: fc.gen.Add(1), covers: covers})
 }
 
+// BeginFlush is Begin for f, made at now. A flush of expired entries is
+// recorded too: no fetch brings an expired answer, but a snapshot's write
+// may have copied the stale entries it drops.
+func (fc *Fence) BeginFlush(f Flush, now int64) {
+	fc.Begin(func(e entry.Entry) bool { return f.Covers(e, now) })
+}
+
 // since reports whether a flush that began after generation gen covers e;
 // the caller holds fc.mu.
 func (fc *Fence) since(gen uint64, e entry.Entry) bool {

@@ -31,8 +31,7 @@ const (
 	Zones
 	// Negative: NXDOMAIN, NODATA and SERVFAIL entries.
 	Negative
-	// Expired: entries whose TTL has run out, stale ones included. No fetch
-	// brings an expired answer: it needs no fence.
+	// Expired: entries whose TTL has run out, stale ones included.
 	Expired
 	// All: every entry.
 	All
@@ -73,10 +72,6 @@ func (f *Flush) Covers(e entry.Entry, now int64) bool {
 	}
 	return false
 }
-
-// Fenced reports whether fetches in flight must learn of f: all but
-// Expired, since no fetch brings an expired answer.
-func (f *Flush) Fenced() bool { return f.Scope != Expired }
 
 // Negativity reports the entries a Negative flush drops: NXDOMAIN and
 // NODATA (the denials) and SERVFAIL; never the bookkeeping of ECS lists.

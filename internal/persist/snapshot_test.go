@@ -19,16 +19,17 @@ import (
 )
 
 // testCache is a store as a block's cache, with the fence f, or a new
-// one at each call.
+// one at each call, and serve_stale's window grace.
 type testCache struct {
-	s *store.Store
-	f *flush.Fence
+	s     *store.Store
+	f     *flush.Fence
+	grace int64
 }
 
 func (c testCache) Store() *store.Store               { return c.s }
 func (c testCache) Fingerprint() snapshot.Fingerprint { return snapshot.Fingerprint{1} }
 func (c testCache) Now() int64                        { return time.Now().Unix() }
-func (c testCache) Grace() int64                      { return 0 }
+func (c testCache) Grace() int64                      { return c.grace }
 func (c testCache) MaxTTL() int64                     { return 3600 }
 func (c testCache) Fence() *flush.Fence {
 	if c.f != nil {
@@ -172,6 +173,65 @@ func TestSnapshotFlushDuringWrite(t *testing.T) {
 	}
 	if to.s.Get(flushed, to.s.Hash(flushed), func(entry.Entry) bool { return true }) {
 		t.Errorf("the entry flushed during the write is back")
+	}
+}
+
+// TestSnapshotFlushExpiredDuringWrite: a flush of expired entries that
+// begins while a write walks the store holds at the next start within the
+// serve_stale window, for the stale entries the write copied before the
+// flush began as for the rest.
+func TestSnapshotFlushExpiredDuringWrite(t *testing.T) {
+	s, err := store.New(64<<20, store.PerKind{}, 86400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testCache{s: s, f: &flush.Fence{}, grace: 86400}
+	b := entry.NewBuilder()
+	for i := range 20000 {
+		m := workload.Reply(i, workload.Plain)
+		key, err := entry.KeyFor(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := c.Now()
+		if i%2 == 0 {
+			stored -= 7200 // expired an hour ago: stale
+		}
+		e, err := b.Build(m, key, m.Question[0].Name, uint32(stored), 3600, 0, 0, entry.MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put(e, c.Now())
+	}
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	flushed := false
+	walk := func(visit func(e entry.Entry) bool, between func() error) error {
+		return c.s.Paced(0)(visit, func() error {
+			if !flushed {
+				flushed = true
+				f := flush.Flush{Scope: flush.Expired}
+				now := c.Now()
+				c.f.BeginFlush(f, now)
+				c.s.Paced(0)(func(e entry.Entry) bool { return f.Covers(e, now) }, nil)
+			}
+			return between()
+		})
+	}
+	n, err := WriteFile(c, path, walk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := testCache{s: filled(t, 0).s, f: &flush.Fence{}, grace: 86400}
+	Load(to, path)
+	stale := 0
+	to.s.Paced(0)(func(e entry.Entry) bool {
+		if to.Now() >= e.Expires() {
+			stale++
+		}
+		return false
+	}, nil)
+	if stale != 0 || n != 10000 {
+		t.Errorf("wrote %d entries, want the 10000 fresh ones; %d stale entries flushed during the write are back", n, stale)
 	}
 }
 
