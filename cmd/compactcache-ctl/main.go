@@ -359,6 +359,12 @@ func prefix(w io.Writer, server string, b []byte) {
 	}
 }
 
+// maxReply bounds a reply read whole, every one but a dump's, which is
+// streamed: a lookup's holds every entry of one name in each block, up to
+// max_variants (at most 1,000) ECS variants of each type, each of up to
+// 64 KiB of records.
+var maxReply = 256 << 20
+
 // do asks server for op and writes what it answered to out, as text or,
 // with --json, as it came.
 func (c *client) do(op, server string, params url.Values, out io.Writer) error {
@@ -397,9 +403,12 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		_, err := io.Copy(out, resp.Body)
 		return err
 	}
-	body, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxReply)+1))
 	if err != nil {
 		return err
+	}
+	if len(body) > maxReply {
+		return fmt.Errorf("a reply over %d MiB: not read on", maxReply>>20)
 	}
 	if c.json {
 		out.Write(body)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +225,31 @@ func TestPrintReplyUnknown(t *testing.T) {
 		if !strings.Contains(out.String(), tc.want) || (tc.want == "" && out.Len() > 0) {
 			t.Errorf("%q: printed %q, want %q", tc.op, out.String(), tc.want)
 		}
+	}
+}
+
+// TestCtlReplyTooLarge: a reply read whole that runs past maxReply is not
+// read on, and the tool fails saying so; a dump, streamed, has no limit.
+func TestCtlReplyTooLarge(t *testing.T) {
+	defer func(was int) { maxReply = was }(maxReply)
+	maxReply = 4 << 20
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A stats reply, then spaces up to past the limit: JSON all the same.
+		json.NewEncoder(w).Encode(admin.StatsReply{Blocks: []admin.Stats{{Block: "b"}}})
+		spaces := bytes.Repeat([]byte(" "), 1<<20)
+		for range 4 + 1 {
+			n, err := w.Write(spaces)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	code, out, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "stats")
+	if code != exitFailed || out != "" || !strings.Contains(errOut, "a reply over 4 MiB") {
+		t.Errorf("a stats reply of %d MiB: exit %d, %d bytes out, %q; want exit %d, nothing out, a reply over 4 MiB",
+			sent.Load()>>20, code, len(out), errOut, exitFailed)
 	}
 }
