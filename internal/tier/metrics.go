@@ -1,6 +1,8 @@
 package tier
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/compactcache/compactcache/internal/admin"
@@ -45,9 +47,21 @@ type series struct {
 	rejected                                map[error]*count
 	written, dropped                        count
 	sent, received                          count
-	breaker                                 prometheus.Gauge
 	lookup                                  prometheus.Observer
+	breaker                                 atomic.Int32 // the state of the tier's, for the gauge
+	labels                                  [2]string    // zones, view
 }
+
+// holders are the series of the running tiers that hold each breaker
+// series, by its labels: the old and the new instance's tier of a block
+// across a reload, and blocks of the same zones and view on other ports.
+// The series says open while one of their breakers is open, half-open
+// while one is, closed otherwise, and goes with the last of them: one left
+// behind by a tier that no longer runs would say its last state for good.
+var holders = struct {
+	sync.Mutex
+	m map[[2]string][]*series
+}{m: map[[2]string][]*series{}}
 
 func newSeries(zones, view string) *series {
 	s := &series{rejected: map[error]*count{}}
@@ -66,9 +80,55 @@ func newSeries(zones, view string) *series {
 	for _, err := range []error{errShort, errTag, errFormat, errKey, errEpoch, errEvicted} {
 		s.rejected[err] = &count{series: rejected.WithLabelValues(zones, view, err.Error())}
 	}
-	s.breaker = breakerGauge.WithLabelValues(zones, view)
 	s.lookup = lookupSeconds.WithLabelValues(zones, view)
+	s.labels = [2]string{zones, view}
+	holders.Lock()
+	holders.m[s.labels] = append(holders.m[s.labels], s)
+	holders.Unlock()
+	s.breakerChanged(closed)
 	return s
+}
+
+// breakerChanged records the state of s's tier's breaker and sets the
+// gauge from its holders, unless s holds it no more: a closed tier's word
+// comes too late.
+func (s *series) breakerChanged(to breakerState) {
+	s.breaker.Store(int32(to))
+	holders.Lock()
+	defer holders.Unlock()
+	if hs := holders.m[s.labels]; slices.Contains(hs, s) {
+		showBreaker(s.labels, hs)
+	}
+}
+
+// release lets go of the breaker series as s's tier closes: the series
+// goes unless another running tier holds it.
+func (s *series) release() {
+	holders.Lock()
+	defer holders.Unlock()
+	hs := slices.DeleteFunc(holders.m[s.labels], func(h *series) bool { return h == s })
+	if len(hs) == 0 {
+		delete(holders.m, s.labels)
+		breakerGauge.DeleteLabelValues(s.labels[0], s.labels[1])
+		return
+	}
+	holders.m[s.labels] = hs
+	showBreaker(s.labels, hs)
+}
+
+// showBreaker sets the breaker series of labels from hs, its holders. The
+// caller holds holders.
+func showBreaker(labels [2]string, hs []*series) {
+	v := closed
+	for _, h := range hs {
+		switch st := breakerState(h.breaker.Load()); {
+		case st == open:
+			v = open
+		case st == halfOpen && v == closed:
+			v = halfOpen
+		}
+	}
+	breakerGauge.WithLabelValues(labels[0], labels[1]).Set(float64(v))
 }
 
 // stats fills what the admin stats show.

@@ -128,11 +128,8 @@ func New(cfg *Config, opt Options) *Tier {
 		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, opt.Ports)), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
-	// The series outlive a reload, which replaces the tier with one of
-	// the same labels: the gauge would show the old tier's breaker.
-	t.m.breaker.Set(float64(closed))
 	t.br.changed = func(from, to breakerState, err error) {
-		t.m.breaker.Set(float64(to))
+		t.m.breakerChanged(to)
 		switch to {
 		case open:
 			log.Warningf("Shared tier %s: skipped for %v after errors: %v", cfg, t.br.backoff, err)
@@ -178,6 +175,7 @@ func keysFingerprint(fp [32]byte, view string, ports []string) [32]byte {
 func (t *Tier) Close() {
 	t.cancel()
 	t.wg.Wait()
+	t.m.release()
 	// At a reload the old instance still answers while its tier closes:
 	// its lookups skip the tier rather than fail on the closed client and
 	// open the breaker.

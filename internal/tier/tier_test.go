@@ -1143,8 +1143,8 @@ func TestFlushExpired(t *testing.T) {
 }
 
 // TestBreakerGaugeAfterReload: a reload replaces a block's tier with one
-// of the same labels; the new tier's breaker starts closed, and its
-// gauge says so, whatever the tier it replaced left there.
+// of the same labels; the new tier's breaker starts closed, and once the
+// tier it replaced closes, its gauge says so, whatever that tier's was.
 func TestBreakerGaugeAfterReload(t *testing.T) {
 	option := "shared redis://" + testenv.StartRedis(t).Addr
 	old := mustTier(t, option, 1, nil)
@@ -1152,13 +1152,45 @@ func TestBreakerGaugeAfterReload(t *testing.T) {
 	old.br.backoff, old.br.until = breakerMinBackoff, time.Now().Add(time.Hour)
 	old.br.set(open, errors.New("a test's"))
 	old.br.mu.Unlock()
-	if g := testutil.ToFloat64(old.m.breaker); g != float64(open) {
+	gauge := func() float64 { return testutil.ToFloat64(breakerGauge.WithLabelValues(".", t.Name())) }
+	if g := gauge(); g != float64(open) {
 		t.Fatalf("the gauge of an open breaker is %v", g)
 	}
 	tr := mustTier(t, option, 1, nil)
 	old.Close()
-	if g := testutil.ToFloat64(tr.m.breaker); g != float64(tr.br.current()) {
+	if g := gauge(); g != float64(tr.br.current()) {
 		t.Errorf("the gauge of a new tier's %v breaker is %v", tr.br.current(), g)
+	}
+}
+
+// TestBreakerGaugeOfPorts: blocks of the same zones and view on other
+// ports share the breaker series, which says open while one of their
+// breakers is open, and goes when the last of their tiers closes.
+func TestBreakerGaugeOfPorts(t *testing.T) {
+	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := func(port string) *Tier {
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Ports: []string{port}})
+	}
+	gauge := func() float64 { return testutil.ToFloat64(breakerGauge.WithLabelValues(".", t.Name())) }
+	on53 := block("53")
+	on53.br.mu.Lock()
+	on53.br.backoff, on53.br.until = breakerMinBackoff, time.Now().Add(time.Hour)
+	on53.br.set(open, errors.New("a test's"))
+	on53.br.mu.Unlock()
+	on5353 := block("5353")
+	if g := gauge(); g != float64(open) {
+		t.Errorf("the gauge of an open breaker and a closed one is %v, want %d (open)", g, open)
+	}
+	on53.Close()
+	if g := gauge(); g != float64(closed) {
+		t.Errorf("the gauge of the closed breaker left is %v, want %d (closed)", g, closed)
+	}
+	on5353.Close()
+	if breakerGauge.DeleteLabelValues(".", t.Name()) {
+		t.Error("the breaker series outlived the tiers that held it")
 	}
 }
 
