@@ -71,7 +71,7 @@ func setup(c *caddy.Controller) error {
 			ca.Warmup.Start(operator{ca}, block)
 		}
 		ca.metrics.View = cfg.ViewName
-		ca.StartShared(cfg.ViewName, coredns.Ports(c)...)
+		ca.StartShared(cfg.ViewName)
 		if ca.Shared != nil {
 			connected.Add(c, ca)
 		}

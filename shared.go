@@ -21,10 +21,10 @@ import (
 // to the entries the block fetched itself.
 
 // StartShared connects the block to its shared tier, when it has one,
-// under the block's view and its servers' ports. CoreDNS's startup of the
-// block calls it; a program that runs a Cache without CoreDNS's lifecycle
-// calls it, and StopShared when done.
-func (c *Cache) StartShared(view string, ports ...string) {
+// under the block's view. CoreDNS's startup of the block calls it; a
+// program that runs a Cache without CoreDNS's lifecycle calls it, and
+// StopShared when done.
+func (c *Cache) StartShared(view string) {
 	if c.Shared == nil || c.shared != nil {
 		return
 	}
@@ -34,7 +34,6 @@ func (c *Cache) StartShared(view string, ports ...string) {
 		MaxTTL:      int64(max(c.SuccessTTL, c.DenialTTL, c.ServfailTTL) / time.Second),
 		Zones:       c.metrics.Zones,
 		View:        view,
-		Ports:       ports,
 		Apply:       func(f flush.Flush) { c.flushLocal(f) },
 	})
 }

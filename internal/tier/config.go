@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coredns"
 	"github.com/compactcache/compactcache/internal/corefile"
 	"github.com/coredns/caddy"
 )
@@ -58,6 +59,8 @@ type Config struct {
 	// The TLS of rediss://, made by Parse: tls_ca read again at the start
 	// could be gone, and a nil config would connect in the clear.
 	tlsConf *tls.Config
+	ports   []string   // of the block's servers
+	peers   *[]*Config // the tiers of the block's Corefile (blocks.go)
 }
 
 // Parse parses the option whose name c is on, reading its files: a
@@ -142,6 +145,8 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	if cfg.tlsConf, err = cfg.tlsConfig(); err != nil {
 		return nil, err
 	}
+	cfg.ports = coredns.Ports(c)
+	declare(c.Context(), cfg)
 	return cfg, nil
 }
 

@@ -90,7 +90,6 @@ type Options struct {
 	Grace       int64    // seconds entries are served past their TTL
 	MaxTTL      int64    // the longest TTL the block stores
 	Zones, View string   // the block's labels
-	Ports       []string // of the block's servers
 	// Apply flushes the block's local store for a flush another replica
 	// sent.
 	Apply func(flush.Flush)
@@ -125,7 +124,7 @@ func New(cfg *Config, opt Options) *Tier {
 	var id [8]byte
 	rand.Read(id[:])
 	t := &Tier{
-		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, opt.Ports)), opt: opt, id: hex.EncodeToString(id[:]),
+		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, cfg.apart())), opt: opt, id: hex.EncodeToString(id[:]),
 		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
 	}
 	t.br.changed = func(from, to breakerState, err error) {
@@ -148,24 +147,17 @@ func New(cfg *Config, opt Options) *Tier {
 }
 
 // keysFingerprint is the fingerprint of the tier's keys for a block of
-// view on ports. The views of a server answer a question each its own way
-// (split horizon), and so do the blocks of a Corefile on other ports (a
-// forward of their own); blocks of one settings that differ in either may
-// share a server, and must share neither values nor flushes. The
-// addresses a block binds are left out: replicas bind each its own (a
-// pod's), and share.
-//
-// A block on port 53 alone, or of no known port (a Cache run without
-// CoreDNS), keeps the keys of its settings and view alone, those replicas
-// made before ports were part of them: a rolling upgrade of a cluster DNS
-// then neither finds the tier cold nor splits the replicas' flushes
-// between two streams. A block on other ports has keys of its own.
+// view, on ports when it must keep apart from its Corefile's blocks on
+// other ports (apart). The views of a server answer a question each its
+// own way (split horizon): blocks of one settings in several views may
+// share a server, and must share neither values nor flushes. Without a
+// view or ports the keys are those of the settings alone.
 func keysFingerprint(fp [32]byte, view string, ports []string) [32]byte {
 	if view != "" {
 		fp = sha256.Sum256(append(append([]byte("view "), fp[:]...), view...))
 	}
 	ports = slices.Compact(slices.Sorted(slices.Values(ports)))
-	if len(ports) == 0 || len(ports) == 1 && ports[0] == "53" {
+	if len(ports) == 0 {
 		return fp
 	}
 	return sha256.Sum256(append(append([]byte("ports "), fp[:]...), strings.Join(ports, " ")...))

@@ -1171,16 +1171,17 @@ func TestBreakerGaugeOfPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := func(port string) *Tier {
-		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Ports: []string{port}})
+	blocks := corefileOf(cfg, []string{"53"}, []string{"5353"})
+	block := func(i int) *Tier {
+		return startTier(t, blocks[i], Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name()})
 	}
 	gauge := func() float64 { return testutil.ToFloat64(breakerGauge.WithLabelValues(".", t.Name())) }
-	on53 := block("53")
+	on53 := block(0)
 	on53.br.mu.Lock()
 	on53.br.backoff, on53.br.until = breakerMinBackoff, time.Now().Add(time.Hour)
 	on53.br.set(open, errors.New("a test's"))
 	on53.br.mu.Unlock()
-	on5353 := block("5353")
+	on5353 := block(1)
 	if g := gauge(); g != float64(open) {
 		t.Errorf("the gauge of an open breaker and a closed one is %v, want %d (open)", g, open)
 	}
@@ -1393,11 +1394,23 @@ func TestViewsApart(t *testing.T) {
 	awaitNegative(t, got, 10*time.Second, "a flush of the view's own never reached it")
 }
 
-// TestPortsApart: the blocks of a Corefile on other ports answer a
-// question each its own way (a forward of their own); blocks of the same
-// settings on other ports share a tier's server, never its values or
-// flushes. Blocks on the same ports share both: replicas, whatever
-// addresses they bind.
+// corefileOf returns copies of cfg for the blocks of one Corefile, on
+// ports each, as Parse declares them.
+func corefileOf(cfg *Config, ports ...[]string) []*Config {
+	peers := new([]*Config)
+	for _, p := range ports {
+		c := *cfg
+		c.ports, c.peers = p, peers
+		*peers = append(*peers, &c)
+	}
+	return *peers
+}
+
+// TestPortsApart: the blocks of a Corefile on other ports that share a
+// tier's server answer a question each its own way (a forward of their
+// own): they share neither its values nor its flushes. Their replicas
+// share both, and so do blocks alone on their server in their Corefiles
+// whatever their ports: replicas on a test's free ports, or a pod's.
 func TestPortsApart(t *testing.T) {
 	cfg, err := parse(t, "shared redis://"+testenv.StartRedis(t).Addr)
 	if err != nil {
@@ -1405,29 +1418,38 @@ func TestPortsApart(t *testing.T) {
 	}
 	cfg.timeout = time.Second
 	got := make(chan flush.Flush, 2)
-	block := func(apply func(flush.Flush), ports ...string) *Tier {
+	block := func(cfg *Config, apply func(flush.Flush)) *Tier {
 		if apply == nil {
 			apply = func(flush.Flush) {}
 		}
-		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", Ports: ports, Apply: apply})
+		return startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", Apply: apply})
 	}
-	on53, on5353 := block(nil, "53"), block(func(f flush.Flush) { got <- f }, "5353")
+	two := func() []*Config { return corefileOf(cfg, []string{"53"}, []string{"5353"}) }
+	first := two()
+	on53, on5353 := block(first[0], nil), block(first[1], func(f flush.Flush) { got <- f })
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
 	putAndWait(t, on53, e)
 	if get(on5353, e) != nil {
-		t.Error("a block on port 5353 read what a block on 53 fetched")
+		t.Error("a block on port 5353 read what a block on 53 of its Corefile fetched")
 	}
-	if get(block(nil, "53", "5353"), e) != nil {
-		t.Error("a block on ports 53 and 5353 read what a block on 53 fetched")
+	replica := two()
+	if get(block(replica[0], nil), e) == nil {
+		t.Error("a replica's block on port 53 did not read what the block on 53 fetched")
 	}
-	if get(block(nil, "53"), e) == nil {
-		t.Error("a replica on port 53 did not read what a block on 53 fetched")
+	if get(block(corefileOf(cfg, []string{"53"})[0], nil), e) != nil {
+		t.Error("a block alone in its Corefile read what a block kept apart fetched")
+	}
+	alone := built(t, "alone.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, block(corefileOf(cfg, []string{"53"})[0], nil), alone)
+	if get(block(corefileOf(cfg, []string{"1053"})[0], nil), alone) == nil {
+		t.Error("blocks alone in their Corefiles on other ports did not share")
 	}
 	if err := on53.Flush(flush.Flush{Scope: flush.All}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
-	// A flush of a replica on the same port, sent after, reaches it first.
-	if err := block(nil, "5353").Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+	// A flush of a replica's block on the same port, sent after, reaches
+	// it first.
+	if err := block(replica[1], nil).Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
 		t.Fatal(err)
 	}
 	awaitNegative(t, got, 10*time.Second, "a flush of a replica on the same port never reached it")

@@ -231,11 +231,10 @@ func TestKeysStable(t *testing.T) {
 	}
 }
 
-// TestKeysFingerprint: a block on port 53 alone, or of no known port,
-// keeps the keys of its settings and view, those replicas of earlier
-// versions make, so that a rolling upgrade keeps the tier and its flushes;
-// blocks on other ports have keys of their own, whatever the order of
-// their ports.
+// TestKeysFingerprint: without a view or ports a block keeps the keys of
+// its settings, those earlier versions made, so that a rolling upgrade
+// keeps the tier and its flushes; views and ports, whatever their order,
+// have keys of their own.
 func TestKeysFingerprint(t *testing.T) {
 	prefix := func(view string, ports ...string) string {
 		return newKeyer(nil, keysFingerprint([32]byte{1}, view, ports)).prefix
@@ -244,11 +243,9 @@ func TestKeysFingerprint(t *testing.T) {
 		got, want string
 	}{
 		{prefix(""), "cc:yqHPJrdd1x1L:"},
-		{prefix("", "53"), "cc:yqHPJrdd1x1L:"},
-		{prefix("", "53", "53"), "cc:yqHPJrdd1x1L:"},
 		{prefix("internal"), "cc:8PCU5Tx9CZLK:"},
-		{prefix("internal", "53"), "cc:8PCU5Tx9CZLK:"},
 		{prefix("", "5353", "53"), prefix("", "53", "5353")},
+		{prefix("", "53", "53"), prefix("", "53")},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("prefix %q, want %q", tc.got, tc.want)
@@ -256,10 +253,11 @@ func TestKeysFingerprint(t *testing.T) {
 	}
 	distinct := map[string]string{}
 	for what, p := range map[string]string{
+		"no view or port":    prefix(""),
 		"port 53":            prefix("", "53"),
 		"port 5353":          prefix("", "5353"),
 		"ports 53 and 5353":  prefix("", "53", "5353"),
-		"port 1053":          prefix("", "1053"),
+		"a view":             prefix("internal"),
 		"a view on 53":       prefix("internal", "53"),
 		"a view on 5353":     prefix("internal", "5353"),
 		"another view on 53": prefix("external", "53"),
@@ -268,5 +266,38 @@ func TestKeysFingerprint(t *testing.T) {
 			t.Errorf("%s and %s share the prefix %q", what, other, p)
 		}
 		distinct[p] = what
+	}
+}
+
+// TestApart: a block mixes its ports into its keys only when another block
+// of its Corefile uses the same server on other ports.
+func TestApart(t *testing.T) {
+	cfg := &Config{addrs: []string{"127.0.0.1:6379"}}
+	other := &Config{addrs: []string{"127.0.0.1:6380"}}
+	otherDB := &Config{addrs: cfg.addrs, db: 1}
+	for _, tc := range []struct {
+		name   string
+		blocks []*Config // the first is asked
+		ports  [][]string
+		want   []string
+	}{
+		{"alone", []*Config{cfg}, [][]string{{"5353"}}, nil},
+		{"same server, other ports", []*Config{cfg, cfg}, [][]string{{"53"}, {"5353"}}, []string{"53"}},
+		{"same server, same ports (other binds)", []*Config{cfg, cfg}, [][]string{{"53"}, {"53"}}, nil},
+		{"other server", []*Config{cfg, other}, [][]string{{"53"}, {"5353"}}, nil},
+		{"other database", []*Config{cfg, otherDB}, [][]string{{"53"}, {"5353"}}, nil},
+	} {
+		peers := new([]*Config)
+		for i, b := range tc.blocks {
+			c := *b
+			c.ports, c.peers = tc.ports[i], peers
+			*peers = append(*peers, &c)
+		}
+		if got := (*peers)[0].apart(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: apart %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := (&Config{ports: []string{"53"}}).apart(); got != nil {
+		t.Errorf("a tier not parsed from a Corefile: apart %q, want none", got)
 	}
 }
