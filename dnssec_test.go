@@ -538,7 +538,7 @@ func secStartServer(t *testing.T, corefile string) (string, func()) {
 			continue
 		}
 		var once sync.Once
-		stop := func() { once.Do(func() { inst.Stop() }) }
+		stop := func() { once.Do(func() { stopServers(inst) }) }
 		t.Cleanup(stop)
 		return fmt.Sprintf("127.0.0.1:%d", port), stop
 	}

@@ -525,7 +525,7 @@ func TestKubernetesSourceRunsThroughLameduck(t *testing.T) {
 	if n := len(kube.Running()); n != 1 {
 		t.Fatalf("%d sources running, want the block's one", n)
 	}
-	inst.Stop()
+	stopServers(inst)
 	for _, shutdown := range inst.OnShutdown {
 		shutdown()
 	}

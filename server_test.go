@@ -29,8 +29,10 @@ import (
 // the test over the loopback network. The server core's ScrubWriter, the
 // plugin chain's writers and the real wire are all on the path.
 
-// serverMu serializes caddy.Start: caddy keeps process-wide state while it
-// parses a Corefile and starts its servers.
+// serverMu serializes caddy.Start and Instance.Stop: caddy keeps
+// process-wide state while it parses a Corefile and starts its servers,
+// and a stop takes its instance out of the list of instances, which
+// lifecycle reads as a block starts (caddy.Instances, without a lock).
 var serverMu sync.Mutex
 
 // corefileInput is a Corefile held in memory.
@@ -88,11 +90,18 @@ func startInstance(t *testing.T, corefile string) *caddy.Instance {
 // not run: they stop what the process shares, such as the prometheus
 // plugin's listener, which other tests read.
 func stopInstance(inst *caddy.Instance) {
-	inst.Stop()
+	stopServers(inst)
 	for _, shutdown := range inst.OnShutdown {
 		shutdown()
 	}
 	lifecycle.Stop(inst)
+}
+
+// stopServers stops inst's servers, as no instance starts (serverMu).
+func stopServers(inst *caddy.Instance) {
+	serverMu.Lock()
+	defer serverMu.Unlock()
+	inst.Stop()
 }
 
 // startCorefile starts a CoreDNS instance from corefile, whose servers

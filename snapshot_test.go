@@ -53,7 +53,7 @@ func TestSnapshotWarmRestart(t *testing.T) {
 	}
 	stop := func(inst *caddy.Instance) {
 		inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
-		inst.Stop()
+		stopServers(inst)
 	}
 	names := []struct {
 		name  string
