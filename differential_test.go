@@ -243,6 +243,8 @@ var diffScenarios = []diffScenario{
 			{ask: "A.Example.ORG. A", up: 0, diff: []string{"owner-case"}},
 			{ask: "WWW.example.org. A", up: 1, diff: []string{"owner-case"}},
 			{ask: "www.example.org. A", up: 0},
+			// Names other than the question's keep the case they came with.
+			{ask: "www.EXAMPLE.org. A", up: 0, diff: []string{"owner-case"}},
 		},
 	},
 	{

@@ -71,8 +71,10 @@ func (c *Compressor) pointerTo(msg, suffix []byte) (int, bool) {
 }
 
 // nameAtEqual reports whether the name at off in msg, which may end in a
-// pointer, equals the uncompressed name n, ignoring ASCII case. The writer
-// only writes pointers backwards, so following them terminates.
+// pointer, equals the uncompressed name n, case included: a pointer to a
+// name in another case, the client's question's say, would change the case
+// of the name it replaces (RFC 4343 4.1). The writer only writes pointers
+// backwards, so following them terminates.
 func nameAtEqual(msg []byte, off int, n []byte) bool {
 	i := 0
 	for {
@@ -86,7 +88,7 @@ func nameAtEqual(msg []byte, off int, n []byte) bool {
 		if l == 0 {
 			return true
 		}
-		if !EqualFoldWire(msg[off+1:off+1+l], n[i+1:i+1+l]) {
+		if string(msg[off+1:off+1+l]) != string(n[i+1:i+1+l]) {
 			return false
 		}
 		off += l + 1

@@ -78,9 +78,15 @@ func TestCompressor(t *testing.T) {
 		t.Fatalf("mail.example.org written as %x", got)
 	}
 	before := len(msg)
-	msg = c.AppendName(msg, wire(t, "MAIL.example.ORG"))
+	msg = c.AppendName(msg, wire(t, "mail.example.org"))
 	if got := msg[before:]; len(got) != 2 || got[0]&0xC0 != 0xC0 {
-		t.Errorf("a name written before, in other case, as %x: want a pointer", got)
+		t.Errorf("a name written before as %x: want a pointer", got)
+	}
+	// In another case, a pointer would change the name's case.
+	before = len(msg)
+	msg = c.AppendName(msg, wire(t, "MAIL.example.ORG"))
+	if got := msg[before:]; len(got) != len(wire(t, "MAIL.example.ORG")) {
+		t.Errorf("a name written before in other case as %x: want it whole", got)
 	}
 }
 
