@@ -348,3 +348,84 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 		}
 	}
 }
+
+// writeRequest writes pkt on conn with its two-byte length.
+func writeRequest(t *testing.T, conn net.Conn, pkt []byte) {
+	t.Helper()
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readReply reads a message off conn, waiting 5 s at most.
+func readReply(conn net.Conn) ([]byte, error) {
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var size [2]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		return nil, err
+	}
+	reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+	_, err := io.ReadFull(conn, reply)
+	return reply, err
+}
+
+// waitWaiting waits for fe's reader of n connections to wait for a request.
+func waitWaiting(t *testing.T, fe *frontend, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		fe.conns.mu.Lock()
+		waiting := 0
+		for _, w := range fe.conns.m {
+			if w {
+				waiting++
+			}
+		}
+		fe.conns.mu.Unlock()
+		if waiting == n {
+			return
+		}
+		if i == 1000 {
+			t.Fatalf("%d connections wait for a request, want %d", waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReloadKeepsTCPQueryCount: a connection handed over at a reload has
+// served the queries its old front end answered: the server's most queries
+// per connection (maxtcpqueries) counts them, and the new front end closes
+// it once it has served the rest. The count started again at each front
+// end, and reloads let a connection serve without end.
+func TestReloadKeepsTCPQueryCount(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	srv := chainServer(t, "old")
+	srv.MaxTCPQueries = 2
+	old.start(srv)
+	addr := old.tcp[0].Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	old.close()
+	srv = chainServer(t, "next")
+	srv.MaxTCPQueries = 2
+	next.start(srv)
+	writeRequest(t, conn, query(t, 2))
+	writeRequest(t, conn, query(t, 4))
+	if _, err := readReply(conn); err != nil {
+		t.Fatalf("the second query: %v", err)
+	}
+	if _, err := readReply(conn); err == nil {
+		t.Error("a third query answered on a connection of at most 2")
+	}
+}
