@@ -183,7 +183,8 @@ type frontend struct {
 	udp     []*net.UDPConn  // read through the poller
 	threads []*threadSocket // read by threads of their own
 	tcp     []net.Listener
-	started bool // threads counted by raiseProcs
+	tcpOpen map[string]chan struct{} // a token per connection served, by its listener's socketKey
+	started bool                     // threads counted by raiseProcs
 
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
@@ -282,6 +283,10 @@ func (fe *frontend) open() error {
 			return err
 		}
 		fe.tcp = append(fe.tcp, l)
+		if fe.tcpOpen == nil {
+			fe.tcpOpen = map[string]chan struct{}{}
+		}
+		fe.tcpOpen[socketKey(l.Addr())] = make(chan struct{}, fe.cfg.inflight)
 		recordSocket(fe, l.Addr(), nil)
 	}
 	return nil

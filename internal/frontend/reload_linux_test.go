@@ -429,3 +429,40 @@ func TestReloadKeepsTCPQueryCount(t *testing.T) {
 		t.Error("a third query answered on a connection of at most 2")
 	}
 }
+
+// TestReloadHandedTCPTakesASlot: a connection handed over at a reload is
+// one of the new front end's open connections on its address, which
+// inflight limits: past it a new connection is closed. Handed connections
+// were not counted, and reloads let the open connections grow without
+// bound.
+func TestReloadHandedTCPTakesASlot(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 1}, cache)
+	old.start(chainServer(t, "old"))
+	addr := old.tcp[0].Addr().String()
+	handed, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handed.Close()
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 1}, cache)
+	old.close()
+	next.start(chainServer(t, "next"))
+	writeRequest(t, handed, query(t, 0))
+	if _, err := readReply(handed); err != nil {
+		t.Fatalf("the handed connection: %v", err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pkt := query(t, 2)
+	conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)) // may find it closed
+	if _, err := readReply(conn); err == nil {
+		t.Error("a second connection answered by a front end of inflight 1")
+	}
+}

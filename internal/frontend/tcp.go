@@ -16,10 +16,8 @@ import (
 // answer, so TCP is served plainly: a goroutine per connection, requests
 // answered in order, hits from the cache and the rest through the chain.
 
-// serveTCP accepts connections on l until it is closed, at most inflight
-// of them open at a time.
+// serveTCP accepts connections on l until it is closed.
 func (fe *frontend) serveTCP(l net.Listener) {
-	open := make(chan struct{}, fe.cfg.inflight)
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -30,30 +28,32 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: let some close
 			continue
 		}
-		select {
-		case open <- struct{}{}:
-		default:
-			fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
-			conn.Close()
-			continue
-		}
-		fe.goServe(conn, l.Addr(), 0, func() { <-open })
+		fe.goServe(conn, l.Addr(), 0)
 	}
 }
 
 // goServe serves conn, accepted on the listener at local, which has
 // served queries already, in a goroutine of its own, unless the front end
-// closes, and calls done once its reader has left.
-func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int, done func()) {
+// closes. At most inflight connections are open on local at a time, those
+// handed over at a reload among them: past that conn is closed.
+func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int) {
 	if !fe.conns.add(conn) {
 		fe.handConn(conn, local, queries) // the front end closes
-		done()
+		return
+	}
+	open := fe.tcpOpen[socketKey(local)]
+	select {
+	case open <- struct{}{}:
+	default:
+		fe.conns.remove(conn)
+		fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
+		conn.Close()
 		return
 	}
 	go func() {
 		closing, queries := fe.serveConn(conn, queries)
 		fe.conns.remove(conn)
-		done()
+		<-open
 		if closing {
 			fe.handConn(conn, local, queries)
 		} else {
@@ -74,7 +74,7 @@ func (fe *frontend) handConn(conn net.Conn, local net.Addr, queries int) {
 			conn.Close()
 			return
 		}
-		next.goServe(conn, local, queries, func() {})
+		next.goServe(conn, local, queries)
 	})
 	if !served {
 		conn.Close()
