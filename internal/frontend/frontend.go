@@ -30,6 +30,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	corelog "github.com/coredns/coredns/plugin/log"
 	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/edns"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
@@ -972,14 +973,34 @@ func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, clien
 	if err != nil || len(reply) < off+4 {
 		return // the reply writer wrote it: it unpacks
 	}
-	id := binary.BigEndian.Uint16(reply[dnsmsg.OffID:])
-	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
+	h := header(reply)
 	qtype, qclass := binary.BigEndian.Uint16(reply[off:]), binary.BigEndian.Uint16(reply[off+2:])
 	proto := "udp"
 	if tcp {
 		proto = "tcp"
 	}
-	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %d (front end hit, 1 in %d logged)",
-		client, id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, hit.UDPSize,
-		dns.RcodeToString[rcode], len(reply), fe.cfg.logEvery)
+	// The client, the buffer size and the flags as the log plugin writes
+	// them: a dual-stack socket's IPv4 client unmapped, the size its
+	// request.Request reads.
+	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %s %d (front end hit, 1 in %d logged)",
+		client, h.Id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, edns.Size(proto, hit.UDPSize),
+		dns.RcodeToString[h.Rcode], flags(h), len(reply), fe.cfg.logEvery)
+}
+
+// flags returns the flags of h as the log plugin's {>rflags} writes them.
+func flags(h dns.MsgHdr) string {
+	var f []string
+	for _, flag := range []struct {
+		set  bool
+		name string
+	}{
+		{h.Response, "qr"}, {h.Authoritative, "aa"}, {h.Truncated, "tc"}, {h.RecursionDesired, "rd"},
+		{h.RecursionAvailable, "ra"}, {h.Zero, "z"}, {h.AuthenticatedData, "ad"}, {h.CheckingDisabled, "cd"},
+	} {
+		if flag.set {
+			f = append(f, flag.name)
+		}
+	}
+	return strings.Join(f, ",")
 }
