@@ -716,9 +716,13 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		Arcount: binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:]),
 	}
 	action := dns.DefaultMsgAcceptFunc(h)
-	// CoreDNS's server accepts the opcodes its plugins allow.
-	if action == dns.MsgRejectNotImplemented && fe.opcodes[h.Bits>>11&0xF] && h.Qdcount == 1 {
+	// CoreDNS's server accepts the opcodes its plugins allow, with one
+	// question, and rejects them with any other number as malformed.
+	if action == dns.MsgRejectNotImplemented && fe.opcodes[h.Bits>>11&0xF] {
 		action = dns.MsgAccept
+		if h.Qdcount != 1 {
+			action = dns.MsgReject
+		}
 	}
 	r := new(dns.Msg)
 	switch action {
