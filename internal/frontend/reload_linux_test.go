@@ -466,3 +466,42 @@ func TestReloadHandedTCPTakesASlot(t *testing.T) {
 		t.Error("a second connection answered by a front end of inflight 1")
 	}
 }
+
+// TestFailedReloadServesQueuedTCP: when a reload fails, the new instance's
+// front end, which opened its listener beside the running one's and never
+// started, closes, and the connections that wait in its listener's queue
+// go to the running front end, which serves them. The kernel reset them.
+func TestFailedReloadServesQueuedTCP(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	running := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	running.start(chainServer(t, "running"))
+	addr := running.tcp[0].Addr().String()
+	failed := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+
+	// SO_REUSEPORT spreads the connections over both listeners.
+	const n = 16
+	var conns []net.Conn
+	for i := range n {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		writeRequest(t, conn, query(t, 2*i+1))
+		conns = append(conns, conn)
+	}
+	failed.close()
+	answered := 0
+	for i, conn := range conns {
+		reply, err := readReply(conn)
+		if err != nil {
+			continue
+		}
+		checkReply(t, reply, 2*i+1, "running")
+		answered++
+	}
+	if answered != n {
+		t.Errorf("%d of %d connections answered", answered, n)
+	}
+}

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -73,6 +74,28 @@ func successor(fe *frontend, local net.Addr) (openSocket, bool) {
 		return socks[n-1], true
 	}
 	return openSocket{}, false
+}
+
+// running returns the newest front end on local other than fe that has
+// started and not closed, or nil. When a reload fails, the new instance's
+// front end closes without having started, beside the running one.
+func running(fe *frontend, local net.Addr) *frontend {
+	successors.Lock()
+	socks := slices.Clone(successors.m[socketKey(local)])
+	successors.Unlock()
+	for i := len(socks) - 1; i >= 0; i-- {
+		o := socks[i].fe
+		if o == fe {
+			continue
+		}
+		o.taken.Lock()
+		ok := o.taken.started && !o.taken.closed
+		o.taken.Unlock()
+		if ok {
+			return o
+		}
+	}
+	return nil
 }
 
 // frontends numbers the front ends in the order they open.

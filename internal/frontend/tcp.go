@@ -65,9 +65,11 @@ func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int) {
 // handConn hands conn, accepted on the listener at local, which has served
 // queries already and is left with no byte of a request read, to the
 // newest front end on local, which serves it once it starts, up to the
-// server's most queries on one connection; it closes conn when there is
-// none. So a reload closes no connection: one closed would lose the
-// requests its client had sent that the closing front end did not read.
+// server's most queries on one connection; or, with none newer, to a
+// running one on local, which a failed reload leaves the older; it closes
+// conn when there is neither. So a reload closes no connection: one closed
+// would lose the requests its client had sent that the closing front end
+// did not read.
 func (fe *frontend) handConn(conn net.Conn, local net.Addr, queries int) {
 	served := fe.handOver(local, func(next *frontend) {
 		if next == nil {
@@ -76,9 +78,14 @@ func (fe *frontend) handConn(conn net.Conn, local net.Addr, queries int) {
 		}
 		next.goServe(conn, local, queries)
 	})
-	if !served {
-		conn.Close()
+	if served {
+		return
 	}
+	if o := running(fe, local); o != nil {
+		o.goServe(conn, local, queries)
+		return
+	}
+	conn.Close()
 }
 
 // stopAccepting ends l's Accept, which serveTCP waits in, and leaves l open:
