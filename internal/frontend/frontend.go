@@ -383,7 +383,7 @@ func (fe *frontend) closeSockets() {
 	// longer than the chain's replies need it, since the datagrams that come
 	// to it are lost: not at all when a newer front end's sockets can send
 	// those replies (successor.go).
-	if fe.succeeded() {
+	if fe.succeeded() || fe.server == nil {
 		fe.drainUDP()
 		fe.closeUDP()
 	} else {
@@ -820,10 +820,11 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	}
 	n, err := w.send(w.udp, b)
 	if errors.Is(err, net.ErrClosed) {
-		// The front end closed at a reload, and a newer one's socket on
-		// the same address took its place.
-		if o, ok := successor(w.fe, w.local); ok {
-			return w.send(o.s, b)
+		// The front end whose socket it was closed, and another's socket on
+		// the same address took its place: a newer one's at a reload, the
+		// running one's when a reload failed.
+		if s := newest(w.local); s != nil {
+			return w.send(s, b)
 		}
 	}
 	return n, err

@@ -505,3 +505,52 @@ func TestFailedReloadServesQueuedTCP(t *testing.T) {
 		t.Errorf("%d of %d connections answered", answered, n)
 	}
 }
+
+// TestFailedReloadAnswersQueuedUDP: when a reload fails, the requests that
+// wait in the UDP sockets of the new instance's front end, which opened
+// them beside the running one's and never started, are answered by the
+// running front end: hits from its cache, misses through its chain. They
+// were lost with the sockets.
+func TestFailedReloadAnswersQueuedUDP(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) {
+			poller := wait == "poller"
+			cache := newGatedCache(t)
+			cache.once.Do(func() {}) // nothing held
+			running := openFrontend(t, &Config{udp: []string{"127.0.0.1:0"}, sockets: 1, inflight: 64, poller: poller}, cache)
+			running.start(chainServer(t, "running"))
+			local := running.udpAddrs()[0].(*net.UDPAddr)
+			failed := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64, poller: poller}, cache)
+
+			// SO_REUSEPORT spreads the clients over both sockets.
+			const n = 16
+			var clients []*net.UDPConn
+			for i := range n {
+				client, err := net.DialUDP("udp", nil, local)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer client.Close()
+				if _, err := client.Write(query(t, i)); err != nil {
+					t.Fatal(err)
+				}
+				clients = append(clients, client)
+			}
+			failed.close()
+			answered := 0
+			buf := make([]byte, 512)
+			for i, client := range clients {
+				client.SetReadDeadline(time.Now().Add(5 * time.Second))
+				m, err := client.Read(buf)
+				if err != nil {
+					continue
+				}
+				checkReply(t, buf[:m], i, "running")
+				answered++
+			}
+			if answered != n {
+				t.Errorf("%d of %d requests answered", answered, n)
+			}
+		})
+	}
+}
