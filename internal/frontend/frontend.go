@@ -205,6 +205,8 @@ type frontend struct {
 	chain    busy
 	stopping atomic.Bool
 
+	tcpHits atomic.Uint64 // the TCP connections' hits, for the sampled log
+
 	// What older front ends, closing at a reload before this one started,
 	// handed it.
 	taken taken
@@ -547,7 +549,11 @@ func (fe *frontend) account(r *reader, block int, pkt, reply []byte, local, clie
 	}
 	r.series[block].count(reply, len(pkt), client.Addr(), tcp, hit, took)
 	b.access.hit(pkt, reply, local, client, tcp, hit, took)
-	fe.logHit(&r.sinceLogged, hit, len(pkt), reply, client, tcp)
+	since := &r.sinceLogged
+	if tcp {
+		since = nil // the connections' readers count together (logHit)
+	}
+	fe.logHit(since, hit, len(pkt), reply, client, tcp)
 }
 
 // counters returns the counters of the block of the request pkt, or of the
@@ -965,15 +971,24 @@ func unspecified(a net.Addr) bool {
 func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp", addr) }
 
 // logHit logs one hit in logEvery in the common format of the log plugin,
-// without the duration; *since counts the hits since the last one logged.
+// without the duration; *since counts the hits since the last one logged,
+// or for nil the TCP connections' hits do.
 func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, client netip.AddrPort, tcp bool) {
 	if fe.cfg.logEvery == 0 {
 		return
 	}
-	if *since++; *since < fe.cfg.logEvery {
-		return
+	if since == nil {
+		// A TCP connection's reader: most connections see fewer than
+		// logEvery hits, so theirs are counted together.
+		if fe.tcpHits.Add(1)%uint64(fe.cfg.logEvery) != 0 {
+			return
+		}
+	} else {
+		if *since++; *since < fe.cfg.logEvery {
+			return
+		}
+		*since = 0
 	}
-	*since = 0
 	name, off, err := dns.UnpackDomainName(reply, dnsmsg.HeaderLen)
 	if err != nil || len(reply) < off+4 {
 		return // the reply writer wrote it: it unpacks

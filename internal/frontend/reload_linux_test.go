@@ -1,11 +1,14 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
+	golog "log"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -553,4 +556,56 @@ func TestFailedReloadAnswersQueuedUDP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSampledLogCountsTCPHits: `log N` logs one hit in N of the TCP
+// connections' hits together, as of a socket's: connections of fewer than
+// N hits, as most are, had none of theirs logged.
+func TestSampledLogCountsTCPHits(t *testing.T) {
+	var logs lockedBuffer
+	prev := golog.Writer()
+	golog.SetOutput(&logs)
+	defer golog.SetOutput(prev)
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64, logEvery: 2}, cache)
+	fe.start(chainServer(t, "fe"))
+	for i := range 4 {
+		conn, err := net.Dial("tcp", fe.tcp[0].Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeRequest(t, conn, query(t, 2*i))
+		if _, err := readReply(conn); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	// A hit is logged once its reply is sent: wait for the last one's line.
+	n := 0
+	for i := 0; i < 200 && n < 2; i++ {
+		time.Sleep(10 * time.Millisecond)
+		n = strings.Count(logs.String(), "front end hit")
+	}
+	if n != 2 {
+		t.Errorf("%d of 4 hits over TCP logged with log 2, want 2:\n%s", n, logs.String())
+	}
+}
+
+// lockedBuffer is a log's output that readers may read while it is written.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
