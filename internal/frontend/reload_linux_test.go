@@ -609,3 +609,40 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestReloadKeepsTCPIdleTimeout: a connection handed over at a reload after
+// it served a query waits for its next for the idle timeout, as between
+// any two queries, not for the read timeout of a connection's first.
+func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	server := func(name string) *dnsserver.Server {
+		srv := chainServer(t, name)
+		srv.ReadTimeout, srv.IdleTimeout = 50*time.Millisecond, time.Minute
+		return srv
+	}
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	old.start(server("old"))
+	addr := old.tcp[0].Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	old.close()
+	next.start(server("next"))
+	time.Sleep(200 * time.Millisecond) // past the read timeout, within the idle one
+	writeRequest(t, conn, query(t, 1))
+	if reply, err := readReply(conn); err != nil {
+		t.Errorf("the second query: %v", err)
+	} else {
+		checkReply(t, reply, 1, "next")
+	}
+}
