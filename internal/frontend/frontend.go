@@ -585,9 +585,11 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	if fe.stopping.Load() {
 		req := slices.Clone(pkt)
 		if fe.handOver(w.local, func(next *frontend) {
-			if next != nil {
-				next.toChain(req, w)
+			if next == nil {
+				fe.counters(req).Dropped.Inc() // it closed before it started
+				return
 			}
+			next.toChain(req, w)
 		}) {
 			return
 		}

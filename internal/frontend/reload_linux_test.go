@@ -16,6 +16,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // gatedCache answers A requests, as a cache with an entry for each would,
@@ -644,5 +645,42 @@ func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
 		t.Errorf("the second query: %v", err)
 	} else {
 		checkReply(t, reply, 1, "next")
+	}
+}
+
+// TestHandedToClosedIsCounted: a miss an old front end handed at a reload
+// to the new one, which then closes without having started (its server not
+// found), is counted as dropped: every request the front ends read is
+// counted once. It was counted nowhere.
+func TestHandedToClosedIsCounted(t *testing.T) {
+	cache := newGatedCache(t)
+	old := openFrontend(t, &Config{udp: []string{"127.0.0.1:0"}, sockets: 1, inflight: 64}, cache)
+	old.start(chainServer(t, "old"))
+	local := old.udpAddrs()[0].(*net.UDPAddr)
+	client, err := net.DialUDP("udp", nil, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	// The hit holds the reader; the miss waits in the socket.
+	for i := range 2 {
+		if _, err := client.Write(query(t, i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-cache.asked
+		}
+	}
+	next := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64}, cache)
+	closeHeld(t, old, cache.open)
+	next.close()
+	var counted float64
+	for i := 0; i < 200 && counted < 2; i++ {
+		fm := old.blocks[0].fm
+		counted = testutil.ToFloat64(fm.Hit) + testutil.ToFloat64(fm.Chain) + testutil.ToFloat64(fm.Shed) + testutil.ToFloat64(fm.Dropped)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if counted != 2 {
+		t.Errorf("%v of 2 requests counted", counted)
 	}
 }
