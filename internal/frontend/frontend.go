@@ -30,6 +30,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	corelog "github.com/coredns/coredns/plugin/log"
 	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/edns"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
@@ -183,7 +184,8 @@ type frontend struct {
 	udp     []*net.UDPConn  // read through the poller
 	threads []*threadSocket // read by threads of their own
 	tcp     []net.Listener
-	started bool // threads counted by raiseProcs
+	tcpOpen map[string]chan struct{} // a token per connection served, by its listener's socketKey
+	started bool                     // threads counted by raiseProcs
 
 	// Set when the server is known, before the sockets are read.
 	server *dnsserver.Server
@@ -202,6 +204,8 @@ type frontend struct {
 	// sockets must outlive; stopping tells the UDP readers to leave.
 	chain    busy
 	stopping atomic.Bool
+
+	tcpHits atomic.Uint64 // the TCP connections' hits, for the sampled log
 
 	// What older front ends, closing at a reload before this one started,
 	// handed it.
@@ -282,6 +286,10 @@ func (fe *frontend) open() error {
 			return err
 		}
 		fe.tcp = append(fe.tcp, l)
+		if fe.tcpOpen == nil {
+			fe.tcpOpen = map[string]chan struct{}{}
+		}
+		fe.tcpOpen[socketKey(l.Addr())] = make(chan struct{}, fe.cfg.inflight)
 		recordSocket(fe, l.Addr(), nil)
 	}
 	return nil
@@ -377,7 +385,7 @@ func (fe *frontend) closeSockets() {
 	// longer than the chain's replies need it, since the datagrams that come
 	// to it are lost: not at all when a newer front end's sockets can send
 	// those replies (successor.go).
-	if fe.succeeded() {
+	if fe.succeeded() || fe.server == nil {
 		fe.drainUDP()
 		fe.closeUDP()
 	} else {
@@ -541,7 +549,11 @@ func (fe *frontend) account(r *reader, block int, pkt, reply []byte, local, clie
 	}
 	r.series[block].count(reply, len(pkt), client.Addr(), tcp, hit, took)
 	b.access.hit(pkt, reply, local, client, tcp, hit, took)
-	fe.logHit(&r.sinceLogged, hit, len(pkt), reply, client, tcp)
+	since := &r.sinceLogged
+	if tcp {
+		since = nil // the connections' readers count together (logHit)
+	}
+	fe.logHit(since, hit, len(pkt), reply, client, tcp)
 }
 
 // counters returns the counters of the block of the request pkt, or of the
@@ -573,9 +585,11 @@ func (fe *frontend) toChain(pkt []byte, w *chainWriter) {
 	if fe.stopping.Load() {
 		req := slices.Clone(pkt)
 		if fe.handOver(w.local, func(next *frontend) {
-			if next != nil {
-				next.toChain(req, w)
+			if next == nil {
+				fe.counters(req).Dropped.Inc() // it closed before it started
+				return
 			}
+			next.toChain(req, w)
 		}) {
 			return
 		}
@@ -710,9 +724,13 @@ func (fe *frontend) serveChain(pkt []byte, w *chainWriter) {
 		Arcount: binary.BigEndian.Uint16(pkt[dnsmsg.OffARCount:]),
 	}
 	action := dns.DefaultMsgAcceptFunc(h)
-	// CoreDNS's server accepts the opcodes its plugins allow.
-	if action == dns.MsgRejectNotImplemented && fe.opcodes[h.Bits>>11&0xF] && h.Qdcount == 1 {
+	// CoreDNS's server accepts the opcodes its plugins allow, with one
+	// question, and rejects them with any other number as malformed.
+	if action == dns.MsgRejectNotImplemented && fe.opcodes[h.Bits>>11&0xF] {
 		action = dns.MsgAccept
+		if h.Qdcount != 1 {
+			action = dns.MsgReject
+		}
 	}
 	r := new(dns.Msg)
 	switch action {
@@ -810,10 +828,11 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 	}
 	n, err := w.send(w.udp, b)
 	if errors.Is(err, net.ErrClosed) {
-		// The front end closed at a reload, and a newer one's socket on
-		// the same address took its place.
-		if o, ok := successor(w.fe, w.local); ok {
-			return w.send(o.s, b)
+		// The front end whose socket it was closed, and another's socket on
+		// the same address took its place: a newer one's at a reload, the
+		// running one's when a reload failed.
+		if s := newest(w.local); s != nil {
+			return w.send(s, b)
 		}
 	}
 	return n, err
@@ -954,27 +973,56 @@ func unspecified(a net.Addr) bool {
 func listenTCP(addr string) (net.Listener, error) { return reuseport.Listen("tcp", addr) }
 
 // logHit logs one hit in logEvery in the common format of the log plugin,
-// without the duration; *since counts the hits since the last one logged.
+// without the duration; *since counts the hits since the last one logged,
+// or for nil the TCP connections' hits do.
 func (fe *frontend) logHit(since *int, hit *Hit, reqLen int, reply []byte, client netip.AddrPort, tcp bool) {
 	if fe.cfg.logEvery == 0 {
 		return
 	}
-	if *since++; *since < fe.cfg.logEvery {
-		return
+	if since == nil {
+		// A TCP connection's reader: most connections see fewer than
+		// logEvery hits, so theirs are counted together.
+		if fe.tcpHits.Add(1)%uint64(fe.cfg.logEvery) != 0 {
+			return
+		}
+	} else {
+		if *since++; *since < fe.cfg.logEvery {
+			return
+		}
+		*since = 0
 	}
-	*since = 0
 	name, off, err := dns.UnpackDomainName(reply, dnsmsg.HeaderLen)
 	if err != nil || len(reply) < off+4 {
 		return // the reply writer wrote it: it unpacks
 	}
-	id := binary.BigEndian.Uint16(reply[dnsmsg.OffID:])
-	rcode := int(binary.BigEndian.Uint16(reply[dnsmsg.OffFlags:]) & 0xF)
+	h := header(reply)
 	qtype, qclass := binary.BigEndian.Uint16(reply[off:]), binary.BigEndian.Uint16(reply[off+2:])
 	proto := "udp"
 	if tcp {
 		proto = "tcp"
 	}
-	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %d (front end hit, 1 in %d logged)",
-		client, id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, hit.UDPSize,
-		dns.RcodeToString[rcode], len(reply), fe.cfg.logEvery)
+	// The client, the buffer size and the flags as the log plugin writes
+	// them: a dual-stack socket's IPv4 client unmapped, the size its
+	// request.Request reads.
+	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	log.Infof("%s - %d \"%s %s %s %s %d %t %d\" %s %s %d (front end hit, 1 in %d logged)",
+		client, h.Id, dns.Type(qtype), dns.Class(qclass), name, proto, reqLen, hit.DO, edns.Size(proto, hit.UDPSize),
+		dns.RcodeToString[h.Rcode], flags(h), len(reply), fe.cfg.logEvery)
+}
+
+// flags returns the flags of h as the log plugin's {>rflags} writes them.
+func flags(h dns.MsgHdr) string {
+	var f []string
+	for _, flag := range []struct {
+		set  bool
+		name string
+	}{
+		{h.Response, "qr"}, {h.Authoritative, "aa"}, {h.Truncated, "tc"}, {h.RecursionDesired, "rd"},
+		{h.RecursionAvailable, "ra"}, {h.Zero, "z"}, {h.AuthenticatedData, "ad"}, {h.CheckingDisabled, "cd"},
+	} {
+		if flag.set {
+			f = append(f, flag.name)
+		}
+	}
+	return strings.Join(f, ",")
 }

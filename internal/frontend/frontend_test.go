@@ -1,6 +1,9 @@
 package frontend
 
 import (
+	"encoding/binary"
+	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -183,5 +186,53 @@ func TestSuccessor(t *testing.T) {
 	recordSocket(fes[2], &net.TCPAddr{IP: other.IP, Port: other.Port}, nil)
 	if _, ok := successor(fes[0], other); ok {
 		t.Error("a successor on an address no later front end has UDP sockets on")
+	}
+}
+
+// TestRejectsAsServer: a request the server rejects gets the reply
+// CoreDNS's server gives it (acceptMessage): an opcode no plugin allows,
+// NOTIMP; an allowed opcode other than QUERY or NOTIFY, but for a number
+// of questions other than one, FORMERR. The latter got NOTIMP.
+func TestRejectsAsServer(t *testing.T) {
+	fe := &frontend{blocks: []*block{{fm: cannedCache{}.Counters("")}}}
+	fe.opcodes[dns.OpcodeUpdate] = true
+	for _, tc := range []struct {
+		name      string
+		opcode    int
+		questions int
+		want      int
+	}{
+		{"allowed, no question", dns.OpcodeUpdate, 0, dns.RcodeFormatError},
+		{"allowed, two questions", dns.OpcodeUpdate, 2, dns.RcodeFormatError},
+		{"not allowed", dns.OpcodeStatus, 1, dns.RcodeNotImplemented},
+	} {
+		m := new(dns.Msg)
+		m.Id, m.Opcode = 4242, tc.opcode
+		for i := range tc.questions {
+			m.Question = append(m.Question, dns.Question{Name: fmt.Sprintf("q%d.example.org.", i), Qtype: dns.TypeSOA, Qclass: dns.ClassINET})
+		}
+		pkt, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, server := net.Pipe()
+		go fe.serveChain(pkt, &chainWriter{tcp: &tcpConn{conn: server}})
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var size [2]byte
+		if _, err := io.ReadFull(client, size[:]); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+		if _, err := io.ReadFull(client, reply); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		client.Close()
+		got := new(dns.Msg)
+		if err := got.Unpack(reply); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got.Rcode != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, dns.RcodeToString[got.Rcode], dns.RcodeToString[tc.want])
+		}
 	}
 }

@@ -1,11 +1,14 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
+	golog "log"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // gatedCache answers A requests, as a cache with an entry for each would,
@@ -346,5 +350,337 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 		if answered != tc.to-tc.from {
 			t.Errorf("%s connection: %d of %d requests answered", tc.name, answered, tc.to-tc.from)
 		}
+	}
+}
+
+// writeRequest writes pkt on conn with its two-byte length.
+func writeRequest(t *testing.T, conn net.Conn, pkt []byte) {
+	t.Helper()
+	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readReply reads a message off conn, waiting 5 s at most.
+func readReply(conn net.Conn) ([]byte, error) {
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var size [2]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		return nil, err
+	}
+	reply := make([]byte, binary.BigEndian.Uint16(size[:]))
+	_, err := io.ReadFull(conn, reply)
+	return reply, err
+}
+
+// waitWaiting waits for fe's reader of n connections to wait for a request.
+func waitWaiting(t *testing.T, fe *frontend, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		fe.conns.mu.Lock()
+		waiting := 0
+		for _, w := range fe.conns.m {
+			if w {
+				waiting++
+			}
+		}
+		fe.conns.mu.Unlock()
+		if waiting == n {
+			return
+		}
+		if i == 1000 {
+			t.Fatalf("%d connections wait for a request, want %d", waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestReloadKeepsTCPQueryCount: a connection handed over at a reload has
+// served the queries its old front end answered: the server's most queries
+// per connection (maxtcpqueries) counts them, and the new front end closes
+// it once it has served the rest. The count started again at each front
+// end, and reloads let a connection serve without end.
+func TestReloadKeepsTCPQueryCount(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	srv := chainServer(t, "old")
+	srv.MaxTCPQueries = 2
+	old.start(srv)
+	addr := old.tcp[0].Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	old.close()
+	srv = chainServer(t, "next")
+	srv.MaxTCPQueries = 2
+	next.start(srv)
+	writeRequest(t, conn, query(t, 2))
+	writeRequest(t, conn, query(t, 4))
+	if _, err := readReply(conn); err != nil {
+		t.Fatalf("the second query: %v", err)
+	}
+	if _, err := readReply(conn); err == nil {
+		t.Error("a third query answered on a connection of at most 2")
+	}
+}
+
+// TestReloadHandedTCPTakesASlot: a connection handed over at a reload is
+// one of the new front end's open connections on its address, which
+// inflight limits: past it a new connection is closed. Handed connections
+// were not counted, and reloads let the open connections grow without
+// bound.
+func TestReloadHandedTCPTakesASlot(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 1}, cache)
+	old.start(chainServer(t, "old"))
+	addr := old.tcp[0].Addr().String()
+	handed, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer handed.Close()
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 1}, cache)
+	old.close()
+	next.start(chainServer(t, "next"))
+	writeRequest(t, handed, query(t, 0))
+	if _, err := readReply(handed); err != nil {
+		t.Fatalf("the handed connection: %v", err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pkt := query(t, 2)
+	conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)) // may find it closed
+	if _, err := readReply(conn); err == nil {
+		t.Error("a second connection answered by a front end of inflight 1")
+	}
+}
+
+// TestFailedReloadServesQueuedTCP: when a reload fails, the new instance's
+// front end, which opened its listener beside the running one's and never
+// started, closes, and the connections that wait in its listener's queue
+// go to the running front end, which serves them. The kernel reset them.
+func TestFailedReloadServesQueuedTCP(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	running := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	running.start(chainServer(t, "running"))
+	addr := running.tcp[0].Addr().String()
+	failed := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+
+	// SO_REUSEPORT spreads the connections over both listeners.
+	const n = 16
+	var conns []net.Conn
+	for i := range n {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		writeRequest(t, conn, query(t, 2*i+1))
+		conns = append(conns, conn)
+	}
+	failed.close()
+	answered := 0
+	for i, conn := range conns {
+		reply, err := readReply(conn)
+		if err != nil {
+			continue
+		}
+		checkReply(t, reply, 2*i+1, "running")
+		answered++
+	}
+	if answered != n {
+		t.Errorf("%d of %d connections answered", answered, n)
+	}
+}
+
+// TestFailedReloadAnswersQueuedUDP: when a reload fails, the requests that
+// wait in the UDP sockets of the new instance's front end, which opened
+// them beside the running one's and never started, are answered by the
+// running front end: hits from its cache, misses through its chain. They
+// were lost with the sockets.
+func TestFailedReloadAnswersQueuedUDP(t *testing.T) {
+	for _, wait := range []string{"thread", "poller"} {
+		t.Run(wait, func(t *testing.T) {
+			poller := wait == "poller"
+			cache := newGatedCache(t)
+			cache.once.Do(func() {}) // nothing held
+			running := openFrontend(t, &Config{udp: []string{"127.0.0.1:0"}, sockets: 1, inflight: 64, poller: poller}, cache)
+			running.start(chainServer(t, "running"))
+			local := running.udpAddrs()[0].(*net.UDPAddr)
+			failed := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64, poller: poller}, cache)
+
+			// SO_REUSEPORT spreads the clients over both sockets.
+			const n = 16
+			var clients []*net.UDPConn
+			for i := range n {
+				client, err := net.DialUDP("udp", nil, local)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer client.Close()
+				if _, err := client.Write(query(t, i)); err != nil {
+					t.Fatal(err)
+				}
+				clients = append(clients, client)
+			}
+			failed.close()
+			answered := 0
+			buf := make([]byte, 512)
+			for i, client := range clients {
+				client.SetReadDeadline(time.Now().Add(5 * time.Second))
+				m, err := client.Read(buf)
+				if err != nil {
+					continue
+				}
+				checkReply(t, buf[:m], i, "running")
+				answered++
+			}
+			if answered != n {
+				t.Errorf("%d of %d requests answered", answered, n)
+			}
+		})
+	}
+}
+
+// TestSampledLogCountsTCPHits: `log N` logs one hit in N of the TCP
+// connections' hits together, as of a socket's: connections of fewer than
+// N hits, as most are, had none of theirs logged.
+func TestSampledLogCountsTCPHits(t *testing.T) {
+	var logs lockedBuffer
+	prev := golog.Writer()
+	golog.SetOutput(&logs)
+	defer golog.SetOutput(prev)
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64, logEvery: 2}, cache)
+	fe.start(chainServer(t, "fe"))
+	for i := range 4 {
+		conn, err := net.Dial("tcp", fe.tcp[0].Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeRequest(t, conn, query(t, 2*i))
+		if _, err := readReply(conn); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	// A hit is logged once its reply is sent: wait for the last one's line.
+	n := 0
+	for i := 0; i < 200 && n < 2; i++ {
+		time.Sleep(10 * time.Millisecond)
+		n = strings.Count(logs.String(), "front end hit")
+	}
+	if n != 2 {
+		t.Errorf("%d of 4 hits over TCP logged with log 2, want 2:\n%s", n, logs.String())
+	}
+}
+
+// lockedBuffer is a log's output that readers may read while it is written.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestReloadKeepsTCPIdleTimeout: a connection handed over at a reload after
+// it served a query waits for its next for the idle timeout, as between
+// any two queries, not for the read timeout of a connection's first.
+func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	server := func(name string) *dnsserver.Server {
+		srv := chainServer(t, name)
+		srv.ReadTimeout, srv.IdleTimeout = 50*time.Millisecond, time.Minute
+		return srv
+	}
+	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	old.start(server("old"))
+	addr := old.tcp[0].Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(t, old, 1)
+
+	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	old.close()
+	next.start(server("next"))
+	time.Sleep(200 * time.Millisecond) // past the read timeout, within the idle one
+	writeRequest(t, conn, query(t, 1))
+	if reply, err := readReply(conn); err != nil {
+		t.Errorf("the second query: %v", err)
+	} else {
+		checkReply(t, reply, 1, "next")
+	}
+}
+
+// TestHandedToClosedIsCounted: a miss an old front end handed at a reload
+// to the new one, which then closes without having started (its server not
+// found), is counted as dropped: every request the front ends read is
+// counted once. It was counted nowhere.
+func TestHandedToClosedIsCounted(t *testing.T) {
+	cache := newGatedCache(t)
+	old := openFrontend(t, &Config{udp: []string{"127.0.0.1:0"}, sockets: 1, inflight: 64}, cache)
+	old.start(chainServer(t, "old"))
+	local := old.udpAddrs()[0].(*net.UDPAddr)
+	client, err := net.DialUDP("udp", nil, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	// The hit holds the reader; the miss waits in the socket.
+	for i := range 2 {
+		if _, err := client.Write(query(t, i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			<-cache.asked
+		}
+	}
+	next := openFrontend(t, &Config{udp: []string{local.String()}, sockets: 1, inflight: 64}, cache)
+	closeHeld(t, old, cache.open)
+	next.close()
+	var counted float64
+	for i := 0; i < 200 && counted < 2; i++ {
+		fm := old.blocks[0].fm
+		counted = testutil.ToFloat64(fm.Hit) + testutil.ToFloat64(fm.Chain) + testutil.ToFloat64(fm.Shed) + testutil.ToFloat64(fm.Dropped)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if counted != 2 {
+		t.Errorf("%v of 2 requests counted", counted)
 	}
 }

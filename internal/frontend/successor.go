@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -16,7 +17,9 @@ import (
 // flight, leave through that socket instead: from the same address and
 // port, which is all the client sees. Its TCP connections, those it serves
 // and those waiting in its listeners' queues, it hands to the newer front
-// end (handConn). (CoreDNS's
+// end (handConn). When a reload fails, the new instance's front end closes
+// without having started, and the running one, older, takes what waits in
+// its sockets instead (running). (CoreDNS's
 // own server hands its sockets to the new instance instead; the front end
 // opens a set of its own per instance, whose readers start only once the
 // old instance's shutdown has run.)
@@ -73,6 +76,39 @@ func successor(fe *frontend, local net.Addr) (openSocket, bool) {
 		return socks[n-1], true
 	}
 	return openSocket{}, false
+}
+
+// newest returns the newest open UDP socket on local, or nil.
+func newest(local net.Addr) udpSender {
+	successors.Lock()
+	defer successors.Unlock()
+	if socks := successors.m[socketKey(local)]; len(socks) > 0 {
+		return socks[len(socks)-1].s
+	}
+	return nil
+}
+
+// running returns the newest front end on local other than fe that has
+// started and is not closing, or nil. When a reload fails, the new
+// instance's front end closes without having started, beside the running
+// one. One closing would only hand on what it is given.
+func running(fe *frontend, local net.Addr) *frontend {
+	successors.Lock()
+	socks := slices.Clone(successors.m[socketKey(local)])
+	successors.Unlock()
+	for i := len(socks) - 1; i >= 0; i-- {
+		o := socks[i].fe
+		if o == fe || o.stopping.Load() {
+			continue
+		}
+		o.taken.Lock()
+		ok := o.taken.started && !o.taken.closed
+		o.taken.Unlock()
+		if ok {
+			return o
+		}
+	}
+	return nil
 }
 
 // frontends numbers the front ends in the order they open.

@@ -16,10 +16,8 @@ import (
 // answer, so TCP is served plainly: a goroutine per connection, requests
 // answered in order, hits from the cache and the rest through the chain.
 
-// serveTCP accepts connections on l until it is closed, at most inflight
-// of them open at a time.
+// serveTCP accepts connections on l until it is closed.
 func (fe *frontend) serveTCP(l net.Listener) {
-	open := make(chan struct{}, fe.cfg.inflight)
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -30,54 +28,64 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: let some close
 			continue
 		}
-		select {
-		case open <- struct{}{}:
-		default:
-			fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
-			conn.Close()
-			continue
-		}
-		fe.goServe(conn, l.Addr(), func() { <-open })
+		fe.goServe(conn, l.Addr(), 0)
 	}
 }
 
-// goServe serves conn, accepted on the listener at local, in a goroutine
-// of its own, unless the front end closes, and calls done once its reader
-// has left.
-func (fe *frontend) goServe(conn net.Conn, local net.Addr, done func()) {
+// goServe serves conn, accepted on the listener at local, which has
+// served queries already, in a goroutine of its own, unless the front end
+// closes. At most inflight connections are open on local at a time, those
+// handed over at a reload among them: past that conn is closed.
+func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int) {
 	if !fe.conns.add(conn) {
-		fe.handConn(conn, local) // the front end closes
-		done()
+		fe.handConn(conn, local, queries) // the front end closes
+		return
+	}
+	open := fe.tcpOpen[socketKey(local)]
+	select {
+	case open <- struct{}{}:
+	default:
+		fe.conns.remove(conn)
+		fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
+		conn.Close()
 		return
 	}
 	go func() {
-		closing := fe.serveConn(conn)
+		closing, queries := fe.serveConn(conn, queries)
 		fe.conns.remove(conn)
-		done()
+		<-open
 		if closing {
-			fe.handConn(conn, local)
+			fe.handConn(conn, local, queries)
 		} else {
 			conn.Close()
 		}
 	}()
 }
 
-// handConn hands conn, accepted on the listener at local and left with no
-// byte of a request read, to the newest front end on local, which serves
-// it once it starts; it closes conn when there is none. So a reload closes
-// no connection: one closed would lose the requests its client had sent
-// that the closing front end did not read.
-func (fe *frontend) handConn(conn net.Conn, local net.Addr) {
+// handConn hands conn, accepted on the listener at local, which has served
+// queries already and is left with no byte of a request read, to the
+// newest front end on local, which serves it once it starts, up to the
+// server's most queries on one connection; or, with none newer, to a
+// running one on local, which a failed reload leaves the older; it closes
+// conn when there is neither. So a reload closes no connection: one closed
+// would lose the requests its client had sent that the closing front end
+// did not read.
+func (fe *frontend) handConn(conn net.Conn, local net.Addr, queries int) {
 	served := fe.handOver(local, func(next *frontend) {
 		if next == nil {
 			conn.Close()
 			return
 		}
-		next.goServe(conn, local, func() {})
+		next.goServe(conn, local, queries)
 	})
-	if !served {
-		conn.Close()
+	if served {
+		return
 	}
+	if o := running(fe, local); o != nil {
+		o.goServe(conn, local, queries)
+		return
+	}
+	conn.Close()
 }
 
 // stopAccepting ends l's Accept, which serveTCP waits in, and leaves l open:
@@ -95,15 +103,16 @@ func stopAccepting(l net.Listener) {
 // starts.
 func (fe *frontend) closeListener(l net.Listener) {
 	for _, conn := range queued(l, fe.cfg.inflight) {
-		fe.handConn(conn, l.Addr())
+		fe.handConn(conn, l.Addr(), 0)
 	}
 	l.Close()
 }
 
-// serveConn answers the requests of one connection until the client closes
-// it or leaves it idle, or it has served the server's most queries, or the
-// front end closes: true then, and no byte of the next request is read.
-func (fe *frontend) serveConn(conn net.Conn) (closing bool) {
+// serveConn answers the requests of one connection, which has served
+// queries already, until the client closes it or leaves it idle, or it has
+// served the server's most queries, or the front end closes: true then,
+// and no byte of the next request is read. It returns the queries served.
+func (fe *frontend) serveConn(conn net.Conn, queries int) (closing bool, served int) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -111,30 +120,33 @@ func (fe *frontend) serveConn(conn net.Conn) (closing bool) {
 	var hit Hit
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
-	timeout := fe.limits.read
-	for q := 0; q < fe.limits.queries || fe.limits.queries < 0; q++ {
-		if !fe.conns.wait(conn, timeout) {
-			return true
-		}
+	q := queries
+	for ; q < fe.limits.queries || fe.limits.queries < 0; q++ {
 		// The first read waits for the read timeout, the next ones for the
 		// idle timeout, as miekg/dns's server reads.
-		timeout = fe.limits.idle
+		timeout := fe.limits.idle
+		if q == 0 {
+			timeout = fe.limits.read
+		}
+		if !fe.conns.wait(conn, timeout) {
+			return true, q
+		}
 		err := awaitRequest(conn)
 		if !fe.conns.reading(conn) {
-			return true
+			return true, q
 		}
 		if err != nil {
-			return false
+			return false, q
 		}
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
-			return false
+			return false, q
 		}
 		n := int(binary.BigEndian.Uint16(size[:]))
 		if n > len(pkt) {
 			pkt = make([]byte, n)
 		}
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
-			return false
+			return false, q
 		}
 		start := time.Now()
 		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, start, &hit); reply != nil {
@@ -145,13 +157,13 @@ func (fe *frontend) serveConn(conn net.Conn) (closing bool) {
 			}
 			fe.account(r, block, pkt[:n], reply, local, client, true, err == nil, &hit, took)
 			if err != nil {
-				return false
+				return false, q
 			}
 			continue
 		}
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
-	return false
+	return false, q
 }
 
 // tcpLimits are what the server's own TCP listener allows a connection,

@@ -204,12 +204,16 @@ func (b *udpBatch) drain(fd uintptr) {
 
 // drainUDP takes the front end's UDP sockets, whose readers have left, out
 // of their addresses' SO_REUSEPORT groups, so that the kernel gives every
-// datagram that comes from then on to a newer front end's sockets, and
+// datagram that comes from then on to the other front ends' sockets, and
 // answers those that wait in them, which their close would drop. A front
-// end that never started has nothing to answer them with.
+// end that never started has them answered by a running one on their
+// address, which a failed reload leaves, if any.
 func (fe *frontend) drainUDP() {
-	if fe.server == nil {
-		return
+	by := func(local net.Addr) *frontend {
+		if fe.server != nil {
+			return fe
+		}
+		return running(fe, local)
 	}
 	for _, conn := range fe.udp {
 		if raw, err := conn.SyscallConn(); err == nil {
@@ -220,12 +224,16 @@ func (fe *frontend) drainUDP() {
 		leaveGroup(uintptr(s.fd))
 	}
 	for _, conn := range fe.udp {
-		if b, err := newPollerBatch(fe, conn); err == nil {
-			b.raw.Control(b.drain)
+		if o := by(conn.LocalAddr()); o != nil {
+			if b, err := newPollerBatch(o, conn); err == nil {
+				b.raw.Control(b.drain)
+			}
 		}
 	}
 	for _, s := range fe.threads {
-		newThreadBatch(fe, s).drain(uintptr(s.fd))
+		if o := by(s.local); o != nil {
+			newThreadBatch(o, s).drain(uintptr(s.fd))
+		}
 	}
 }
 
