@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	golog "log"
 	"net"
@@ -645,6 +646,48 @@ func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
 		t.Errorf("the second query: %v", err)
 	} else {
 		checkReply(t, reply, 1, "next")
+	}
+}
+
+// TestReloadKeepsTCPIdleDeadline: a connection handed over at reloads
+// closes once it has been idle for the idle timeout, counted from its last
+// reply whatever front end it is with. Each hand-over waited the whole
+// idle timeout again, and reloads more often than that kept an idle
+// connection open for good.
+func TestReloadKeepsTCPIdleDeadline(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	const idle = 300 * time.Millisecond
+	server := func() *dnsserver.Server {
+		srv := chainServer(t, "chain")
+		srv.ReadTimeout, srv.IdleTimeout = idle, idle
+		return srv
+	}
+	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	fe.start(server())
+	addr := fe.tcp[0].Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatal(err)
+	}
+	// Reloads every third of the idle timeout, for five times it.
+	for range 15 {
+		time.Sleep(idle / 3)
+		next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+		fe.close()
+		next.start(server())
+		fe = next
+	}
+	// Closed long ago: the read ends at once, not a timeout after the
+	// last reload.
+	conn.SetReadDeadline(time.Now().Add(idle / 3))
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("a connection idle for five idle timeouts across reloads: read %d bytes, %v; want it closed", n, err)
 	}
 }
 

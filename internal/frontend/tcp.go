@@ -28,17 +28,24 @@ func (fe *frontend) serveTCP(l net.Listener) {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: let some close
 			continue
 		}
-		fe.goServe(conn, l.Addr(), 0)
+		fe.goServe(conn, l.Addr(), session{waiting: time.Now()})
 	}
 }
 
-// goServe serves conn, accepted on the listener at local, which has
-// served queries already, in a goroutine of its own, unless the front end
-// closes. At most inflight connections are open on local at a time, those
+// session is what a connection carries from front end to front end at a
+// reload, so that the server's limits hold across reloads: the queries it
+// has served, and since when it waits for the next.
+type session struct {
+	queries int
+	waiting time.Time
+}
+
+// goServe serves conn, accepted on the listener at local, from where its
+// session is, in a goroutine of its own, unless the front end closes. At most inflight connections are open on local at a time, those
 // handed over at a reload among them: past that conn is closed.
-func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int) {
+func (fe *frontend) goServe(conn net.Conn, local net.Addr, s session) {
 	if !fe.conns.add(conn) {
-		fe.handConn(conn, local, queries) // the front end closes
+		fe.handConn(conn, local, s) // the front end closes
 		return
 	}
 	open := fe.tcpOpen[socketKey(local)]
@@ -51,38 +58,37 @@ func (fe *frontend) goServe(conn net.Conn, local net.Addr, queries int) {
 		return
 	}
 	go func() {
-		closing, queries := fe.serveConn(conn, queries)
+		closing, s := fe.serveConn(conn, s)
 		fe.conns.remove(conn)
 		<-open
 		if closing {
-			fe.handConn(conn, local, queries)
+			fe.handConn(conn, local, s)
 		} else {
 			conn.Close()
 		}
 	}()
 }
 
-// handConn hands conn, accepted on the listener at local, which has served
-// queries already and is left with no byte of a request read, to the
-// newest front end on local, which serves it once it starts, up to the
-// server's most queries on one connection; or, with none newer, to a
+// handConn hands conn, accepted on the listener at local and left with no
+// byte of a request read, to the newest front end on local, which serves
+// it once it starts, from where its session is; or, with none newer, to a
 // running one on local, which a failed reload leaves the older; it closes
 // conn when there is neither. So a reload closes no connection: one closed
 // would lose the requests its client had sent that the closing front end
 // did not read.
-func (fe *frontend) handConn(conn net.Conn, local net.Addr, queries int) {
+func (fe *frontend) handConn(conn net.Conn, local net.Addr, s session) {
 	served := fe.handOver(local, func(next *frontend) {
 		if next == nil {
 			conn.Close()
 			return
 		}
-		next.goServe(conn, local, queries)
+		next.goServe(conn, local, s)
 	})
 	if served {
 		return
 	}
 	if o := running(fe, local); o != nil {
-		o.goServe(conn, local, queries)
+		o.goServe(conn, local, s)
 		return
 	}
 	conn.Close()
@@ -103,16 +109,16 @@ func stopAccepting(l net.Listener) {
 // starts.
 func (fe *frontend) closeListener(l net.Listener) {
 	for _, conn := range queued(l, fe.cfg.inflight) {
-		fe.handConn(conn, l.Addr(), 0)
+		fe.handConn(conn, l.Addr(), session{waiting: time.Now()})
 	}
 	l.Close()
 }
 
-// serveConn answers the requests of one connection, which has served
-// queries already, until the client closes it or leaves it idle, or it has
-// served the server's most queries, or the front end closes: true then,
-// and no byte of the next request is read. It returns the queries served.
-func (fe *frontend) serveConn(conn net.Conn, queries int) (closing bool, served int) {
+// serveConn answers the requests of one connection, from where its session
+// is, until the client closes it or leaves it idle, or it has served the
+// server's most queries, or the front end closes: true then, and no byte
+// of the next request is read. It returns the session where it is.
+func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session) {
 	t := &tcpConn{conn: conn}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -120,33 +126,32 @@ func (fe *frontend) serveConn(conn net.Conn, queries int) (closing bool, served 
 	var hit Hit
 	var size [2]byte
 	pkt := make([]byte, dnsmsg.TypicalLen)
-	q := queries
-	for ; q < fe.limits.queries || fe.limits.queries < 0; q++ {
+	for ; s.queries < fe.limits.queries || fe.limits.queries < 0; s.queries, s.waiting = s.queries+1, time.Now() {
 		// The first read waits for the read timeout, the next ones for the
 		// idle timeout, as miekg/dns's server reads.
 		timeout := fe.limits.idle
-		if q == 0 {
+		if s.queries == 0 {
 			timeout = fe.limits.read
 		}
-		if !fe.conns.wait(conn, timeout) {
-			return true, q
+		if !fe.conns.wait(conn, s.waiting.Add(timeout)) {
+			return true, s
 		}
 		err := awaitRequest(conn)
 		if !fe.conns.reading(conn) {
-			return true, q
+			return true, s
 		}
 		if err != nil {
-			return false, q
+			return false, s
 		}
 		if _, err := io.ReadFull(conn, size[:]); err != nil {
-			return false, q
+			return false, s
 		}
 		n := int(binary.BigEndian.Uint16(size[:]))
 		if n > len(pkt) {
 			pkt = make([]byte, n)
 		}
 		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
-			return false, q
+			return false, s
 		}
 		start := time.Now()
 		if reply, block := fe.answer(as, pkt[:n], client.Addr(), true, start, &hit); reply != nil {
@@ -157,13 +162,13 @@ func (fe *frontend) serveConn(conn net.Conn, queries int) (closing bool, served 
 			}
 			fe.account(r, block, pkt[:n], reply, local, client, true, err == nil, &hit, took)
 			if err != nil {
-				return false, q
+				return false, s
 			}
 			continue
 		}
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
 	}
-	return false, q
+	return false, s
 }
 
 // tcpLimits are what the server's own TCP listener allows a connection,
@@ -249,16 +254,16 @@ func (c *conns) remove(conn net.Conn) {
 	c.readers.done()
 }
 
-// wait has conn's reader wait for a request, for at most d, unless the
+// wait has conn's reader wait for a request until deadline, unless the
 // front end closes: false then. A deadline set after close's would undo it.
-func (c *conns) wait(conn net.Conn, d time.Duration) bool {
+func (c *conns) wait(conn net.Conn, deadline time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return false
 	}
 	c.m[conn] = true
-	conn.SetReadDeadline(time.Now().Add(d))
+	conn.SetReadDeadline(deadline)
 	return true
 }
 
