@@ -831,8 +831,8 @@ func (w *chainWriter) Write(b []byte) (int, error) {
 		// The front end whose socket it was closed, and another's socket on
 		// the same address took its place: a newer one's at a reload, the
 		// running one's when a reload failed.
-		if s := newest(w.local); s != nil {
-			return w.send(s, b)
+		if o, ok := newest(w.local); ok && o.s != nil {
+			return w.send(o.s, b)
 		}
 	}
 	return n, err

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
@@ -242,15 +242,8 @@ func TestReloadServesQueuedTCP(t *testing.T) {
 	const queued = 8
 	var conns []net.Conn
 	for i := range queued {
-		conn, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		pkt := query(t, i)
-		if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
-			t.Fatal(err)
-		}
+		conn := dialTCP(t, l.Addr().String())
+		writeRequest(t, conn, query(t, i))
 		conns = append(conns, conn)
 	}
 	next := openFrontend(t, &Config{tcp: []string{l.Addr().String()}, inflight: 64}, cache)
@@ -259,13 +252,8 @@ func TestReloadServesQueuedTCP(t *testing.T) {
 
 	answered := 0
 	for i, conn := range conns {
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var size [2]byte
-		if _, err := io.ReadFull(conn, size[:]); err != nil {
-			continue
-		}
-		reply := make([]byte, binary.BigEndian.Uint16(size[:]))
-		if _, err := io.ReadFull(conn, reply); err != nil {
+		reply, err := readReply(conn)
+		if err != nil {
 			continue
 		}
 		checkReply(t, reply, i, "next")
@@ -287,28 +275,17 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
 	old.start(chainServer(t, "old"))
 	addr := old.tcp[0].Addr().String()
-	dial := func() net.Conn {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
 	send := func(conn net.Conn, from, to int) {
 		for i := from; i < to; i++ {
-			pkt := query(t, i)
-			if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
-				t.Fatal(err)
-			}
+			writeRequest(t, conn, query(t, i))
 		}
 	}
 	// The first request holds busy's reader; the others wait behind it.
-	busy := dial()
+	busy := dialTCP(t, addr)
 	send(busy, 0, 1)
 	<-cache.asked
 	send(busy, 1, 8)
-	idle := dial()
+	idle := dialTCP(t, addr)
 	for i := 0; ; i++ {
 		old.conns.mu.Lock()
 		n := len(old.conns.m)
@@ -334,15 +311,10 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 		{"busy", busy, 0, 8},
 		{"idle", idle, 8, 12},
 	} {
-		tc.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		answered := 0
 		for i := tc.from; i < tc.to; i++ {
-			var size [2]byte
-			if _, err := io.ReadFull(tc.conn, size[:]); err != nil {
-				break
-			}
-			reply := make([]byte, binary.BigEndian.Uint16(size[:]))
-			if _, err := io.ReadFull(tc.conn, reply); err != nil {
+			reply, err := readReply(tc.conn)
+			if err != nil {
 				break
 			}
 			checkReply(t, reply, i, "next")
@@ -360,6 +332,17 @@ func writeRequest(t *testing.T, conn net.Conn, pkt []byte) {
 	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dialTCP connects to addr, until the test ends.
+func dialTCP(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // readReply reads a message off conn, waiting 5 s at most.
@@ -409,11 +392,7 @@ func TestReloadKeepsTCPQueryCount(t *testing.T) {
 	srv.MaxTCPQueries = 2
 	old.start(srv)
 	addr := old.tcp[0].Addr().String()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTCP(t, addr)
 	writeRequest(t, conn, query(t, 0))
 	if _, err := readReply(conn); err != nil {
 		t.Fatal(err)
@@ -446,11 +425,7 @@ func TestReloadHandedTCPTakesASlot(t *testing.T) {
 	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 1}, cache)
 	old.start(chainServer(t, "old"))
 	addr := old.tcp[0].Addr().String()
-	handed, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer handed.Close()
+	handed := dialTCP(t, addr)
 	waitWaiting(t, old, 1)
 
 	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 1}, cache)
@@ -460,11 +435,7 @@ func TestReloadHandedTCPTakesASlot(t *testing.T) {
 	if _, err := readReply(handed); err != nil {
 		t.Fatalf("the handed connection: %v", err)
 	}
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTCP(t, addr)
 	pkt := query(t, 2)
 	conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)) // may find it closed
 	if _, err := readReply(conn); err == nil {
@@ -488,11 +459,7 @@ func TestFailedReloadServesQueuedTCP(t *testing.T) {
 	const n = 16
 	var conns []net.Conn
 	for i := range n {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialTCP(t, addr)
 		writeRequest(t, conn, query(t, 2*i+1))
 		conns = append(conns, conn)
 	}
@@ -564,7 +531,7 @@ func TestFailedReloadAnswersQueuedUDP(t *testing.T) {
 // connections' hits together, as of a socket's: connections of fewer than
 // N hits, as most are, had none of theirs logged.
 func TestSampledLogCountsTCPHits(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	prev := golog.Writer()
 	golog.SetOutput(&logs)
 	defer golog.SetOutput(prev)
@@ -594,24 +561,6 @@ func TestSampledLogCountsTCPHits(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log's output that readers may read while it is written.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestReloadKeepsTCPIdleTimeout: a connection handed over at a reload after
 // it served a query waits for its next for the idle timeout, as between
 // any two queries, not for the read timeout of a connection's first.
@@ -626,11 +575,7 @@ func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
 	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
 	old.start(server("old"))
 	addr := old.tcp[0].Addr().String()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTCP(t, addr)
 	writeRequest(t, conn, query(t, 0))
 	if _, err := readReply(conn); err != nil {
 		t.Fatal(err)
@@ -666,11 +611,7 @@ func TestReloadKeepsTCPIdleDeadline(t *testing.T) {
 	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
 	fe.start(server())
 	addr := fe.tcp[0].Addr().String()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTCP(t, addr)
 	writeRequest(t, conn, query(t, 0))
 	if _, err := readReply(conn); err != nil {
 		t.Fatal(err)

@@ -69,23 +69,20 @@ func forgetSockets(fe *frontend) {
 // successor returns the newest socket on local of a front end opened
 // after fe, if any.
 func successor(fe *frontend, local net.Addr) (openSocket, bool) {
-	successors.Lock()
-	defer successors.Unlock()
-	socks := successors.m[socketKey(local)]
-	if n := len(socks); n > 0 && socks[n-1].fe.seq > fe.seq {
-		return socks[n-1], true
+	if o, ok := newest(local); ok && o.fe.seq > fe.seq {
+		return o, true
 	}
 	return openSocket{}, false
 }
 
-// newest returns the newest open UDP socket on local, or nil.
-func newest(local net.Addr) udpSender {
+// newest returns the newest open socket on local, if any.
+func newest(local net.Addr) (openSocket, bool) {
 	successors.Lock()
 	defer successors.Unlock()
 	if socks := successors.m[socketKey(local)]; len(socks) > 0 {
-		return socks[len(socks)-1].s
+		return socks[len(socks)-1], true
 	}
-	return nil
+	return openSocket{}, false
 }
 
 // running returns the newest front end on local other than fe that has
