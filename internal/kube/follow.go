@@ -58,9 +58,9 @@ type follow struct {
 	done     chan struct{}
 }
 
-func newFollow(ctl controller, view *clusterView, em *emitter, c *counters, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
+func newFollow(ctl controller, view *clusterView, em *emitter, c *counters, base *baseline, opts pluginOptions, probe *prober, log func(bool, string)) *follow {
 	f := &follow{ctl: ctl, view: view, em: em, c: c, opts: opts, probe: probe, log: log,
-		base: &baseline{}, nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+		base: base, nsExists: map[string]bool{}, started: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	ok := error(nil)
 	f.probeErr.Store(&ok)
 	return f
@@ -130,7 +130,10 @@ func (f *follow) step(now time.Time) {
 		f.diff(nil)
 		f.filled = true
 		f.lastMod, f.lastDiff, f.lastFull, f.lastPodMod, f.lastPodSec = m, sec, now, m, sec
-		base := f.base.fill()
+		base, cold := f.base.fill()
+		if cold {
+			f.em.update(f.view.namer.zones)
+		}
 		if base != nil {
 			// The block's source before a reload stopped before this one
 			// synced: what changed meanwhile is told against what it knew.
@@ -186,7 +189,7 @@ func (f *follow) last() *state {
 	if f.filled {
 		return &state{view: f.view, ns: f.nsExists}
 	}
-	return f.base.fill()
+	return f.base.release()
 }
 
 func (f *follow) health(up bool, why string) {

@@ -171,7 +171,7 @@ func newTestFollow(ctl *fakeCtl, opts pluginOptions, s *sink) (*follow, *[]strin
 	var logs []string
 	var mu sync.Mutex
 	c := newCounters(s.labels, "")
-	f := newFollow(ctl, newClusterView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, opts, nil, func(up bool, why string) {
+	f := newFollow(ctl, newClusterView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, newBaseline(""), opts, nil, func(up bool, why string) {
 		mu.Lock()
 		defer mu.Unlock()
 		logs = append(logs, fmt.Sprint(up, " ", why))

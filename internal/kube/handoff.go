@@ -21,13 +21,29 @@ type state struct {
 	ns   map[string]bool // the namespaces' existence as a follow last looked (nil: a watch's)
 }
 
+// A block's first source in the process has no source before it to
+// hand over a view: what its store holds was stored while none looked (read
+// from a snapshot, filled from a peer, answered before the plugin synced),
+// and what changed meanwhile, while the process was down or before the
+// first full state, is told against nothing. So the first full state of a
+// block's first source drops its zones whole; a block whose sources have
+// had one before takes a view handed over, or none where the source before
+// still runs.
+
+// filledBlocks holds the blocks one of whose sources has had its first
+// full state in this process.
+var filledBlocks sync.Map // block → struct{}
+
 // baseline is a source's base at its start: the state of the block's
 // source it replaces, when that one stopped first.
 type baseline struct {
+	block  string // Target.Block, naming the block across reloads; "" for none (tests)
 	mu     sync.Mutex
 	filled bool   // the source has its first full state, or has stopped: it takes no base
 	base   *state // the state handed over, while not filled
 }
+
+func newBaseline(block string) *baseline { return &baseline{block: block} }
 
 // inherit offers st as the base of the source's first full state,
 // reporting whether the source took it.
@@ -41,9 +57,20 @@ func (b *baseline) inherit(st *state) bool {
 	return true
 }
 
-// fill marks the source filled and returns the state handed over to it,
-// nil if none was.
-func (b *baseline) fill() *state {
+// fill marks the source filled at its first full state, and returns the
+// state handed over to it, nil if none was, and whether it is cold: the
+// first of its block to fill, whose zones are dropped.
+func (b *baseline) fill() (st *state, cold bool) {
+	if b.block != "" {
+		_, seen := filledBlocks.LoadOrStore(b.block, struct{}{})
+		cold = !seen
+	}
+	return b.release(), cold
+}
+
+// release marks the source filled, or stopped before it was, and returns
+// the state handed over to it, nil if none was.
+func (b *baseline) release() *state {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.filled = true
@@ -55,7 +82,7 @@ func (b *baseline) fill() *state {
 // handOver hands the last state of inv, stopped, to a running source of
 // its block that has no full state yet: the one a reload started.
 func handOver(inv *Invalidator) {
-	if inv.block == "" || inv.last == nil {
+	if inv.base.block == "" || inv.last == nil {
 		return
 	}
 	st := inv.last()
@@ -64,6 +91,6 @@ func handOver(inv *Invalidator) {
 	}
 	sources.Range(func(_, v any) bool {
 		o := v.(*Invalidator)
-		return o == inv || o.block != inv.block || o.base == nil || !o.base.inherit(st)
+		return o == inv || o.base.block != inv.base.block || !o.base.inherit(st)
 	})
 }

@@ -1,7 +1,9 @@
 package kube
 
 import (
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,10 +25,33 @@ func reloadCluster() ([]*object.Service, []*object.Endpoints) {
 // runFollow runs a follow of ctl as the source of block, as Setup does.
 func runFollow(t *testing.T, key any, block string, ctl *fakeCtl, s *sink) *follow {
 	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
-	sources.Store(key, f.invalidator(block))
+	f.base = newBaseline(block)
+	sources.Store(key, f.invalidator())
 	t.Cleanup(func() { stop(key) })
 	go f.run()
 	return f
+}
+
+var blocks atomic.Int64
+
+// testBlock names a block no other test's sources have: the blocks that
+// have had a source are the process's.
+func testBlock(name string) string { return fmt.Sprintf("%s %d", name, blocks.Add(1)) }
+
+// coldFlush checks that the next flush s gets, within d, drops the
+// cluster's zones whole, as a block's first source does once it fills,
+// and forgets it.
+func coldFlush(t *testing.T, s *sink, d time.Duration) {
+	t.Helper()
+	select {
+	case <-s.got:
+	case <-time.After(d):
+		t.Fatalf("the zones not dropped within %v of the block's first source", d)
+	}
+	if got, want := s.all(), []string{"*.cluster.local.", "*.in-addr.arpa.", "*.ip6.arpa."}; !slices.Equal(got, want) {
+		t.Errorf("the block's first source dropped %q, want %q", got, want)
+	}
+	s.reset()
 }
 
 func waitUp(t *testing.T, f *follow) {
@@ -87,13 +112,15 @@ func TestReloadGap(t *testing.T) {
 			oldCtl.svcs, oldCtl.eps = reloadCluster()
 			oldSink, newSink := newSink(), newSink()
 			oldKey := new(int)
-			old := runFollow(t, oldKey, "block "+tc.name, oldCtl, oldSink)
+			block := testBlock(tc.name)
+			old := runFollow(t, oldKey, block, oldCtl, oldSink)
 			waitUp(t, old)
+			coldFlush(t, oldSink, time.Second)
 
 			// The new instance: its plugin has not synced when the old
 			// instance stops.
 			newCtl := &fakeCtl{}
-			cur := runFollow(t, new(int), "block "+tc.name, newCtl, newSink)
+			cur := runFollow(t, new(int), block, newCtl, newSink)
 			stop(oldKey)
 			oldSink.quiet(t, 0)
 
@@ -119,11 +146,13 @@ func TestReloadNoGap(t *testing.T) {
 	oldCtl.svcs, oldCtl.eps = reloadCluster()
 	oldSink, newSink := newSink(), newSink()
 	oldKey := new(int)
-	old := runFollow(t, oldKey, "block", oldCtl, oldSink)
+	block := testBlock("no gap")
+	old := runFollow(t, oldKey, block, oldCtl, oldSink)
 	waitUp(t, old)
+	coldFlush(t, oldSink, time.Second)
 	newCtl := &fakeCtl{synced: true, mod: 1000}
 	newCtl.svcs, newCtl.eps = reloadCluster()
-	cur := runFollow(t, new(int), "block", newCtl, newSink)
+	cur := runFollow(t, new(int), block, newCtl, newSink)
 	waitUp(t, cur)
 	stop(oldKey)
 	cur.base.mu.Lock()
@@ -134,6 +163,48 @@ func TestReloadNoGap(t *testing.T) {
 	}
 	oldSink.quiet(t, 0)
 	newSink.quiet(t, 2*interval)
+}
+
+// TestColdSourceDropsZones: the first source of a block in the process
+// drops the cluster's zones once it has its first full state: what the
+// store holds was stored while none looked (a snapshot, a peer's warm-up,
+// answers from before the plugin synced), and what changed meanwhile is
+// told against nothing. A reload's source takes the old one's view or
+// none instead; one whose block's source before never filled is the
+// first to fill, and drops them.
+func TestColdSourceDropsZones(t *testing.T) {
+	cluster := func(synced bool) *fakeCtl {
+		ctl := &fakeCtl{synced: synced, mod: 1000}
+		ctl.svcs, ctl.eps = reloadCluster()
+		return ctl
+	}
+	block := testBlock("cold")
+	first, firstKey := newSink(), new(int)
+	waitUp(t, runFollow(t, firstKey, block, cluster(true), first))
+	coldFlush(t, first, time.Second)
+	first.quiet(t, 2*interval)
+
+	// A reload whose source syncs while the first runs.
+	second, secondKey := newSink(), new(int)
+	waitUp(t, runFollow(t, secondKey, block, cluster(true), second))
+	stop(firstKey)
+	second.quiet(t, 2*interval)
+	stop(secondKey)
+
+	// A block whose first source stopped before its plugin synced: the
+	// next to fill is the first.
+	block = testBlock("cold, never filled")
+	unsynced := newSink()
+	unsyncedKey := new(int)
+	runFollow(t, unsyncedKey, block, cluster(false), unsynced)
+	later := newSink()
+	runFollow(t, new(int), block, cluster(false), later)
+	stop(unsyncedKey)
+	unsynced.quiet(t, 2*interval)
+	ctl := cluster(true)
+	cur := runFollow(t, new(int), block, ctl, later)
+	waitUp(t, cur)
+	coldFlush(t, later, time.Second)
 }
 
 // gauge is the connected series of zones and view: its value, and

@@ -42,7 +42,6 @@ type Target struct {
 // Invalidator is a block's invalidation, running.
 type Invalidator struct {
 	source string
-	block  string
 	c      *counters
 	stop   func()
 	load   func() *admin.KubernetesAPI
@@ -101,9 +100,9 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		if rc, err := pluginConn(k); err == nil {
 			probe, _ = newProber(rc)
 		}
-		f := newFollow(k.APIConn, view, newEmitter(t.Flush, keep, 0, c), c, opts, probe, logf("the kubernetes plugin"))
+		f := newFollow(k.APIConn, view, newEmitter(t.Flush, keep, 0, c), c, newBaseline(t.Block), opts, probe, logf("the kubernetes plugin"))
 		go f.run()
-		return f.invalidator(t.Block), nil
+		return f.invalidator(), nil
 	}
 	if k != nil {
 		return nil, fmt.Errorf("kubernetes: the block has the kubernetes plugin: write kubernetes alone to follow its informers rather than watch the API server a second time")
@@ -126,16 +125,16 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 	// A second flush a second after the first: the cluster DNS this cache
 	// asks learns of the change on its own watch, and may answer the old
 	// records until it has.
-	s, err := subscribe(w, watchView(n), newEmitter(t.Flush, keep, againAfter, c), c, logf("a watch of the API server"))
+	s, err := subscribe(w, watchView(n), newEmitter(t.Flush, keep, againAfter, c), c, newBaseline(t.Block), logf("a watch of the API server"))
 	if err != nil {
 		w.release()
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return &Invalidator{source: "watch", block: t.Block, c: c, stop: s.close, load: w.load, base: s.base, last: s.last}, nil
+	return &Invalidator{source: "watch", c: c, stop: s.close, load: w.load, base: s.base, last: s.last}, nil
 }
 
-func (f *follow) invalidator(block string) *Invalidator {
-	return &Invalidator{source: "kubernetes plugin", block: block, c: f.c, base: f.base, last: f.last,
+func (f *follow) invalidator() *Invalidator {
+	return &Invalidator{source: "kubernetes plugin", c: f.c, base: f.base, last: f.last,
 		stop: func() { close(f.stop); <-f.done }}
 }
 

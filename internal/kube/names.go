@@ -164,6 +164,16 @@ func newNamer(zones []string) namer {
 	return n
 }
 
+// zones adds the subtree of each of the zones the plugin answers, reverse
+// ones included: all that a block's cold source drops (handoff.go).
+func (n *namer) zones(b *batch) {
+	for _, z := range n.Reverse {
+		if b.kept(z, true) {
+			b.subtrees[string(z)] = struct{}{}
+		}
+	}
+}
+
 // isReverse reports whether z is in in-addr.arpa or ip6.arpa, as the
 // plugin's dnsutil.IsReverse does for its zones.
 func isReverse(z string) bool {

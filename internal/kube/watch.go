@@ -206,8 +206,8 @@ type subscriber struct {
 	done chan struct{}
 }
 
-func subscribe(w *watch, view *clusterView, em *emitter, c *counters, log func(bool, string)) (*subscriber, error) {
-	s := &subscriber{w: w, view: view, em: em, c: c, log: log, base: &baseline{}, stop: make(chan struct{}), done: make(chan struct{})}
+func subscribe(w *watch, view *clusterView, em *emitter, c *counters, base *baseline, log func(bool, string)) (*subscriber, error) {
+	s := &subscriber{w: w, view: view, em: em, c: c, log: log, base: base, stop: make(chan struct{}), done: make(chan struct{})}
 	// The adds of the objects the informer holds when the handler comes
 	// (isInInitialList) fill the view and flush nothing.
 	svc := cache.ResourceEventHandlerDetailedFuncs{
@@ -316,7 +316,11 @@ func (s *subscriber) watchHealth() {
 		}
 		if synced && !s.filled {
 			s.filled = true
-			if base := s.base.fill(); base != nil {
+			base, cold := s.base.fill()
+			if cold {
+				s.update(s.view.namer.zones)
+			}
+			if base != nil {
 				// The block's source before a reload stopped before this
 				// one had the cluster's objects: what changed meanwhile is
 				// told against what it knew.
@@ -362,5 +366,5 @@ func (s *subscriber) last() *state {
 	if s.filled {
 		return &state{view: s.view}
 	}
-	return s.base.fill()
+	return s.base.release()
 }

@@ -41,13 +41,14 @@ func TestReloadGapWatch(t *testing.T) {
 	oldW, run := fakeWatch(svcs, eps)
 	run()
 	oldSink, newSink := newSink(), newSink()
+	block := testBlock("watch")
 	start := func(w *watch, s *sink) *Invalidator {
 		c := newCounters("test-watch-gap", "")
-		sub, err := subscribe(w, watchView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, func(bool, string) {})
+		sub, err := subscribe(w, watchView(newNamer(clusterZones)), newEmitter(s.flush, nil, 0, c), c, newBaseline(block), func(bool, string) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &Invalidator{source: "watch", block: "block watch", c: c, stop: sub.close, base: sub.base, last: sub.last}
+		return &Invalidator{source: "watch", c: c, stop: sub.close, base: sub.base, last: sub.last}
 	}
 	oldKey, newKey := new(int), new(int)
 	sources.Store(oldKey, start(oldW, oldSink))
@@ -59,6 +60,7 @@ func TestReloadGapWatch(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	coldFlush(t, oldSink, healthEvery+time.Second)
 
 	svcs, eps = reloadCluster()
 	svcs[0] = svc("ns", "web", []string{"10.96.0.20"}, port("http", 80))
