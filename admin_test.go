@@ -369,3 +369,33 @@ func TestAdminStats(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestAdminFlushAfterVariantStored: a flush of a name that begins once a
+// fetch has stored an ECS variant of it, and before the fetch is over,
+// takes the variant: the fetch lists the variant in the name's list, which
+// the flush reads to find the variants, before a flush may begin.
+func TestAdminFlushAfterVariantStored(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		subnet string
+	}{
+		{"s16.geo.", "10.1.2.0/24"},
+		{"s24.geo.", "2001:db8:1:2::/64"},
+	} {
+		c := newGeoCache(t, "compactcache", newGeoUpstream(), newClock())
+		name := mustAdminName(t, tc.name)
+		var flushed admin.Counts
+		c.fence.Stored = func() {
+			c.fence.Stored = nil // the first store only: the variant's
+			flushed = c.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{name}, Types: []uint16{dns.TypeTXT}})
+		}
+		ask(t, c, geoQuery(tc.name, tc.subnet), false)
+		if got := adminserver.Lookup(operator{c}, name, nil); len(got) != 0 {
+			t.Errorf("%s from %s: a flush that began once the variant was stored removed %+v and left %+v", tc.name, tc.subnet, flushed, got)
+		}
+		if n := c.store.Usage().Variants; n != 0 {
+			t.Errorf("%s from %s: %d ECS variants left after the flush", tc.name, tc.subnet, n)
+		}
+		checkShards(t, c.store)
+	}
+}

@@ -387,11 +387,16 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e.SetPopularity(cw.popularity)
 	// Not when a flush that began since the fetch did covers it: its answer
 	// may be what the flush dropped (flush.go).
+	// A variant is listed before a flush may begin: the flush finds the
+	// name's variants through the list.
 	stored := false
 	c.fence.Store(cw.gen, e, func() {
 		var d store.Displaced
 		d, stored = c.put(e, now.Unix())
 		cw.m.Evicted(d)
+		if stored && variant {
+			c.recordVariant(cw.b, cw.s, e, now.Unix())
+		}
 	})
 	if !stored {
 		return
@@ -401,9 +406,6 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	}
 	if c.PreferPositive && flags&entry.FlagAnswers != 0 {
 		c.store.Remove(cw.b.OtherKey(key))
-	}
-	if variant {
-		c.recordVariant(cw.b, cw.s, e, now.Unix())
 	}
 	cw.entry = e
 }

@@ -63,16 +63,15 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 		return found{}
 	}
 	stored := false
-	c.fence.Store(gen, e, func() {
+	c.fence.Store(gen, e, func() { // listed before a flush may begin, as in store
 		var d store.Displaced
-		d, stored = c.put(e, now.Unix())
+		if d, stored = c.put(e, now.Unix()); stored && e.Flags()&entry.FlagVariant != 0 {
+			c.recordVariant(s.builder(), s, e, now.Unix())
+		}
 		m.Evicted(d)
 	})
 	if !stored {
 		return found{}
-	}
-	if e.Flags()&entry.FlagVariant != 0 {
-		c.recordVariant(s.builder(), s, e, now.Unix())
 	}
 	f := c.lookup(s, now, true)
 	switch {

@@ -293,10 +293,17 @@ func (c *client) runStages(op string, params url.Values, stages [][]string, stdo
 		if op == admin.OpDump {
 			// Streamed as it comes, a server after the other.
 			for _, s := range stage {
-				if many {
+				var out io.Writer = stdout
+				lines := &jsonLines{w: stdout, server: s}
+				switch {
+				case many && c.json:
+					out = lines // JSON Lines all the same: a line each entry, naming its server
+				case many:
 					fmt.Fprintf(stdout, "; server %s\n", s)
 				}
-				if err := c.do(op, s, params, stdout); err != nil {
+				err := c.do(op, s, params, out)
+				lines.Write([]byte{'\n'}) // a last line without its newline
+				if err != nil {
 					fmt.Fprintf(stderr, "compactcache-ctl: %s: %v\n", s, err)
 					failed = true
 				}
@@ -350,6 +357,27 @@ func jsonLine(w io.Writer, server string, reply []byte) {
 		Reply  json.RawMessage `json:"reply"`
 	}{server, raw})
 	w.Write(append(b, '\n'))
+}
+
+// jsonLines writes each line of JSON written to it to w as jsonLine does.
+type jsonLines struct {
+	w      io.Writer
+	server string
+	buf    []byte // a line not yet whole
+}
+
+func (j *jsonLines) Write(b []byte) (int, error) {
+	j.buf = append(j.buf, b...)
+	for {
+		i := bytes.IndexByte(j.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if i > 0 {
+			jsonLine(j.w, j.server, j.buf[:i])
+		}
+		j.buf = j.buf[i+1:]
+	}
 }
 
 // prefix writes each line of b to w after "server: ".

@@ -253,3 +253,52 @@ func TestCtlReplyTooLarge(t *testing.T) {
 			sent.Load()>>20, code, len(out), errOut, exitFailed)
 	}
 }
+
+// TestCtlDumpJSONOfServers: with --json, the dump of several servers is
+// JSON Lines, each entry's line naming its server, as the other replies
+// of several servers are; one server's lines are its own, as they came.
+func TestCtlDumpJSONOfServers(t *testing.T) {
+	entry := `{"block":"b","name":"www.example.org.","type":"A","class":"IN","cd":false,"rcode":"NOERROR","kind":"success","stored":1,"ttl":300,"ttl_left":200,"stale":false,"expired":false,"bytes":100,"hits":0}`
+	dumper := func() string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(entry + "\n" + entry + "\n"))
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	a, b := dumper(), dumper()
+	for _, tc := range []struct {
+		servers []string
+		lines   int
+	}{
+		{[]string{"--server", a}, 2},
+		{[]string{"--server", a, "--server", b}, 4},
+		{[]string{"--server", a, "--then", b}, 4},
+	} {
+		code, out, errOut := ctl(append(tc.servers, "--json", "dump")...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", tc.servers, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != tc.lines {
+			t.Fatalf("%v: %d lines, want %d:\n%s", tc.servers, len(lines), tc.lines, out)
+		}
+		for i, line := range lines {
+			var e admin.Entry
+			if tc.lines == 2 {
+				if line != entry {
+					t.Errorf("%v: line %d %q, want the entry as it came", tc.servers, i, line)
+				}
+				continue
+			}
+			var got struct {
+				Server string          `json:"server"`
+				Reply  json.RawMessage `json:"reply"`
+			}
+			if err := json.Unmarshal([]byte(line), &got); err != nil || json.Unmarshal(got.Reply, &e) != nil ||
+				e.Name != "www.example.org." || !strings.HasSuffix(got.Server, []string{a, a, b, b}[i]) {
+				t.Errorf("%v: line %d, %q: %+v, %v", tc.servers, i, line, got, err)
+			}
+		}
+	}
+}

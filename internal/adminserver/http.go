@@ -247,7 +247,7 @@ func adminName(s string) ([]byte, error) {
 		// Clients ask for an internationalized name in its A-labels
 		// (RFC 5891): the name as an operator reads it would match none
 		// of its entries.
-		a, err := idna.Lookup.ToASCII(s)
+		a, err := toASCII(s)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
 		}
@@ -261,6 +261,36 @@ func adminName(s string) ([]byte, error) {
 	name := buf[:n]
 	dnsmsg.LowerInPlace(name)
 	return slices.Clone(name), nil
+}
+
+// toASCII replaces each label of s that is not ASCII by its A-label. The
+// ASCII labels stay as they are: IDNA refuses the underscores of
+// _443._tcp.bücher.example and the wildcard of *.bücher.example, which
+// are DNS names all the same. A backslash escapes the byte after it.
+func toASCII(s string) (string, error) {
+	var b strings.Builder
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		switch {
+		case i < len(s) && s[i] == '\\':
+			i++
+		case i == len(s) || s[i] == '.':
+			label := s[start:i]
+			if !isASCII(label) {
+				a, err := idna.Lookup.ToASCII(label)
+				if err != nil {
+					return "", err
+				}
+				label = a
+			}
+			b.WriteString(label)
+			if i < len(s) {
+				b.WriteByte('.')
+			}
+			start = i + 1
+		}
+	}
+	return b.String(), nil
 }
 
 func isASCII(s string) bool {

@@ -33,6 +33,19 @@ func TestAdminName(t *testing.T) {
 			t.Errorf("adminName(%q) = %q, %v; want %q", s, got, err, want)
 		}
 	}
+	// Only the labels that are not ASCII are IDNA's: an underscore or a
+	// wildcard label beside one is a DNS name's, and stays.
+	for _, tc := range []struct{ in, want string }{
+		{"_sip._tcp.bücher.example", "_sip._tcp.xn--bcher-kva.example."},
+		{"*.Bücher.example.", "*.xn--bcher-kva.example."},
+		{"_25._tcp.mail.bücher.example", "_25._tcp.mail.xn--bcher-kva.example."},
+		{"a\\.b.bücher.example", "a\\.b.xn--bcher-kva.example."},
+	} {
+		want, _ := adminName(tc.want)
+		if got, err := adminName(tc.in); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("adminName(%q) = %q, %v; want %q", tc.in, got, err, want)
+		}
+	}
 	if _, err := adminName("a\u200d\u0301.example"); err == nil {
 		t.Errorf("adminName took a name IDNA refuses")
 	}

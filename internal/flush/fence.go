@@ -20,6 +20,10 @@ type Fence struct {
 	// put checked before the flush began.
 	mu     sync.RWMutex
 	recent []record // the last maxRecords, oldest first
+
+	// Stored, when set (by tests, before the fence is used), runs after
+	// each put Store lets through, once a flush may begin again.
+	Stored func()
 }
 
 // record is one flush: its generation and the entries it drops.
@@ -91,11 +95,17 @@ func (fc *Fence) Covers(gen uint64, e entry.Entry) bool {
 // waits for the put, and its removal finds e: e is never held, however
 // briefly, after a flush that covers it began. It reports whether put ran.
 func (fc *Fence) Store(gen uint64, e entry.Entry, put func()) bool {
-	fc.mu.RLock()
-	defer fc.mu.RUnlock()
-	if fc.since(gen, e) {
-		return false
+	stored := func() bool {
+		fc.mu.RLock()
+		defer fc.mu.RUnlock()
+		if fc.since(gen, e) {
+			return false
+		}
+		put()
+		return true
+	}()
+	if stored && fc.Stored != nil {
+		fc.Stored()
 	}
-	put()
-	return true
+	return stored
 }
