@@ -14,6 +14,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -421,6 +422,36 @@ func TestMetricsEntriesAfterZonesReload(t *testing.T) {
 			if got != want {
 				t.Errorf("after the reload to %q: coredns_cache_entries{zones=%q} %v, want %v", step.zones, other.label, got, want)
 			}
+		}
+	}
+}
+
+// TestMetricsEvictionsCounted fills a small store past its budget: every
+// entry stored is still held, or counted in evictions_total or
+// not_admitted_total, also where ECS answers bring each name a list of its
+// variants, whose insertion makes room as an entry's does.
+func TestMetricsEvictionsCounted(t *testing.T) {
+	const names = 40000
+	for _, tc := range []struct {
+		server string
+		subnet string // the clients' ECS, "" for none
+	}{
+		{"evictions://no-ecs", ""},
+		{"evictions://ecs", "10.1.2.0/24"},
+	} {
+		ctx := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: tc.server})
+		c := newGeoCache(t, "compactcache {\n capacity 1MiB\n}", newGeoUpstream(), newClock())
+		for i := range names {
+			if _, err := c.ServeDNS(ctx, &recorder{}, geoQuery(fmt.Sprintf("s16.n%d.geo.", i), tc.subnet)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := c.store.Usage().Kinds[store.KindSuccess]
+		labels := map[string]string{"server": tc.server, "type": "success"}
+		evicted := seriesValue(t, "coredns_cache_evictions_total", labels)
+		refused := seriesValue(t, "coredns_compactcache_not_admitted_total", labels)
+		if evicted+refused == 0 || float64(held)+evicted+refused != names {
+			t.Errorf("%s: %d entries stored: %d held, %v evicted, %v not admitted", tc.server, names, held, evicted, refused)
 		}
 	}
 }

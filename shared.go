@@ -72,7 +72,7 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 		return found{}
 	}
 	if e.Flags()&entry.FlagVariant != 0 {
-		c.recordVariant(s.builder(), s, e, now.Unix())
+		c.recordVariant(s.builder(), s, e, now.Unix(), m)
 	}
 	f := c.lookup(s, now, true)
 	switch {
