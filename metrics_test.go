@@ -14,6 +14,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
@@ -367,6 +368,90 @@ func TestMetricsEntriesAcrossSwitch(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s, %v entries: coredns_cache_entries %v", step.cache, want, got)
+		}
+	}
+}
+
+// TestMetricsEntriesAfterZonesReload reloads a block with other ZONES and
+// settings that keep its store: coredns_cache_entries counts the store's
+// entries once, under the zones of the live instance, not once more under
+// those of each instance that had it before.
+func TestMetricsEntriesAfterZonesReload(t *testing.T) {
+	const zone = "metrics-rezone.test."
+	u := newUpstream()
+	for _, name := range []string{"a", "b", "c"} {
+		u.add(name+"."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + "." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
+	}
+	up := startUpstream(t, u)
+	if _, err := cachemetrics.Register(); err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(zones string) string {
+		return ".:0 {\n\tbind 127.0.0.1\n\tcompactcache " + zones + "\n\tforward . " + up + "\n}\n"
+	}
+	steps := []struct {
+		zones string // the block's ZONES
+		label string // their zones label
+		ask   string // the name asked after the (re)load
+	}{
+		{zone, zone, "a"},
+		{zone + " one.metrics-rezone.test", zone + ",one.metrics-rezone.test.", "b"},
+		{zone + " two.metrics-rezone.test", zone + ",two.metrics-rezone.test.", "c"},
+	}
+	inst, err := startCorefile(corefile(steps[0].zones))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	for i, step := range steps {
+		if i > 0 {
+			serverMu.Lock()
+			inst, err = inst.Restart(corefileInput(corefile(step.zones)))
+			serverMu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), test.Case{Qname: step.ask + "." + zone, Qtype: dns.TypeA}.Msg())
+		for j, other := range steps {
+			got := seriesValue(t, "coredns_cache_entries", map[string]string{"zones": other.label, "type": "success"})
+			want := 0.0
+			if j == i {
+				want = float64(i + 1) // the store is handed over: every name asked so far
+			}
+			if got != want {
+				t.Errorf("after the reload to %q: coredns_cache_entries{zones=%q} %v, want %v", step.zones, other.label, got, want)
+			}
+		}
+	}
+}
+
+// TestMetricsEvictionsCounted fills a small store past its budget: every
+// entry stored is still held, or counted in evictions_total or
+// not_admitted_total, also where ECS answers bring each name a list of its
+// variants, whose insertion makes room as an entry's does.
+func TestMetricsEvictionsCounted(t *testing.T) {
+	const names = 40000
+	for _, tc := range []struct {
+		server string
+		subnet string // the clients' ECS, "" for none
+	}{
+		{"evictions://no-ecs", ""},
+		{"evictions://ecs", "10.1.2.0/24"},
+	} {
+		ctx := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: tc.server})
+		c := newGeoCache(t, "compactcache {\n capacity 1MiB\n}", newGeoUpstream(), newClock())
+		for i := range names {
+			if _, err := c.ServeDNS(ctx, &recorder{}, geoQuery(fmt.Sprintf("s16.n%d.geo.", i), tc.subnet)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := c.store.Usage().Kinds[store.KindSuccess]
+		labels := map[string]string{"server": tc.server, "type": "success"}
+		evicted := seriesValue(t, "coredns_cache_evictions_total", labels)
+		refused := seriesValue(t, "coredns_compactcache_not_admitted_total", labels)
+		if evicted+refused == 0 || float64(held)+evicted+refused != names {
+			t.Errorf("%s: %d entries stored: %d held, %v evicted, %v not admitted", tc.server, names, held, evicted, refused)
 		}
 	}
 }

@@ -395,7 +395,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		d, stored = c.put(e, now.Unix())
 		cw.m.Evicted(d)
 		if stored && variant {
-			c.recordVariant(cw.b, cw.s, e, now.Unix())
+			c.recordVariant(cw.b, cw.s, e, now.Unix(), cw.m)
 		}
 	})
 	if !stored {
@@ -431,15 +431,15 @@ func (c *Cache) put(e entry.Entry, now int64) (d store.Displaced, stored bool) {
 
 // recordVariant adds the ECS variant e of s.q's name to the name's list,
 // dropping the oldest past max_variants.
-func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now int64) {
+func (c *Cache) recordVariant(b *entry.Builder, s *scratch, e entry.Entry, now int64, m *cachemetrics.Server) {
 	family, v := s.q.ecs.family, entry.VariantOf(e)
 	var dropped []byte
 	key := entry.ScopesKey(b.Key[:0], s.key, family)
-	c.store.Update(key, now, func(old entry.Entry) entry.Entry {
+	m.Evicted(c.store.Update(key, now, func(old entry.Entry) entry.Entry {
 		list, d := entry.ListVariant(b, old, s.key, family, v, c.ecs.MaxVariants, e.Stored(), e.TTL())
 		dropped = d
 		return list
-	})
+	}))
 	if dropped != nil {
 		c.store.Remove(dropped)
 		if c.PreferPositive {

@@ -66,7 +66,7 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 	c.fence.Store(gen, e, func() { // listed before a flush may begin, as in store
 		var d store.Displaced
 		if d, stored = c.put(e, now.Unix()); stored && e.Flags()&entry.FlagVariant != 0 {
-			c.recordVariant(s.builder(), s, e, now.Unix())
+			c.recordVariant(s.builder(), s, e, now.Unix(), m)
 		}
 		m.Evicted(d)
 	})

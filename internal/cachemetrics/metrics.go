@@ -213,7 +213,7 @@ type Server struct {
 	zones     string
 	view      string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
-	gone      atomic.Bool               // the store was collected: set by a cleanup
+	gone      atomic.Bool               // the store was collected (set by a cleanup), or a later instance's server describes it
 	Requests  Counter
 	Misses    Counter
 	Drops     Counter // replies not cached for being malformed or not what was asked
@@ -385,14 +385,22 @@ type storeCollector struct {
 func (sc *storeCollector) add(m *Server) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	// A store handed over at a reload is described by the new instance's
+	// server alone: the old one's labels (other ZONES) would count it twice.
+	for _, l := range sc.servers {
+		if l.server == m.server && l.store == m.store && !m.gone.Load() {
+			l.gone.Store(true)
+		}
+	}
 	sc.servers = append(sc.servers, m) // before prune: m's series are live
 	sc.prune()
 }
 
-// prune drops the servers whose store is gone, and their gauges' series
-// where no server left has their labels: a store that is gone holds
-// nothing, and coredns_cache_entries sums the series of its labels with
-// the stock cache's (entriesFamily). The caller holds sc.mu.
+// prune drops the servers whose store is gone or described by a later
+// server (add), and their gauges' series where no server left has their
+// labels: a store that is gone holds nothing, and coredns_cache_entries sums
+// the series of its labels with the stock cache's (entriesFamily). The
+// caller holds sc.mu.
 func (sc *storeCollector) prune() {
 	var gone []*Server
 	live := sc.servers[:0]
