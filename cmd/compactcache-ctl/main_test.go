@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -300,5 +301,44 @@ func TestCtlDumpJSONOfServers(t *testing.T) {
 				t.Errorf("%v: line %d, %q: %+v, %v", tc.servers, i, line, got, err)
 			}
 		}
+	}
+}
+
+// TestCtlEachAddressUnresolved: with --each-address, a host name that does
+// not resolve is a server that could not be asked, as one that does not
+// answer: the others of its stage are asked all the same, the stages
+// after are not, and the tool exits 1, not 2 (a usage error).
+func TestCtlEachAddressUnresolved(t *testing.T) {
+	defer func(was func(string) ([]string, error)) { lookupHost = was }(lookupHost)
+	lookupHost = func(host string) ([]string, error) {
+		if host == "pods.example.test" {
+			return []string{"127.0.0.1"}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	good, local := newFake(t), newFake(t)
+	_, port, _ := net.SplitHostPort(good.addr())
+	for _, opt := range []string{"", "--json"} {
+		args := []string{"--each-address", "--server", "gone.example.test:" + port + ",pods.example.test:" + port, "--then", local.addr(), "flush", "www.example.org"}
+		if opt != "" {
+			args = append([]string{opt}, args...)
+		}
+		before := len(good.requests())
+		code, out, errOut := ctl(args...)
+		if code != exitFailed || !strings.Contains(errOut, "http://gone.example.test:"+port+": ") || !strings.Contains(errOut, "no such host") ||
+			!strings.Contains(errOut, "not asked, since a server before them failed: http://"+local.addr()) {
+			t.Errorf("%s: exit %d, stderr %q; want %d naming the host and the servers not asked", args, code, errOut, exitFailed)
+		}
+		if n := len(good.requests()) - before; n != 1 || !strings.Contains(out, "http://127.0.0.1:"+port) {
+			t.Errorf("%s: the host that resolved was asked %d times, want once; out %q", args, n, out)
+		}
+		if n := len(local.requests()); n != 0 {
+			t.Errorf("%s: the next stage was asked (%d requests)", args, n)
+		}
+	}
+	// A dump too, which asks the servers of a stage one after the other.
+	code, out, errOut := ctl("--each-address", "--server", "gone.example.test:"+port+",pods.example.test:"+port, "dump")
+	if code != exitFailed || !strings.Contains(errOut, "gone.example.test") || !strings.Contains(out, "www.example.org.\t300\tIN\tA") {
+		t.Errorf("dump: exit %d, out %q, stderr %q", code, out, errOut)
 	}
 }
