@@ -163,6 +163,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "compactcache-ctl: --token-file: %v\n", err)
 			return exitUsage
 		}
+		if len(b) == 0 {
+			// Asked without a token, the server would answer 401.
+			fmt.Fprintf(stderr, "compactcache-ctl: --token-file %s: holds no token (the file is empty, or white space only)\n", o.tokenFile)
+			return exitUsage
+		}
 		token = string(b)
 	}
 	stages, err := stagesOf(o)

@@ -342,3 +342,21 @@ func TestCtlEachAddressUnresolved(t *testing.T) {
 		t.Errorf("dump: exit %d, out %q, stderr %q", code, out, errOut)
 	}
 }
+
+// TestCtlEmptyTokenFile: a token file that holds no token, empty or white
+// space only, stops the tool at once naming the file, rather than asking
+// without a token and getting 401.
+func TestCtlEmptyTokenFile(t *testing.T) {
+	f := newFake(t)
+	for _, content := range []string{"", " \n\t\n"} {
+		path := filepath.Join(t.TempDir(), "token")
+		os.WriteFile(path, []byte(content), 0o600)
+		code, _, errOut := ctl("--server", f.addr(), "--token-file", path, "stats")
+		if code != exitUsage || !strings.Contains(errOut, "--token-file "+path+": holds no token") {
+			t.Errorf("a token file holding %q: exit %d, %q; want %d naming the file", content, code, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
