@@ -187,6 +187,12 @@ func command(pos []string, o options) (string, url.Values, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("unknown command %q", op)
 	}
+	if op == admin.OpSnapshot {
+		// A binary stream for a peer's warmup, which this tool has no
+		// form for.
+		return "", nil, errors.New("snapshot is not a command: it streams a block's store in binary, what a peer's warmup reads; " +
+			"dump shows the entries, and GET /v1/snapshot?block=NAME (curl) saves the stream")
+	}
 	takes := slices.DeleteFunc(slices.Concat(spec.Required, spec.Optional), func(p string) bool { return p == "format" })
 	if len(args) < len(spec.Required) || len(args) > len(takes) {
 		want := strings.ToUpper(strings.Join(spec.Required, " "))
@@ -203,6 +209,9 @@ func command(pos []string, o options) (string, url.Values, error) {
 		params.Set(takes[i], a)
 	}
 	if o.block != "" {
+		if v := params.Get(admin.ParamBlock); v != "" && v != o.block {
+			return "", nil, fmt.Errorf("--block %q and the argument BLOCK %q differ: give one", o.block, v)
+		}
 		params.Set(admin.ParamBlock, o.block)
 	}
 	if op == admin.OpDump && o.json {

@@ -360,3 +360,40 @@ func TestCtlEmptyTokenFile(t *testing.T) {
 		t.Errorf("the server was asked %d times", n)
 	}
 }
+
+// TestCtlSnapshotRefused: snapshot, the binary stream a peer's warmup
+// reads, is no command of the tool: it is refused as a usage error that
+// says what to use instead, and the server is not asked.
+func TestCtlSnapshotRefused(t *testing.T) {
+	f := newFake(t)
+	for _, args := range [][]string{{"snapshot", "b"}, {"--block", "b", "snapshot"}, {"--json", "snapshot", "b"}, {"snapshot"}} {
+		code, out, errOut := ctl(append([]string{"--server", f.addr()}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "snapshot is not a command") || !strings.Contains(errOut, "/v1/snapshot?block=NAME") {
+			t.Errorf("%q: exit %d, out %q, stderr %q; want %d saying what to use instead", args, code, out, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
+
+// TestCtlBlockTwice: an operation that takes the block as an argument,
+// given --block too, takes them when they agree, and refuses them as a
+// usage error when they differ, rather than letting --block win.
+func TestCtlBlockTwice(t *testing.T) {
+	const op = "peek"
+	admin.Specs[op] = admin.Spec{Method: http.MethodGet, Required: []string{admin.ParamBlock}}
+	defer delete(admin.Specs, op)
+	f := newFake(t)
+	code, _, errOut := ctl("--server", f.addr(), "--json", op, "a", "--block", "b")
+	if code != exitUsage || !strings.Contains(errOut, `--block "b" and the argument BLOCK "a" differ`) {
+		t.Errorf("--block b, BLOCK a: exit %d, %q; want %d", code, errOut, exitUsage)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+	code, _, errOut = ctl("--server", f.addr(), "--json", op, "a", "--block", "a")
+	if got := f.requests(); code != exitOK || len(got) != 1 || got[0] != "GET /v1/peek?block=a" {
+		t.Errorf("--block a, BLOCK a: exit %d, %q, asked %v", code, errOut, got)
+	}
+}
