@@ -87,7 +87,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch op {
 	case admin.OpBlocks:
 		reply := admin.Blocks{Blocks: []admin.Block{}}
-		for _, b := range blocks {
+		for _, b := range req.blocks {
 			reply.Blocks = append(reply.Blocks, b.info)
 		}
 		adminJSON(sw, reply)
