@@ -191,7 +191,9 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		req.types = []uint16{t}
 		req.text += " " + dns.Type(t).String()
 	}
-	if v := q.Get("format"); v != "" {
+	if vals, ok := q["format"]; ok {
+		// Given empty, it is refused too: text is the format without one.
+		v := vals[0]
 		if v != admin.FormatText && v != admin.FormatJSON {
 			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %q is not %s or %s", v, admin.FormatText, admin.FormatJSON)
 		}

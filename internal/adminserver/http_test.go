@@ -139,3 +139,23 @@ func TestAdminBlocksOne(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminDumpEmptyFormat: an empty format is refused as an unknown one
+// is, not taken for text; format given or not, the known ones are taken.
+func TestAdminDumpEmptyFormat(t *testing.T) {
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}}}
+	for target, want := range map[string]int{
+		"/v1/dump": 200, "/v1/dump?format=text": 200, "/v1/dump?format=json": 200,
+		"/v1/dump?format=": 400, "/v1/dump?format": 400, "/v1/dump?format=xml": 400,
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var e admin.Error
+		json.Unmarshal(w.Body.Bytes(), &e)
+		if w.Code != want || (want == 400 && (e.Field != "format" || !strings.Contains(e.Error, "is not text or json"))) {
+			t.Errorf("GET %s: %d %s, want %d", target, w.Code, w.Body, want)
+		}
+	}
+}
