@@ -163,6 +163,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "compactcache-ctl: --token-file: %v\n", err)
 			return exitUsage
 		}
+		if len(b) == 0 {
+			// Asked without a token, the server would answer 401.
+			fmt.Fprintf(stderr, "compactcache-ctl: --token-file %s: holds no token (the file is empty, or white space only)\n", o.tokenFile)
+			return exitUsage
+		}
 		token = string(b)
 	}
 	stages, err := stagesOf(o)
@@ -182,6 +187,12 @@ func command(pos []string, o options) (string, url.Values, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("unknown command %q", op)
 	}
+	if op == admin.OpSnapshot {
+		// A binary stream for a peer's warmup, which this tool has no
+		// form for.
+		return "", nil, errors.New("snapshot is not a command: it streams a block's store in binary, what a peer's warmup reads; " +
+			"dump shows the entries, and GET /v1/snapshot?block=NAME (curl) saves the stream")
+	}
 	takes := slices.DeleteFunc(slices.Concat(spec.Required, spec.Optional), func(p string) bool { return p == "format" })
 	if len(args) < len(spec.Required) || len(args) > len(takes) {
 		want := strings.ToUpper(strings.Join(spec.Required, " "))
@@ -198,6 +209,9 @@ func command(pos []string, o options) (string, url.Values, error) {
 		params.Set(takes[i], a)
 	}
 	if o.block != "" {
+		if v := params.Get(admin.ParamBlock); v != "" && v != o.block {
+			return "", nil, fmt.Errorf("--block %q and the argument BLOCK %q differ: give one", o.block, v)
+		}
 		params.Set(admin.ParamBlock, o.block)
 	}
 	if op == admin.OpDump && o.json {
@@ -206,28 +220,36 @@ func command(pos []string, o options) (string, url.Values, error) {
 	return op, params, nil
 }
 
-// stagesOf returns the servers of each stage, as base URLs.
-func stagesOf(o options) ([][]string, error) {
+// target is one server to ask: its base URL, and why it cannot be asked
+// when it cannot (a host name --each-address could not resolve), which
+// fails it as a server that does not answer fails.
+type target struct {
+	server string
+	err    error
+}
+
+// stagesOf returns the servers of each stage. A server that is not
+// HOST:PORT or an http(s) URL is a usage error.
+func stagesOf(o options) ([][]target, error) {
 	groups := [][]string{slices.Concat(o.servers...)}
 	groups = append(groups, o.then...)
-	var stages [][]string
+	var stages [][]target
 	for _, g := range groups {
-		var stage []string
+		var stage []target
 		for _, s := range g {
-			urls, err := serverURLs(s, o.eachAddress)
+			u, err := serverURL(s)
 			if err != nil {
 				return nil, err
 			}
-			stage = append(stage, urls...)
+			stage = append(stage, eachAddress(u, o.eachAddress)...)
 		}
 		stages = append(stages, stage)
 	}
 	return stages, nil
 }
 
-// serverURLs returns the base URL of a server given as HOST:PORT or a URL;
-// with each, one for every address its host resolves to.
-func serverURLs(s string, each bool) ([]string, error) {
+// serverURL returns the base URL of a server given as HOST:PORT or a URL.
+func serverURL(s string) (*url.URL, error) {
 	if !strings.Contains(s, "://") {
 		s = "http://" + s
 	}
@@ -239,22 +261,31 @@ func serverURLs(s string, each bool) ([]string, error) {
 		return nil, fmt.Errorf("--server %q has no port", s)
 	}
 	u.Path, u.RawQuery = strings.TrimSuffix(u.Path, "/"), ""
+	return u, nil
+}
+
+// eachAddress returns the server at u; with each, one for every address
+// its host resolves to, or the server with the error of the lookup.
+func eachAddress(u *url.URL, each bool) []target {
 	if !each || net.ParseIP(u.Hostname()) != nil {
-		return []string{u.String()}, nil
+		return []target{{server: u.String()}}
 	}
-	addrs, err := net.LookupHost(u.Hostname())
+	addrs, err := lookupHost(u.Hostname())
 	if err != nil {
-		return nil, fmt.Errorf("--each-address: %v", err)
+		return []target{{server: u.String(), err: fmt.Errorf("--each-address: %v", err)}}
 	}
 	slices.Sort(addrs)
-	var urls []string
+	var targets []target
 	for _, a := range addrs {
 		v := *u
 		v.Host = net.JoinHostPort(a, u.Port())
-		urls = append(urls, v.String())
+		targets = append(targets, target{server: v.String()})
 	}
-	return urls, nil
+	return targets
 }
+
+// lookupHost resolves a host name for --each-address; tests replace it.
+var lookupHost = net.LookupHost
 
 // userAgent names the tool and the operator, for the server's log.
 func userAgent() string {
@@ -286,13 +317,19 @@ type result struct {
 
 // runStages asks each stage's servers at once, in order, and stops after a
 // stage in which one failed.
-func (c *client) runStages(op string, params url.Values, stages [][]string, stdout, stderr io.Writer) int {
+func (c *client) runStages(op string, params url.Values, stages [][]target, stdout, stderr io.Writer) int {
 	many := len(stages) > 1 || len(stages[0]) > 1
 	for i, stage := range stages {
 		failed := false
 		if op == admin.OpDump {
 			// Streamed as it comes, a server after the other.
-			for _, s := range stage {
+			for _, t := range stage {
+				s := t.server
+				if t.err != nil {
+					fmt.Fprintf(stderr, "compactcache-ctl: %s: %v\n", s, t.err)
+					failed = true
+					continue
+				}
 				var out io.Writer = stdout
 				lines := &jsonLines{w: stdout, server: s}
 				switch {
@@ -311,9 +348,11 @@ func (c *client) runStages(op string, params url.Values, stages [][]string, stdo
 		} else {
 			results := make([]result, len(stage))
 			var wg sync.WaitGroup
-			for j, s := range stage {
-				results[j].server = s
-				wg.Go(func() { results[j].err = c.do(op, s, params, &results[j].out) })
+			for j, t := range stage {
+				results[j].server, results[j].err = t.server, t.err
+				if t.err == nil {
+					wg.Go(func() { results[j].err = c.do(op, t.server, params, &results[j].out) })
+				}
 			}
 			wg.Wait()
 			for _, r := range results {
@@ -332,7 +371,11 @@ func (c *client) runStages(op string, params url.Values, stages [][]string, stdo
 			}
 		}
 		if failed {
-			if rest := slices.Concat(stages[i+1:]...); len(rest) > 0 {
+			var rest []string
+			for _, t := range slices.Concat(stages[i+1:]...) {
+				rest = append(rest, t.server)
+			}
+			if len(rest) > 0 {
 				fmt.Fprintf(stderr, "compactcache-ctl: not asked, since a server before them failed: %s\n", strings.Join(rest, ", "))
 			}
 			return exitFailed

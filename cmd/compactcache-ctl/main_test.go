@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -300,5 +301,99 @@ func TestCtlDumpJSONOfServers(t *testing.T) {
 				t.Errorf("%v: line %d, %q: %+v, %v", tc.servers, i, line, got, err)
 			}
 		}
+	}
+}
+
+// TestCtlEachAddressUnresolved: with --each-address, a host name that does
+// not resolve is a server that could not be asked, as one that does not
+// answer: the others of its stage are asked all the same, the stages
+// after are not, and the tool exits 1, not 2 (a usage error).
+func TestCtlEachAddressUnresolved(t *testing.T) {
+	defer func(was func(string) ([]string, error)) { lookupHost = was }(lookupHost)
+	lookupHost = func(host string) ([]string, error) {
+		if host == "pods.example.test" {
+			return []string{"127.0.0.1"}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	good, local := newFake(t), newFake(t)
+	_, port, _ := net.SplitHostPort(good.addr())
+	for _, opt := range []string{"", "--json"} {
+		args := []string{"--each-address", "--server", "gone.example.test:" + port + ",pods.example.test:" + port, "--then", local.addr(), "flush", "www.example.org"}
+		if opt != "" {
+			args = append([]string{opt}, args...)
+		}
+		before := len(good.requests())
+		code, out, errOut := ctl(args...)
+		if code != exitFailed || !strings.Contains(errOut, "http://gone.example.test:"+port+": ") || !strings.Contains(errOut, "no such host") ||
+			!strings.Contains(errOut, "not asked, since a server before them failed: http://"+local.addr()) {
+			t.Errorf("%s: exit %d, stderr %q; want %d naming the host and the servers not asked", args, code, errOut, exitFailed)
+		}
+		if n := len(good.requests()) - before; n != 1 || !strings.Contains(out, "http://127.0.0.1:"+port) {
+			t.Errorf("%s: the host that resolved was asked %d times, want once; out %q", args, n, out)
+		}
+		if n := len(local.requests()); n != 0 {
+			t.Errorf("%s: the next stage was asked (%d requests)", args, n)
+		}
+	}
+	// A dump too, which asks the servers of a stage one after the other.
+	code, out, errOut := ctl("--each-address", "--server", "gone.example.test:"+port+",pods.example.test:"+port, "dump")
+	if code != exitFailed || !strings.Contains(errOut, "gone.example.test") || !strings.Contains(out, "www.example.org.\t300\tIN\tA") {
+		t.Errorf("dump: exit %d, out %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestCtlEmptyTokenFile: a token file that holds no token, empty or white
+// space only, stops the tool at once naming the file, rather than asking
+// without a token and getting 401.
+func TestCtlEmptyTokenFile(t *testing.T) {
+	f := newFake(t)
+	for _, content := range []string{"", " \n\t\n"} {
+		path := filepath.Join(t.TempDir(), "token")
+		os.WriteFile(path, []byte(content), 0o600)
+		code, _, errOut := ctl("--server", f.addr(), "--token-file", path, "stats")
+		if code != exitUsage || !strings.Contains(errOut, "--token-file "+path+": holds no token") {
+			t.Errorf("a token file holding %q: exit %d, %q; want %d naming the file", content, code, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
+
+// TestCtlSnapshotRefused: snapshot, the binary stream a peer's warmup
+// reads, is no command of the tool: it is refused as a usage error that
+// says what to use instead, and the server is not asked.
+func TestCtlSnapshotRefused(t *testing.T) {
+	f := newFake(t)
+	for _, args := range [][]string{{"snapshot", "b"}, {"--block", "b", "snapshot"}, {"--json", "snapshot", "b"}, {"snapshot"}} {
+		code, out, errOut := ctl(append([]string{"--server", f.addr()}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "snapshot is not a command") || !strings.Contains(errOut, "/v1/snapshot?block=NAME") {
+			t.Errorf("%q: exit %d, out %q, stderr %q; want %d saying what to use instead", args, code, out, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
+
+// TestCtlBlockTwice: an operation that takes the block as an argument,
+// given --block too, takes them when they agree, and refuses them as a
+// usage error when they differ, rather than letting --block win.
+func TestCtlBlockTwice(t *testing.T) {
+	const op = "peek"
+	admin.Specs[op] = admin.Spec{Method: http.MethodGet, Required: []string{admin.ParamBlock}}
+	defer delete(admin.Specs, op)
+	f := newFake(t)
+	code, _, errOut := ctl("--server", f.addr(), "--json", op, "a", "--block", "b")
+	if code != exitUsage || !strings.Contains(errOut, `--block "b" and the argument BLOCK "a" differ`) {
+		t.Errorf("--block b, BLOCK a: exit %d, %q; want %d", code, errOut, exitUsage)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+	code, _, errOut = ctl("--server", f.addr(), "--json", op, "a", "--block", "a")
+	if got := f.requests(); code != exitOK || len(got) != 1 || got[0] != "GET /v1/peek?block=a" {
+		t.Errorf("--block a, BLOCK a: exit %d, %q, asked %v", code, errOut, got)
 	}
 }

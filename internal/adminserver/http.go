@@ -87,7 +87,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch op {
 	case admin.OpBlocks:
 		reply := admin.Blocks{Blocks: []admin.Block{}}
-		for _, b := range blocks {
+		for _, b := range req.blocks {
 			reply.Blocks = append(reply.Blocks, b.info)
 		}
 		adminJSON(sw, reply)
@@ -191,7 +191,9 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		req.types = []uint16{t}
 		req.text += " " + dns.Type(t).String()
 	}
-	if v := q.Get("format"); v != "" {
+	if vals, ok := q["format"]; ok {
+		// Given empty, it is refused too: text is the format without one.
+		v := vals[0]
 		if v != admin.FormatText && v != admin.FormatJSON {
 			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %q is not %s or %s", v, admin.FormatText, admin.FormatJSON)
 		}

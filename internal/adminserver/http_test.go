@@ -2,6 +2,7 @@ package adminserver
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -110,6 +111,51 @@ func TestOperationsNotFlushes(t *testing.T) {
 		c.flushes = nil
 		if code := do(http.MethodPost, "/v1/"+op); code != http.StatusOK || len(c.flushes) != 1 || c.flushes[0].Scope != want {
 			t.Errorf("POST %s: %d, flushes %v, want one of scope %s", op, code, c.flushes, want)
+		}
+	}
+}
+
+// TestAdminBlocksOne: blocks?block=NAME lists that block alone; without
+// block, every block.
+func TestAdminBlocksOne(t *testing.T) {
+	inst := &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}
+	s := &adminServer{blocks: []*adminBlock{
+		{inst: inst, c: &recordingCache{}, info: admin.Block{Name: "a"}},
+		{inst: inst, c: &recordingCache{}, info: admin.Block{Name: "b"}},
+	}}
+	for target, want := range map[string]string{"/v1/blocks": "a b", "/v1/blocks?block=b": "b", "/v1/blocks?block=a": "a"} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var reply admin.Blocks
+		json.Unmarshal(w.Body.Bytes(), &reply)
+		var names []string
+		for _, b := range reply.Blocks {
+			names = append(names, b.Name)
+		}
+		if w.Code != http.StatusOK || strings.Join(names, " ") != want {
+			t.Errorf("GET %s: %d, blocks %q, want %q", target, w.Code, names, want)
+		}
+	}
+}
+
+// TestAdminDumpEmptyFormat: an empty format is refused as an unknown one
+// is, not taken for text; format given or not, the known ones are taken.
+func TestAdminDumpEmptyFormat(t *testing.T) {
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}}}
+	for target, want := range map[string]int{
+		"/v1/dump": 200, "/v1/dump?format=text": 200, "/v1/dump?format=json": 200,
+		"/v1/dump?format=": 400, "/v1/dump?format": 400, "/v1/dump?format=xml": 400,
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var e admin.Error
+		json.Unmarshal(w.Body.Bytes(), &e)
+		if w.Code != want || (want == 400 && (e.Field != "format" || !strings.Contains(e.Error, "is not text or json"))) {
+			t.Errorf("GET %s: %d %s, want %d", target, w.Code, w.Body, want)
 		}
 	}
 }

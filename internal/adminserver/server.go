@@ -11,6 +11,7 @@
 package adminserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -289,19 +290,36 @@ func (r *adminRegistry) unregister(b *adminBlock) {
 	r.remove(func(x *adminBlock) bool { return x == b })
 }
 
+// drainTimeout bounds how long a listener that closes lets the requests
+// under way (a dump, a long flush_zone) finish before it cuts them.
+var drainTimeout = 10 * time.Second
+
 // remove takes the blocks drop picks off every listener and closes the
 // listeners left without blocks. The caller holds r.mu.
 func (r *adminRegistry) remove(drop func(*adminBlock) bool) {
 	for addr, s := range r.servers {
 		s.blocks = slices.DeleteFunc(s.blocks, drop)
 		if len(s.blocks) == 0 {
-			// The listener too: Close closes only what Serve has taken, and
-			// the goroutine of a listener just opened may not have yet.
+			// The listener at once, so that the address is free for a
+			// reload that opens it again (Shutdown closes only what Serve
+			// has taken, and the goroutine of a listener just opened may
+			// not have yet); the requests under way in the background.
 			s.ln.Close()
-			s.http.Close()
+			go s.drain(drainTimeout)
 			delete(r.servers, addr)
 			log.Infof("admin: closed %s", s.ln.Addr())
 		}
+	}
+}
+
+// drain lets the requests under way on a closed listener finish, for at
+// most timeout, and then cuts those left.
+func (s *adminServer) drain(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := s.http.Shutdown(ctx); err != nil {
+		log.Warningf("admin: requests under way on %s cut after %s: %v", s.ln.Addr(), timeout, err)
+		s.http.Close()
 	}
 }
 
