@@ -554,6 +554,19 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// A reply response.Typify classes as an error (NXDOMAIN with a
+		// CNAME) does not refresh: the stale entry is served.
+		name: "serve_stale verify, error reply",
+		corefile: `{
+    serve_stale 1h verify
+}`,
+		steps: []diffStep{
+			{ask: "short.example.org. A", up: 1},
+			{set: "short.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError, an: []string{"short.example.org. 300 IN CNAME gone.example.org."}, ns: []string{diffSOA}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A", up: 1, diff: []string{"ede-stale", "stale-ttl"}},
+		},
+	},
+	{
 		name: "serve_stale verify with timeout",
 		corefile: `{
     serve_stale 1h verify 20ms 5s

@@ -333,7 +333,7 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
 	v := c.classify(res, cw.req, now)
-	cw.fresh = v.answers || !c.PreferPositive && !v.bad && (res.Rcode == dns.RcodeSuccess || res.Rcode == dns.RcodeNameError)
+	cw.fresh = v.answers || !c.PreferPositive && !v.bad && !v.erred && (res.Rcode == dns.RcodeSuccess || res.Rcode == dns.RcodeNameError)
 	switch {
 	case !v.store:
 		if v.bad {
