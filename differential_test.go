@@ -711,6 +711,12 @@ var diffScenarios = []diffScenario{
 			{ask: "cnodata.example.org. A", up: 0},
 			{ask: "www.example.org. CNAME", up: 1},
 			{ask: "www.example.org. CNAME", up: 0},
+			// The type beside the CNAME at an owner of the chain, and an
+			// alias with two targets (RFC 2181 10.1): no answer, not cached.
+			{ask: "beside.example.org. A", up: 1},
+			{ask: "beside.example.org. A", up: 1},
+			{ask: "twotargets.example.org. CNAME", up: 1},
+			{ask: "twotargets.example.org. CNAME", up: 1},
 		},
 	},
 	{
@@ -871,7 +877,15 @@ func diffZone() map[string]diffAnswer {
 			"web.example.org. 300 IN CNAME host.example.net.",
 			"host.example.net. 60 IN A 192.0.2.9",
 		}},
-		"www.example.org. CNAME":  {an: []string{"www.example.org. 300 IN CNAME web.example.org."}},
+		"www.example.org. CNAME": {an: []string{"www.example.org. 300 IN CNAME web.example.org."}},
+		"beside.example.org. A": {an: []string{
+			"beside.example.org. 300 IN CNAME host.example.net.",
+			"beside.example.org. 300 IN A 192.0.2.17",
+		}},
+		"twotargets.example.org. CNAME": {an: []string{
+			"twotargets.example.org. 300 IN CNAME a.example.org.",
+			"twotargets.example.org. 300 IN CNAME b.example.org.",
+		}},
 		"dangling.example.org. A": {an: []string{"dangling.example.org. 300 IN CNAME nowhere.example.net."}},
 		"cnodata.example.org. A": {
 			an: []string{"cnodata.example.org. 300 IN CNAME host2.example.org."},
