@@ -32,7 +32,7 @@ type Scan struct {
 	SOA     bool // an SOA in the authority section
 	ns      int  // NS records in the authority section
 	expired bool // a signature outside its validity period, in a DO reply
-	records bool // any record but the additional section's OPT and TSIG
+	records bool // any record but OPT and TSIG, wherever they stand
 	// The smallest TTLs of the records clients without DO get, of those
 	// only DO clients get (dnssecOnly), and the smallest SOA MINIMUM.
 	dataTTL, proofTTL, soaMinimum uint32
@@ -40,7 +40,7 @@ type Scan struct {
 
 // Read scans m, at now for the validity of its signatures.
 func Read(m *dns.Msg, now time.Time) Scan {
-	sc := Scan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
+	sc := Scan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32}
 	opt := m.IsEdns0()
 	do := opt != nil && opt.Do()
 	qtype := m.Question[0].Qtype
