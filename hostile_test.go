@@ -663,6 +663,16 @@ func hostileRows() []hostileRow {
 			asks: 2, drops: 2, log: "overflow packing a", check: servfails,
 		},
 		{
+			name: "malformed rdata in a reply that is not stored",
+			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
+				bad := &dns.A{Hdr: dns.RR_Header{Name: "q.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IP{192, 0, 2}}
+				return hostileReply(r, dns.RcodeRefused, []dns.RR{bad}, nil, nil)
+			},
+			// Counted as a drop, as when it would be stored: the client
+			// gets SERVFAIL in its place.
+			asks: 2, drops: 2, log: "overflow packing a", check: servfails,
+		},
+		{
 			name: "malformed rdata: bytes through Write that do not unpack",
 			raw: func(_ *testing.T, r *dns.Msg) []byte {
 				b, _ := hostileReply(r, dns.RcodeSuccess, []dns.RR{a("q.example.org.")}, nil, nil).Pack()
