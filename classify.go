@@ -72,7 +72,7 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 		if res.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
 		}
-		v = verdict{kind: store.KindDenial, ttl: c.ServfailTTL}
+		v = verdict{kind: store.KindDenial, ttl: c.ServfailTTL, floor: c.ServfailTTL} // its records served with its TTL, as in the stock cache
 	case response.Meta, response.Update:
 		return verdict{why: "zone transfers and updates are not cached"}
 	default:

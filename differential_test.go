@@ -290,6 +290,10 @@ var diffScenarios = []diffScenario{
 	{
 		name: "SERVFAIL from the upstream",
 		steps: []diffStep{
+			// Records of a SERVFAIL are served with its TTL, as the stock
+			// cache serves them, not with their own shorter one.
+			{ask: "failrr.example.org. A", up: 1},
+			{advance: 3 * time.Second, ask: "failrr.example.org. A", up: 0, diff: []string{"ede-cached-error"}},
 			{ask: "fail.example.org. A", up: 1},
 			{ask: "fail.example.org. A", up: 0, diff: []string{"ede-cached-error"}},
 			{ask: "fail.example.org. A -edns", up: 0},
@@ -908,6 +912,7 @@ func diffZone() map[string]diffAnswer {
 		}},
 		"fail.example.org. A":   {rcode: dns.RcodeServerFailure},
 		"ede.example.org. A":    {rcode: dns.RcodeServerFailure, ede: dns.ExtendedErrorCodeNoReachableAuthority},
+		"failrr.example.org. A": {rcode: dns.RcodeServerFailure, an: []string{"failrr.example.org. 2 IN A 192.0.2.18"}},
 		"down.example.org. A":   {fail: true},
 		"notimp.example.org. A": {rcode: dns.RcodeNotImplemented},
 		"s.example.org. A":      {signed: true, an: []string{"s.example.org. 300 IN A 192.0.2.8"}},
