@@ -164,11 +164,10 @@ type captureWriter struct {
 }
 
 // fetch is what asking the next plugin takes, in one allocation, since the
-// miss path's own share of an insert is counted in allocations: the writer
-// that captures the reply, the request it sends upstream, and on the miss
-// path the flight that other misses for the question wait on (they keep the
-// fetch alive until they have read it; a fetch nobody waited on goes back to
-// fetchPool).
+// miss path's share of an insert is counted in allocations: the writer that
+// captures the reply, the request it sends upstream, and on the miss path the
+// flight that other misses for the question wait on (they keep the fetch
+// alive until they have read it; one nobody waited on goes back to fetchPool).
 type fetch struct {
 	cw     captureWriter
 	up     upstreamMsg
