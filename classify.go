@@ -20,6 +20,7 @@ type verdict struct {
 	floor   time.Duration // MINTTL: no record is kept with a lower TTL
 	why     string        // why it is not stored, for the debug line
 	bad     bool          // not stored for being malformed or not what was asked: counted in drops
+	erred   bool          // an error to response.Typify (expired signatures, NXDOMAIN with data): refreshes nothing
 }
 
 // unusable is the verdict on a reply that is malformed or does not answer
@@ -71,11 +72,11 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 		if res.Rcode != dns.RcodeServerFailure {
 			return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
 		}
-		v = verdict{kind: store.KindDenial, ttl: c.ServfailTTL}
+		v = verdict{kind: store.KindDenial, ttl: c.ServfailTTL, floor: c.ServfailTTL} // its records served with its TTL, as in the stock cache
 	case response.Meta, response.Update:
 		return verdict{why: "zone transfers and updates are not cached"}
 	default:
-		return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached"}
+		return verdict{why: "rcode " + dns.RcodeToString[res.Rcode] + " is not cached", erred: true}
 	}
 	// A TTL of 0 (servfail 0, or TTL-0 records with MINTTL 0) is not stored;
 	// a servfail under a second is, stale at once, as in the stock cache.

@@ -290,6 +290,10 @@ var diffScenarios = []diffScenario{
 	{
 		name: "SERVFAIL from the upstream",
 		steps: []diffStep{
+			// Records of a SERVFAIL are served with its TTL, as the stock
+			// cache serves them, not with their own shorter one.
+			{ask: "failrr.example.org. A", up: 1},
+			{advance: 3 * time.Second, ask: "failrr.example.org. A", up: 0, diff: []string{"ede-cached-error"}},
 			{ask: "fail.example.org. A", up: 1},
 			{ask: "fail.example.org. A", up: 0, diff: []string{"ede-cached-error"}},
 			{ask: "fail.example.org. A -edns", up: 0},
@@ -554,6 +558,19 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// A reply response.Typify classes as an error (NXDOMAIN with a
+		// CNAME) does not refresh: the stale entry is served.
+		name: "serve_stale verify, error reply",
+		corefile: `{
+    serve_stale 1h verify
+}`,
+		steps: []diffStep{
+			{ask: "short.example.org. A", up: 1},
+			{set: "short.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError, an: []string{"short.example.org. 300 IN CNAME gone.example.org."}, ns: []string{diffSOA}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A", up: 1, diff: []string{"ede-stale", "stale-ttl"}},
+		},
+	},
+	{
 		name: "serve_stale verify with timeout",
 		corefile: `{
     serve_stale 1h verify 20ms 5s
@@ -698,6 +715,12 @@ var diffScenarios = []diffScenario{
 			{ask: "cnodata.example.org. A", up: 0},
 			{ask: "www.example.org. CNAME", up: 1},
 			{ask: "www.example.org. CNAME", up: 0},
+			// The type beside the CNAME at an owner of the chain, and an
+			// alias with two targets (RFC 2181 10.1): no answer, not cached.
+			{ask: "beside.example.org. A", up: 1},
+			{ask: "beside.example.org. A", up: 1},
+			{ask: "twotargets.example.org. CNAME", up: 1},
+			{ask: "twotargets.example.org. CNAME", up: 1},
 		},
 	},
 	{
@@ -858,7 +881,15 @@ func diffZone() map[string]diffAnswer {
 			"web.example.org. 300 IN CNAME host.example.net.",
 			"host.example.net. 60 IN A 192.0.2.9",
 		}},
-		"www.example.org. CNAME":  {an: []string{"www.example.org. 300 IN CNAME web.example.org."}},
+		"www.example.org. CNAME": {an: []string{"www.example.org. 300 IN CNAME web.example.org."}},
+		"beside.example.org. A": {an: []string{
+			"beside.example.org. 300 IN CNAME host.example.net.",
+			"beside.example.org. 300 IN A 192.0.2.17",
+		}},
+		"twotargets.example.org. CNAME": {an: []string{
+			"twotargets.example.org. 300 IN CNAME a.example.org.",
+			"twotargets.example.org. 300 IN CNAME b.example.org.",
+		}},
 		"dangling.example.org. A": {an: []string{"dangling.example.org. 300 IN CNAME nowhere.example.net."}},
 		"cnodata.example.org. A": {
 			an: []string{"cnodata.example.org. 300 IN CNAME host2.example.org."},
@@ -881,6 +912,7 @@ func diffZone() map[string]diffAnswer {
 		}},
 		"fail.example.org. A":   {rcode: dns.RcodeServerFailure},
 		"ede.example.org. A":    {rcode: dns.RcodeServerFailure, ede: dns.ExtendedErrorCodeNoReachableAuthority},
+		"failrr.example.org. A": {rcode: dns.RcodeServerFailure, an: []string{"failrr.example.org. 2 IN A 192.0.2.18"}},
 		"down.example.org. A":   {fail: true},
 		"notimp.example.org. A": {rcode: dns.RcodeNotImplemented},
 		"s.example.org. A":      {signed: true, an: []string{"s.example.org. 300 IN A 192.0.2.8"}},

@@ -636,6 +636,23 @@ func hostileRows() []hostileRow {
 			asks: 2, drops: 2, log: "answer does not resolve the question",
 		},
 		{
+			name: "OPT alone in the authority section",
+			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
+				opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: 1232}}
+				return hostileReply(r, dns.RcodeSuccess, nil, []dns.RR{opt}, nil)
+			},
+			// A reply without records: stored for the minimum default TTL,
+			// as the stock cache stores it, not for the TTL cap.
+			entries: 1, asks: 1,
+			check: func(t *testing.T, h *hostileRun, _, _ *dns.Msg) {
+				h.clk.advance(config.MinDefaultTTL)
+				h.ask(t, test.Case{Qname: "q.example.org.", Qtype: dns.TypeA}.Msg(), false)
+				if n := h.next.count("q.example.org."); n != 2 {
+					t.Fatalf("upstream asked %d times after %v, want 2: the entry outlived a reply without records", n, config.MinDefaultTTL)
+				}
+			},
+		},
+		{
 			name: "malformed rdata: a record that does not pack",
 			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
 				bad := &dns.A{Hdr: dns.RR_Header{Name: "q.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IP{192, 0, 2}}
@@ -643,6 +660,16 @@ func hostileRows() []hostileRow {
 			},
 			// Dropped and logged; the client gets SERVFAIL, where a server
 			// without the cache could not pack the reply and sent nothing.
+			asks: 2, drops: 2, log: "overflow packing a", check: servfails,
+		},
+		{
+			name: "malformed rdata in a reply that is not stored",
+			answer: func(_ *testing.T, r *dns.Msg) *dns.Msg {
+				bad := &dns.A{Hdr: dns.RR_Header{Name: "q.example.org.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IP{192, 0, 2}}
+				return hostileReply(r, dns.RcodeRefused, []dns.RR{bad}, nil, nil)
+			},
+			// Counted as a drop, as when it would be stored: the client
+			// gets SERVFAIL in its place.
 			asks: 2, drops: 2, log: "overflow packing a", check: servfails,
 		},
 		{

@@ -81,13 +81,11 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	return dns.RcodeSuccess, c.answer(w, r, cw)
 }
 
-// errNoReply is the error of a fetch that ended without a reply or an error
-// of its own.
+// errNoReply is the error of a fetch that ended without a reply or error.
 var errNoReply = errors.New("no reply from the next plugin")
 
 // errStored lands the flight of a miss answered from an entry in the store,
-// the shared tier's or one that an earlier flight stored: the waiters read
-// it from the store.
+// the shared tier's or an earlier flight's: the waiters read it from there.
 var errStored = errors.New("answered from an entry stored")
 
 // errGone lands the flight of a miss whose client went away: waiters ask anew.
@@ -116,7 +114,7 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	}
 	// The reply answers the leader's request; passOn writes it with this
 	// one's ID and question.
-	return dns.RcodeSuccess, c.passOn(w, r, f.Reply, s)
+	return dns.RcodeSuccess, c.passOn(w, r, f.Reply, s, nil) // counted by the leader
 }
 
 // flightKey names what a miss asks upstream: the question and key flags, and
@@ -135,7 +133,10 @@ func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) erro
 		// Fresh from upstream: no Extended DNS Error of a cached one.
 		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{}))
 	}
-	return c.passOn(w, r, cw.reply, cw.s)
+	if cw.dropped {
+		return c.passOn(w, r, cw.reply, cw.s, nil)
+	}
+	return c.passOn(w, r, cw.reply, cw.s, cw.m)
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its
@@ -156,17 +157,17 @@ type captureWriter struct {
 
 	gen uint64 // the cache's flush generation when the fetch began (admin)
 
-	reply *dns.Msg
-	entry entry.Entry // built in b from reply, when stored
-	fresh bool        // reply may refresh an entry (refreshed)
+	reply   *dns.Msg
+	entry   entry.Entry // built in b from reply, when stored
+	fresh   bool        // reply may refresh an entry (refreshed)
+	dropped bool        // reply is counted in drops (or refused): passOn does not count it again
 }
 
 // fetch is what asking the next plugin takes, in one allocation, since the
-// miss path's own share of an insert is counted in allocations: the writer
-// that captures the reply, the request it sends upstream, and on the miss
-// path the flight that other misses for the question wait on (they keep the
-// fetch alive until they have read it; a fetch nobody waited on goes back to
-// fetchPool).
+// miss path's share of an insert is counted in allocations: the writer that
+// captures the reply, the request it sends upstream, and on the miss path the
+// flight that other misses for the question wait on (they keep the fetch
+// alive until they have read it; one nobody waited on goes back to fetchPool).
 type fetch struct {
 	cw     captureWriter
 	up     upstreamMsg
@@ -268,10 +269,10 @@ type upstreamMsg struct {
 
 // set makes u r as it goes upstream, and returns it: with DO set and an EDNS
 // buffer that fits signed answers, AD, which asks the upstream to say whether
-// it validated (RFC 6840 5.7), the client subnet cut to the configured
-// source prefix, and without the client's TSIG. The plugins before the cache keep seeing r. The copy is
-// shallow but for the additional section and its OPT, the only parts that
-// change: copying whole requests costs a miss more than all its own work.
+// it validated (RFC 6840 5.7), the client subnet cut to the configured source
+// prefix, without the client's TSIG; the plugins before the cache keep seeing
+// r. The copy is shallow but for the additional section and its OPT, the only
+// parts that change: copying whole requests costs a miss more than its work.
 func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 	u.msg = *r
 	u.msg.AuthenticatedData = true
@@ -306,7 +307,7 @@ func (u *upstreamMsg) set(r *dns.Msg, ecs *subnet) *dns.Msg {
 
 // WriteMsg implements dns.ResponseWriter.
 func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
-	cw.reply, cw.entry, cw.fresh = res, nil, false
+	cw.reply, cw.entry, cw.fresh, cw.dropped = res, nil, false, false
 	if res.Truncated && cw.udp {
 		return nil
 	}
@@ -319,25 +320,28 @@ func (cw *captureWriter) WriteMsg(res *dns.Msg) error {
 func (cw *captureWriter) Write(b []byte) (int, error) {
 	res := new(dns.Msg)
 	if err := res.Unpack(b); err != nil {
-		cw.m.Drops.Inc()
+		cw.drop()
 		log.Debugf("Not caching a reply written as bytes that do not unpack: %s", err)
 		return 0, err
 	}
 	log.Debug("Not caching a reply written as bytes by the next plugin")
-	cw.reply, cw.entry, cw.fresh = res, nil, false
+	cw.reply, cw.entry, cw.fresh, cw.dropped = res, nil, false, false
 	return len(b), nil
 }
+
+// drop counts the reply in drops_total.
+func (cw *captureWriter) drop() { cw.m.Drops.Inc(); cw.dropped = true }
 
 // store stores res when it is cacheable and sets cw.entry to the entry as
 // cw.b built it, for the client's reply to be written from.
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
 	v := c.classify(res, cw.req, now)
-	cw.fresh = v.answers || !c.PreferPositive && !v.bad && (res.Rcode == dns.RcodeSuccess || res.Rcode == dns.RcodeNameError)
+	cw.fresh = v.answers || !c.PreferPositive && !v.bad && !v.erred && (res.Rcode == dns.RcodeSuccess || res.Rcode == dns.RcodeNameError)
 	switch {
 	case !v.store:
 		if v.bad {
-			cw.m.Drops.Inc()
+			cw.drop()
 		}
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), v.why)
 		return
@@ -351,7 +355,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	key, variant, ok := storeKey(cw.b, cw.s.key, &cw.s.q, res)
 	if !ok {
 		cw.fresh = false
-		cw.m.Drops.Inc()
+		cw.drop()
 		log.Debugf("Not caching reply for %q/%s: its ECS option does not echo the query's", q.Name, dns.Type(q.Qtype))
 		return
 	}
@@ -375,6 +379,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	c.store.Prefetch(c.store.Hash(key))
 	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.MaxEntry)
 	if err != nil {
+		cw.dropped = true // counted in refused or drops
 		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.TooLarge.Inc()
 		} else {
@@ -461,18 +466,20 @@ func (c *Cache) disabled(kind int, name string) bool {
 }
 
 // passOn writes res, a reply to r that the cache did not store, to the
-// client, as the cache's own replies are written: from an entry built for
-// it alone and not stored, through the reply writer (wire.go). So what a
+// client as the cache's own replies are written: from an entry built for it
+// alone and not stored, through the reply writer (wire.go), so that what a
 // client sees of a reply (DNSSEC records, AD, the compact denial's NXDOMAIN,
-// OPT, ECS, its size) has one writer, for a reply that is stored and one
-// that is not. It costs packing res's records once, as storing them would,
-// on the path of the replies the cache does not keep. A reply to another
-// question, or one the entry format cannot hold (rdata that does not pack),
-// becomes SERVFAIL, as Unbound answers both: the client would drop the
-// first and retry, and could not read the second.
-func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch) error {
+// OPT, ECS, size) has one writer, at the cost of packing res's records once.
+// A reply to another question, or one the entry format cannot hold (rdata
+// that does not pack), becomes SERVFAIL, as Unbound answers both (the client
+// would drop the first, and could not read the second), counted in m's drops
+// unless m is nil.
+func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch, m *cachemetrics.Server) error {
 	e, err := passedEntry(s, r, res)
 	if err != nil {
+		if m != nil {
+			m.Drops.Inc()
+		}
 		log.Debugf("Answering SERVFAIL in place of a reply for %q/%s: %s", r.Question[0].Name, dns.Type(r.Question[0].Qtype), err)
 		return c.write(w, s.replies.appendReply(&s.q, servfailEntry(s), replyForm{}))
 	}

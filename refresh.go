@@ -205,7 +205,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
 		}
-		return true, dns.RcodeSuccess, c.passOn(w, r, res, s)
+		return true, dns.RcodeSuccess, c.passOn(w, r, res, s, m)
 	case <-timer.C:
 		return false, 0, nil
 	}

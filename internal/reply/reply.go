@@ -32,7 +32,7 @@ type Scan struct {
 	SOA     bool // an SOA in the authority section
 	ns      int  // NS records in the authority section
 	expired bool // a signature outside its validity period, in a DO reply
-	records bool // any record but the additional section's OPT and TSIG
+	records bool // any record but OPT and TSIG, wherever they stand
 	// The smallest TTLs of the records clients without DO get, of those
 	// only DO clients get (dnssecOnly), and the smallest SOA MINIMUM.
 	dataTTL, proofTTL, soaMinimum uint32
@@ -40,7 +40,7 @@ type Scan struct {
 
 // Read scans m, at now for the validity of its signatures.
 func Read(m *dns.Msg, now time.Time) Scan {
-	sc := Scan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32, records: len(m.Answer)+len(m.Ns) > 0}
+	sc := Scan{dataTTL: math.MaxUint32, proofTTL: math.MaxUint32, soaMinimum: math.MaxUint32}
 	opt := m.IsEdns0()
 	do := opt != nil && opt.Do()
 	qtype := m.Question[0].Qtype
@@ -134,20 +134,26 @@ func (sc *Scan) Type(m *dns.Msg) response.Type {
 
 // Answers reports whether the answer section holds the queried type
 // at the end of the CNAME chain that starts at the question's name (RFC 1034
-// 3.6.2). A chain with a loop or an owner of two targets answers nothing.
+// 3.6.2), as the stock cache's answersQuestion does: only at its end, since an
+// alias has no other data. A chain with a loop or an owner of two targets
+// answers nothing (RFC 2181 10.1), nor does a CNAME question's alias of two.
 func Answers(m *dns.Msg) bool {
 	q := m.Question[0]
 	name := q.Name
-	if q.Qtype == dns.TypeANY || q.Qtype == dns.TypeCNAME {
+	switch q.Qtype {
+	case dns.TypeANY:
 		return ownerHas(m.Answer, name, q.Qtype, q.Qclass)
+	case dns.TypeCNAME:
+		target, ok := cnameTarget(m.Answer, name, q.Qclass)
+		return ok && target != ""
 	}
 	for hops := 0; hops <= len(m.Answer); hops++ {
-		if ownerHas(m.Answer, name, q.Qtype, q.Qclass) {
-			return true
-		}
 		target, ok := cnameTarget(m.Answer, name, q.Qclass)
-		if !ok || target == "" {
+		if !ok {
 			return false
+		}
+		if target == "" {
+			return ownerHas(m.Answer, name, q.Qtype, q.Qclass)
 		}
 		name = target
 	}
