@@ -685,7 +685,7 @@ func TestFailedFetchOneReply(t *testing.T) {
 // reply (the lookup found nothing to age), and a hit once, to age the entry.
 // A front-end hit reads none: it ages the entry by the time its batch came
 // in, which the front end reads itself, so that the clock's ticker stops
-// while only the front end answers (coarseClock).
+// while only the front end answers (internal/coarsetime).
 func TestClockReadsPerRequest(t *testing.T) {
 	clk := newClock()
 	c := newTestCache(t, exampleUpstream(), clk)

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/coarsetime"
 	"github.com/compactcache/compactcache/internal/entry"
 )
 
@@ -50,4 +51,6 @@ var scratchPool = sync.Pool{New: func() any {
 var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
 
 // coarse is the process's clock: every cache reads it.
-var coarse = coarseClock{tick: 10 * time.Millisecond, idle: time.Second}
+var coarse = coarsetime.Clock{Tick: 10 * time.Millisecond, Idle: time.Second}
+
+func coarseNow() time.Time { return coarse.Now() }

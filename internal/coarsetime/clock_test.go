@@ -1,4 +1,4 @@
-package compactcache
+package coarsetime
 
 import (
 	"sync"
@@ -10,7 +10,7 @@ import (
 // more than a few ticks behind, then leaves it idle: its goroutine stops,
 // and the next read starts it again.
 func TestCoarseClock(t *testing.T) {
-	c := &coarseClock{tick: 5 * time.Millisecond, idle: 50 * time.Millisecond}
+	c := &Clock{Tick: 5 * time.Millisecond, Idle: 50 * time.Millisecond}
 	// Slack for a ticker goroutine that a loaded machine runs late.
 	const late = time.Second
 	for range 40 {
@@ -30,7 +30,7 @@ func TestCoarseClock(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if c.now.Load() != 0 {
-		t.Fatalf("the clock still runs 5s after its last read (idle %v)", c.idle)
+		t.Fatalf("the clock still runs 5s after its last read (idle %v)", c.Idle)
 	}
 	before := time.Now()
 	if got := c.Now(); got.Before(before.Truncate(time.Millisecond)) || c.now.Load() == 0 {
@@ -45,7 +45,7 @@ func TestCoarseClockStartsWithTheTime(t *testing.T) {
 	start := time.Now().Add(-time.Second)
 	for range 2000 {
 		// Stopped a moment after the reads, so that no goroutine outlives the test.
-		c := &coarseClock{tick: time.Millisecond, idle: time.Millisecond}
+		c := &Clock{Tick: time.Millisecond, Idle: time.Millisecond}
 		var wg sync.WaitGroup
 		got := make([]time.Time, 4)
 		for g := range got {
