@@ -324,3 +324,41 @@ func TestWarmupRefusesTTLOverCaps(t *testing.T) {
 		t.Errorf("no log line refusing the stream:\n%s", logs)
 	}
 }
+
+// TestWarmupOtherVersion: a peer of another snapshot format version (a
+// rollout across builds) leaves the block cold as a peer of other settings
+// does, logged, not counted as an error: every new replica of such a
+// rollout would otherwise count one.
+func TestWarmupOtherVersion(t *testing.T) {
+	logs := captureLog(t)
+	up := startUpstream(t, exampleUpstream())
+	c, err := parse(caddy.NewTestController("dns", "compactcache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := snapshot.Write(&stream, s.Paced(0), c.fingerprint(), time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	b := stream.Bytes()
+	b[6]++ // the header's version, after the magic
+	peer := testenv.ServeBytes(t, b)
+	errs := cachemetrics.SnapshotErrors.WithLabelValues(peer, "warmup")
+	startInstance(t, `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		warmup `+peer+`
+	}
+	forward . `+up+`
+}`)
+	for deadline := time.Now().Add(5 * time.Second); persist.Warming() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := testutil.ToFloat64(errs); n != 0 || !strings.Contains(logs.String(), "format differ, starting cold") {
+		t.Errorf("a peer of another version: %v warm-up errors counted, want 0 and a log line saying so:\n%s", n, logs)
+	}
+}

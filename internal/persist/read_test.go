@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/compactcache/compactcache/internal/workload"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestLoadIntoSmallerCapacity: a file written by a block of a larger
@@ -261,5 +263,40 @@ func TestReadKeepsNewerEntries(t *testing.T) {
 	})
 	if stored != now {
 		t.Errorf("the entry stored at %d, want the block's own, stored at %d: the peer's older copy replaced it", stored, now)
+	}
+}
+
+// TestLoadOtherVersion: a file of another format version (written by a
+// newer build, read after a rollback; or an older one's, after an upgrade)
+// leaves the block cold as a file of other settings does: logged, neither
+// counted as an error nor moved aside as damaged.
+func TestLoadOtherVersion(t *testing.T) {
+	c := filled(t, 1000)
+	path := filepath.Join(t.TempDir(), "cache.snap")
+	if _, err := WriteFile(c, path, c.s.Paced(0)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[6]++ // the header's version, after the magic
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := cachemetrics.SnapshotErrors.WithLabelValues(path, "read")
+	Load(testCache{s: s}, path)
+	if aside, _ := filepath.Glob(path + ".bad-*"); len(aside) != 0 {
+		t.Errorf("a file of another version moved aside as damaged: %v", aside)
+	}
+	if n := testutil.ToFloat64(errs); n != 0 {
+		t.Errorf("a file of another version counted as %v read errors, want 0", n)
+	}
+	if u := s.Usage(); u.Kinds[store.KindSuccess] != 0 {
+		t.Errorf("%d entries loaded from a file of another version", u.Kinds[store.KindSuccess])
 	}
 }

@@ -345,8 +345,9 @@ func Load(ca Cache, path string) {
 	start := time.Now()
 	l, err := read(ca, f, ca.Fence().Gen())
 	switch {
-	case errors.Is(err, snapshot.ErrSettings):
-		log.Infof("Snapshot %s: written under other cache settings or by a build of another entry format, starting cold", path)
+	case errors.Is(err, snapshot.ErrSettings) || errors.Is(err, snapshot.ErrVersion):
+		// A rollout or a rollback, not damage: the next write replaces it.
+		log.Infof("Snapshot %s: written under other cache settings or by a build of another format, starting cold: %v", path, err)
 	case err != nil:
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
 		aside := path + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)

@@ -88,8 +88,8 @@ func (wc *Warmup) Start(ca Cache, block string) {
 		start := time.Now()
 		l, err := wc.fill(ca, block)
 		switch {
-		case errors.Is(err, snapshot.ErrSettings):
-			log.Infof("Warm-up of %s from %s: the peer's cache settings or entry format differ, starting cold", block, wc.url)
+		case errors.Is(err, snapshot.ErrSettings) || errors.Is(err, snapshot.ErrVersion):
+			log.Infof("Warm-up of %s from %s: the peer's cache settings or format differ, starting cold: %v", block, wc.url, err)
 		case err != nil:
 			cachemetrics.SnapshotErrors.WithLabelValues(wc.url, "warmup").Inc()
 			log.Warningf("Warm-up of %s from %s: starting cold: %v", block, wc.url, err)
