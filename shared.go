@@ -53,8 +53,9 @@ func (c *Cache) StopShared() {
 // fromShared looks s.q, the question of r, up in the tier and, when it holds an entry the
 // client can take, stores it locally unless a flush began since gen, and
 // returns what a local lookup then finds. A stale entry serves as a local
-// one does under serve_stale immediate; in verify mode the miss asks the
-// next plugin instead.
+// one does under serve_stale immediate, refreshed, but counted as the miss
+// it was (not in served_stale_total, which counts stale hits); in verify
+// mode the miss asks the next plugin instead.
 func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint64, m *cachemetrics.Server) found {
 	now := c.now()
 	name := s.key[:dnsmsg.WireNameLen(s.key)]
@@ -79,7 +80,6 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 		return found{}
 	case f.state == stale:
 		c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
-		m.Stale.Inc()
 	}
 	return f
 }

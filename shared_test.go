@@ -311,3 +311,32 @@ func TestSharedPortsApart(t *testing.T) {
 		t.Errorf("the block on %s answered %v, want its own upstream's 192.0.2.2", addrs[1], got.Answer)
 	}
 }
+
+// TestSharedStaleCounted: an answer from the tier, stale or fresh, is a
+// miss of the block's cache (its lookup missed) and a hit of the tier's: a
+// stale one is not counted in served_stale_total, which counts the stale
+// hits of the block's own store, so that it never exceeds hits_total.
+func TestSharedStaleCounted(t *testing.T) {
+	r := testenv.StartRedis(t)
+	u, clk := exampleUpstream(), newClock()
+	cs := replicas(t, r, u, clk, 2, " serve_stale 1h\n")
+	// Labels of the test's own, set before the block's first request, so
+	// that the series read count this block's requests alone.
+	cs[1].metrics.Zones = "shared-stale-counted.test."
+	series := func(family string) float64 {
+		return seriesValue(t, "coredns_cache_"+family, map[string]string{"zones": cs[1].metrics.Zones, "type": "success"})
+	}
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	ask(t, cs[0], req, false)
+	written(t, cs[0], 1)
+	clk.advance(310 * time.Second) // expired 10 s ago: stale, within serve_stale
+	if got := ask(t, cs[1], req, false); got.Rcode != dns.RcodeSuccess || len(got.Answer) != 2 {
+		t.Fatalf("the stale answer from the tier: %v", got)
+	}
+	if st := cs[1].shared.Stats(); st.Hits != 1 {
+		t.Errorf("the tier's stats after its stale answer: %+v, want a hit", st)
+	}
+	if req, hits, misses, stale := series("requests_total"), series("hits_total"), series("misses_total"), series("served_stale_total"); req != 1 || hits != 0 || misses != 1 || stale != 0 {
+		t.Errorf("a stale answer from the tier counted requests %v, hits %v, misses %v, served stale %v; want 1, 0, 1, 0", req, hits, misses, stale)
+	}
+}
