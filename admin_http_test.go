@@ -436,3 +436,48 @@ func TestAdminSurvivesReload(t *testing.T) {
 		t.Errorf("the admin listener on %s is open after a reload that dropped it", addr)
 	}
 }
+
+// TestAdminStatsAfterZonesReload: a reload that changes the block's ZONES
+// and keeps its store keeps the requests, hits and misses the stats show,
+// which the counters under the new zones label alone would start again.
+func TestAdminStatsAfterZonesReload(t *testing.T) {
+	up := startUpstream(t, adminUpstream())
+	addr, file := adminAddr(t), adminTokenFile(t)
+	corefile := func(zones string) string {
+		return strings.Replace(adminCorefile(up, addr, "token_file "+file), "compactcache {", "compactcache "+zones+" {", 1)
+	}
+	inst, err := startCorefile(corefile("example.org admin-rezone-one.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopInstance(inst) }()
+	a := newAdminClient(t, addr)
+	stats := func() admin.Stats {
+		var s admin.StatsReply
+		a.ok(admin.OpStats, nil, &s)
+		if len(s.Blocks) != 1 {
+			t.Fatalf("stats of %d blocks", len(s.Blocks))
+		}
+		return s.Blocks[0]
+	}
+	q := test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), q)
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), q)
+	before := stats()
+	if before.Requests != 2 || before.Hits != 1 || before.Misses != 1 {
+		t.Fatalf("stats before the reload: %+v", before)
+	}
+	serverMu.Lock()
+	inst, err = inst.Restart(corefileInput(corefile("example.org admin-rezone-two.test")))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stats(); s.Entries.Success != 1 || s.Requests != before.Requests || s.Hits != before.Hits || s.Misses != before.Misses {
+		t.Errorf("stats after the reload to other ZONES: %+v, before %+v", s, before)
+	}
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), q)
+	if s := stats(); s.Requests != before.Requests+1 || s.Hits != before.Hits+1 {
+		t.Errorf("stats after a request to the reloaded block: %+v, before the reload %+v", s, before)
+	}
+}

@@ -303,8 +303,53 @@ func (s *Block) resolve(server string) *Server {
 		m.gone.Store(true)
 	} else {
 		runtime.AddCleanup(st, func(gone *atomic.Bool) { gone.Store(true) }, &m.gone)
+		storeLabels.add(st, [2]string{s.Zones, s.View})
 	}
 	return m
+}
+
+// storeLabels are the zones and view labels under which the servers of
+// each store counted, by the store: a store handed over at a reload to an
+// instance of other ZONES keeps, in its block's Totals, the counts of the
+// instances that had it.
+var storeLabels = labelsByStore{m: map[weak.Pointer[store.Store]][][2]string{}}
+
+type labelsByStore struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[store.Store]][][2]string
+}
+
+// add records that a server of st counts under labels.
+func (l *labelsByStore) add(st *store.Store, labels [2]string) {
+	key := weak.Make(st)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	have, known := l.m[key]
+	if !known {
+		runtime.AddCleanup(st, func(key weak.Pointer[store.Store]) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			delete(l.m, key)
+		}, key)
+	}
+	if !slices.Contains(have, labels) {
+		l.m[key] = append(have, labels)
+	}
+}
+
+// of returns the labels the servers of st counted under, with labels.
+func (l *labelsByStore) of(st *store.Store, labels [2]string) [][2]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	all := [][2]string{labels}
+	if st != nil {
+		for _, o := range l.m[weak.Make(st)] {
+			if o != labels {
+				all = append(all, o)
+			}
+		}
+	}
+	return all
 }
 
 // Evicted counts the entries a store dropped for room: evicted, and
@@ -328,9 +373,11 @@ type Totals struct {
 }
 
 // Totals reads the block's counters of servers: the series of its zones
-// and view, of every instance the block has had.
+// and view, of every instance the block has had, and those of the other
+// zones its store counted under before a reload handed it over.
 func (s *Block) Totals(servers []string) Totals {
 	var t Totals
+	of := storeLabels.of(s.Store(), [2]string{s.Zones, s.View})
 	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
 		for m := range collect(vec) {
 			var d dto.Metric
@@ -341,7 +388,7 @@ func (s *Block) Totals(servers []string) Totals {
 			for _, l := range d.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if slices.Contains(servers, labels["server"]) && labels["zones"] == s.Zones && labels["view"] == s.View {
+			if slices.Contains(servers, labels["server"]) && slices.Contains(of, [2]string{labels["zones"], labels["view"]}) {
 				each(labels["type"], int64(d.GetCounter().GetValue()))
 			}
 		}

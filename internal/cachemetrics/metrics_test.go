@@ -148,3 +148,50 @@ func TestMetricsStockRegistration(t *testing.T) {
 		}
 	})
 }
+
+// TestTotalsFollowTheStore: a store handed over at a reload to an instance
+// of other ZONES keeps the counts of the instances that had it in the
+// block's totals (the admin stats), before and after the new instance's
+// first request; a block of another store does not take them.
+func TestTotalsFollowTheStore(t *testing.T) {
+	const server = "totals://rezone"
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &Block{Zones: "totals-old.", View: "v", Store: func() *store.Store { return s }}
+	m := old.Server(server)
+	for range 3 {
+		m.Requests.Inc()
+	}
+	m.Hits[store.KindSuccess].Inc()
+	m.Misses.Inc()
+	m.Misses.Inc()
+	m.Evicted(store.Displaced{Evicted: store.PerKind{store.KindDenial: 4}})
+	want := Totals{Requests: 3, Hits: 1, Misses: 2, Evictions: [2]int64{store.KindDenial: 4}}
+	if got := old.Totals([]string{server}); got != want {
+		t.Fatalf("totals of the first instance: %+v, want %+v", got, want)
+	}
+
+	reloaded := &Block{Zones: "totals-old.,totals-new.", View: "v", Store: func() *store.Store { return s }}
+	if got := reloaded.Totals([]string{server}); got != want {
+		t.Errorf("totals after a reload to other ZONES that kept the store: %+v, want %+v", got, want)
+	}
+	reloaded.Server(server).Requests.Inc()
+	want.Requests++
+	if got := reloaded.Totals([]string{server}); got != want {
+		t.Errorf("totals after the reloaded instance's first request: %+v, want %+v", got, want)
+	}
+
+	other, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apart := &Block{Zones: "totals-apart.", View: "v", Store: func() *store.Store { return other }}
+	apart.Server(server)
+	if got := apart.Totals([]string{server}); got != (Totals{}) {
+		t.Errorf("totals of a block of another store: %+v, want none", got)
+	}
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(other)
+}
