@@ -98,9 +98,9 @@ func (b *breaker) late(now time.Time, err error) {
 }
 
 // abandon reports a request that ended without the tier's answer (its
-// client went away, or its own deadline passed). A half-open breaker's
-// probe is out again: the next request probes, rather than every one
-// skipping the tier for good.
+// client went away, or its own deadline passed before the tier had half
+// its timeout: Get). A half-open breaker's probe is out again: the next
+// request probes, rather than every one skipping the tier for good.
 func (b *breaker) abandon() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -268,10 +268,17 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 			// than the timeout is the one that passed.
 			own, has := asked.Deadline()
 			limit, _ := ctx.Deadline()
+			first := timedOut && has && !own.After(limit) // the request's own deadline passed first
 			switch {
-			case asked.Err() != nil, timedOut && has && !own.After(limit):
+			case first && own.Sub(start) >= t.cfg.timeout/2:
+				// But it left the tier at least half its timeout: a
+				// tier slower than that is at fault, lest one slower
+				// than every request's deadline be asked forever.
+				t.m.timeouts.inc()
+			case asked.Err() != nil, first:
 				// The request went away, or its own deadline passed
-				// first: the tier is not at fault.
+				// first, too soon to tell the tier slow: the tier is
+				// not at fault.
 				t.m.skipped.inc()
 				t.br.abandon()
 				return nil

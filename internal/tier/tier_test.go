@@ -476,9 +476,9 @@ func TestCanceledNotFailure(t *testing.T) {
 }
 
 // TestShortDeadlineNotFailure: lookups whose requests' own deadlines end
-// before the tier's timeout, against a tier slower than those deadlines
-// but within its timeout, are no timeouts of the tier: they open no
-// breaker.
+// before half the tier's timeout, against a tier slower than those
+// deadlines but within its timeout, are no timeouts of the tier: they open
+// no breaker.
 func TestShortDeadlineNotFailure(t *testing.T) {
 	r := testenv.StartRedis(t)
 	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 100*time.Millisecond)+" {\n timeout 2s\n}", 1, nil)
@@ -494,6 +494,31 @@ func TestShortDeadlineNotFailure(t *testing.T) {
 	}
 	if st := tr.Stats(); tr.br.current() != closed || st.Timeouts != 0 || st.Errors != 0 || st.Skipped != 2*breakerFailures || get(tr, e) == nil {
 		t.Errorf("after lookups past their requests' deadlines: breaker %v, %+v", tr.br.current(), st)
+	}
+}
+
+// TestSlowerThanDeadlinesOpensBreaker: lookups whose requests' own
+// deadlines end before the tier's timeout but leave it at least half of
+// it, against a tier that answers none of them in that time, are timeouts
+// of the tier: they open the breaker, rather than every request asking a
+// tier that never answers in time.
+func TestSlowerThanDeadlinesOpensBreaker(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+slowProxy(t, r.Addr, 500*time.Millisecond)+" {\n timeout 100ms\n}", 1, nil)
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	for range 4 * breakerFailures {
+		if tr.br.current() != closed {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+		got := tr.Get(ctx, [][]byte{e.Key()}, e.QName(), time.Now().Unix(), take)
+		cancel()
+		if got != nil {
+			t.Fatal("a lookup answered after its request's deadline")
+		}
+	}
+	if st := tr.Stats(); tr.br.current() == closed || st.Timeouts+st.Errors < breakerFailures {
+		t.Errorf("after lookups that used most of the timeout and were not answered: breaker %v, %+v", tr.br.current(), st)
 	}
 }
 
