@@ -827,3 +827,49 @@ func TestFrontendCountsPopularityOnce(t *testing.T) {
 		t.Errorf("upstream asked %d times through the front end's path, %d in plugin mode, want 2 each: 3 requests and prefetch 3", fetches[true], fetches[false])
 	}
 }
+
+// TestNextPluginErrorReturned: a next plugin that writes its reply and also
+// returns an error has the error returned, for the errors plugin to log, with
+// its rcode as the stock cache returns them; a rcode that says nothing was
+// written (plugin.ClientWrite) becomes NOERROR, as the cache wrote. So on a
+// miss, and on a verify of a stale entry that the reply refreshes.
+func TestNextPluginErrorReturned(t *testing.T) {
+	failed := errors.New("the upstream's reply came late")
+	for _, tc := range []struct {
+		name         string
+		rcode, wrote int
+		verify       bool
+		want         int
+	}{
+		{"miss", dns.RcodeSuccess, dns.RcodeSuccess, false, dns.RcodeSuccess},
+		{"miss NXDOMAIN", dns.RcodeNameError, dns.RcodeNameError, false, dns.RcodeNameError},
+		{"miss SERVFAIL", dns.RcodeServerFailure, dns.RcodeServerFailure, false, dns.RcodeSuccess},
+		{"verify", dns.RcodeSuccess, dns.RcodeSuccess, true, dns.RcodeSuccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			u := exampleUpstream()
+			c := newTestCache(t, u, clk)
+			c.StaleUpTo, c.VerifyStale = time.Hour, tc.verify
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			if tc.verify {
+				ask(t, c, req, false)
+				clk.advance(time.Hour / 2)
+			}
+			c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				m := new(dns.Msg)
+				m.SetRcode(r, tc.wrote)
+				if tc.wrote == dns.RcodeSuccess {
+					m.Answer = []dns.RR{test.A("a.example.org. 300 IN A 192.0.2.7")}
+				}
+				w.WriteMsg(m)
+				return tc.rcode, failed
+			})
+			rec := &recorder{}
+			rcode, err := c.ServeDNS(context.Background(), rec, req)
+			if rcode != tc.want || !errors.Is(err, failed) || rec.writes != 1 {
+				t.Fatalf("rcode %d, error %v, %d replies written; want %d, %q, 1", rcode, err, rec.writes, tc.want, failed)
+			}
+		})
+	}
+}

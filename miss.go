@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -75,10 +76,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	if cw.reply == nil {
 		return rcode, err
 	}
-	// Written by the cache, whatever the next plugin's rcode: a rcode
-	// that says nothing was written (plugin.ClientWrite) has the server
-	// write a second reply.
-	return dns.RcodeSuccess, c.answer(w, r, cw)
+	return c.answer(w, r, cw, rcode, err)
 }
 
 // errNoReply is the error of a fetch that ended without a reply or error.
@@ -127,16 +125,22 @@ func (c *Cache) flightKey(s *scratch) uint64 {
 	return c.store.Hash(s.key)
 }
 
-// answer writes the reply cw fetched for r to the client.
-func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
+// answer writes the reply cw fetched for r to the client, and returns the
+// next plugin's error and rcode, as the stock cache does, but for a rcode
+// that would have the server write a second reply (plugin.ClientWrite).
+func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter, rcode int, err error) (int, error) {
+	if !plugin.ClientWrite(rcode) {
+		rcode = dns.RcodeSuccess
+	}
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{}))
+		return rcode, cmp.Or(err, c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{})))
 	}
+	m := cw.m
 	if cw.dropped {
-		return c.passOn(w, r, cw.reply, cw.s, nil)
+		m = nil
 	}
-	return c.passOn(w, r, cw.reply, cw.s, cw.m)
+	return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, m))
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its

@@ -183,7 +183,8 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if ok = cw.refreshed(); !ok {
 			return false, 0, nil
 		}
-		return true, dns.RcodeSuccess, c.answer(w, r, cw)
+		rcode, err = c.answer(w, r, cw, rcode, err)
+		return true, rcode, err
 	}
 
 	req := refreshRequest(r, &s.q.ecs, 0)
