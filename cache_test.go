@@ -873,3 +873,42 @@ func TestNextPluginErrorReturned(t *testing.T) {
 		})
 	}
 }
+
+// TestWaiterServedStaleCounted: a miss that waited for another's fetch, and
+// finds the entry it stored stale by the time it reads it, is served the
+// stale entry counted in served_stale_total, once, as a stale hit is.
+func TestWaiterServedStaleCounted(t *testing.T) {
+	ctx := hostileServer("waiter-served-stale")
+	clk := newClock()
+	u := exampleUpstream()
+	c := newTestCache(t, u, clk)
+	c.StaleUpTo = time.Hour
+	release := make(chan struct{})
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		<-release
+		rcode, err := u.ServeDNS(ctx, w, r)
+		clk.advance(time.Hour / 2) // past the TTL of what it wrote, before the waiter reads it
+		return rcode, err
+	})
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	got := make(chan *dns.Msg, 2)
+	serve := func() {
+		rec := &recorder{}
+		c.ServeDNS(ctx, rec, req.Copy())
+		got <- rec.msg
+	}
+	go serve()
+	await(t, "the leader's flight", func() bool { return c.flights.InFlight() == 1 })
+	go serve()
+	await(t, "the waiter to join the flight", func() bool { _, waiters := c.flights.Waiting(); return waiters == 1 })
+	close(release)
+	for range 2 {
+		if m := <-got; m == nil || len(m.Answer) != 2 {
+			t.Fatalf("a client got %v, want the two answers", m)
+		}
+	}
+	labels := map[string]string{"server": "hostile://waiter-served-stale", "zones": "", "view": ""}
+	if n := seriesValue(t, "coredns_compactcache_served_stale_total", labels); n != 1 {
+		t.Fatalf("served_stale_total %v, want 1: the waiter's stale entry", n)
+	}
+}
