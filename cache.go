@@ -171,7 +171,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.Hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+			c.refreshHit(ctx, r, s, &f, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
@@ -190,7 +190,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 				return dns.RcodeSuccess, c.write(w, f.reply)
 			}
 		} else {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+			c.refreshHit(ctx, r, s, &f, m)
 		}
 		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)

@@ -912,3 +912,45 @@ func TestWaiterServedStaleCounted(t *testing.T) {
 		t.Fatalf("served_stale_total %v, want 1: the waiter's stale entry", n)
 	}
 }
+
+// TestHitDuringRefreshAllocatesNothing: a hit that would refresh its entry,
+// stale under serve_stale or popular near expiry, while a refresh of the
+// entry is in flight starts none and allocates nothing: the refresh's copy of
+// the request is made only when the refresh begins.
+func TestHitDuringRefreshAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	for _, tc := range []struct {
+		name, corefile string
+		advance        time.Duration
+	}{
+		{"stale", "compactcache {\n serve_stale 1h immediate\n}", 301 * time.Second},
+		{"prefetch", "compactcache {\n prefetch 1 10m 50%\n}", 200 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := exampleUpstream()
+			clk := newClock()
+			c := parseCache(t, tc.corefile, u, clk)
+			c.SetRawWrites(true)
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			ask(t, c, req, false)
+			asked, release := u.hold("a.example.org. 300 IN A 192.0.2.1")
+			defer close(release)
+			clk.advance(tc.advance)
+			w := &discard{}
+			if _, err := c.ServeDNS(t.Context(), w, req); err != nil {
+				t.Fatal(err)
+			}
+			<-asked // the refresh is in flight, held
+			allocs := testing.AllocsPerRun(1000, func() {
+				if _, err := c.ServeDNS(t.Context(), w, req); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 || u.count("a.example.org.", dns.TypeA) != 2 {
+				t.Fatalf("%v allocations per hit, upstream asked %d times; want 0 allocations, 2 asks", allocs, u.count("a.example.org.", dns.TypeA))
+			}
+		})
+	}
+}

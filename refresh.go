@@ -114,9 +114,20 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // dnssec says the entry holds its DNSSEC records, which the refresh keeps,
 // and popularity is its hits, which the new entry inherits.
 func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
-	if !c.refreshes.begin(h, c.now()) {
-		return
+	if c.refreshes.begin(h, c.now()) {
+		c.refreshBegun(ctx, req, h, dnssec, popularity, m)
 	}
+}
+
+// refreshHit refreshes f's entry as refreshAsync does, copying r only if it begins.
+func (c *Cache) refreshHit(ctx context.Context, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) {
+	if c.refreshes.begin(f.hash, c.now()) {
+		c.refreshBegun(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+	}
+}
+
+// refreshBegun runs in the background the refresh begun of h.
+func (c *Cache) refreshBegun(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
 	c.detach(ctx, func(ctx context.Context) {
 		m.Prefetch.Inc()
 		ok := c.refresh(ctx, req, dnssec, popularity, m) != nil
