@@ -138,11 +138,10 @@ func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter, rcod
 		// Fresh from upstream: no Extended DNS Error of a cached one.
 		return rcode, cmp.Or(err, c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{})))
 	}
-	m := cw.m
 	if cw.dropped {
-		m = nil
+		return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, nil))
 	}
-	return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, m))
+	return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, cw.m))
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its

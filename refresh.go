@@ -149,24 +149,23 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 }
 
 // refresh fetches req's question with no client waiting and returns the
-// reply that refreshed the entry, nil for none. The new entry inherits the old one's popularity,
+// fetch whose reply refreshed the entry, nil for none. The new entry inherits the old one's popularity,
 // as the caller found it (an ECS variant's key is not the request's), and
 // its DNSSEC records (dnssec): a refresh a client without DO set off must
 // not take from DO clients the entry they use.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *dns.Msg {
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *captureWriter {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
 		return nil
 	}
 	cw := c.newCapture(coredns.NoClient, req, s, m)
-	cw.refresh = true
-	cw.popularity = popularity
+	cw.refresh, cw.popularity = true, popularity
 	cw.dnssec = cw.dnssec || dnssec
 	if cw.fetch(ctx); !cw.refreshed() {
 		return nil
 	}
-	return cw.reply
+	return cw
 }
 
 // verify is serve_stale's verify mode: the request that finds an expired
@@ -199,7 +198,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	}
 
 	req := refreshRequest(r, &s.q.ecs, 0)
-	result := make(chan *dns.Msg, 1)
+	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
 		c.refreshes.end(h, c.now(), c.FailRecheck, res != nil)
@@ -217,7 +216,10 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
 		}
-		return true, dns.RcodeSuccess, c.passOn(w, r, res, s, m)
+		if res.dropped {
+			m = nil // counted in refused or drops, as on a miss (answer)
+		}
+		return true, dns.RcodeSuccess, c.passOn(w, r, res.reply, s, m)
 	case <-timer.C:
 		return false, 0, nil
 	}
