@@ -789,6 +789,19 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// A referral lives 5 s, as in the stock cache, its records served
+		// with the entry's TTL, not with their own shorter one.
+		name: "referral with MINTTL 0",
+		corefile: `{
+    success 100 3600 0
+}`,
+		steps: []diffStep{
+			{ask: "shortsub.example.org. A", up: 1},
+			{advance: 3 * time.Second, ask: "shortsub.example.org. A", up: 0},
+			{advance: 2 * time.Second, ask: "shortsub.example.org. A", up: 1},
+		},
+	},
+	{
 		name: "MINTTL 0 with serve_stale",
 		corefile: `{
     success 100 3600 0
@@ -864,6 +877,10 @@ func diffZone() map[string]diffAnswer {
 		"sub.example.org. A": {
 			ns: []string{"sub.example.org. 300 IN NS ns.sub.example.org."},
 			ex: []string{"ns.sub.example.org. 300 IN A 192.0.2.54"},
+		},
+		"shortsub.example.org. A": {
+			ns: []string{"shortsub.example.org. 2 IN NS ns.shortsub.example.org."},
+			ex: []string{"ns.shortsub.example.org. 1 IN A 192.0.2.55"},
 		},
 		"empty.example.org. A": {},
 		"aa.example.org. A":    {aa: true, an: []string{"aa.example.org. 300 IN A 192.0.2.3"}, ns: []string{"example.org. 300 IN NS ns.example.org."}, ex: []string{"ns.example.org. 300 IN A 192.0.2.53"}},
