@@ -22,8 +22,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
-// large enough for signed answers (the DNS flag day 2020 value).
+// upstreamUDPSize is the least EDNS buffer of the cache's own queries, which
+// fits signed answers (the DNS flag day 2020 value); a client's larger is kept.
 const upstreamUDPSize = 1232
 
 // Cache is the compactcache plugin.

@@ -954,3 +954,25 @@ func TestHitDuringRefreshAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamBufferSize: a miss goes upstream with an EDNS buffer of 1232,
+// or the client's own when larger, as README says.
+func TestUpstreamBufferSize(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		size, want uint16 // size 0: no OPT
+	}{{"no EDNS", 0, 1232}, {"512", 512, 1232}, {"1232", 1232, 1232}, {"4096", 4096, 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := exampleUpstream()
+			c := newTestCache(t, u, newClock())
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			if tc.size > 0 {
+				withEDNS(req, tc.size)
+			}
+			ask(t, c, req, false)
+			if o := u.last.IsEdns0(); o == nil || o.UDPSize() != tc.want {
+				t.Fatalf("upstream request OPT %v, want a buffer of %d", o, tc.want)
+			}
+		})
+	}
+}
