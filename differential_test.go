@@ -195,6 +195,10 @@ var diffReasons = map[string]struct {
 		"a reply to another question than the client's is answered SERVFAIL, as Unbound answers it; the stock cache passes it on, for the client to drop",
 		eraseForeign,
 	},
+	"non-answer": {
+		"a NOERROR whose answer has neither the type asked nor a CNAME at the name, and no SOA, is counted in drops and refreshes no entry, so verify serves the stale entry and FAILURE_RECHECK holds back the next; the stock cache takes it as a refresh and its verify passes it on",
+		eraseNonAnswer,
+	},
 	"truncation": {
 		"a reply cut to the client's size drops whole RRsets (RFC 2181 9); the stock cache's dns.Msg.Truncate keeps the records of a partial RRset that fit",
 		eraseTruncation,
@@ -568,6 +572,20 @@ var diffScenarios = []diffScenario{
 			{ask: "short.example.org. A", up: 1},
 			{set: "short.example.org. A", to: diffAnswer{rcode: dns.RcodeNameError, an: []string{"short.example.org. 300 IN CNAME gone.example.org."}, ns: []string{diffSOA}}},
 			{advance: 31 * time.Second, ask: "short.example.org. A", up: 1, diff: []string{"ede-stale", "stale-ttl"}},
+		},
+	},
+	{
+		// A NOERROR whose answer holds only another name's records, without
+		// an SOA, refreshes nothing: the stale entry is served.
+		name: "serve_stale verify, an answer for another name only",
+		corefile: `{
+    serve_stale 1h verify
+}`,
+		steps: []diffStep{
+			{ask: "short.example.org. A", up: 1},
+			{set: "short.example.org. A", to: diffAnswer{an: []string{"other.example.org. 300 IN A 192.0.2.66"}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A", up: 1, diff: []string{"non-answer"}},
+			{ask: "short.example.org. A", up: 1, diff: []string{"non-answer", "failure-recheck"}},
 		},
 	},
 	{
@@ -1508,6 +1526,20 @@ func eraseForeign(st, cc *diffView) {
 	if st.msg == nil || cc.msg == nil || cc.msg.Rcode != dns.RcodeServerFailure || len(cc.msg.Answer) != 0 ||
 		len(st.msg.Question) == 1 && len(cc.msg.Question) == 1 && strings.EqualFold(st.msg.Question[0].Name, cc.msg.Question[0].Name) {
 		return
+	}
+	cc.msg = st.msg.Copy()
+}
+
+// eraseNonAnswer: compactcache's stale entry where the stock cache passed on
+// a NOERROR whose answer holds no record of the question's name, and no SOA.
+func eraseNonAnswer(st, cc *diffView) {
+	if st.msg == nil || cc.msg == nil || st.msg.Rcode != dns.RcodeSuccess || len(st.msg.Answer) == 0 || len(st.msg.Question) != 1 {
+		return
+	}
+	for _, rr := range slices.Concat(st.msg.Answer, st.msg.Ns) {
+		if strings.EqualFold(rr.Header().Name, st.msg.Question[0].Name) || rr.Header().Rrtype == dns.TypeSOA {
+			return
+		}
 	}
 	cc.msg = st.msg.Copy()
 }
