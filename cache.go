@@ -22,8 +22,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// upstreamUDPSize is the EDNS buffer size of the cache's own queries:
-// large enough for signed answers (the DNS flag day 2020 value).
+// upstreamUDPSize is the least EDNS buffer of the cache's own queries, which
+// fits signed answers (the DNS flag day 2020 value); a client's larger is kept.
 const upstreamUDPSize = 1232
 
 // Cache is the compactcache plugin.
@@ -171,7 +171,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	case fresh:
 		m.Hits[f.kind].Inc()
 		if f.prefetch {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+			c.refreshHit(ctx, r, s, &f, m)
 		}
 		return dns.RcodeSuccess, c.write(w, f.reply)
 	case stale:
@@ -190,7 +190,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 				return dns.RcodeSuccess, c.write(w, f.reply)
 			}
 		} else {
-			c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+			c.refreshHit(ctx, r, s, &f, m)
 		}
 		m.Stale.Inc()
 		return dns.RcodeSuccess, c.write(w, f.reply)

@@ -827,3 +827,152 @@ func TestFrontendCountsPopularityOnce(t *testing.T) {
 		t.Errorf("upstream asked %d times through the front end's path, %d in plugin mode, want 2 each: 3 requests and prefetch 3", fetches[true], fetches[false])
 	}
 }
+
+// TestNextPluginErrorReturned: a next plugin that writes its reply and also
+// returns an error has the error returned, for the errors plugin to log, with
+// its rcode as the stock cache returns them; a rcode that says nothing was
+// written (plugin.ClientWrite) becomes NOERROR, as the cache wrote. So on a
+// miss, and on a verify of a stale entry that the reply refreshes.
+func TestNextPluginErrorReturned(t *testing.T) {
+	failed := errors.New("the upstream's reply came late")
+	for _, tc := range []struct {
+		name         string
+		rcode, wrote int
+		verify       bool
+		want         int
+	}{
+		{"miss", dns.RcodeSuccess, dns.RcodeSuccess, false, dns.RcodeSuccess},
+		{"miss NXDOMAIN", dns.RcodeNameError, dns.RcodeNameError, false, dns.RcodeNameError},
+		{"miss SERVFAIL", dns.RcodeServerFailure, dns.RcodeServerFailure, false, dns.RcodeSuccess},
+		{"verify", dns.RcodeSuccess, dns.RcodeSuccess, true, dns.RcodeSuccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			u := exampleUpstream()
+			c := newTestCache(t, u, clk)
+			c.StaleUpTo, c.VerifyStale = time.Hour, tc.verify
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			if tc.verify {
+				ask(t, c, req, false)
+				clk.advance(time.Hour / 2)
+			}
+			c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				m := new(dns.Msg)
+				m.SetRcode(r, tc.wrote)
+				if tc.wrote == dns.RcodeSuccess {
+					m.Answer = []dns.RR{test.A("a.example.org. 300 IN A 192.0.2.7")}
+				}
+				w.WriteMsg(m)
+				return tc.rcode, failed
+			})
+			rec := &recorder{}
+			rcode, err := c.ServeDNS(context.Background(), rec, req)
+			if rcode != tc.want || !errors.Is(err, failed) || rec.writes != 1 {
+				t.Fatalf("rcode %d, error %v, %d replies written; want %d, %q, 1", rcode, err, rec.writes, tc.want, failed)
+			}
+		})
+	}
+}
+
+// TestWaiterServedStaleCounted: a miss that waited for another's fetch, and
+// finds the entry it stored stale by the time it reads it, is served the
+// stale entry counted in served_stale_total, once, as a stale hit is.
+func TestWaiterServedStaleCounted(t *testing.T) {
+	ctx := hostileServer("waiter-served-stale")
+	clk := newClock()
+	u := exampleUpstream()
+	c := newTestCache(t, u, clk)
+	c.StaleUpTo = time.Hour
+	release := make(chan struct{})
+	c.Next = test.HandlerFunc(func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		<-release
+		rcode, err := u.ServeDNS(ctx, w, r)
+		clk.advance(time.Hour / 2) // past the TTL of what it wrote, before the waiter reads it
+		return rcode, err
+	})
+	req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	got := make(chan *dns.Msg, 2)
+	serve := func() {
+		rec := &recorder{}
+		c.ServeDNS(ctx, rec, req.Copy())
+		got <- rec.msg
+	}
+	go serve()
+	await(t, "the leader's flight", func() bool { return c.flights.InFlight() == 1 })
+	go serve()
+	await(t, "the waiter to join the flight", func() bool { _, waiters := c.flights.Waiting(); return waiters == 1 })
+	close(release)
+	for range 2 {
+		if m := <-got; m == nil || len(m.Answer) != 2 {
+			t.Fatalf("a client got %v, want the two answers", m)
+		}
+	}
+	labels := map[string]string{"server": "hostile://waiter-served-stale", "zones": "", "view": ""}
+	if n := seriesValue(t, "coredns_compactcache_served_stale_total", labels); n != 1 {
+		t.Fatalf("served_stale_total %v, want 1: the waiter's stale entry", n)
+	}
+}
+
+// TestHitDuringRefreshAllocatesNothing: a hit that would refresh its entry,
+// stale under serve_stale or popular near expiry, while a refresh of the
+// entry is in flight starts none and allocates nothing: the refresh's copy of
+// the request is made only when the refresh begins.
+func TestHitDuringRefreshAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; .ci/run runs this test without it")
+	}
+	for _, tc := range []struct {
+		name, corefile string
+		advance        time.Duration
+	}{
+		{"stale", "compactcache {\n serve_stale 1h immediate\n}", 301 * time.Second},
+		{"prefetch", "compactcache {\n prefetch 1 10m 50%\n}", 200 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := exampleUpstream()
+			clk := newClock()
+			c := parseCache(t, tc.corefile, u, clk)
+			c.SetRawWrites(true)
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			ask(t, c, req, false)
+			asked, release := u.hold("a.example.org. 300 IN A 192.0.2.1")
+			defer close(release)
+			clk.advance(tc.advance)
+			w := &discard{}
+			if _, err := c.ServeDNS(t.Context(), w, req); err != nil {
+				t.Fatal(err)
+			}
+			<-asked // the refresh is in flight, held
+			allocs := testing.AllocsPerRun(1000, func() {
+				if _, err := c.ServeDNS(t.Context(), w, req); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 || u.count("a.example.org.", dns.TypeA) != 2 {
+				t.Fatalf("%v allocations per hit, upstream asked %d times; want 0 allocations, 2 asks", allocs, u.count("a.example.org.", dns.TypeA))
+			}
+		})
+	}
+}
+
+// TestUpstreamBufferSize: a miss goes upstream with an EDNS buffer of 1232,
+// or the client's own when larger, as README says.
+func TestUpstreamBufferSize(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		size, want uint16 // size 0: no OPT
+	}{{"no EDNS", 0, 1232}, {"512", 512, 1232}, {"1232", 1232, 1232}, {"4096", 4096, 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := exampleUpstream()
+			c := newTestCache(t, u, newClock())
+			req := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+			if tc.size > 0 {
+				withEDNS(req, tc.size)
+			}
+			ask(t, c, req, false)
+			if o := u.last.IsEdns0(); o == nil || o.UDPSize() != tc.want {
+				t.Fatalf("upstream request OPT %v, want a buffer of %d", o, tc.want)
+			}
+		})
+	}
+}

@@ -60,9 +60,9 @@ func (c *Cache) classify(res, req *dns.Msg, now time.Time) verdict {
 	switch t {
 	case response.NoError:
 		v = verdict{kind: store.KindSuccess, answers: answers, ttl: clampTTL(sc.MinTTL(c.SuccessTTL, config.MinDefaultTTL, false), c.SuccessMinTTL, c.SuccessTTL), floor: c.SuccessMinTTL}
-	case response.Delegation:
-		// The stock cache keeps referrals for the minimum default TTL.
-		v = verdict{kind: store.KindSuccess, ttl: clampTTL(config.MinDefaultTTL, c.SuccessMinTTL, c.SuccessTTL), floor: c.SuccessMinTTL}
+	case response.Delegation: // kept, its records served, for the minimum default TTL, as in the stock cache
+		ttl := clampTTL(config.MinDefaultTTL, c.SuccessMinTTL, c.SuccessTTL)
+		v = verdict{kind: store.KindSuccess, ttl: ttl, floor: ttl}
 	case response.NameError, response.NoData:
 		if !sc.SOA {
 			return verdict{why: "denial without SOA"} // an answer, not cached (RFC 2308 5); no drop, as in the stock cache

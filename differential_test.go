@@ -195,6 +195,10 @@ var diffReasons = map[string]struct {
 		"a reply to another question than the client's is answered SERVFAIL, as Unbound answers it; the stock cache passes it on, for the client to drop",
 		eraseForeign,
 	},
+	"non-answer": {
+		"a NOERROR whose answer has neither the type asked nor a CNAME at the name, and no SOA, is counted in drops and refreshes no entry, so verify serves the stale entry and FAILURE_RECHECK holds back the next; the stock cache takes it as a refresh and its verify passes it on",
+		eraseNonAnswer,
+	},
 	"truncation": {
 		"a reply cut to the client's size drops whole RRsets (RFC 2181 9); the stock cache's dns.Msg.Truncate keeps the records of a partial RRset that fit",
 		eraseTruncation,
@@ -571,6 +575,20 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// A NOERROR whose answer holds only another name's records, without
+		// an SOA, refreshes nothing: the stale entry is served.
+		name: "serve_stale verify, an answer for another name only",
+		corefile: `{
+    serve_stale 1h verify
+}`,
+		steps: []diffStep{
+			{ask: "short.example.org. A", up: 1},
+			{set: "short.example.org. A", to: diffAnswer{an: []string{"other.example.org. 300 IN A 192.0.2.66"}}},
+			{advance: 31 * time.Second, ask: "short.example.org. A", up: 1, diff: []string{"non-answer"}},
+			{ask: "short.example.org. A", up: 1, diff: []string{"non-answer", "failure-recheck"}},
+		},
+	},
+	{
 		name: "serve_stale verify with timeout",
 		corefile: `{
     serve_stale 1h verify 20ms 5s
@@ -789,6 +807,19 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// A referral lives 5 s, as in the stock cache, its records served
+		// with the entry's TTL, not with their own shorter one.
+		name: "referral with MINTTL 0",
+		corefile: `{
+    success 100 3600 0
+}`,
+		steps: []diffStep{
+			{ask: "shortsub.example.org. A", up: 1},
+			{advance: 3 * time.Second, ask: "shortsub.example.org. A", up: 0},
+			{advance: 2 * time.Second, ask: "shortsub.example.org. A", up: 1},
+		},
+	},
+	{
 		name: "MINTTL 0 with serve_stale",
 		corefile: `{
     success 100 3600 0
@@ -864,6 +895,10 @@ func diffZone() map[string]diffAnswer {
 		"sub.example.org. A": {
 			ns: []string{"sub.example.org. 300 IN NS ns.sub.example.org."},
 			ex: []string{"ns.sub.example.org. 300 IN A 192.0.2.54"},
+		},
+		"shortsub.example.org. A": {
+			ns: []string{"shortsub.example.org. 2 IN NS ns.shortsub.example.org."},
+			ex: []string{"ns.shortsub.example.org. 1 IN A 192.0.2.55"},
 		},
 		"empty.example.org. A": {},
 		"aa.example.org. A":    {aa: true, an: []string{"aa.example.org. 300 IN A 192.0.2.3"}, ns: []string{"example.org. 300 IN NS ns.example.org."}, ex: []string{"ns.example.org. 300 IN A 192.0.2.53"}},
@@ -1491,6 +1526,20 @@ func eraseForeign(st, cc *diffView) {
 	if st.msg == nil || cc.msg == nil || cc.msg.Rcode != dns.RcodeServerFailure || len(cc.msg.Answer) != 0 ||
 		len(st.msg.Question) == 1 && len(cc.msg.Question) == 1 && strings.EqualFold(st.msg.Question[0].Name, cc.msg.Question[0].Name) {
 		return
+	}
+	cc.msg = st.msg.Copy()
+}
+
+// eraseNonAnswer: compactcache's stale entry where the stock cache passed on
+// a NOERROR whose answer holds no record of the question's name, and no SOA.
+func eraseNonAnswer(st, cc *diffView) {
+	if st.msg == nil || cc.msg == nil || st.msg.Rcode != dns.RcodeSuccess || len(st.msg.Answer) == 0 || len(st.msg.Question) != 1 {
+		return
+	}
+	for _, rr := range slices.Concat(st.msg.Answer, st.msg.Ns) {
+		if strings.EqualFold(rr.Header().Name, st.msg.Question[0].Name) || rr.Header().Rrtype == dns.TypeSOA {
+			return
+		}
 	}
 	cc.msg = st.msg.Copy()
 }

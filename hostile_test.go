@@ -831,3 +831,31 @@ func TestHostileUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyTooLargeCountedOnce: under serve_stale verify with a timeout, a
+// reply that refreshes the entry but is too large for an entry, and for a
+// message (over 64 KiB), is counted once, in refused_total, as on a miss:
+// not again in drops_total when it cannot be passed on either.
+func TestVerifyTooLargeCountedOnce(t *testing.T) {
+	n := 1
+	next := &hostileNext{asked: map[string]int{}, answer: func(r *dns.Msg) *dns.Msg {
+		return hostileReply(r, dns.RcodeSuccess, txtRecords(r.Question[0].Name, n, 255), nil, nil)
+	}}
+	clk := newClock()
+	c := New()
+	c.Next, c.now = next, clk.now
+	c.StaleUpTo, c.VerifyStale, c.VerifyTimeout = time.Hour, true, time.Hour // the fetch ends first
+	h := &hostileRun{c: c, clk: clk, next: next, ctx: hostileServer("verify of a reply over 64 KiB")}
+	req := test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg()
+	if got, _, _ := h.ask(t, req, true); got == nil || len(got.Answer) != 1 {
+		t.Fatalf("first reply %v", got)
+	}
+	clk.advance(301 * time.Second)
+	n = 300 // 77 KB of records
+	drops0, refused0 := counters(t, h.ctx)
+	h.ask(t, req, true)
+	drops, refused := counters(t, h.ctx)
+	if drops != drops0 || refused != refused0+1 {
+		t.Fatalf("drops_total +%v, refused_total +%v; want +0, +1", drops-drops0, refused-refused0)
+	}
+}

@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -14,7 +15,6 @@ import (
 	"github.com/compactcache/compactcache/internal/reply"
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/coredns/coredns/plugin"
-	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/miekg/dns"
 	ot "github.com/opentracing/opentracing-go"
 )
@@ -30,7 +30,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	f, leader, landed := c.flights.Join(c.flightKey(s), s.q.do, &k.flight)
 	if !leader {
 		fetchPool.Put(k) // untouched: join wrote nothing to it
-		return c.await(ctx, w, r, s, f)
+		return c.await(ctx, w, r, s, f, m)
 	}
 	// Land the flight even if the next plugin panics (the server recovers),
 	// so that no waiter is left waiting: deferred before anything that can
@@ -75,10 +75,7 @@ func (c *Cache) miss(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *s
 	if cw.reply == nil {
 		return rcode, err
 	}
-	// Written by the cache, whatever the next plugin's rcode: a rcode
-	// that says nothing was written (plugin.ClientWrite) has the server
-	// write a second reply.
-	return dns.RcodeSuccess, c.answer(w, r, cw)
+	return c.answer(w, r, cw, rcode, err)
 }
 
 // errNoReply is the error of a fetch that ended without a reply or error.
@@ -93,7 +90,7 @@ var errGone = errors.New("the leading request was canceled")
 
 // await answers a miss that waited for another request's fetch of the same
 // question: from the cache when the reply was stored, else with the reply.
-func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flights.Flight) (int, error) {
+func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *flights.Flight, m *cachemetrics.Server) (int, error) {
 	select {
 	case <-f.Done:
 	case <-ctx.Done():
@@ -102,13 +99,16 @@ func (c *Cache) await(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *
 	if found := c.lookup(s, time.Time{}, true); found.state != absent {
 		// Not the leader's rcode: SERVFAIL of a failed fetch, stored for
 		// the servfail time, would have the server write a second reply.
+		if found.state == stale {
+			m.Stale.Inc()
+		}
 		return dns.RcodeSuccess, c.write(w, found.reply)
 	}
 	if f.Reply == nil {
 		if f.Err == errStored || f.Err == errGone {
 			// The leader answered from an entry in the store, gone
 			// already, or went away: ask for it anew.
-			return c.miss(ctx, w, r, s, &found{}, c.metrics.Server(metrics.WithServer(ctx)))
+			return c.miss(ctx, w, r, s, &found{}, m)
 		}
 		return f.Rcode, f.Err
 	}
@@ -127,16 +127,21 @@ func (c *Cache) flightKey(s *scratch) uint64 {
 	return c.store.Hash(s.key)
 }
 
-// answer writes the reply cw fetched for r to the client.
-func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter) error {
+// answer writes the reply cw fetched for r to the client, and returns the
+// next plugin's error and rcode, as the stock cache does, but for a rcode
+// that would have the server write a second reply (plugin.ClientWrite).
+func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter, rcode int, err error) (int, error) {
+	if !plugin.ClientWrite(rcode) {
+		rcode = dns.RcodeSuccess
+	}
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{}))
+		return rcode, cmp.Or(err, c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{})))
 	}
 	if cw.dropped {
-		return c.passOn(w, r, cw.reply, cw.s, nil)
+		return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, nil))
 	}
-	return c.passOn(w, r, cw.reply, cw.s, cw.m)
+	return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, cw.m))
 }
 
 // captureWriter asks the next plugin on behalf of the cache and takes its

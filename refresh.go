@@ -114,9 +114,20 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // dnssec says the entry holds its DNSSEC records, which the refresh keeps,
 // and popularity is its hits, which the new entry inherits.
 func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
-	if !c.refreshes.begin(h, c.now()) {
-		return
+	if c.refreshes.begin(h, c.now()) {
+		c.refreshBegun(ctx, req, h, dnssec, popularity, m)
 	}
+}
+
+// refreshHit refreshes f's entry as refreshAsync does, copying r only if it begins.
+func (c *Cache) refreshHit(ctx context.Context, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) {
+	if c.refreshes.begin(f.hash, c.now()) {
+		c.refreshBegun(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+	}
+}
+
+// refreshBegun runs in the background the refresh begun of h.
+func (c *Cache) refreshBegun(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
 	c.detach(ctx, func(ctx context.Context) {
 		m.Prefetch.Inc()
 		ok := c.refresh(ctx, req, dnssec, popularity, m) != nil
@@ -138,24 +149,23 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 }
 
 // refresh fetches req's question with no client waiting and returns the
-// reply that refreshed the entry, nil for none. The new entry inherits the old one's popularity,
+// fetch whose reply refreshed the entry, nil for none. The new entry inherits the old one's popularity,
 // as the caller found it (an ECS variant's key is not the request's), and
 // its DNSSEC records (dnssec): a refresh a client without DO set off must
 // not take from DO clients the entry they use.
-func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *dns.Msg {
+func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *captureWriter {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
 		return nil
 	}
 	cw := c.newCapture(coredns.NoClient, req, s, m)
-	cw.refresh = true
-	cw.popularity = popularity
+	cw.refresh, cw.popularity = true, popularity
 	cw.dnssec = cw.dnssec || dnssec
 	if cw.fetch(ctx); !cw.refreshed() {
 		return nil
 	}
-	return cw.reply
+	return cw
 }
 
 // verify is serve_stale's verify mode: the request that finds an expired
@@ -183,11 +193,12 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if ok = cw.refreshed(); !ok {
 			return false, 0, nil
 		}
-		return true, dns.RcodeSuccess, c.answer(w, r, cw)
+		rcode, err = c.answer(w, r, cw, rcode, err)
+		return true, rcode, err
 	}
 
 	req := refreshRequest(r, &s.q.ecs, 0)
-	result := make(chan *dns.Msg, 1)
+	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
 		c.refreshes.end(h, c.now(), c.FailRecheck, res != nil)
@@ -205,7 +216,10 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
 		}
-		return true, dns.RcodeSuccess, c.passOn(w, r, res, s, m)
+		if res.dropped {
+			m = nil // counted in refused or drops, as on a miss (answer)
+		}
+		return true, dns.RcodeSuccess, c.passOn(w, r, res.reply, s, m)
 	case <-timer.C:
 		return false, 0, nil
 	}
