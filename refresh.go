@@ -108,18 +108,12 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 	return req
 }
 
-// refreshAsync fetches req's question again in the background, unless a
-// fetch for the entry is in flight: prefetch for popular entries near
-// expiry, and serve_stale's immediate mode for expired ones.
-// dnssec says the entry holds its DNSSEC records, which the refresh keeps,
-// and popularity is its hits, which the new entry inherits.
-func (c *Cache) refreshAsync(ctx context.Context, req *dns.Msg, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) {
-	if c.refreshes.begin(h, c.now()) {
-		c.refreshBegun(ctx, req, h, dnssec, popularity, m)
-	}
-}
-
-// refreshHit refreshes f's entry as refreshAsync does, copying r only if it begins.
+// refreshHit fetches the question of r, a hit on f's entry, again in the
+// background, unless a fetch for the entry is in flight: prefetch for
+// popular entries near expiry, and serve_stale's immediate mode for expired
+// ones. The refresh keeps the entry's DNSSEC records if it holds them, and
+// the new entry inherits its hits. r is copied only once a refresh begins,
+// so that the hits while one is in flight allocate nothing.
 func (c *Cache) refreshHit(ctx context.Context, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) {
 	if c.refreshes.begin(f.hash, c.now()) {
 		c.refreshBegun(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)

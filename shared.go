@@ -79,7 +79,7 @@ func (c *Cache) fromShared(ctx context.Context, r *dns.Msg, s *scratch, gen uint
 	case f.state == stale && c.VerifyStale:
 		return found{}
 	case f.state == stale:
-		c.refreshAsync(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+		c.refreshHit(ctx, r, s, &f, m)
 	}
 	return f
 }
