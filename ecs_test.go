@@ -442,3 +442,46 @@ func TestECSFlushAfterListEvicted(t *testing.T) {
 		t.Errorf("upstream asked %d times, want 3: 10.1.1.0/24 was served its answer from before the flush", n)
 	}
 }
+
+// noAddrWriter is a client without an IP address (as a DoH or in-process
+// client may present itself): `ecs { add }` has no subnet to add for it.
+type noAddrWriter struct{ *recorder }
+
+func (noAddrWriter) RemoteAddr() net.Addr { return &net.UnixAddr{Name: "@client", Net: "unix"} }
+
+// TestECSAddRefreshWithoutAddress: under `ecs { add }` an answer fetched
+// without ECS, for a client with no address, is refreshed as it was fetched,
+// without ECS; not as the background fetch's own address, ::1, whose /56
+// would store a variant and leave the entry to expire.
+func TestECSAddRefreshWithoutAddress(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n prefetch 1 1m 50%\n ecs {\n add\n }\n}", g, clk)
+	askNoAddr := func() *dns.Msg {
+		rec := &recorder{ResponseWriter: test.ResponseWriter{}}
+		if _, err := c.ServeDNS(context.Background(), noAddrWriter{rec}, geoQuery("s16.geo.", "")); err != nil {
+			t.Fatal(err)
+		}
+		return rec.msg
+	}
+	if network, _ := geoAnswer(t, askNoAddr()); network != "none" {
+		t.Fatalf("answer for %s, want none: no ECS to add", network)
+	}
+	clk.advance(200 * time.Second)
+	askNoAddr()
+	await(t, "the prefetch", func() bool {
+		c.refreshes.mu.Lock()
+		defer c.refreshes.mu.Unlock()
+		return g.count("s16.geo.") == 2 && len(c.refreshes.inflight) == 0
+	})
+	g.mu.Lock()
+	sources := g.sources
+	g.mu.Unlock()
+	if len(sources) != 0 || c.store.Usage().Variants != 0 {
+		t.Fatalf("refresh sent ECS %v and stored %d variants; want none", sources, c.store.Usage().Variants)
+	}
+	clk.advance(120 * time.Second) // past the first fetch's TTL, short of the refresh's prefetch
+	if network, _ := geoAnswer(t, askNoAddr()); network != "none" || g.count("s16.geo.") != 2 {
+		t.Fatalf("after the refresh: answer for %s, upstream asked %d times; want the refreshed entry", network, g.count("s16.geo."))
+	}
+}

@@ -150,7 +150,11 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *captureWriter {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if !s.readMsg(req, coredns.NoClient, &c.ecs) {
+	// req carries the ECS the entry was fetched with, an added one too
+	// (refreshRequest): none is added from NoClient's address, ::1.
+	ecs := c.ecs
+	ecs.Add = false
+	if !s.readMsg(req, coredns.NoClient, &ecs) {
 		return nil
 	}
 	cw := c.newCapture(coredns.NoClient, req, s, m)
