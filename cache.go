@@ -268,6 +268,7 @@ func (c *Cache) lookupAt(s *scratch, now *time.Time, withStale bool, f *found) {
 		if c.lookupKey(s, s.probe, now, withStale, f) {
 			return
 		}
+		fallthrough // then a scope /0 variant, good for every address
 	default:
 		normal, exact, ok := c.variants(s, now)
 		for l := int(q.ecs.sent); ok && l >= 0; l-- {

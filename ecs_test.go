@@ -485,3 +485,16 @@ func TestECSAddRefreshWithoutAddress(t *testing.T) {
 		t.Fatalf("after the refresh: answer for %s, upstream asked %d times; want the refreshed entry", network, g.count("s16.geo."))
 	}
 }
+
+// TestECSSourceZeroTakesScopeZero: an answer with scope /0 is good for every
+// address of its family, so a query with source /0 of that family takes it
+// (as Unbound's tree answers source /0 from its root) rather than asking.
+func TestECSSourceZeroTakesScopeZero(t *testing.T) {
+	g := newGeoUpstream()
+	c := newGeoCache(t, "compactcache", g, newClock())
+	ask(t, c, geoQuery("s0.geo.", "10.1.1.0/24"), false)
+	network, echo := geoAnswer(t, ask(t, c, geoQuery("s0.geo.", "0.0.0.0/0"), false))
+	if network != "0.0.0.0/0" || echo == nil || echo.SourceNetmask != 0 || echo.SourceScope != 0 || g.count("s0.geo.") != 1 {
+		t.Fatalf("source /0 after a scope /0 answer: answer for %s, ECS %v, upstream asked %d times; want the scope /0 answer from the cache", network, echo, g.count("s0.geo."))
+	}
+}

@@ -103,6 +103,7 @@ func (c *Cache) sharedKeys(s *scratch) [][]byte {
 	case q.ecs.family == 0:
 	case q.ecs.sent == 0:
 		add(entry.SourceZeroKey(nil, s.key, q.ecs.family))
+		fallthrough
 	default:
 		add(entry.VariantKey(nil, s.key, entry.KeyExact, q.ecs.family, q.ecs.sent, q.ecs.addr))
 		for l := int(q.ecs.sent); l >= 0; l-- {
