@@ -168,6 +168,14 @@ func fzCheckServfail(t *testing.T, where string, b []byte) {
 	}
 }
 
+// fzForged reports whether up's ECS does not echo the family, source prefix
+// and address of req's: a reply the cache drops (RFC 7871 7.3).
+func fzForged(req, up *dns.Msg) bool {
+	e, u := dnsmsg.Subnet(req), dnsmsg.Subnet(up)
+	return e != nil && u != nil && (u.Family != e.Family || u.SourceNetmask != e.SourceNetmask ||
+		!u.Address.Mask(net.CIDRMask(int(e.SourceNetmask), 8*len(e.Address))).Equal(e.Address))
+}
+
 // fzVariant is one client of FuzzStoreAndServe.
 type fzVariant struct {
 	name string
@@ -252,7 +260,7 @@ func FuzzStoreAndServe(f *testing.F) {
 							}
 							continue
 						}
-						if wellFormed && !held {
+						if wellFormed && (!held || fzForged(req, up)) {
 							fzCheckServfail(t, where, b)
 							continue
 						}

@@ -475,10 +475,10 @@ func (c *Cache) disabled(kind int, name string) bool {
 // alone and not stored, through the reply writer (wire.go), so that what a
 // client sees of a reply (DNSSEC records, AD, the compact denial's NXDOMAIN,
 // OPT, ECS, size) has one writer, at the cost of packing res's records once.
-// A reply to another question, or one the entry format cannot hold (rdata
-// that does not pack), becomes SERVFAIL, as Unbound answers both (the client
-// would drop the first, and could not read the second), counted in m's drops
-// unless m is nil.
+// A reply to another question, one whose ECS does not echo the query's
+// (RFC 7871 7.3: dropped), or one the entry format cannot hold (rdata that
+// does not pack), becomes SERVFAIL, as Unbound answers the first and the
+// last, counted in m's drops unless m is nil.
 func (c *Cache) passOn(w dns.ResponseWriter, r, res *dns.Msg, s *scratch, m *cachemetrics.Server) error {
 	e, err := passedEntry(s, r, res)
 	if err != nil {
@@ -502,7 +502,7 @@ func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
 	// Stored, the reply would have this key: its ECS scope is echoed.
 	key, _, ok := storeKey(b, s.key, &s.q, res)
 	if !ok {
-		key = s.key
+		return nil, errForgedECS
 	}
 	flags := entryFlags(res, verdict{nxname: reply.CompactNXDomain(res)}) | entry.FlagDNSSEC
 	return b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
@@ -510,6 +510,8 @@ func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
 
 // errForeign is why a reply that answers another question is not passed on.
 var errForeign = errors.New("its question does not match the request")
+
+var errForgedECS = errors.New("its ECS option does not echo the query's")
 
 // servfailEntry returns an entry of SERVFAIL for s's question, built in s's
 // builder.
