@@ -154,11 +154,15 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	m := c.metrics.Server(metrics.WithServer(ctx))
 	m.Requests.Inc()
-	// Nor are queries of several questions, with a malformed ECS option, or
-	// for transfers (streams of messages, which a miss's capture would cut
-	// short): passed on untouched, they count as misses, as in the stock cache.
+	// Nor are queries of several questions, or for transfers (streams of
+	// messages, which a miss's capture would cut short): passed on untouched,
+	// they count as misses, as in the stock cache. A malformed ECS option is
+	// answered FORMERR, as Unbound does (RFC 7871 6, 7.1.1).
 	if !ok || len(r.Question) != 1 || transfer(r.Question[0].Qtype) {
 		m.Misses.Inc()
+		if !ok && len(r.Question) == 1 {
+			return dns.RcodeSuccess, w.WriteMsg(new(dns.Msg).SetRcode(r, dns.RcodeFormatError))
+		}
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	// Written as bytes, a reply goes around loadbalance: rotated here.

@@ -502,3 +502,23 @@ func TestECSSourceZeroTakesScopeZero(t *testing.T) {
 		t.Fatalf("source /0 after a scope /0 answer: answer for %s, ECS %v, upstream asked %d times; want the scope /0 answer from the cache", network, echo, g.count("s0.geo."))
 	}
 }
+
+// TestECSMalformedFormErr: a query whose ECS option RFC 7871 6 calls
+// malformed (an unknown family, a source prefix longer than the family's
+// addresses, address bits past the source prefix) is answered FORMERR, as
+// Unbound answers it (RFC 7871 7.1.1), not passed upstream as it came.
+func TestECSMalformedFormErr(t *testing.T) {
+	for _, e := range []*dns.EDNS0_SUBNET{
+		{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 24, Address: net.IPv4(10, 1, 1, 5).To4()},
+		{Code: dns.EDNS0SUBNET, Family: dnsmsg.FamilyIPv4, SourceNetmask: 33, Address: net.IPv4(10, 1, 1, 5).To4()},
+		{Code: dns.EDNS0SUBNET, Family: 3, SourceNetmask: 8, Address: net.IPv4(10, 0, 0, 0).To4()},
+	} {
+		g := newGeoUpstream()
+		c := newGeoCache(t, "compactcache", g, newClock())
+		q := geoQuery("s24.geo.", "")
+		q.IsEdns0().Option = []dns.EDNS0{e}
+		if got := ask(t, c, q, false); got.Rcode != dns.RcodeFormatError || g.count("s24.geo.") != 0 {
+			t.Errorf("ECS %v: rcode %s, upstream asked %d times; want FORMERR and none", e, dns.RcodeToString[got.Rcode], g.count("s24.geo."))
+		}
+	}
+}
