@@ -225,6 +225,7 @@ type found struct {
 	reply    []byte    // valid until the scratch's next reply
 	prefetch bool      // popular and near expiry
 	scope    uint8     // the ECS prefix length the entry was stored for
+	noECS    bool      // the entry was fetched without ECS, and is refreshed so
 	dnssec   bool      // the entry holds its DNSSEC records: refreshes keep them
 	now      time.Time // the time the lookup aged entries at
 
@@ -373,7 +374,7 @@ func (c *Cache) serve(s *scratch, e entry.Entry, h uint64, at *time.Time, withSt
 		return false
 	}
 	window := int64(c.PrefetchWindow / time.Second)
-	f.state, f.kind, f.hash, f.scope, f.dnssec = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC()
+	f.state, f.kind, f.hash, f.scope, f.dnssec, f.noECS = state, store.KindOf(e), h, e.Scope(), e.HoldsDNSSEC(), e.Flags()&entry.FlagNoECS != 0
 	f.prefetch = state == fresh && c.Prefetch > 0 && e.PopularityAfterHit(now.Unix(), window) >= c.Prefetch && left <= c.prefetchThreshold(ttl)
 	if !s.alone || state == fresh && !f.prefetch {
 		e.Hit(now.Unix(), window)

@@ -522,3 +522,25 @@ func TestECSMalformedFormErr(t *testing.T) {
 		}
 	}
 }
+
+// TestECSSourceZeroRefreshesNoECS: a query with source /0 may take an answer
+// fetched without ECS; its prefetch refreshes that answer as it was fetched,
+// without ECS, rather than fetch a /0 answer beside it and let the answer
+// the clients without ECS take expire.
+func TestECSSourceZeroRefreshesNoECS(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n prefetch 1 1m 50%\n}", g, clk)
+	ask(t, c, geoQuery("s16.geo.", ""), false)
+	clk.advance(200 * time.Second)
+	ask(t, c, geoQuery("s16.geo.", "0.0.0.0/0"), false)
+	await(t, "the prefetch", func() bool {
+		c.refreshes.mu.Lock()
+		defer c.refreshes.mu.Unlock()
+		return g.count("s16.geo.") == 2 && len(c.refreshes.inflight) == 0
+	})
+	clk.advance(120 * time.Second) // past the first fetch's TTL, short of the refresh's prefetch
+	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", ""), false)); network != "none" || g.count("s16.geo.") != 2 {
+		t.Fatalf("after the refresh: answer for %s, upstream asked %d times, ECS sent %v; want the refreshed entry", network, g.count("s16.geo."), g.sources)
+	}
+}

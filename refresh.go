@@ -89,10 +89,14 @@ func (r *refreshes) shutdown(wait time.Duration) {
 // refreshRequest returns a copy of r to refresh an entry with. An entry
 // tailored to a subnet is asked for that subnet, not for the client's own
 // (longer) prefix; an ECS option the cache added goes in explicitly, as the
-// refresh has no client address to derive it from.
-func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
+// refresh has no client address to derive it from. An entry fetched without
+// ECS (noECS), which a source /0 client takes, is asked without.
+func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8, noECS bool) *dns.Msg {
 	req := r.Copy()
-	if ecs.family == 0 {
+	if ecs.family == 0 || noECS {
+		if o := req.IsEdns0(); o != nil && noECS {
+			dnsmsg.SetSubnet(o, nil) // a source /0 client's option
+		}
 		return req
 	}
 	o := req.IsEdns0()
@@ -116,7 +120,7 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8) *dns.Msg {
 // so that the hits while one is in flight allocate nothing.
 func (c *Cache) refreshHit(ctx context.Context, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) {
 	if c.refreshes.begin(f.hash, c.now()) {
-		c.refreshBegun(ctx, refreshRequest(r, &s.q.ecs, f.scope), f.hash, f.dnssec, f.popularity, m)
+		c.refreshBegun(ctx, refreshRequest(r, &s.q.ecs, f.scope, f.noECS), f.hash, f.dnssec, f.popularity, m)
 	}
 }
 
@@ -195,7 +199,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return true, rcode, err
 	}
 
-	req := refreshRequest(r, &s.q.ecs, 0)
+	req := refreshRequest(r, &s.q.ecs, 0, false)
 	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
