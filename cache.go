@@ -154,10 +154,9 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	m := c.metrics.Server(metrics.WithServer(ctx))
 	m.Requests.Inc()
-	// Nor are queries of several questions, or for transfers (streams of
-	// messages, which a miss's capture would cut short): passed on untouched,
-	// they count as misses, as in the stock cache. A malformed ECS option is
-	// answered FORMERR, as Unbound does (RFC 7871 6, 7.1.1).
+	// Nor are queries of several questions or for transfers (streams a miss's
+	// capture would cut short): passed on untouched, they count as misses, as
+	// in the stock cache. A malformed ECS option gets FORMERR (RFC 7871 6).
 	if !ok || len(r.Question) != 1 || transfer(r.Question[0].Qtype) {
 		m.Misses.Inc()
 		if !ok && len(r.Question) == 1 {

@@ -130,12 +130,13 @@ func (s *subnet) option(prefix uint8) *dns.EDNS0_SUBNET {
 
 // appendSubnet writes the ECS option echoed to a client that sent s: its
 // family, source prefix and address, and the scope the answer was stored
-// for (RFC 7871 7.2.2).
+// for (RFC 7871 7.2.2), longer than the source for one whose upstream
+// wanted more bits than the client sent.
 func appendSubnet(b []byte, s *subnet, scope uint8) []byte {
 	n := dnsmsg.PrefixBytes(int(s.source))
 	b = binary.BigEndian.AppendUint16(b, dns.EDNS0SUBNET)
 	b = binary.BigEndian.AppendUint16(b, uint16(4+n))
 	b = binary.BigEndian.AppendUint16(b, s.family)
-	b = append(b, s.source, min(scope, s.source))
+	b = append(b, s.source, scope)
 	return append(b, s.echo[:n]...)
 }

@@ -130,7 +130,7 @@ func TestECSVariants(t *testing.T) {
 		{"s16.geo.", "10.1.9.0/24", "10.1.0.0/16", 16, 1}, // same /16
 		{"s16.geo.", "10.2.0.0/24", "10.2.0.0/16", 16, 2},
 		{"s16.geo.", "10.1.0.0/16", "10.1.0.0/16", 16, 2},  // a /16 source is enough
-		{"s16.geo.", "10.1.0.0/8", "10.0.0.0/8", 8, 3},     // a shorter source is not
+		{"s16.geo.", "10.1.0.0/8", "10.0.0.0/8", 32, 3},    // a shorter source is not: serves /8 queries only
 		{"s24.geo.", "10.1.1.77/32", "10.1.1.0/24", 24, 1}, // source cut to /24 upstream, echoed /32
 		{"s24.geo.", "10.1.1.0/24", "10.1.1.0/24", 24, 1},
 		{"s24.geo.", "10.1.2.0/24", "10.1.2.0/24", 24, 2},
@@ -542,5 +542,21 @@ func TestECSSourceZeroRefreshesNoECS(t *testing.T) {
 	clk.advance(120 * time.Second) // past the first fetch's TTL, short of the refresh's prefetch
 	if network, _ := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", ""), false)); network != "none" || g.count("s16.geo.") != 2 {
 		t.Fatalf("after the refresh: answer for %s, upstream asked %d times, ECS sent %v; want the refreshed entry", network, g.count("s16.geo."), g.sources)
+	}
+}
+
+// TestECSEchoScopeBeyondSource: an answer whose upstream wanted more bits
+// than the client sent (scope /16 to a /8) serves only queries that send /8
+// (RFC 7871 7.3.1), and its echo says so with a scope longer than the
+// client's source, as Unbound echoes the upstream's; echoed as /8 it would
+// tell the client's own cache that it serves every query of the /8.
+func TestECSEchoScopeBeyondSource(t *testing.T) {
+	g := newGeoUpstream()
+	c := newGeoCache(t, "compactcache", g, newClock())
+	for range 2 { // the miss and the hit
+		_, echo := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", "10.0.0.0/8"), false))
+		if echo == nil || echo.SourceNetmask != 8 || echo.SourceScope <= 8 {
+			t.Fatalf("scope /16 to a /8 query: ECS %v echoed, want a scope longer than /8", echo)
+		}
 	}
 }

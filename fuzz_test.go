@@ -409,7 +409,10 @@ func fzCheckAnswers(t *testing.T, where string, req *dns.Msg, b []byte, raw, tcp
 	}
 	if e := dnsmsg.Subnet(req); e != nil {
 		re := dnsmsg.Subnet(got)
-		if re == nil || re.Family != e.Family || re.SourceNetmask != e.SourceNetmask || !re.Address.Equal(e.Address) || re.SourceScope > e.SourceNetmask {
+		// A scope past the source is the family's length: an answer for
+		// queries with this source only (RFC 7871 7.3.1).
+		bits := map[uint16]uint8{dnsmsg.FamilyIPv4: 32, dnsmsg.FamilyIPv6: 128}[e.Family]
+		if re == nil || re.Family != e.Family || re.SourceNetmask != e.SourceNetmask || !re.Address.Equal(e.Address) || re.SourceScope > e.SourceNetmask && re.SourceScope != bits {
 			t.Fatalf("%s: ECS %v echoed as %v", where, e, re)
 		}
 	}

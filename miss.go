@@ -502,7 +502,7 @@ func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
 	// Stored, the reply would have this key: its ECS scope is echoed.
 	key, _, ok := storeKey(b, s.key, &s.q, res)
 	if !ok {
-		return nil, errForgedECS
+		return nil, errors.New("its ECS option does not echo the query's")
 	}
 	flags := entryFlags(res, verdict{nxname: reply.CompactNXDomain(res)}) | entry.FlagDNSSEC
 	return b.Build(res, key, "", 0, math.MaxUint32, 0, flags, entry.MaxLen)
@@ -510,8 +510,6 @@ func passedEntry(s *scratch, r, res *dns.Msg) (entry.Entry, error) {
 
 // errForeign is why a reply that answers another question is not passed on.
 var errForeign = errors.New("its question does not match the request")
-
-var errForgedECS = errors.New("its ECS option does not echo the query's")
 
 // servfailEntry returns an entry of SERVFAIL for s's question, built in s's
 // builder.

@@ -154,8 +154,7 @@ func (c *Cache) detach(ctx context.Context, f func(context.Context)) {
 func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, popularity int, m *cachemetrics.Server) *captureWriter {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	// req carries the ECS the entry was fetched with, an added one too
-	// (refreshRequest): none is added from NoClient's address, ::1.
+	// None is added from NoClient's address: req has what was fetched with.
 	ecs := c.ecs
 	ecs.Add = false
 	if !s.readMsg(req, coredns.NoClient, &ecs) {

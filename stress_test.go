@@ -559,7 +559,7 @@ func (q stressQuery) checkGeo(reply *dns.Msg) error {
 		}
 	}
 	if echo == nil || int(echo.SourceNetmask) != q.ecs.Bits() || !echo.Address.Equal(net.IP(q.ecs.Addr().AsSlice())) ||
-		int(echo.SourceScope) > q.ecs.Bits() {
+		int(echo.SourceScope) > q.ecs.Bits() && int(echo.SourceScope) != q.ecs.Addr().BitLen() { // past the source: that source only
 		return fmt.Errorf("ECS echo %v for the client's %s", echo, q.ecs)
 	}
 	return nil

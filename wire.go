@@ -179,7 +179,11 @@ func (b *replyBuffers) appendReply(q *query, e entry.Entry, tv replyForm) []byte
 		msg = cut(msg, marks, limit, &counts)
 	}
 	if q.edns {
-		msg = appendOPT(msg, q, uint8(rcode>>4), tv.ede, e.Scope())
+		scope := e.Scope()
+		if e.Exact() && q.ecs.source == q.ecs.sent {
+			scope = uint8(familyBits(q.ecs.family)) // longer than the source: RFC 7871 7.3.1
+		}
+		msg = appendOPT(msg, q, uint8(rcode>>4), tv.ede, scope)
 		counts[2]++
 	}
 	binary.BigEndian.PutUint16(msg[6:], uint16(counts[0]))

@@ -108,6 +108,14 @@ func (e Entry) Scope() uint8 {
 	return k[suffixAt(k, n)+1]
 }
 
+// Exact reports whether the entry is an answer whose upstream wanted more
+// bits than it was sent: it serves only queries that send as many bits as
+// its Scope.
+func (e Entry) Exact() bool {
+	k, n := e[offKey:], e.nameLen()
+	return k[n+keyTail-1]&(KeyECS|KeyExact) == KeyECS|KeyExact
+}
+
 // The list of a name's variants, the records of its keyScopes entry:
 //
 //	scopesLen  bitmap of the prefix lengths of variants, bit L for length L
