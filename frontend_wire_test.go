@@ -1,0 +1,46 @@
+//go:build linux
+
+package compactcache
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// The front end's answers to requests at the edges of the protocol, each
+// compared with what CoreDNS's own server, of the same instance, answers.
+
+// TestFrontendReadsUDPAsServer: a UDP request is read as far as CoreDNS's
+// server reads it, its first 512 bytes (miekg/dns's UDPSize, which CoreDNS
+// leaves at its default): a query padded past them gets FORMERR, and one
+// followed by garbage past them, even past 4096 bytes, its answer. The front
+// end read 4096: it answered the first and dropped the last.
+func TestFrontendReadsUDPAsServer(t *testing.T) {
+	up := startUpstream(t, exampleUpstream())
+	fe, udp, _ := startFrontend(t, func(fe string) string { return cacheCorefile(up, "frontend "+fe) })
+	q := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	plain, _ := q.Pack()
+	q.SetEdns0(1232, false)
+	q.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_PADDING{Padding: make([]byte, 600)}}
+	padded, _ := q.Pack()
+	exchangeRaw(t, udp, plain, 2*time.Second) // the miss
+	for name, pkt := range map[string][]byte{
+		"padded past 512":   padded,
+		"garbage past 512":  append(bytes.Clone(plain), make([]byte, 600)...),
+		"garbage past 4096": append(bytes.Clone(plain), make([]byte, 5000)...),
+	} {
+		want := exchangeRaw(t, udp, pkt, 2*time.Second)
+		got := exchangeRaw(t, fe, pkt, 2*time.Second)
+		for try := 0; try < 5 && !bytes.Equal(got, want); try++ {
+			time.Sleep(20 * time.Millisecond) // a second's turn between the two: see testFrontendRepliesAsServer
+			want = exchangeRaw(t, udp, pkt, 2*time.Second)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: front end replied\n%s\nserver replied\n%s", name, dump(got), dump(want))
+		}
+	}
+}
