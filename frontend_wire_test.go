@@ -4,9 +4,11 @@ package compactcache
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
+	_ "github.com/coredns/coredns/plugin/nsid" // for TestFrontendNSIDAsServer
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
@@ -43,4 +45,37 @@ func TestFrontendReadsUDPAsServer(t *testing.T) {
 			t.Errorf("%s: front end replied\n%s\nserver replied\n%s", name, dump(got), dump(want))
 		}
 	}
+}
+
+// TestFrontendNSIDAsServer: with nsid before the cache, a hit asked for
+// NSID gets it, as the plugin's hit does through nsid's writer; the front
+// end answered it without, the option taken for one that changes nothing.
+func TestFrontendNSIDAsServer(t *testing.T) {
+	up := startUpstream(t, exampleUpstream())
+	fe, udp, tcp := startFrontend(t, func(fe string) string {
+		return strings.Replace(cacheCorefile(up, "frontend "+fe), "\tcompactcache", "\tnsid frontend-test\n\tcompactcache", 1)
+	})
+	q := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg()
+	q.SetEdns0(1232, false)
+	q.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+	pkt, _ := q.Pack()
+	exchangeRaw(t, udp, pkt, 2*time.Second) // the miss
+	compare := func(proto string, ask func(addr string) []byte, server string) {
+		want, got := ask(server), ask(fe)
+		for try := 0; try < 5 && !bytes.Equal(got, want); try++ {
+			time.Sleep(20 * time.Millisecond) // a second's turn between the two: see testFrontendRepliesAsServer
+			want = ask(server)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: front end replied\n%s\nserver replied\n%s", proto, dump(got), dump(want))
+		}
+	}
+	compare("UDP", func(addr string) []byte { return exchangeRaw(t, addr, pkt, 2*time.Second) }, udp)
+	compare("TCP", func(addr string) []byte {
+		r := exchangeTCPRaw(t, addr, [][]byte{pkt}, true, 2*time.Second)
+		if len(r) != 1 {
+			return nil
+		}
+		return r[0]
+	}, tcp)
 }
