@@ -79,3 +79,33 @@ func TestFrontendNSIDAsServer(t *testing.T) {
 		return r[0]
 	}, tcp)
 }
+
+// TestFrontendLeavesOtherBlocksNames: a name the server gives to another
+// of its blocks, one without the front end, is that block's, however the
+// front end's block came to hold it: here a reload added the block, and the
+// store, handed over, kept the name's entry. The front end answered it from
+// its block's cache, where the server asks the other block.
+func TestFrontendLeavesOtherBlocksNames(t *testing.T) {
+	const name = "a.other.frontend.test."
+	u := newUpstream()
+	u.add(name, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A(name + " 300 IN A 192.0.2.1")}, nil, nil)
+	fe, inst, corefile := startReloadable(t, ".", startUpstream(t, u), "", "")
+	defer func() { stopInstance(inst) }()
+	req := test.Case{Qname: name, Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, fe, req) // the miss: the entry
+	text := corefile("") + "other.frontend.test.:0 {\n\tbind 127.0.0.1\n\twhoami\n}\n"
+	serverMu.Lock()
+	next, err := inst.Restart(corefileInput(text))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	inst = next
+	udp, _ := serverAddrs(t, inst, text)
+	want, _ := exchangeUDP(t, udp, req)
+	got, _ := exchangeUDP(t, fe, req)
+	// whoami's reply: no answer, the client's address and port, which differ.
+	if len(got.Answer) != len(want.Answer) || got.Rcode != want.Rcode || len(got.Extra) != len(want.Extra) {
+		t.Errorf("front end replied\n%s\nserver replied\n%s", got, want)
+	}
+}

@@ -178,6 +178,7 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 type frontend struct {
 	cfg    *Config
 	blocks []*block
+	others [][]byte // the zones of the server's other blocks, lowercased wire names: the chain's
 	addrs  []string // the server addresses of its blocks, as dnsserver names them
 	seq    uint64   // the order it opened in, among the process's (successor)
 
@@ -329,6 +330,15 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 		}
 	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
+	for _, z := range coredns.ServerZones(srv) {
+		w := make([]byte, dnsmsg.MaxNameLen)
+		n, err := dns.PackDomainName(strings.ToLower(z), w, 0, nil, false)
+		if err == nil && !slices.ContainsFunc(fe.blocks, func(b *block) bool {
+			return slices.ContainsFunc(b.zones, func(bz []byte) bool { return slices.Equal(bz, w[:n]) })
+		}) {
+			fe.others = append(fe.others, w[:n])
+		}
+	}
 	fe.limits = limitsOf(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
@@ -495,9 +505,10 @@ func (fe *frontend) answerers() []Answerer {
 
 // blockOf returns the index of the block that serves the request pkt, as
 // the server picks it: the longest of the blocks' zones that holds the
-// question's name; -1 for none, or a question that does not read.
+// question's name; -1 for none, for a name of one of the server's other
+// blocks, or a question that does not read.
 func (fe *frontend) blockOf(pkt []byte) int {
-	if len(fe.blocks) == 1 {
+	if len(fe.blocks) == 1 && len(fe.others) == 0 {
 		return 0 // the server hands what is not its zones' to the chain's refusal
 	}
 	end := dnsmsg.NameEnd(pkt, dnsmsg.HeaderLen)
@@ -512,6 +523,11 @@ func (fe *frontend) blockOf(pkt []byte) int {
 				if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
 					best, bestLen = i, len(z)
 				}
+			}
+		}
+		for _, z := range fe.others {
+			if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
+				best, bestLen = -1, len(z)
 			}
 		}
 		if name[off] == 0 {
