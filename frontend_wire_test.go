@@ -4,6 +4,7 @@ package compactcache
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,48 @@ func TestFrontendLeavesOtherBlocksNames(t *testing.T) {
 	// whoami's reply: no answer, the client's address and port, which differ.
 	if len(got.Answer) != len(want.Answer) || got.Rcode != want.Rcode || len(got.Extra) != len(want.Extra) {
 		t.Errorf("front end replied\n%s\nserver replied\n%s", got, want)
+	}
+}
+
+// TestFrontendTCPAsServer: on one connection, pipelined requests, hits and
+// misses among them, a request of no bytes, a runt and a response between
+// them, and a last request cut short by the client's close, get the
+// server's replies, in order.
+func TestFrontendTCPAsServer(t *testing.T) {
+	up := startUpstream(t, exampleUpstream())
+	fe, udp, tcp := startFrontend(t, func(fe string) string { return cacheCorefile(up, "frontend "+fe) })
+	msg := func(name string, qtype, id uint16, qr bool) []byte {
+		m := test.Case{Qname: name, Qtype: qtype}.Msg()
+		m.Id, m.Response = id, qr
+		b, _ := m.Pack()
+		return b
+	}
+	exchangeRaw(t, udp, msg("a.example.org.", dns.TypeA, 1, false), 2*time.Second) // a hit to come
+	msgs := [][]byte{
+		msg("a.example.org.", dns.TypeA, 1, false), msg("t.example.org.", dns.TypeTXT, 2, false), {},
+		msg("a.example.org.", dns.TypeA, 3, true), {1, 2, 3}, msg("a.example.org.", dns.TypeA, 4, false),
+		msg("a.example.org.", dns.TypeAAAA, 5, false)[:20],
+	}
+	exchangeTCPRaw(t, tcp, msgs, true, 2*time.Second) // the server's misses
+	want := exchangeTCPRaw(t, tcp, msgs, true, 2*time.Second)
+	got := exchangeTCPRaw(t, fe, msgs, true, 2*time.Second)
+	for try := 0; try < 5 && fmt.Sprint(got) != fmt.Sprint(want); try++ {
+		time.Sleep(20 * time.Millisecond) // a second's turn between the two: see testFrontendRepliesAsServer
+		want = exchangeTCPRaw(t, tcp, msgs, true, 2*time.Second)
+	}
+	if len(want) != 4 {
+		t.Errorf("the server gave %d replies, want 4: three answers and the cut request's FORMERR", len(want))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		for i := range max(len(got), len(want)) {
+			var g, w []byte
+			if i < len(got) {
+				g = got[i]
+			}
+			if i < len(want) {
+				w = want[i]
+			}
+			t.Errorf("reply %d: front end\n%s\nserver\n%s", i, dump(g), dump(w))
+		}
 	}
 }
