@@ -153,3 +153,37 @@ func TestFrontendTCPAsServer(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontendRoutesDSAsServer: the server gives a DS query to the block
+// of the shortest of the zones that hold its name, the parent's side of a
+// delegation, not the longest, as for other types. After a reload that
+// added a block of a parent zone, the front end answered such a query from
+// the cache of the child's block, which had held it before.
+func TestFrontendRoutesDSAsServer(t *testing.T) {
+	const name = "a.inner.ds.frontend.test."
+	u := newUpstream()
+	ds, err := dns.NewRR(name + " 300 IN DS 60485 5 1 2BB183AF5F22588179A53B0A98631FAD1A292118")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.add(name, dns.TypeDS, dns.RcodeSuccess, []dns.RR{ds}, nil, nil)
+	fe, inst, corefile := startReloadable(t, "inner.ds.frontend.test.", startUpstream(t, u), "", "")
+	defer func() { stopInstance(inst) }()
+	req := test.Case{Qname: name, Qtype: dns.TypeDS}.Msg()
+	exchangeUDP(t, fe, req) // the miss: the entry, in the block of inner.ds.frontend.test.
+	text := corefile("") + "ds.frontend.test.:0 {\n\tbind 127.0.0.1\n\twhoami\n}\n"
+	serverMu.Lock()
+	next, err := inst.Restart(corefileInput(text))
+	serverMu.Unlock()
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	inst = next
+	udp, _ := serverAddrs(t, inst, text)
+	want, _ := exchangeUDP(t, udp, req)
+	got, _ := exchangeUDP(t, fe, req)
+	// whoami's reply: no answer, the client's address and port, which differ.
+	if len(got.Answer) != len(want.Answer) || got.Rcode != want.Rcode || len(got.Extra) != len(want.Extra) {
+		t.Errorf("front end replied\n%s\nserver replied\n%s", got, want)
+	}
+}

@@ -504,8 +504,9 @@ func (fe *frontend) answerers() []Answerer {
 }
 
 // blockOf returns the index of the block that serves the request pkt, as
-// the server picks it: the longest of the blocks' zones that holds the
-// question's name; -1 for none, for a name of one of the server's other
+// the server picks it: the longest of the server's zones that holds the
+// question's name, for DS the shortest but the root (the parent's side of
+// a delegation); -1 for none, for a zone of one of the server's other
 // blocks, or a question that does not read.
 func (fe *frontend) blockOf(pkt []byte) int {
 	if len(fe.blocks) == 1 && len(fe.others) == 0 {
@@ -516,18 +517,13 @@ func (fe *frontend) blockOf(pkt []byte) int {
 		return -1
 	}
 	name := pkt[dnsmsg.HeaderLen:end]
-	best, bestLen := -1, -1
+	ds := len(pkt) >= end+2 && binary.BigEndian.Uint16(pkt[end:]) == dns.TypeDS
+	best, found := -1, false
 	for off := 0; off < len(name); off += int(name[off]) + 1 {
-		for i, b := range fe.blocks {
-			for _, z := range b.zones {
-				if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
-					best, bestLen = i, len(z)
-				}
-			}
-		}
-		for _, z := range fe.others {
-			if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
-				best, bestLen = -1, len(z)
+		if i, ok := fe.zoneOf(name[off:]); ok && (!found || ds && name[off] != 0) {
+			best, found = i, true
+			if !ds {
+				break
 			}
 		}
 		if name[off] == 0 {
@@ -535,6 +531,24 @@ func (fe *frontend) blockOf(pkt []byte) int {
 		}
 	}
 	return best
+}
+
+// zoneOf returns the index of the block whose zone name is, -1 for one of
+// the server's other blocks, and whether any block has it.
+func (fe *frontend) zoneOf(name []byte) (int, bool) {
+	for i, b := range fe.blocks {
+		for _, z := range b.zones {
+			if dnsmsg.EqualFoldWire(z, name) {
+				return i, true
+			}
+		}
+	}
+	for _, z := range fe.others {
+		if dnsmsg.EqualFoldWire(z, name) {
+			return -1, true
+		}
+	}
+	return -1, false
 }
 
 // answer answers the request pkt from client from the cache of its block:
