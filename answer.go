@@ -42,7 +42,7 @@ type packetAnswerer struct {
 // refreshes: the chain serves them.
 func (a *packetAnswerer) Answer(pkt []byte, client netip.Addr, tcp bool, now time.Time, hit *frontend.Hit) []byte {
 	c, s := a.c, a.s
-	if c.plan.chain || !s.readPacket(pkt, client, tcp, &c.ecs) || !c.serves(s.key) {
+	if c.plan.chain || !s.readPacket(pkt, client, tcp, &c.ecs) || s.q.nsid && c.plan.nsid || !c.serves(s.key) {
 		return nil
 	}
 	s.q.rotate = c.plan.rotate

@@ -169,6 +169,8 @@ func testFrontendRepliesAsServer(t *testing.T, wait string) {
 			m.IsEdns0().Option = append(m.IsEdns0().Option, o)
 		}
 	}
+	edit := func(b []byte, f func([]byte) []byte) []byte { return f(b) }
+	opt := []byte{0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0} // EDNS0, 1232 bytes
 	cases := []struct {
 		name string
 		pkt  []byte
@@ -192,6 +194,21 @@ func testFrontendRepliesAsServer(t *testing.T, wait string) {
 		{"EDNS version 1", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) })},
 		{"TSIG, unknown key", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.SetTsig("key.", dns.HmacSHA256, 300, time.Now().Unix()) })},
 		{"header only", msg("a.example.org.", dns.TypeA, nil)[:dnsmsg.HeaderLen]},
+		{"unknown option", msg("a.example.org.", dns.TypeA, option(&dns.EDNS0_LOCAL{Code: 65001, Data: []byte{1}}))},
+		{"padding", msg("a.example.org.", dns.TypeA, option(&dns.EDNS0_PADDING{Padding: make([]byte, 40)}))},
+		{"NSID", msg("a.example.org.", dns.TypeA, option(&dns.EDNS0_NSID{Code: dns.EDNS0NSID}))},
+		{"two OPT", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[11] = 2; return append(append(b, opt...), opt...) })},
+		{"OPT in answer", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[7] = 1; return append(b, opt...) })},
+		{"OPT not of the root", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[11] = 1; return append(append(b, 1, 'x'), opt[1:]...) })},
+		{"TC", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[2] |= 2; return b })},
+		{"RD=0", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[2] &^= 1; return b })},
+		{"no question", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[5] = 0; return b })},
+		{"class ANY", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.Question[0].Qclass = dns.ClassANY })},
+		{"class NONE", msg("a.example.org.", dns.TypeA, func(m *dns.Msg) { m.Question[0].Qclass = dns.ClassNONE })},
+		{"IQUERY", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { b[2] |= 1 << 3; return b })},
+		{"trailing garbage", append(msg("a.example.org.", dns.TypeA, nil), 0xde, 0xad)},
+		{"EDNS size 100", msg("example.org.", dns.TypeMX, edns(100, false))},
+		{"compressed question", edit(msg("a.example.org.", dns.TypeA, nil), func(b []byte) []byte { return append(append(b[:12:12], 0xc0, 12), b[len(b)-4:]...) })},
 		{"cut question", msg("a.example.org.", dns.TypeA, nil)[:dnsmsg.HeaderLen+5]},
 	}
 	// Fill the cache through the plugin's own path.
@@ -929,7 +946,7 @@ func FuzzFrontendRequest(f *testing.F) {
 			if !bytes.Equal(a.name, b.name) || len(a.opts)+len(b.opts) != 0 || !bytes.Equal(fe.key, pl.key) {
 				t.Fatalf("name %x, key %x, options %x; the plugin's: %x, %x, %x", a.name, fe.key, a.opts, b.name, pl.key, b.opts)
 			}
-			a.name, a.opts, b.name, b.opts = nil, nil, nil, nil
+			a.name, a.opts, a.nsid, b.name, b.opts = nil, nil, false, nil, nil // nsid: the front end's alone
 			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("query %+v; the plugin's %+v", a, b)
 			}

@@ -22,6 +22,8 @@ type plan struct {
 	// can (loadbalance's weighted policy, prefer): the front end hands
 	// every request to the chain.
 	chain bool
+	// nsid: nsid, before the cache, adds NSID: the front end leaves it to the chain.
+	nsid bool
 	// bufsize: the EDNS buffer size bufsize clamps requests to before the
 	// cache, 0 for none.
 	bufsize uint16
@@ -57,6 +59,8 @@ func planOf(handlers []plugin.Handler) plan {
 			if b, ok := h.(bufsize.Bufsize); ok {
 				p.bufsize = uint16(min(b.Size, 0xFFFF))
 			}
+		case name == "nsid":
+			p.nsid, p.raw = true, false
 		case name == "loadbalance" && coredns.RoundRobin(h):
 			p.rotate = true
 		case name == "loadbalance":

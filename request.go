@@ -48,6 +48,7 @@ type query struct {
 	udpSize uint16
 	ecs     subnet
 	opts    []byte // EDNS options echoed in wire form, see echoedOptions
+	nsid    bool   // the request packet asks for NSID
 	limit   int    // the client's size limit: 512, its UDP size, or 65535 on TCP
 	rotate  bool   // records rotated as by loadbalance (replyBuffers.rotation)
 }
@@ -165,6 +166,7 @@ func (s *scratch) readOPT(b []byte, cfg *ecsConfig) bool {
 		case edns.SupportedOption(code) || !ignoredOptions[code]:
 			return false
 		}
+		q.nsid = q.nsid || code == dns.EDNS0NSID
 	}
 	return true
 }

@@ -58,7 +58,7 @@ var (
 	cacheRefused = CounterVec("refused_total", blockLabels,
 		"The number of responses not cached because they exceed the per-entry limit.")
 	frontendRequests = CounterVec("frontend_requests_total", resultLabels,
-		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, cut by the socket buffer, or a reply the kernel refused to send).")
+		"The requests the front end read, by result: hit (answered from the cache), chain (handed to the server block), shed (dropped: the chain had too many in flight), dropped (unreadable, or a reply the kernel refused to send).")
 	// SnapshotErrors counts the snapshot files and warm-up streams that
 	// could not be used.
 	SnapshotErrors = CounterVec("snapshot_errors_total", []string{"path", "op"},

@@ -1,10 +1,10 @@
 // Package coredns reads the parts of CoreDNS's and caddy's state that they
 // do not export and compactcache needs: the ports of a block's servers,
-// the server behind a caddy listener, the opcodes a server accepts, and
-// the writer plugin.NextOrFailure wraps around the next plugin's. Each
-// read goes through reflect here and nowhere else, and each has a test
-// (coredns_test.go) that fails, naming the field, when a CoreDNS version
-// renames or retypes what it reads.
+// the server behind a caddy listener, the opcodes a server accepts and the
+// zones of its blocks, and the writer plugin.NextOrFailure wraps around the
+// next plugin's. Each read goes through reflect here and nowhere else, and
+// each has a test (coredns_test.go) that fails, naming the field, when a
+// CoreDNS version renames or retypes what it reads.
 package coredns
 
 import (
@@ -29,6 +29,7 @@ import (
 const (
 	listenerServerField   = "server"         // caddy.ServerListener
 	serverOpcodesField    = "allowedOpcodes" // dnsserver.Server
+	serverZonesField      = "zones"          // dnsserver.Server
 	pluginWriterInnerName = 0                // the field of NextOrFailure's writer that holds the wrapped one
 	shuffleField          = "shuffle"        // loadbalance.LoadBalance
 	// randomShuffle is loadbalance's round_robin policy, without prefer.
@@ -83,6 +84,20 @@ func Server(inst *caddy.Instance, addrs []string) *dnsserver.Server {
 		}
 	}
 	return nil
+}
+
+// ServerZones returns the zones of srv's blocks, as the server keys them,
+// by which it gives each request to a block.
+func ServerZones(srv *dnsserver.Server) []string {
+	m := reflect.ValueOf(srv).Elem().FieldByName(serverZonesField)
+	if m.Kind() != reflect.Map || m.Type().Key().Kind() != reflect.String {
+		return nil
+	}
+	zones := make([]string, 0, m.Len())
+	for _, k := range m.MapKeys() {
+		zones = append(zones, k.String())
+	}
+	return zones
 }
 
 // AllowedOpcodes returns the opcodes srv accepts besides QUERY and NOTIFY,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/coredns/caddy"
@@ -65,6 +66,10 @@ func TestFieldsRead(t *testing.T) {
 	if !ok || f.Type.Kind() != reflect.Map || f.Type.Key().Kind() != reflect.Int {
 		t.Errorf("dnsserver.Server has no map field %q keyed by int: AllowedOpcodes reads nothing, and the front end refuses opcodes the server accepts", serverOpcodesField)
 	}
+	f, ok = reflect.TypeOf(dnsserver.Server{}).FieldByName(serverZonesField)
+	if !ok || f.Type.Kind() != reflect.Map || f.Type.Key().Kind() != reflect.String {
+		t.Errorf("dnsserver.Server has no map field %q keyed by string: ServerZones reads nothing, and the front end answers names of blocks without it", serverZonesField)
+	}
 	if pluginWriterType == nil || pluginWriterType.Kind() != reflect.Pointer || pluginWriterType.Elem().Kind() != reflect.Struct {
 		t.Fatalf("plugin.NextOrFailure's writer is %v, not a pointer to a struct", pluginWriterType)
 	}
@@ -117,6 +122,9 @@ func TestServerAndOpcodes(t *testing.T) {
 	}
 	if ops := AllowedOpcodes(srv); ops != [16]bool{} {
 		t.Errorf("AllowedOpcodes of a block of whoami: %v, want none", ops)
+	}
+	if zones := ServerZones(srv); !slices.Equal(zones, []string{"."}) {
+		t.Errorf("ServerZones of the server of .: %v, want [.]", zones)
 	}
 	// The first of the addresses that has a server decides, whatever order
 	// the instance keeps its servers in.

@@ -72,7 +72,7 @@ type Counters struct {
 	Hit     prometheus.Counter // answered from the cache
 	Chain   prometheus.Counter // handed to the server of the block
 	Shed    prometheus.Counter // dropped: the chain had too many in flight
-	Dropped prometheus.Counter // unreadable, cut, or refused by the kernel on send
+	Dropped prometheus.Counter // unreadable, or refused by the kernel on send
 
 	LogDropped prometheus.Counter // hits whose access log line the log could not take
 }
@@ -178,6 +178,7 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 type frontend struct {
 	cfg    *Config
 	blocks []*block
+	others [][]byte // the zones of the server's other blocks, lowercased wire names: the chain's
 	addrs  []string // the server addresses of its blocks, as dnsserver names them
 	seq    uint64   // the order it opened in, among the process's (successor)
 
@@ -329,6 +330,15 @@ func (fe *frontend) start(srv *dnsserver.Server) {
 		}
 	}
 	fe.opcodes = coredns.AllowedOpcodes(srv)
+	for _, z := range coredns.ServerZones(srv) {
+		w := make([]byte, dnsmsg.MaxNameLen)
+		n, err := dns.PackDomainName(strings.ToLower(z), w, 0, nil, false)
+		if err == nil && !slices.ContainsFunc(fe.blocks, func(b *block) bool {
+			return slices.ContainsFunc(b.zones, func(bz []byte) bool { return slices.Equal(bz, w[:n]) })
+		}) {
+			fe.others = append(fe.others, w[:n])
+		}
+	}
 	fe.limits = limitsOf(srv)
 	for _, conn := range fe.udp {
 		fe.wg.Go(func() { fe.serveUDP(conn) })
@@ -494,10 +504,12 @@ func (fe *frontend) answerers() []Answerer {
 }
 
 // blockOf returns the index of the block that serves the request pkt, as
-// the server picks it: the longest of the blocks' zones that holds the
-// question's name; -1 for none, or a question that does not read.
+// the server picks it: the longest of the server's zones that holds the
+// question's name, for DS the shortest but the root (the parent's side of
+// a delegation); -1 for none, for a zone of one of the server's other
+// blocks, or a question that does not read.
 func (fe *frontend) blockOf(pkt []byte) int {
-	if len(fe.blocks) == 1 {
+	if len(fe.blocks) == 1 && len(fe.others) == 0 {
 		return 0 // the server hands what is not its zones' to the chain's refusal
 	}
 	end := dnsmsg.NameEnd(pkt, dnsmsg.HeaderLen)
@@ -505,13 +517,13 @@ func (fe *frontend) blockOf(pkt []byte) int {
 		return -1
 	}
 	name := pkt[dnsmsg.HeaderLen:end]
-	best, bestLen := -1, -1
+	ds := len(pkt) >= end+2 && binary.BigEndian.Uint16(pkt[end:]) == dns.TypeDS
+	best, found := -1, false
 	for off := 0; off < len(name); off += int(name[off]) + 1 {
-		for i, b := range fe.blocks {
-			for _, z := range b.zones {
-				if len(z) == len(name)-off && len(z) > bestLen && dnsmsg.EqualFoldWire(z, name[off:]) {
-					best, bestLen = i, len(z)
-				}
+		if i, ok := fe.zoneOf(name[off:]); ok && (!found || ds && name[off] != 0) {
+			best, found = i, true
+			if !ds {
+				break
 			}
 		}
 		if name[off] == 0 {
@@ -519,6 +531,24 @@ func (fe *frontend) blockOf(pkt []byte) int {
 		}
 	}
 	return best
+}
+
+// zoneOf returns the index of the block whose zone name is, -1 for one of
+// the server's other blocks, and whether any block has it.
+func (fe *frontend) zoneOf(name []byte) (int, bool) {
+	for i, b := range fe.blocks {
+		for _, z := range b.zones {
+			if dnsmsg.EqualFoldWire(z, name) {
+				return i, true
+			}
+		}
+	}
+	for _, z := range fe.others {
+		if dnsmsg.EqualFoldWire(z, name) {
+			return -1, true
+		}
+	}
+	return -1, false
 }
 
 // answer answers the request pkt from client from the cache of its block:

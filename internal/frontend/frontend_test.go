@@ -236,3 +236,42 @@ func TestRejectsAsServer(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockOf: a request goes to the block the server would give it: the
+// longest zone that holds its name, for DS the shortest but the root, and
+// none (the chain) when that zone is of a block without the front end.
+func TestBlockOf(t *testing.T) {
+	wire := func(s string) []byte {
+		b := make([]byte, 256)
+		n, err := dns.PackDomainName(s, b, 0, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b[:n]
+	}
+	fe := &frontend{
+		blocks: []*block{{zones: [][]byte{wire(".")}}, {zones: [][]byte{wire("a.test.")}}, {zones: [][]byte{wire("b.a.test.")}}},
+		others: [][]byte{wire("c.b.a.test.")},
+	}
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  int
+	}{
+		{"x.other.", dns.TypeA, 0},
+		{"x.A.test.", dns.TypeA, 1},
+		{"x.b.a.TEST.", dns.TypeA, 2},
+		{"x.c.b.a.test.", dns.TypeA, -1},
+		{"x.b.a.test.", dns.TypeDS, 1},
+		{"x.c.b.a.test.", dns.TypeDS, 1},
+		{"x.other.", dns.TypeDS, 0},
+	} {
+		pkt, err := new(dns.Msg).SetQuestion(tc.name, tc.qtype).Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fe.blockOf(pkt); got != tc.want {
+			t.Errorf("%s %s: block %d, want %d", tc.name, dns.TypeToString[tc.qtype], got, tc.want)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func openFrontend(t *testing.T, fc *Config, c Cache) *frontend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.blocks = []*block{{cache: c}}
+	fe.blocks = []*block{{cache: c, zones: [][]byte{{0}}}} // of ., chainServer's zone
 	t.Cleanup(fe.close)
 	return fe
 }

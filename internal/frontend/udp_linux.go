@@ -33,9 +33,10 @@ import (
 
 const (
 	batchLen = 64
-	// maxRequest is the room for one request; a longer one is cut by the
-	// kernel (MSG_TRUNC), dropped and counted.
-	maxRequest = 4096
+	// maxRequest is the room for one request: what miekg/dns's server
+	// reads of a datagram (its UDPSize, which CoreDNS leaves at 512). The
+	// kernel cuts a longer one there, and it is read as the server reads it.
+	maxRequest = 512
 )
 
 // udpBatch is one socket's buffers and the state of its system calls.
@@ -310,10 +311,6 @@ func (b *udpBatch) handle(i int, now time.Time) {
 	h := &b.in[i]
 	if h.Hdr.Namelen == 0 {
 		return // no datagram: the end of a thread socket shut down (wait)
-	}
-	if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
-		fe.counters(nil).Dropped.Inc()
-		return
 	}
 	pkt := b.bufs[i][:h.Len]
 	client := addrPortOf(&b.names[i])
