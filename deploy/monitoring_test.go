@@ -49,16 +49,19 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID      int    `json:"id"`
-	Type    string `json:"type"`
-	Title   string `json:"title"`
-	GridPos struct {
+	ID          int    `json:"id"`
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	GridPos     struct {
 		X, Y, W, H int
 	} `json:"gridPos"`
-	Targets []struct {
-		RefID string `json:"refId"`
-		Expr  string `json:"expr"`
-	} `json:"targets"`
+	Targets []target `json:"targets"`
+}
+
+type target struct {
+	RefID string `json:"refId"`
+	Expr  string `json:"expr"`
 }
 
 type ruleFile struct {
@@ -433,4 +436,57 @@ func family(n string, have map[string]string) string {
 		}
 	}
 	return n
+}
+
+// readmeGlosses returns, from the row of family in the README's Metrics
+// table, what each label value it names in backquotes is said to count:
+// "`hit` (answered from the cache, its reply sent)" gives hit and
+// "answered from the cache, its reply sent", backquotes dropped.
+func readmeGlosses(t testing.TB, family string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "| `"+family+"{") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatalf("README.md's Metrics table has no row for %s", family)
+	}
+	out := map[string]string{}
+	for _, m := range regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)").FindAllStringSubmatch(row, -1) {
+		out[m[1]] = strings.ReplaceAll(m[2], "`", "")
+	}
+	if len(out) == 0 {
+		t.Fatalf("README.md's row of %s glosses no label value", family)
+	}
+	return out
+}
+
+// TestFrontendPanelGlossesAsREADME: the dashboard's panel of the front
+// end's requests says of each result what README.md's Metrics table says
+// it counts (the panel may add advice after it), so that a result whose
+// meaning changed in the plugin does not keep its old meaning there.
+func TestFrontendPanelGlossesAsREADME(t *testing.T) {
+	family := frontendFamilies + "requests_total"
+	glosses := readmeGlosses(t, "coredns_compactcache_frontend_requests_total")
+	found := false
+	for _, p := range readDashboard(t).Panels {
+		if !slices.ContainsFunc(p.Targets, func(tg target) bool { return strings.Contains(tg.Expr, family) }) {
+			continue
+		}
+		found = true
+		for result, gloss := range glosses {
+			if !strings.Contains(p.Description, result+" ("+gloss) {
+				t.Errorf("panel %q: %s should read %q, as README.md says; the description: %s", p.Title, result, result+" ("+gloss+")", p.Description)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no panel shows %s", family)
+	}
 }
