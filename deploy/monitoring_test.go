@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -488,5 +491,54 @@ func TestFrontendPanelGlossesAsREADME(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no panel shows %s", family)
+	}
+}
+
+// TestMemoryPanelAsSizing: the memory panel says how the container limit
+// follows from what it plots (GOMEMLIMIT and the budgets), as the sizing
+// formula and the manifests have it: limit = GOMEMLIMIT + budgets + the
+// rest, the stores being mapped outside the Go heap.
+func TestMemoryPanelAsSizing(t *testing.T) {
+	var desc string
+	for _, p := range readDashboard(t).Panels {
+		if slices.ContainsFunc(p.Targets, func(tg target) bool { return strings.Contains(tg.Expr, "go_gc_gomemlimit_bytes") }) {
+			desc = p.Description
+		}
+	}
+	m := regexp.MustCompile(`container limit is GOMEMLIMIT \+ (the (?:sum of the )?budgets \+ )?([0-9]+)MiB`).FindStringSubmatch(desc)
+	if m == nil {
+		t.Fatalf("the memory panel does not say how the container limit follows from GOMEMLIMIT: %s", desc)
+	}
+	rest, _ := strconv.ParseInt(m[2], 10, 64)
+	for _, file := range []string{"coredns.yaml", "nodelocaldns.yaml"} {
+		ms := decodeStrict(t, filepath.Join("kubernetes", file))
+		var spec corev1.PodSpec
+		for _, o := range ms {
+			switch o := o.obj.(type) {
+			case *appsv1.Deployment:
+				spec = o.Spec.Template.Spec
+			case *appsv1.DaemonSet:
+				spec = o.Spec.Template.Spec
+			}
+		}
+		c := spec.Containers[0]
+		cm := object[*corev1.ConfigMap](t, ms, configVolume(t, spec, c))
+		var total int64
+		for _, b := range budgets(t, corefile(t, cm.Data["Corefile"])) {
+			total += b
+		}
+		gomem, err := goMemLimit(envValue(c, "GOMEMLIMIT"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := c.Resources.Limits.Memory().Value()
+		said := gomem + rest*mib
+		if m[1] != "" {
+			said += total
+		}
+		if said != limit {
+			t.Errorf("%s: limit %dMiB = GOMEMLIMIT %dMiB + budgets %dMiB + %dMiB; the memory panel says %q (%dMiB)",
+				file, limit/mib, gomem/mib, total/mib, (limit-gomem-total)/mib, m[0], said/mib)
+		}
 	}
 }
