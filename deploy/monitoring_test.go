@@ -5,6 +5,7 @@ import (
 	encjson "encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,8 +264,8 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 			t.Errorf("%s names no metric", file)
 		}
 		for n, where := range used {
-			if strings.HasPrefix(n, frontendFamilies) {
-				continue // TestFrontendPanelExported
+			if processFamily(n) {
+				continue // TestProcessPanelsExported
 			}
 			help, ok := have[family(n, have)]
 			switch {
@@ -277,7 +278,8 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	}
 
 	// The dashboard shows every current family of the plugin: those above,
-	// and the front end's (TestFrontendPanelExported).
+	// and those of the front end, the admin endpoint and snapshots
+	// (TestProcessPanelsExported).
 	dash := map[string][]string{}
 	for n, where := range dashboardMetrics(t) {
 		dash[family(n, have)] = where
@@ -382,31 +384,57 @@ func TestAlertRules(t *testing.T) {
 // a front end exports: exported builds none.
 const frontendFamilies = "coredns_compactcache_frontend_"
 
-// TestFrontendPanelExported: the custom build serving a block with a front
-// end exports every front end family the dashboard names.
-func TestFrontendPanelExported(t *testing.T) {
+// processFamilies start the names of the families that have series only in
+// a process that runs the options they count: the front end, the admin
+// endpoint, snapshots and warm-ups. exported runs none of them;
+// TestProcessPanelsExported checks them against the custom build.
+var processFamilies = []string{frontendFamilies, "coredns_compactcache_admin_", "coredns_compactcache_snapshot_"}
+
+func processFamily(n string) bool {
+	return slices.ContainsFunc(processFamilies, func(p string) bool { return strings.HasPrefix(n, p) })
+}
+
+// TestProcessPanelsExported: the custom build serving a block with a front
+// end, an admin endpoint and a damaged snapshot exports every such
+// family the dashboard names, and the dashboard shows each of them.
+func TestProcessPanelsExported(t *testing.T) {
 	var names []string
 	for n := range dashboardMetrics(t) {
-		if strings.HasPrefix(n, frontendFamilies) {
+		if processFamily(n) {
 			names = append(names, n)
 		}
 	}
-	if len(names) == 0 {
+	if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, frontendFamilies) }) {
 		t.Fatalf("%s has no panel of the front end", dashboardFile)
 	}
 	bin := corednsBinary(t)
 	frontend := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	port := testenv.FreePort(t)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A damaged snapshot file: not read, moved aside, counted.
+	snap := filepath.Join(dir, "cache.snap")
+	if err := os.WriteFile(snap, []byte("not a snapshot"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	in := start(t, bin, fmt.Sprintf(`.:%d {
 	bind 127.0.0.1
 	prometheus %s
 	compactcache {
 		frontend udp://%s
+		admin %s {
+			token_file %s
+		}
+		snapshot %s 5m
 	}
 	whoami
 }
-`, port, metricsAddr, frontend))
+`, port, metricsAddr, frontend, adminAddr, token, snap))
 	// CoreDNS prints its version once every block's startup has run, the
 	// front end's included; the metrics listener answers before that.
 	waitOutput(t, in, "CoreDNS-", 30*time.Second)
@@ -416,10 +444,29 @@ func TestFrontendPanelExported(t *testing.T) {
 			t.Fatalf("through the front end: rcode %s", dns.RcodeToString[r.Rcode])
 		}
 	}
+	// An admin request with the token, and one with another.
+	for _, tok := range []string{"0123456789abcdef0123456789abcdef", "wrong-token-wrong-token"} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+adminAddr+admin.Prefix+admin.OpStats, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
 	m := scrape(t, "http://"+metricsAddr+"/metrics")
 	for _, n := range names {
 		if len(m[n]) == 0 {
-			t.Errorf("the dashboard names %s, which a block with a front end does not export", n)
+			t.Errorf("the dashboard names %s, which this process does not export", n)
+		}
+	}
+	dash := dashboardMetrics(t)
+	for n := range m {
+		if _, ok := dash[n]; processFamily(n) && !ok {
+			t.Errorf("the dashboard does not show %s", n)
 		}
 	}
 	if got := sum(m[frontendFamilies+"requests_total"]); got != 2 {
