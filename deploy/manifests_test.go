@@ -776,3 +776,51 @@ func TestClusterDNSWarmup(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeLocalWatchOptIn: a node-local block that opts in to a watch of
+// its own reaches the API server as the pod's service account (no
+// kubeconfig or endpoint), so the pod needs that account's token and the
+// account list and watch on Services and EndpointSlices. The manifest's
+// blocks that opt in get them; deploy/README.md's opt-in names all three,
+// since the DaemonSet leaves the token out for the blocks that do not.
+func TestNodeLocalWatchOptIn(t *testing.T) {
+	ms := decodeStrict(t, filepath.Join("kubernetes", "nodelocaldns.yaml"))
+	ds := object[*appsv1.DaemonSet](t, ms, "node-local-dns")
+	spec := ds.Spec.Template.Spec
+	tokenMounted := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken
+	cm := object[*corev1.ConfigMap](t, ms, configVolume(t, spec, spec.Containers[0]))
+	for _, b := range corefile(t, cm.Data["Corefile"]) {
+		toks := b.Tokens["compactcache"]
+		for i, tok := range toks {
+			if tok.Text != "kubernetes" || i+1 >= len(toks) || toks[i+1].Line != tok.Line {
+				continue // the option alone follows a kubernetes plugin: no watch of its own
+			}
+			if !tokenMounted {
+				t.Errorf("block %v watches the API server as the pod's service account, whose token the pod does not mount", b.Keys)
+			}
+		}
+	}
+
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var para string
+	for _, p := range strings.Split(string(data), "\n\n") {
+		if strings.Contains(p, "opt in to a watch of") {
+			para = strings.Join(strings.Fields(p), " ")
+		}
+	}
+	if para == "" {
+		t.Fatal("deploy/README.md no longer says how a node-local block opts in to a watch of its own")
+	}
+	need := []string{"`services`", "`endpointslices.discovery.k8s.io`", "`" + ds.Spec.Template.Spec.ServiceAccountName + "`"}
+	if !tokenMounted {
+		need = append(need, "`automountServiceAccountToken: true`")
+	}
+	for _, n := range need {
+		if !strings.Contains(para, n) {
+			t.Errorf("deploy/README.md's opt-in to a node-local watch does not name %s: %s", n, para)
+		}
+	}
+}
