@@ -408,10 +408,10 @@ func (s *secResolver) answer(r *dns.Msg) *dns.Msg {
 
 // secHidden reports the records of section a DO=0 client must not get: RRSIG,
 // NSEC and NSEC3 (RFC 4035 3.2.1) and DS in referrals (3.1.4), but for the
-// type it asked for in the answer section.
+// type it asked for, or any type for ANY (RFC 3225 3), in the answer section.
 func secHidden(t uint16, section int, qtype uint16) bool {
 	dnssec := t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
-	return dnssec && !(section == 0 && t == qtype)
+	return dnssec && !(section == 0 && (t == qtype || qtype == dns.TypeANY))
 }
 
 // secStrip drops the records of section secHidden hides.

@@ -228,8 +228,11 @@ func DNSSECOnly(t uint16, section int) bool {
 }
 
 // AskedFor reports the exception to dnssecOnly: a client that asks for the
-// type explicitly gets it in the answer section, DO or not.
-func AskedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
+// type explicitly, or for ANY, gets it in the answer section, DO or not (RFC
+// 3225 3), as Unbound answers ANY.
+func AskedFor(t uint16, section int, qtype uint16) bool {
+	return section == 0 && (t == qtype || qtype == dns.TypeANY)
+}
 
 // errBadRdata refuses records the reply writer could not write back.
 var errBadRdata = errors.New("rdata without the domain names its type has")
