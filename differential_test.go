@@ -772,6 +772,17 @@ var diffScenarios = []diffScenario{
 		},
 	},
 	{
+		// RFC 3225 3: the security records of an ANY answer are included
+		// whatever the DO bit, as Unbound includes them.
+		name: "signed ANY",
+		steps: []diffStep{
+			{ask: "sany.example.org. ANY", up: 1},
+			{ask: "sany.example.org. ANY", up: 0},
+			{ask: "sany.example.org. ANY +do", up: 1, diff: []string{"do-one-entry"}},
+			{ask: "sany.example.org. ANY -edns", up: 0},
+		},
+	},
+	{
 		name: "expired signatures",
 		steps: []diffStep{
 			// compactcache asks with DO=1 and sees the expired RRSIG, which
@@ -953,6 +964,7 @@ func diffZone() map[string]diffAnswer {
 		"s.example.org. A":      {signed: true, an: []string{"s.example.org. 300 IN A 192.0.2.8"}},
 		"s2.example.org. A":     {signed: true, an: []string{"s2.example.org. 300 IN A 192.0.2.15"}},
 		"u.example.org. A":      {an: []string{"u.example.org. 300 IN A 192.0.2.16"}},
+		"sany.example.org. ANY": {signed: true, an: []string{"sany.example.org. 300 IN A 192.0.2.19", `sany.example.org. 300 IN TXT "any"`}},
 		"s.example.org. RRSIG": {signed: true, an: []string{
 			"s.example.org. 300 IN RRSIG A 13 3 300 20270214080000 20270114080000 12345 example.org. c2lnbmF0dXJlLW9mLWE=",
 		}},
@@ -1050,7 +1062,9 @@ func (a diffAnswer) reply(r *dns.Msg, udp bool, now time.Time) *dns.Msg {
 		m.Truncated = true
 	} else {
 		qtype := r.Question[0].Qtype
-		m.Answer = a.section(a.an, qtype, do, now)
+		// An ANY answer keeps its DNSSEC records for DO=0 queries too (RFC
+		// 3225 3), as Unbound answers it.
+		m.Answer = a.section(a.an, qtype, do || qtype == dns.TypeANY, now)
 		m.Ns = a.section(a.ns, qtype, do, now)
 		m.Extra = a.section(a.ex, qtype, do, now)
 		m.AuthenticatedData = a.signed && (r.AuthenticatedData || do)

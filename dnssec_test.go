@@ -408,10 +408,10 @@ func (s *secResolver) answer(r *dns.Msg) *dns.Msg {
 
 // secHidden reports the records of section a DO=0 client must not get: RRSIG,
 // NSEC and NSEC3 (RFC 4035 3.2.1) and DS in referrals (3.1.4), but for the
-// type it asked for in the answer section.
+// type it asked for, or any type for ANY (RFC 3225 3), in the answer section.
 func secHidden(t uint16, section int, qtype uint16) bool {
 	dnssec := t == dns.TypeRRSIG || t == dns.TypeNSEC || t == dns.TypeNSEC3 || t == dns.TypeDS && section != 0
-	return dnssec && !(section == 0 && t == qtype)
+	return dnssec && !(section == 0 && (t == qtype || qtype == dns.TypeANY))
 }
 
 // secStrip drops the records of section secHidden hides.
@@ -1330,5 +1330,46 @@ func TestDNSSECSignatureExpiresFirst(t *testing.T) {
 	}
 	if n := u.count("s.example.org.", dns.TypeA); n != 2 {
 		t.Errorf("upstream asked %d times, want 2: a DO client past the signature's expiration fetches it again", n)
+	}
+}
+
+// TestDNSSECAskedSignatureExpires: signatures a client asked for, by type
+// RRSIG or ANY, are served no longer than they are valid either (RFC 4035
+// 5.3.3): with a TTL no longer than what is left of them, and past their
+// expiration the next client fetches the zone's new ones.
+func TestDNSSECAskedSignatureExpires(t *testing.T) {
+	for _, qtype := range []uint16{dns.TypeRRSIG, dns.TypeANY} {
+		clk := newClock()
+		now := uint32(clk.now().Unix())
+		u := newUpstream()
+		signed := func(expires uint32) func(r *dns.Msg) *dns.Msg {
+			return func(r *dns.Msg) *dns.Msg {
+				m := new(dns.Msg)
+				m.SetReply(r)
+				m.Answer = []dns.RR{test.RRSIG(fmt.Sprintf("s.example.org. 3600 IN RRSIG A 8 3 3600 %s %s 12345 example.org. AAAA",
+					dns.TimeToString(expires), dns.TimeToString(now-3600)))}
+				if qtype == dns.TypeANY {
+					m.Answer = append([]dns.RR{test.A("s.example.org. 3600 IN A 192.0.2.1")}, m.Answer...)
+				}
+				m.SetEdns0(1232, true)
+				return m
+			}
+		}
+		u.set("s.example.org.", qtype, signed(now+100))
+		c := newTestCache(t, u, clk)
+		for _, do := range []bool{true, false} {
+			m := ask(t, c, test.Case{Qname: "s.example.org.", Qtype: qtype, Do: do}.Msg(), false)
+			for _, rr := range m.Answer {
+				if rr.Header().Rrtype == dns.TypeRRSIG && rr.Header().Ttl > 100 {
+					t.Errorf("%s DO=%v: RRSIG TTL %d, want at most the 100 s left of it", dns.TypeToString[qtype], do, rr.Header().Ttl)
+				}
+			}
+		}
+		u.set("s.example.org.", qtype, signed(now+86400))
+		clk.advance(101 * time.Second)
+		ask(t, c, test.Case{Qname: "s.example.org.", Qtype: qtype}.Msg(), false)
+		if n := u.count("s.example.org.", qtype); n != 2 {
+			t.Errorf("%s: upstream asked %d times, want 2: past the signature's expiration it is fetched again", dns.TypeToString[qtype], n)
+		}
 	}
 }

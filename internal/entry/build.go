@@ -105,11 +105,12 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 				continue
 			}
 			r.TTL = max(dnsmsg.WireTTL(r.TTL), floor)
-			if sig, ok := rr.(*dns.RRSIG); ok && proof {
+			if sig, ok := rr.(*dns.RRSIG); ok {
 				// Not past its signature's expiration, as a validator caps
 				// it (RFC 4035 5.3.3): a DO client would get it expired,
-				// where it should miss and fetch the zone's new one.
-				r.TTL = min(r.TTL, validFor(sig, stored))
+				// where it should miss and fetch the zone's new one. One
+				// asked for (RRSIG, ANY) bounds the entry's TTL (reply.Read).
+				r.TTL = min(r.TTL, ValidFor(sig, stored))
 			}
 			if proof && r.TTL < ttl {
 				flags |= FlagShortProof
@@ -140,10 +141,10 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 	return Entry(buf), nil
 }
 
-// validFor returns the seconds from now, a unix second, to sig's expiration,
+// ValidFor returns the seconds from now, a unix second, to sig's expiration,
 // 0 once it has passed. The expiration is a serial number (RFC 4034 3.1.5):
 // the signed difference modulo 2^32 (RFC 1982) is the nearer of its times.
-func validFor(sig *dns.RRSIG, now uint32) uint32 {
+func ValidFor(sig *dns.RRSIG, now uint32) uint32 {
 	return uint32(max(int32(sig.Expiration-now), 0))
 }
 
@@ -228,8 +229,11 @@ func DNSSECOnly(t uint16, section int) bool {
 }
 
 // AskedFor reports the exception to dnssecOnly: a client that asks for the
-// type explicitly gets it in the answer section, DO or not.
-func AskedFor(t uint16, section int, qtype uint16) bool { return section == 0 && t == qtype }
+// type explicitly, or for ANY, gets it in the answer section, DO or not (RFC
+// 3225 3), as Unbound answers ANY.
+func AskedFor(t uint16, section int, qtype uint16) bool {
+	return section == 0 && (t == qtype || qtype == dns.TypeANY)
+}
 
 // errBadRdata refuses records the reply writer could not write back.
 var errBadRdata = errors.New("rdata without the domain names its type has")

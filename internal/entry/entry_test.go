@@ -149,8 +149,8 @@ func TestValidFor(t *testing.T) {
 		{expiration: math.MaxUint32 - 49, now: 50, want: 0},   // long past, not 136 years ahead
 		{expiration: 1<<31 - 1, now: 0, want: 1<<31 - 1},      // the farthest ahead
 	} {
-		if got := validFor(&dns.RRSIG{Expiration: tc.expiration}, tc.now); got != tc.want {
-			t.Errorf("validFor(expiration %d, now %d) = %d, want %d", tc.expiration, tc.now, got, tc.want)
+		if got := ValidFor(&dns.RRSIG{Expiration: tc.expiration}, tc.now); got != tc.want {
+			t.Errorf("ValidFor(expiration %d, now %d) = %d, want %d", tc.expiration, tc.now, got, tc.want)
 		}
 	}
 }

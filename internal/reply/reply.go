@@ -63,10 +63,14 @@ func Read(m *dns.Msg, now time.Time) Scan {
 				continue
 			}
 			sc.records = true
+			ttl := dnsmsg.WireTTL(h.Ttl)
+			if sig, ok := r.(*dns.RRSIG); ok {
+				ttl = min(ttl, entry.ValidFor(sig, uint32(now.Unix()))) // as Build keeps it (RFC 4035 5.3.3)
+			}
 			if entry.DNSSECOnly(h.Rrtype, section) && !entry.AskedFor(h.Rrtype, section, qtype) {
-				sc.proofTTL = min(sc.proofTTL, dnsmsg.WireTTL(h.Ttl))
+				sc.proofTTL = min(sc.proofTTL, ttl)
 			} else {
-				sc.dataTTL = min(sc.dataTTL, dnsmsg.WireTTL(h.Ttl))
+				sc.dataTTL = min(sc.dataTTL, ttl)
 			}
 			if soa, ok := r.(*dns.SOA); ok {
 				sc.soaMinimum = min(sc.soaMinimum, dnsmsg.WireTTL(soa.Minttl))
