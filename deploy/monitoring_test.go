@@ -457,7 +457,15 @@ func TestProcessPanelsExported(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	m := scrape(t, "http://"+metricsAddr+"/metrics")
+	// A hit is counted once its reply is sent, after the client may have
+	// read it: scraped until both requests are counted, for a while.
+	var m map[string][]sample
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m = scrape(t, "http://"+metricsAddr+"/metrics")
+		if sum(m[frontendFamilies+"requests_total"]) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, n := range names {
 		if len(m[n]) == 0 {
 			t.Errorf("the dashboard names %s, which this process does not export", n)
