@@ -105,11 +105,13 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 				continue
 			}
 			r.TTL = max(dnsmsg.WireTTL(r.TTL), floor)
-			if sig, ok := rr.(*dns.RRSIG); ok {
+			if sig, ok := rr.(*dns.RRSIG); ok && stored != 0 {
 				// Not past its signature's expiration, as a validator caps
 				// it (RFC 4035 5.3.3): a DO client would get it expired,
 				// where it should miss and fetch the zone's new one. One
 				// asked for (RRSIG, ANY) bounds the entry's TTL (reply.Read).
+				// An entry stored at 0 is a reply passed on, not stored:
+				// its records keep the upstream's TTLs.
 				r.TTL = min(r.TTL, ValidFor(sig, stored))
 			}
 			if proof && r.TTL < ttl {

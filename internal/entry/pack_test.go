@@ -555,3 +555,44 @@ func TestBuildLeavesOutDNSSEC(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildPassedKeepsSignatureTTLs: an entry built at 0, a reply passed on
+// and not stored, keeps its RRSIGs' TTLs as the upstream sent them, also
+// for a signature expiring past 2038, whose expiration read as a serial
+// number from 0 is in the past; an entry stored now caps them at the
+// signature's expiration.
+func TestBuildPassedKeepsSignatureTTLs(t *testing.T) {
+	sig, err := dns.NewRR("s.example. 300 IN RRSIG A 13 2 300 20400101000000 20200101000000 12345 example. AAAA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := dns.NewRR("s.example. 300 IN A 192.0.2.1")
+	m := new(dns.Msg)
+	m.SetQuestion("s.example.", dns.TypeA)
+	m.Response, m.Answer = true, []dns.RR{a, sig}
+	key, err := KeyFor("s.example.", dns.TypeA, dns.ClassINET, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := sig.(*dns.RRSIG).Expiration
+	for _, tc := range []struct {
+		stored uint32
+		want   uint32
+	}{
+		{0, 300},         // passed on
+		{exp - 100, 100}, // stored 100 s before it expires
+	} {
+		e, err := NewBuilder().Build(m, key, "s.example.", tc.stored, 300, 0, FlagDNSSEC, maxRecordBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c [3]int
+		off := e.Records(&c)
+		var r Record
+		for range c[0] {
+			if off = e.Record(off, &r); r.Type == dns.TypeRRSIG && r.TTL != tc.want {
+				t.Errorf("built at %d: RRSIG TTL %d, want %d", tc.stored, r.TTL, tc.want)
+			}
+		}
+	}
+}
