@@ -222,18 +222,26 @@ func (sh *shard) put(e entry.Entry, h uint64, now int64, d *Displaced) {
 	if len(e) > entry.MaxLen {
 		panic("compactcache: entry over maxEntryLen reached the store")
 	}
-	sh.makeTableRoom(now, d)
 	q, freq := probationQ, e.Freq()
 	i := sh.find(e.Key(), h)
 	if i >= 0 {
 		// Asked again: a refresh, or an answer fetched again. It keeps
-		// the hits of the entry it replaces.
-		q, freq = mainQ, max(freq, sh.at(sh.table.load(i)).Freq())
-	} else if sh.readmit(h) {
-		q = mainQ
+		// the hits of the entry it replaces, which making room removes
+		// uncounted where it reaches it (passSpan): replaced, not
+		// displaced.
+		v := sh.table.load(i)
+		q, freq = mainQ, max(freq, sh.at(v).Freq())
+		sh.replacing = sh.table.loc(v) + 1
 	}
 	moves := sh.slotMoves
+	sh.makeTableRoom(now, d)
+	if i < 0 && sh.readmit(h) {
+		q = mainQ
+	}
 	chunk, off := sh.reserve(q, len(e), now, d)
+	if i >= 0 {
+		sh.replacing = 0
+	}
 	stored := entry.Entry(sh.chunks[chunk][off : off+len(e)])
 	copy(stored, e)
 	stored.SetFreq(freq)
@@ -511,6 +519,11 @@ func (sh *shard) passSpan(c, q, off, until int, inPlace bool, w int, now int64, 
 		f := e.Freq()
 		switch {
 		case i < 0: // garbage: replaced or removed
+		case location(c, off)+1 == sh.replacing:
+			// The entry being put replaces it. Its place may hold
+			// another entry before the put ends.
+			sh.remove(i, e)
+			sh.replacing = 0
 		case now > e.Expires()+sh.grace:
 			sh.drop(i, e, &d.Evicted)
 		case f == 0 && q == probationQ:

@@ -123,6 +123,11 @@ type shard struct {
 	limits   PerKind            // entries per kind allowed, 0 for no limit
 	cursor   [NumKinds]position // where the search for a kind's oldest entry resumes
 
+	// The location plus one of the entry that the put under way replaces,
+	// 0 for none: making room for the put removes it without counting it
+	// displaced or remembering it in the ghost.
+	replacing uint64
+
 	budget int64 // bytes this shard may hold
 	held   int64 // bytes this shard holds: chunks, table, ghost, queues
 

@@ -407,3 +407,25 @@ func TestPrefetchViewFollowsShard(t *testing.T) {
 		t.Fatalf("the test saw %d table sizes and ghost %t: not the resizes and ghost it is about", len(sizes), s.shards[0].ghost != nil)
 	}
 }
+
+// TestReplacedNotDisplaced re-puts the oldest entries of a full store, whose
+// old versions lie where room is being made: the old version is replaced,
+// not displaced, so that the store holds as many entries as were put less
+// those it reported displaced, and its key is the newest version's.
+func TestReplacedNotDisplaced(t *testing.T) {
+	s, err := newStoreOn(1, MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &storeModel{t: t, s: s, latest: map[string][]byte{}}
+	b := entry.NewBuilder()
+	for i := range 40000 {
+		e, key := modelEntry(t, b, fmt.Sprintf("n%d.example.org.", i), i, 0, 0, 3600)
+		m.put(e, key, false)
+		if i >= 16000 && i%3 == 0 {
+			e, key := modelEntry(t, b, fmt.Sprintf("n%d.example.org.", i-16000), i, 0, 0, 3600)
+			m.put(e, key, i%2 == 0)
+		}
+	}
+	checkShards(t, s)
+}
