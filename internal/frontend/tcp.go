@@ -53,8 +53,7 @@ func (fe *frontend) goServe(conn net.Conn, local net.Addr, s session) {
 	case open <- struct{}{}:
 	default:
 		fe.conns.remove(conn)
-		fe.blocks[0].fm.Shed.Inc() // no request read yet: the first block's
-		conn.Close()
+		conn.Close() // not shed: no request was read
 		return
 	}
 	go func() {
