@@ -213,7 +213,8 @@ type Server struct {
 	zones     string
 	view      string
 	store     weak.Pointer[store.Store] // what the gauges describe; see storeGauges
-	gone      atomic.Bool               // the store was collected (set by a cleanup), or a later instance's server describes it
+	collected atomic.Bool               // the store is gone (set by a cleanup), or there was none
+	replaced  bool                      // a later instance's server describes the store; guarded by storeGauges.mu
 	Requests  Counter
 	Misses    Counter
 	Drops     Counter // replies not cached for being malformed or not what was asked
@@ -300,56 +301,11 @@ func (s *Block) resolve(server string) *Server {
 		m.refusals[k] = notAdmitted.WithLabelValues(server, t, s.Zones, s.View)
 	}
 	if st == nil {
-		m.gone.Store(true)
+		m.collected.Store(true)
 	} else {
-		runtime.AddCleanup(st, func(gone *atomic.Bool) { gone.Store(true) }, &m.gone)
-		storeLabels.add(st, [2]string{s.Zones, s.View})
+		runtime.AddCleanup(st, func(collected *atomic.Bool) { collected.Store(true) }, &m.collected)
 	}
 	return m
-}
-
-// storeLabels are the zones and view labels under which the servers of
-// each store counted, by the store: a store handed over at a reload to an
-// instance of other ZONES keeps, in its block's Totals, the counts of the
-// instances that had it.
-var storeLabels = labelsByStore{m: map[weak.Pointer[store.Store]][][2]string{}}
-
-type labelsByStore struct {
-	mu sync.Mutex
-	m  map[weak.Pointer[store.Store]][][2]string
-}
-
-// add records that a server of st counts under labels.
-func (l *labelsByStore) add(st *store.Store, labels [2]string) {
-	key := weak.Make(st)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	have, known := l.m[key]
-	if !known {
-		runtime.AddCleanup(st, func(key weak.Pointer[store.Store]) {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			delete(l.m, key)
-		}, key)
-	}
-	if !slices.Contains(have, labels) {
-		l.m[key] = append(have, labels)
-	}
-}
-
-// of returns the labels the servers of st counted under, with labels.
-func (l *labelsByStore) of(st *store.Store, labels [2]string) [][2]string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	all := [][2]string{labels}
-	if st != nil {
-		for _, o := range l.m[weak.Make(st)] {
-			if o != labels {
-				all = append(all, o)
-			}
-		}
-	}
-	return all
 }
 
 // Evicted counts the entries a store dropped for room: evicted, and
@@ -377,7 +333,7 @@ type Totals struct {
 // zones its store counted under before a reload handed it over.
 func (s *Block) Totals(servers []string) Totals {
 	var t Totals
-	of := storeLabels.of(s.Store(), [2]string{s.Zones, s.View})
+	of := storeGauges.labelsOf(s.Store(), [2]string{s.Zones, s.View})
 	sum := func(vec *prometheus.CounterVec, each func(kind string, v int64)) {
 		for m := range collect(vec) {
 			var d dto.Metric
@@ -419,11 +375,17 @@ var storeGauges = func() *storeCollector {
 // new instance comes after the old one. The stores are held weakly, so that a
 // cache dropped by a reload goes, and its server with it.
 //
+// A server that a later instance's replaced is kept while its store lives,
+// one of each labels, so that a store handed over at a reload to an
+// instance of other ZONES keeps, in its block's Totals, the counts of the
+// instances that had it (labelsOf).
+//
 // Only a gathering makes the weak pointers strong. Doing so while a garbage
 // collection marks keeps the store alive through that cycle, so a prune
 // that did it for every server at every server's first request would keep
 // every dropped store alive, with the memory it maps, in a process that
-// makes caches faster than its cycles end (a fuzzer's). Prune reads gone.
+// makes caches faster than its cycles end (a fuzzer's). Prune reads
+// collected.
 type storeCollector struct {
 	mu      sync.Mutex
 	servers []*Server // in the order of their first request
@@ -432,36 +394,55 @@ type storeCollector struct {
 func (sc *storeCollector) add(m *Server) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	sc.servers = append(sc.servers, m) // before the series are deleted: m's are live
+	if m.collected.Load() {
+		sc.prune()
+		return
+	}
 	// A store handed over at a reload is described by the new instance's
 	// server alone: the old one's labels (other ZONES) would count it twice.
-	for _, l := range sc.servers {
-		if l.server == m.server && l.store == m.store && !m.gone.Load() {
-			l.gone.Store(true)
+	// An old server of m's labels is dropped, m keeping them for Totals.
+	var replaced []*Server
+	sc.servers = slices.DeleteFunc(sc.servers, func(l *Server) bool {
+		if l == m || l.server != m.server || l.store != m.store {
+			return false
 		}
-	}
-	sc.servers = append(sc.servers, m) // before prune: m's series are live
+		if l.zones == m.zones && l.view == m.view {
+			return true
+		}
+		if !l.replaced {
+			l.replaced = true
+			replaced = append(replaced, l)
+		}
+		return false
+	})
+	sc.deleteSeries(replaced)
 	sc.prune()
 }
 
-// prune drops the servers whose store is gone or described by a later
-// server (add), and their gauges' series where no server left has their
-// labels: a store that is gone holds nothing, and coredns_cache_entries sums
-// the series of its labels with the stock cache's (entriesFamily). The
-// caller holds sc.mu.
+// prune drops the servers whose store is gone, and their gauges' series:
+// a store that is gone holds nothing. The caller holds sc.mu.
 func (sc *storeCollector) prune() {
-	var gone []*Server
-	live := sc.servers[:0]
-	for _, m := range sc.servers {
-		if !m.gone.Load() {
-			live = append(live, m)
-		} else {
-			gone = append(gone, m)
+	var collected []*Server
+	sc.servers = slices.DeleteFunc(sc.servers, func(m *Server) bool {
+		if m.collected.Load() {
+			collected = append(collected, m)
+			return true
 		}
-	}
-	clear(sc.servers[len(live):])
-	sc.servers = live
+		return false
+	})
+	sc.deleteSeries(collected)
+}
+
+// deleteSeries deletes the gauges' series of the servers gone, those no
+// server that describes a store has the labels of: coredns_cache_entries
+// sums the series of its labels with the stock cache's (entriesFamily).
+// The caller holds sc.mu.
+func (sc *storeCollector) deleteSeries(gone []*Server) {
 	for _, m := range gone {
-		if slices.ContainsFunc(live, func(l *Server) bool { return l.server == m.server && l.zones == m.zones && l.view == m.view }) {
+		if slices.ContainsFunc(sc.servers, func(l *Server) bool {
+			return l.describes() && l.server == m.server && l.zones == m.zones && l.view == m.view
+		}) {
 			continue
 		}
 		f, _ := Register()
@@ -475,10 +456,35 @@ func (sc *storeCollector) prune() {
 	}
 }
 
+// describes reports whether m's gauges describe its store: it is neither
+// gone nor replaced. The caller holds storeGauges.mu.
+func (m *Server) describes() bool { return !m.replaced && !m.collected.Load() }
+
+// labelsOf returns labels and the zones and view labels under which the
+// servers of st counted.
+func (sc *storeCollector) labelsOf(st *store.Store, labels [2]string) [][2]string {
+	all := [][2]string{labels}
+	if st == nil {
+		return all
+	}
+	key := weak.Make(st)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, m := range sc.servers {
+		if l := [2]string{m.zones, m.view}; m.store == key && !slices.Contains(all, l) {
+			all = append(all, l)
+		}
+	}
+	return all
+}
+
 // set sets the gauges from the stores. The caller holds sc.mu.
 func (sc *storeCollector) set() {
 	sc.prune()
 	for _, m := range sc.servers {
+		if m.replaced {
+			continue
+		}
 		s := m.store.Value()
 		if s == nil {
 			continue // gone since prune

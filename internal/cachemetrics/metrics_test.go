@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactcache/compactcache/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestStoreGone: a store that is gone is no longer read: the collector does
@@ -194,4 +195,63 @@ func TestTotalsFollowTheStore(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(other)
+}
+
+// TestReloadsBackAndForth: a store handed over at reloads that switch its
+// block between two ZONES and back keeps, in the block's totals, the
+// counts of every instance; its gauges are those of the live instance's
+// labels alone; and the collector keeps one server of each labels, however
+// many reloads there were.
+func TestReloadsBackAndForth(t *testing.T) {
+	const server = "totals://back-and-forth"
+	s, err := store.New(1<<20, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := [2]string{"totals-back.", "totals-back.,totals-forth."}
+	for i := range 6 {
+		b := &Block{Zones: zones[i%2], View: "v", Store: func() *store.Store { return s }}
+		b.Server(server).Requests.Inc()
+		if got := b.Totals([]string{server}).Requests; got != int64(i+1) {
+			t.Errorf("reload %d, to %q: %d requests in the totals, want %d", i, b.Zones, got, i+1)
+		}
+		if got := gaugedZones(server); !slices.Equal(got, []string{b.Zones}) {
+			t.Errorf("reload %d, to %q: bytes gauged under zones %q, want the live instance's alone", i, b.Zones, got)
+		}
+		storeGauges.mu.Lock()
+		kept := 0
+		for _, m := range storeGauges.servers {
+			if m.server == server {
+				kept++
+			}
+		}
+		storeGauges.mu.Unlock()
+		if kept > len(zones) {
+			t.Errorf("reload %d: the collector keeps %d servers of %s, want one of each labels at most", i, kept, server)
+		}
+	}
+	runtime.KeepAlive(s)
+}
+
+// gaugedZones returns the zones labels of server's series of the bytes
+// gauge, once the gauges are set as at a gathering.
+func gaugedZones(server string) []string {
+	storeGauges.mu.Lock()
+	defer storeGauges.mu.Unlock()
+	storeGauges.set()
+	var zones []string
+	for m := range collect(cacheBytes) {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range d.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["server"] == server {
+			zones = append(zones, labels["zones"])
+		}
+	}
+	return zones
 }
