@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
@@ -479,5 +480,35 @@ func TestAdminStatsAfterZonesReload(t *testing.T) {
 	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), q)
 	if s := stats(); s.Requests != before.Requests+1 || s.Hits != before.Hits+1 {
 		t.Errorf("stats after a request to the reloaded block: %+v, before the reload %+v", s, before)
+	}
+}
+
+// TestAdminBlockOfTwoPorts: a block whose keys have two ports serves both
+// with one cache (caddy sets it up for its first key); the requests of the
+// second port's server count in its stats and it lists both addresses.
+func TestAdminBlockOfTwoPorts(t *testing.T) {
+	up := startUpstream(t, adminUpstream())
+	addr := adminAddr(t)
+	first, second := testenv.FreePort(t), testenv.FreePort(t)
+	corefile := strings.Replace(adminCorefile(up, addr, "token_file "+adminTokenFile(t)), ".:0",
+		fmt.Sprintf("example.org:%d example.net:%d", first, second), 1)
+	startAdminInstance(t, corefile)
+	a := newAdminClient(t, addr)
+	var before admin.StatsReply
+	a.ok(admin.OpStats, nil, &before)
+	dnsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(second))
+	for range 2 {
+		exchangeUDP(t, dnsAddr, test.Case{Qname: "www.example.net.", Qtype: dns.TypeA}.Msg())
+	}
+	var blocks admin.Blocks
+	a.ok(admin.OpBlocks, nil, &blocks)
+	want := fmt.Sprintf("dns://127.0.0.1:%d dns://127.0.0.1:%d", first, second)
+	if len(blocks.Blocks) != 1 || strings.Join(blocks.Blocks[0].Listen, " ") != want {
+		t.Errorf("blocks %+v, want one listening on %s", blocks, want)
+	}
+	var stats admin.StatsReply
+	a.ok(admin.OpStats, nil, &stats)
+	if s, b := stats.Blocks[0], before.Blocks[0]; s.Requests-b.Requests != 2 || s.Hits-b.Hits != 1 {
+		t.Errorf("stats %+v, before the queries %+v: want 2 requests and 1 hit more", s, b)
 	}
 }

@@ -75,7 +75,7 @@ func setup(c *caddy.Controller) error {
 		if ca.Shared != nil {
 			connected.Add(c, ca)
 		}
-		ca.listen = coredns.ServerAddrs(cfg)
+		ca.listen = coredns.ServerAddrs(c)
 		if ca.Frontend != nil {
 			if err := frontend.Setup(c, cfg, ca.Frontend, pluginName, frontCache{ca}); err != nil {
 				return plugin.Error(pluginName, err)

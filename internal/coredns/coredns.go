@@ -36,12 +36,24 @@ const (
 	randomShuffle = "github.com/coredns/coredns/plugin/loadbalance.randomShuffle"
 )
 
-// ServerAddrs returns the addresses dnsserver gives the servers of cfg's
-// block (dns://host:port), by which Server finds them.
-func ServerAddrs(cfg *dnsserver.Config) []string {
-	addrs := make([]string, 0, len(cfg.ListenHosts))
-	for _, h := range cfg.ListenHosts {
-		addrs = append(addrs, cfg.Transport+"://"+net.JoinHostPort(h, cfg.Port))
+// ServerAddrs returns the addresses dnsserver gives the servers of c's
+// block (dns://host:port), by which Server finds them and under which they
+// count: the first key's first. caddy sets a block up for its first key
+// alone, whose listen hosts dnsserver gives the others; each key keeps its
+// own transport and port, and a block whose keys have several serves them
+// all with the one instance.
+func ServerAddrs(c *caddy.Controller) []string {
+	first := dnsserver.GetConfig(c)
+	var addrs []string
+	for i := range max(1, len(c.ServerBlockKeys)) { // a test's controller may have no keys
+		k := *c
+		k.ServerBlockKeyIndex = i
+		cfg := dnsserver.GetConfig(&k)
+		for _, h := range first.ListenHosts {
+			if a := cfg.Transport + "://" + net.JoinHostPort(h, cfg.Port); !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
 	}
 	return addrs
 }

@@ -948,7 +948,7 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 			b.zones = append(b.zones, w[:n])
 		}
 	}
-	addrs := coredns.ServerAddrs(cfg)
+	addrs := coredns.ServerAddrs(c)
 	for _, fe := range opened.Of(c) {
 		if !slices.Equal(fe.cfg.udp, fc.udp) || !slices.Equal(fe.cfg.tcp, fc.tcp) {
 			continue
