@@ -72,7 +72,7 @@ type Counters struct {
 	Hit     prometheus.Counter // answered from the cache
 	Chain   prometheus.Counter // handed to the server of the block
 	Shed    prometheus.Counter // dropped: the chain had too many in flight
-	Dropped prometheus.Counter // unreadable, or refused by the kernel on send
+	Dropped prometheus.Counter // unreadable, refused by the kernel on send, or left unanswered as the front end closed
 
 	LogDropped prometheus.Counter // hits whose access log line the log could not take
 }

@@ -280,11 +280,14 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 			writeRequest(t, conn, query(t, i))
 		}
 	}
-	// The first request holds busy's reader; the others wait behind it.
+	// The first request holds busy's reader; the others wait behind it,
+	// the second read with the first, as the two came in one write.
 	busy := dialTCP(t, addr)
-	send(busy, 0, 1)
+	if _, err := busy.Write(framed(query(t, 0), query(t, 1))); err != nil {
+		t.Fatal(err)
+	}
 	<-cache.asked
-	send(busy, 1, 8)
+	send(busy, 2, 8)
 	idle := dialTCP(t, addr)
 	for i := 0; ; i++ {
 		old.conns.mu.Lock()
@@ -329,9 +332,19 @@ func TestReloadKeepsTCPConnections(t *testing.T) {
 // writeRequest writes pkt on conn with its two-byte length.
 func writeRequest(t *testing.T, conn net.Conn, pkt []byte) {
 	t.Helper()
-	if _, err := conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)); err != nil {
+	if _, err := conn.Write(framed(pkt)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// framed returns msgs, each after its two-byte length, back to back.
+func framed(msgs ...[]byte) []byte {
+	var b []byte
+	for _, m := range msgs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(m)))
+		b = append(b, m...)
+	}
+	return b
 }
 
 // dialTCP connects to addr, until the test ends.

@@ -4,6 +4,7 @@ import (
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/coredns/core/dnsserver"
 
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -34,11 +35,18 @@ func (fe *frontend) serveTCP(l net.Listener) {
 
 // session is what a connection carries from front end to front end at a
 // reload, so that the server's limits hold across reloads: the queries it
-// has served, and since when it waits for the next.
+// has served, and since when it waits for the next; and its reader, with
+// what its client sent that was read and not yet served.
 type session struct {
 	queries int
 	waiting time.Time
+	in      *bufio.Reader // nil until the connection is first served
 }
+
+// tcpReadLen is the room a connection's reader reads into: a request of a
+// datagram's size with its length, or a few pipelined ones, in one read.
+// A longer request takes more reads.
+const tcpReadLen = 2 + 512
 
 // goServe serves conn, accepted on the listener at local, from where its
 // session is, in a goroutine of its own, unless the front end closes. At most inflight connections are open on local at a time, those
@@ -68,13 +76,13 @@ func (fe *frontend) goServe(conn net.Conn, local net.Addr, s session) {
 	}()
 }
 
-// handConn hands conn, accepted on the listener at local and left with no
-// byte of a request read, to the newest front end on local, which serves
-// it once it starts, from where its session is; or, with none newer, to a
-// running one on local, which a failed reload leaves the older; it closes
-// conn when there is neither. So a reload closes no connection: one closed
-// would lose the requests its client had sent that the closing front end
-// did not read.
+// handConn hands conn, accepted on the listener at local and left between
+// requests, to the newest front end on local, which serves it once it
+// starts, from where its session is (the requests read and not served
+// among it); or, with none newer, to a running one on local, which a
+// failed reload leaves the older; it closes conn when there is neither. So
+// a reload closes no connection: one closed would lose the requests its
+// client had sent that the closing front end did not serve.
 func (fe *frontend) handConn(conn net.Conn, local net.Addr, s session) {
 	served := fe.handOver(local, func(next *frontend) {
 		if next == nil {
@@ -115,10 +123,14 @@ func (fe *frontend) closeListener(l net.Listener) {
 
 // serveConn answers the requests of one connection, from where its session
 // is, until the client closes it or leaves it idle, or it has served the
-// server's most queries, or the front end closes: true then, and no byte
-// of the next request is read. It returns the session where it is.
+// server's most queries, or the front end closes: true then, and the next
+// request is left to the session's reader, unserved. It returns the
+// session where it is.
 func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session) {
 	t := &tcpConn{conn: conn}
+	if s.in == nil {
+		s.in = bufio.NewReaderSize(conn, tcpReadLen)
+	}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
 	as, r, timed := fe.answerers(), fe.newReader(), fe.timed()
@@ -135,21 +147,24 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 		if !fe.conns.wait(conn, s.waiting.Add(timeout)) {
 			return true, s
 		}
-		err := awaitRequest(conn)
+		// What the client sent, the request whole as a rule, comes in one
+		// read, or was read with the one before. A reader that leaves as
+		// its front end closes hands it on with the connection (session).
+		_, err := s.in.Peek(1)
 		if !fe.conns.reading(conn) {
 			return true, s
 		}
 		if err != nil {
 			return false, s
 		}
-		if _, err := io.ReadFull(conn, size[:]); err != nil {
+		if _, err := io.ReadFull(s.in, size[:]); err != nil {
 			return false, s
 		}
 		n := int(binary.BigEndian.Uint16(size[:]))
 		if n > len(pkt) {
 			pkt = make([]byte, n)
 		}
-		if _, err := io.ReadFull(conn, pkt[:n]); err != nil {
+		if _, err := io.ReadFull(s.in, pkt[:n]); err != nil {
 			return false, s
 		}
 		start := time.Now()
@@ -267,7 +282,8 @@ func (c *conns) wait(conn net.Conn, deadline time.Time) bool {
 }
 
 // reading has conn's reader, whose wait ended, read the request that came,
-// unless the front end closes: false then, and the request stays unread.
+// unless the front end closes: false then, and what came of it goes on with
+// the connection, unserved.
 func (c *conns) reading(conn net.Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -40,27 +40,3 @@ func queued(l net.Listener, max int) []net.Conn {
 	})
 	return conns
 }
-
-// awaitRequest waits, until conn's read deadline, for its client to send
-// something or close, and reads nothing: a reader that leaves as its front
-// end closes hands the connection on with the next request whole.
-func awaitRequest(conn net.Conn) error {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil // the read waits instead
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var peekErr error
-	err = raw.Read(func(fd uintptr) bool {
-		var b [1]byte
-		_, _, peekErr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return !errors.Is(peekErr, unix.EAGAIN) // else the poller waits
-	})
-	if err != nil {
-		return err
-	}
-	return peekErr
-}

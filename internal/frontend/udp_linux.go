@@ -264,6 +264,7 @@ func (b *udpBatch) answerAll(now time.Time) error {
 			err := b.sendQueued()
 			b.account()
 			if err != nil {
+				b.dropFrom(i + 1)
 				return err
 			}
 			b.queued = 0
@@ -271,6 +272,16 @@ func (b *udpBatch) answerAll(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// dropFrom counts the requests of the batch from slot i on as dropped: a
+// send failed, as the socket closed, and they are left unanswered.
+func (b *udpBatch) dropFrom(i int) {
+	for ; i < b.received; i++ {
+		if b.in[i].Hdr.Namelen != 0 { // a datagram (handle)
+			b.fe.counters(b.bufs[i][:b.in[i].Len]).Dropped.Inc()
+		}
+	}
 }
 
 // sendQueued sends the queued replies, waiting while the socket's buffer is

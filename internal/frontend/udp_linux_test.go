@@ -582,3 +582,80 @@ func TestCloseOnce(t *testing.T) {
 		t.Errorf("a reply after close: %v, want %v", err, net.ErrClosed)
 	}
 }
+
+// TestClosedSendCountsTheBatch: when a batch's send fails as its socket
+// closes (a thread socket shut down with its send buffer full, a poller
+// socket closed), every request of the batch is counted, the replies not
+// sent and the requests left unanswered as dropped. The requests after the
+// failed run were counted nowhere.
+func TestClosedSendCountsTheBatch(t *testing.T) {
+	const requests = 8
+	for _, tc := range []struct {
+		name  string
+		batch func(t *testing.T, b *udpBatch) *udpBatch
+	}{
+		{"thread", func(t *testing.T, b *udpBatch) *udpBatch {
+			s := &threadSocket{fd: fullSocket(t), local: b.local}
+			s.closed.Store(true)
+			return newThreadBatch(b.fe, s)
+		}},
+		{"poller", func(t *testing.T, b *udpBatch) *udpBatch {
+			b.conn.Close()
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits, _ := hitBatch(t)
+			pkt := slices.Clone(hits.bufs[0][:hits.in[0].Len])
+			b := tc.batch(t, hits)
+			for i := range requests {
+				b.in[i].Len = uint32(copy(b.bufs[i][:], pkt))
+				b.names[i].Family = unix.AF_INET
+			}
+			b.received = requests
+			if err := b.answerAll(time.Now()); err == nil {
+				t.Fatal("the batch was sent")
+			}
+			fm := b.fe.blocks[0].fm
+			if hit, dropped := testutil.ToFloat64(fm.Hit), testutil.ToFloat64(fm.Dropped); hit != 0 || dropped != requests {
+				t.Errorf("%v hits and %v dropped of %d requests, want all dropped", hit, dropped, requests)
+			}
+		})
+	}
+}
+
+// fullSocket returns a socket, connected, whose send buffer is full: its
+// peer reads nothing.
+func fullSocket(t *testing.T) int {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	peer, err := net.DialTCP("tcp", nil, l.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	peer.SetReadBuffer(4096)
+	conn, err := l.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetWriteBuffer(4096)
+	f, err := conn.File()
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	fd := int(f.Fd())
+	chunk := make([]byte, 1<<16)
+	for {
+		if _, err := unix.SendmsgN(fd, chunk, nil, nil, unix.MSG_DONTWAIT); errors.Is(err, unix.EAGAIN) {
+			return fd
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

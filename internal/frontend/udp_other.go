@@ -32,4 +32,3 @@ func procs() int { return runtime.GOMAXPROCS(0) }
 
 func (fe *frontend) drainUDP()            {}
 func queued(net.Listener, int) []net.Conn { return nil }
-func awaitRequest(net.Conn) error         { return nil }

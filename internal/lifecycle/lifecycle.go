@@ -16,7 +16,8 @@
 //
 // OnStop is the other end: what a block stops with its instance, at a
 // reload with the instance it replaces, and at the process's stop after
-// the final shutdown callbacks (health's lameduck).
+// the final shutdown callbacks (health's lameduck); OnLastStop what runs
+// after all that at the process's stop.
 package lifecycle
 
 import (
@@ -218,6 +219,23 @@ func OnStop(c *caddy.Controller, stop func()) {
 	c.OnFinalShutdown(stopOnce)
 	stops, _ := c.Get(stopsKey{}).([]func() error)
 	c.Set(stopsKey{}, append(stops, stopOnce))
+}
+
+// OnLastStop calls last at the process's stop (SIGTERM), after the final
+// shutdown callbacks every block of c's instance gave as it was set up:
+// health's lameduck, and what the blocks gave OnStop, the sources of
+// flushes among them (the shared tier, the Kubernetes API, the admin
+// listener), which apply flushes until then. Not at a reload. caddy runs
+// the final callbacks in the order given, and one given as the instance
+// starts comes after every block's setup.
+func OnLastStop(c *caddy.Controller, last func()) {
+	c.OnStartup(func() error {
+		c.OnFinalShutdown(func() error {
+			last()
+			return nil
+		})
+		return nil
+	})
 }
 
 // Stop runs what the blocks of inst gave OnStop, as the process's stop

@@ -14,7 +14,7 @@ import (
 )
 
 // The test plugin "waits NAME" adds NAME to waiting at its block's startup,
-// and gives OnStop a stop of NAME.
+// and gives OnStop a stop of NAME and OnLastStop a last of NAME.
 var (
 	mu      sync.Mutex
 	events  []string
@@ -40,6 +40,7 @@ func init() {
 	plugin.Register("waits", func(c *caddy.Controller) error {
 		c.Next()
 		args := c.RemainingArgs()
+		OnLastStop(c, func() { record("last " + args[0]) })
 		OnStop(c, func() { record("stopped " + args[0]) })
 		c.OnStartup(func() error {
 			waiting.Add(c, args[0])
@@ -60,7 +61,7 @@ func input(corefile string) caddy.Input {
 // when they never come up, by the hook watchRestart gave the running
 // instance, whether it has blocks of the plugin or not; what a block gave
 // OnStop stops with the instance it replaces, once, and at the process's
-// stop.
+// stop, where what it gave OnLastStop comes after, though given before.
 func TestWaiting(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -107,7 +108,7 @@ func TestWaiting(t *testing.T) {
 	}
 	// The process's stop: the shutdown callbacks, then the final ones.
 	inst.ShutdownCallbacks()
-	if got, want := took(), []string{"stopped f"}; !slices.Equal(got, want) {
+	if got, want := took(), []string{"stopped f", "last f"}; !slices.Equal(got, want) {
 		t.Errorf("the process's stop: %s, want %s", strings.Join(got, ", "), strings.Join(want, ", "))
 	}
 }

@@ -121,11 +121,12 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 		close(stop)
 		return nil
 	})
-	c.OnFinalShutdown(func() error {
+	// Once no flush comes: one applied after the write would be undone
+	// by the next start's read.
+	lifecycle.OnLastStop(c, func() {
 		// At full speed: the server is leaving, and the write must end
 		// within the termination grace period.
 		write(ca, sc.path, ca.Store().Paced(0))
-		return nil
 	})
 	return nil
 }
