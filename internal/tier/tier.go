@@ -600,14 +600,18 @@ func (t *Tier) readFlushes(last string) {
 				return
 			}
 			wait = t.pause(wait)
-			t.checkTrimmed(c, stream, last)
+			last = t.checkLost(c, stream, last)
 			continue
 		}
 		wait = reconnectMin
-		if len(read[stream]) > 0 {
-			// A reader that fell behind without an error (a long walk of
-			// the store, a stall) may find the flushes after last trimmed.
-			t.checkTrimmed(c, stream, last)
+		// A reader that fell behind without an error (a long walk of the
+		// store, a stall) may find the flushes after last trimmed; one
+		// that read nothing, the stream gone, which no read reports. The
+		// flushes read from a stream gone since are covered by the whole
+		// flush, and their IDs are no place to read the new one from.
+		if next := t.checkLost(c, stream, last); next != last {
+			last = next
+			continue
 		}
 		for _, m := range read[stream] {
 			last = m.ID
@@ -634,26 +638,50 @@ func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 	return r[0].ID, nil
 }
 
-// checkTrimmed flushes the local store whole when the stream no longer
-// holds the flush after last: one this replica did not read is gone.
-func (t *Tier) checkTrimmed(c valkey.Client, stream, last string) {
-	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
-	if err != nil || len(r) == 0 || last == "0-0" || !idAfter(r[0].ID, last) {
-		return
+// checkLost flushes the local store whole when the stream may have lost
+// a flush after last that this replica did not read, and returns where to
+// read on. The stream lost it when it no longer holds the flush after last
+// (trimmed), or holds neither last nor any flush after it: deleted
+// (FLUSHALL, an eviction, a failover or restart to a server without it),
+// maybe made again since on a server whose clock is behind. A stream made
+// again is read from its start, which comes after what this replica read.
+func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
+	if last == "0-0" {
+		return last
 	}
-	log.Warningf("Shared tier %s: flushes were lost while it was out of reach: the local store is flushed whole", t.cfg)
+	end, err := t.streamEnd(c, stream)
+	if err != nil {
+		return last
+	}
+	if idAfter(last, end, 0) {
+		t.lost("the stream of flushes was deleted")
+		return "0-0"
+	}
+	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
+	if err == nil && len(r) > 0 && idAfter(r[0].ID, last, 1) {
+		t.lost("flushes were trimmed from the stream before it read them")
+	}
+	return last
+}
+
+// lost flushes the local store whole for flushes lost before this replica
+// read them, why.
+func (t *Tier) lost(why string) {
+	log.Warningf("Shared tier %s: %s: the local store is flushed whole", t.cfg, why)
+	t.m.lost.inc()
 	t.opt.Apply(flush.Flush{Scope: flush.All})
 }
 
-// idAfter reports whether stream ID a comes after b, past the ID after b.
-func idAfter(a, b string) bool {
+// idAfter reports whether stream ID a comes after b by more than gap IDs
+// of b's millisecond: by any, for gap 0; past the ID after b, for 1.
+func idAfter(a, b string, gap uint64) bool {
 	am, as, _ := strings.Cut(a, "-")
 	bm, bs, _ := strings.Cut(b, "-")
 	ams, _ := strconv.ParseUint(am, 10, 64)
 	bms, _ := strconv.ParseUint(bm, 10, 64)
 	asq, _ := strconv.ParseUint(as, 10, 64)
 	bsq, _ := strconv.ParseUint(bs, 10, 64)
-	return ams > bms || ams == bms && asq > bsq+1
+	return ams > bms || ams == bms && asq > bsq+gap
 }
 
 // pause waits wait, or until the tier closes, and returns the next wait.

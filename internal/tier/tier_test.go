@@ -913,15 +913,102 @@ func TestFlushesLost(t *testing.T) {
 	r.MustDo("XADD", stream, "5-3", "k", "v")
 	r.MustDo("XADD", stream, "7-0", "k", "v")
 	for _, last := range []string{"5-2", "5-3", "6-0"} {
-		tr.checkTrimmed(c, stream, last)
+		tr.checkLost(c, stream, last)
 	}
 	if len(applied) != 0 {
 		t.Fatalf("flushed %v after reading up to a flush still in the stream", applied)
 	}
-	tr.checkTrimmed(c, stream, "5-1") // 5-2 is gone
+	tr.checkLost(c, stream, "5-1") // 5-2 is gone
 	all := flush.Flush{Scope: flush.All}
 	if len(applied) != 1 || applied[0] != all.String() {
 		t.Fatalf("flushed %v after flushes were trimmed, want all", applied)
+	}
+}
+
+// TestStreamGone: the stream of flushes deleted (FLUSHALL, an eviction
+// under an allkeys policy, a failover or restart to a server without it),
+// or made again with IDs before where a replica read up to (a server whose
+// clock is behind), takes with it the flushes a replica had not read. The
+// replica flushes its store whole, once, counted, and reads the flushes
+// sent after from the new stream.
+func TestStreamGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone func(r *testenv.Redis, stream string)
+	}{
+		{"deleted", func(r *testenv.Redis, stream string) { r.MustDo("DEL", stream) }},
+		{"flushall", func(r *testenv.Redis, _ string) { r.MustDo("FLUSHALL") }},
+		{"restarted empty", func(r *testenv.Redis, _ string) { r.Kill(); r.Start() }},
+		{"made again behind", func(r *testenv.Redis, stream string) {
+			r.MustDo("DEL", stream)
+			r.MustDo("XADD", stream, "1-1", "from", "elsewhere", "flush", "x", "tag", "y")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t)
+			option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+			a := mustTier(t, option, 1, nil)
+			hold := make(chan struct{})
+			release := sync.OnceFunc(func() { close(hold) })
+			defer release()
+			var mu sync.Mutex
+			var applied []string
+			b := mustTier(t, option, 1, func(f flush.Flush) {
+				mu.Lock()
+				applied = append(applied, f.String())
+				first := len(applied) == 1
+				mu.Unlock()
+				if first {
+					<-hold
+				}
+			})
+			await := func(want, missing string) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					mu.Lock()
+					ok := slices.Contains(applied, want)
+					mu.Unlock()
+					if ok {
+						return
+					}
+					if time.Now().After(deadline) {
+						mu.Lock()
+						defer mu.Unlock()
+						t.Fatalf("%s: applied %v", missing, applied)
+					}
+				}
+			}
+			send := func(f flush.Flush) {
+				t.Helper()
+				var err error
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					if err = a.Flush(f, time.Now().Unix()); err == nil || time.Now().After(deadline) {
+						break
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			send(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "read.example")}})
+			await("names read.example.", "the first flush never reached the other replica")
+			send(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "lost.example")}})
+			tc.gone(r, a.keys.streamKey())
+			release()
+			all := flush.Flush{Scope: flush.All}
+			await(all.String(), "the stream went with a flush the replica had not read, and it did not flush whole")
+			negative := flush.Flush{Scope: flush.Negative}
+			send(negative)
+			await(negative.String(), "a flush sent after the stream was made again never reached the replica")
+			mu.Lock()
+			defer mu.Unlock()
+			if n := slices.Index(applied, all.String()); slices.Index(applied[n+1:], all.String()) >= 0 {
+				t.Errorf("flushed whole more than once for one loss: %v", applied)
+			}
+			if n := b.m.lost.n.Load(); n != 1 {
+				t.Errorf("%d losses of flushes counted, want 1", n)
+			}
+		})
 	}
 }
 
