@@ -104,7 +104,11 @@ type Tier struct {
 	m      *series
 	br     breaker
 	client atomic.Pointer[valkey.Client] // nil until connected
-	queue  chan []byte                   // entries to write
+	queue  chan queued                   // entries to write
+	// fence is the flushes made here or received: an entry queued before
+	// one that covers it is not written, lest its epoch, evicted
+	// meanwhile, come back as the entry's witness, older than the flush.
+	fence flush.Fence
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,7 +129,7 @@ func New(cfg *Config, opt Options) *Tier {
 	rand.Read(id[:])
 	t := &Tier{
 		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, cfg.apart())), opt: opt, id: hex.EncodeToString(id[:]),
-		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
+		m: newSeries(opt.Zones, opt.View), queue: make(chan queued, cfg.queue), logNext: map[string]time.Time{},
 	}
 	t.br.changed = func(from, to breakerState, err error) {
 		t.m.breakerChanged(to)
@@ -406,11 +410,18 @@ func (t *Tier) logRefused(why error) {
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
 }
 
+// queued is an entry to write, and the generation of the tier's fence
+// when it was queued.
+type queued struct {
+	e   entry.Entry
+	gen uint64
+}
+
 // Put hands e, an entry the block stored, to the tier, which writes it in
 // the background; when the queue is full it is dropped.
 func (t *Tier) Put(e entry.Entry) {
 	select {
-	case t.queue <- append([]byte(nil), e...):
+	case t.queue <- queued{append([]byte(nil), e...), t.fence.Gen()}:
 	default:
 		t.m.dropped.inc()
 	}
@@ -420,7 +431,7 @@ func (t *Tier) Put(e entry.Entry) {
 // time, each to expire with its entry's serve_stale window.
 func (t *Tier) writer() {
 	defer t.wg.Done()
-	batch := make([]entry.Entry, 0, maxBatch)
+	batch := make([]queued, 0, maxBatch)
 	for {
 		select {
 		case <-t.ctx.Done():
@@ -441,7 +452,7 @@ func (t *Tier) writer() {
 	}
 }
 
-func (t *Tier) write(batch []entry.Entry) {
+func (t *Tier) write(batch []queued) {
 	cp := t.client.Load()
 	if cp == nil {
 		for range batch {
@@ -453,9 +464,10 @@ func (t *Tier) write(batch []entry.Entry) {
 	now := time.Now().Unix()
 	values := make(valkey.Commands, 0, len(batch))
 	witnesses := map[string]int64{}
-	for _, e := range batch {
+	for _, q := range batch {
+		e := q.e
 		left := e.Expires() + t.opt.Grace - now
-		if left <= 0 {
+		if left <= 0 || t.fence.Covers(q.gen, e) {
 			continue
 		}
 		key := t.keys.key(e.Key())
@@ -533,6 +545,7 @@ func (t *Tier) write(batch []entry.Entry) {
 // every replica; and sends it to the other replicas, which apply it to
 // their local stores.
 func (t *Tier) Flush(f flush.Flush, now int64) error {
+	t.fence.BeginFlush(f, now)
 	cp := t.client.Load()
 	if cp == nil {
 		return fmt.Errorf("shared tier %s: not connected", t.cfg)
@@ -669,7 +682,7 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
 func (t *Tier) lost(why string) {
 	log.Warningf("Shared tier %s: %s: the local store is flushed whole", t.cfg, why)
 	t.m.lost.inc()
-	t.opt.Apply(flush.Flush{Scope: flush.All})
+	t.apply(flush.Flush{Scope: flush.All})
 }
 
 // idAfter reports whether stream ID a comes after b by more than gap IDs
@@ -713,6 +726,13 @@ func (t *Tier) received(fields map[string]string) {
 		return
 	}
 	t.m.received.inc()
+	t.apply(f)
+}
+
+// apply fences the queue off f, another replica's flush, and applies it
+// to the local store.
+func (t *Tier) apply(f flush.Flush) {
+	t.fence.BeginFlush(f, time.Now().Unix())
 	t.opt.Apply(f)
 }
 

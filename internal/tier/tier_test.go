@@ -747,9 +747,47 @@ func TestProbeNotLost(t *testing.T) {
 	tr.br.backoff, tr.br.until = breakerMinBackoff, time.Now().Add(-time.Millisecond)
 	tr.br.set(open, errors.New("a test's"))
 	tr.br.mu.Unlock()
-	tr.write([]entry.Entry{expired})
+	tr.write([]queued{{e: expired}})
 	if get(tr, e) == nil {
 		t.Errorf("a lookup after the writer's empty batch: %+v, breaker %v", tr.Stats(), tr.br.current())
+	}
+}
+
+// TestQueuedBeforeFlush: an entry queued before a flush that covers it,
+// made here or received from another replica, and written once the
+// flush's epoch was evicted, is not written: its witness, a time before
+// the entry's, would stand for the epoch and hide the flush.
+func TestQueuedBeforeFlush(t *testing.T) {
+	for _, received := range []bool{false, true} {
+		t.Run(fmt.Sprintf("received=%v", received), func(t *testing.T) {
+			r := testenv.StartRedis(t)
+			option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+			got := make(chan flush.Flush, 1)
+			a := mustTier(t, option, 1, nil)
+			b := mustTier(t, option, 1, func(f flush.Flush) { got <- f })
+			now := time.Now().Unix()
+			e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now-1), 300)
+			gen := b.fence.Gen() // e is queued
+			f := flush.Flush{Scope: flush.Names, Names: [][]byte{e.QName()}}
+			if !received {
+				a = b
+			}
+			if err := a.Flush(f, now); err != nil {
+				t.Fatal(err)
+			}
+			if received {
+				select {
+				case <-got:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the flush never reached the other replica")
+				}
+			}
+			r.MustDo("DEL", b.keys.epochKey(epochName, e.QName()))
+			b.write([]queued{{e, gen}})
+			if get(b, e) != nil {
+				t.Error("an entry queued before a flush of its name is read after it")
+			}
+		})
 	}
 }
 
