@@ -29,7 +29,8 @@
 // goes to the other replicas through a Redis stream, which a replica reads
 // from where it left off after a disconnection, so that no flush is lost
 // while the stream keeps it (maxStream); one that was trimmed away before
-// the replica read it makes the replica flush everything.
+// the replica read it makes the replica flush its store whole, and a
+// stream deleted, which may have taken epochs with it, the tier too.
 //
 // A tier that errs or is slow is skipped by a circuit breaker
 // (breaker.go); writes are dropped, not queued without bound. The server
@@ -498,7 +499,7 @@ func (t *Tier) write(batch []queued) {
 	// hides was made before it was found, so that the time covers every
 	// value that flush did, as a flush made now would.
 	for key, found := range bad {
-		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build().Pin())
+		cmds = append(cmds, t.setEpoch(c, key, max(found, now)))
 	}
 	for key, at := range witnesses {
 		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build().Pin(),
@@ -551,10 +552,8 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 		return fmt.Errorf("shared tier %s: not connected", t.cfg)
 	}
 	c := *cp
-	at := strconv.FormatInt(now, 10)
-	life := t.epochLife()
 	epoch := func(scope epochScope, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build().Pin()
+		return t.setEpoch(c, t.keys.epochKey(scope, name), now)
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
@@ -588,6 +587,12 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	}
 	t.m.sent.inc()
 	return nil
+}
+
+// setEpoch is the command that writes at, a flush's time, under an
+// epoch's key.
+func (t *Tier) setEpoch(c valkey.Client, key string, at int64) valkey.Completed {
+	return c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Px(t.epochLife()).Build().Pin()
 }
 
 // epochLife is how long an epoch lives once written: past the expiry of
@@ -656,8 +661,11 @@ func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 // read on. The stream lost it when it no longer holds the flush after last
 // (trimmed), or holds neither last nor any flush after it: deleted
 // (FLUSHALL, an eviction, a failover or restart to a server without it),
-// maybe made again since on a server whose clock is behind. A stream made
-// again is read from its start, which comes after what this replica read.
+// maybe made again since on a server whose clock is behind. A server that
+// lost the stream may have lost the epochs of its flushes with it (a
+// failover before they reached the replica that took over), so the tier
+// is flushed whole too. A stream made again is read from its start, which
+// comes after what this replica read.
 func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
 	if last == "0-0" {
 		return last
@@ -667,12 +675,15 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
 		return last
 	}
 	if idAfter(last, end, 0) {
-		t.lost("the stream of flushes was deleted")
+		if c.Do(t.ctx, t.setEpoch(c, t.keys.all, time.Now().Unix())).Error() != nil {
+			return last // checked again after the next read
+		}
+		t.lost("the stream of flushes was deleted: the tier and the local store are flushed whole")
 		return "0-0"
 	}
 	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
 	if err == nil && len(r) > 0 && idAfter(r[0].ID, last, 1) {
-		t.lost("flushes were trimmed from the stream before it read them")
+		t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
 	}
 	return last
 }
@@ -680,7 +691,7 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
 // lost flushes the local store whole for flushes lost before this replica
 // read them, why.
 func (t *Tier) lost(why string) {
-	log.Warningf("Shared tier %s: %s: the local store is flushed whole", t.cfg, why)
+	log.Warningf("Shared tier %s: %s", t.cfg, why)
 	t.m.lost.inc()
 	t.apply(flush.Flush{Scope: flush.All})
 }

@@ -1031,10 +1031,15 @@ func TestStreamGone(t *testing.T) {
 			send(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "read.example")}})
 			await("names read.example.", "the first flush never reached the other replica")
 			send(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "lost.example")}})
+			e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+			putAndWait(t, a, e)
 			tc.gone(r, a.keys.streamKey())
 			release()
 			all := flush.Flush{Scope: flush.All}
 			await(all.String(), "the stream went with a flush the replica had not read, and it did not flush whole")
+			if get(b, e) != nil {
+				t.Error("a value stored before the stream went, with the epochs of its flushes maybe, is read after it")
+			}
 			negative := flush.Flush{Scope: flush.Negative}
 			send(negative)
 			await(negative.String(), "a flush sent after the stream was made again never reached the replica")
