@@ -21,7 +21,7 @@ var (
 	writes = cachemetrics.CounterVec("shared_writes_total", cachemetrics.OptionLabels("result"),
 		"The entries written to the shared tier, by result: written, dropped (the queue was full, the breaker open, or the tier erred).")
 	flushes = cachemetrics.CounterVec("shared_flushes_total", cachemetrics.OptionLabels("direction"),
-		"The flushes sent to the other replicas through the shared tier, and received from them.")
+		"The flushes sent to the other replicas through the shared tier, received from them, and lost: the stream was trimmed, deleted or made again past flushes this replica had not read, and it flushed its store whole (and the tier, for a stream deleted or made again).")
 	breakerGauge = cachemetrics.GaugeVec("shared_breaker_state", cachemetrics.OptionLabels(),
 		"The shared tier's breaker: 0 closed (asked), 1 open (skipped), 2 half-open (probed).")
 	lookupSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{Namespace: plugin.Namespace, Subsystem: cachemetrics.Subsystem, Name: "shared_lookup_duration_seconds",
@@ -46,7 +46,7 @@ type series struct {
 	hits, misses, errors, timeouts, skipped count
 	rejected                                map[error]*count
 	written, dropped                        count
-	sent, received                          count
+	sent, received, lost                    count
 	lookup                                  prometheus.Observer
 	breaker                                 atomic.Int32 // the state of the tier's, for the gauge
 	labels                                  [2]string    // zones, view
@@ -73,7 +73,7 @@ func newSeries(zones, view string) *series {
 		{&s.hits, requests, "hit"}, {&s.misses, requests, "miss"}, {&s.errors, requests, "error"},
 		{&s.timeouts, requests, "timeout"}, {&s.skipped, requests, "skipped"},
 		{&s.written, writes, "written"}, {&s.dropped, writes, "dropped"},
-		{&s.sent, flushes, "sent"}, {&s.received, flushes, "received"},
+		{&s.sent, flushes, "sent"}, {&s.received, flushes, "received"}, {&s.lost, flushes, "lost"},
 	} {
 		c.c.series = c.vec.WithLabelValues(zones, view, c.result)
 	}

@@ -29,7 +29,8 @@
 // goes to the other replicas through a Redis stream, which a replica reads
 // from where it left off after a disconnection, so that no flush is lost
 // while the stream keeps it (maxStream); one that was trimmed away before
-// the replica read it makes the replica flush everything.
+// the replica read it makes the replica flush its store whole, and a
+// stream deleted, which may have taken epochs with it, the tier too.
 //
 // A tier that errs or is slow is skipped by a circuit breaker
 // (breaker.go); writes are dropped, not queued without bound. The server
@@ -104,7 +105,11 @@ type Tier struct {
 	m      *series
 	br     breaker
 	client atomic.Pointer[valkey.Client] // nil until connected
-	queue  chan []byte                   // entries to write
+	queue  chan queued                   // entries to write
+	// fence is the flushes made here or received: an entry queued before
+	// one that covers it is not written, lest its epoch, evicted
+	// meanwhile, come back as the entry's witness, older than the flush.
+	fence flush.Fence
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,7 +130,7 @@ func New(cfg *Config, opt Options) *Tier {
 	rand.Read(id[:])
 	t := &Tier{
 		cfg: cfg, keys: newKeyer(cfg.secret, keysFingerprint(opt.Fingerprint, opt.View, cfg.apart())), opt: opt, id: hex.EncodeToString(id[:]),
-		m: newSeries(opt.Zones, opt.View), queue: make(chan []byte, cfg.queue), logNext: map[string]time.Time{},
+		m: newSeries(opt.Zones, opt.View), queue: make(chan queued, cfg.queue), logNext: map[string]time.Time{},
 	}
 	t.br.changed = func(from, to breakerState, err error) {
 		t.m.breakerChanged(to)
@@ -406,11 +411,18 @@ func (t *Tier) logRefused(why error) {
 	log.Warningf("Shared tier %s: a value refused (%s): not written by a block of these settings and secret; ignored", t.cfg, why)
 }
 
+// queued is an entry to write, and the generation of the tier's fence
+// when it was queued.
+type queued struct {
+	e   entry.Entry
+	gen uint64
+}
+
 // Put hands e, an entry the block stored, to the tier, which writes it in
 // the background; when the queue is full it is dropped.
 func (t *Tier) Put(e entry.Entry) {
 	select {
-	case t.queue <- append([]byte(nil), e...):
+	case t.queue <- queued{append([]byte(nil), e...), t.fence.Gen()}:
 	default:
 		t.m.dropped.inc()
 	}
@@ -420,7 +432,7 @@ func (t *Tier) Put(e entry.Entry) {
 // time, each to expire with its entry's serve_stale window.
 func (t *Tier) writer() {
 	defer t.wg.Done()
-	batch := make([]entry.Entry, 0, maxBatch)
+	batch := make([]queued, 0, maxBatch)
 	for {
 		select {
 		case <-t.ctx.Done():
@@ -441,7 +453,7 @@ func (t *Tier) writer() {
 	}
 }
 
-func (t *Tier) write(batch []entry.Entry) {
+func (t *Tier) write(batch []queued) {
 	cp := t.client.Load()
 	if cp == nil {
 		for range batch {
@@ -453,9 +465,10 @@ func (t *Tier) write(batch []entry.Entry) {
 	now := time.Now().Unix()
 	values := make(valkey.Commands, 0, len(batch))
 	witnesses := map[string]int64{}
-	for _, e := range batch {
+	for _, q := range batch {
+		e := q.e
 		left := e.Expires() + t.opt.Grace - now
-		if left <= 0 {
+		if left <= 0 || t.fence.Covers(q.gen, e) {
 			continue
 		}
 		key := t.keys.key(e.Key())
@@ -486,7 +499,7 @@ func (t *Tier) write(batch []entry.Entry) {
 	// hides was made before it was found, so that the time covers every
 	// value that flush did, as a flush made now would.
 	for key, found := range bad {
-		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(max(found, now), 10)).Px(life).Build().Pin())
+		cmds = append(cmds, t.setEpoch(c, key, max(found, now)))
 	}
 	for key, at := range witnesses {
 		cmds = append(cmds, c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Nx().Px(life).Build().Pin(),
@@ -533,15 +546,14 @@ func (t *Tier) write(batch []entry.Entry) {
 // every replica; and sends it to the other replicas, which apply it to
 // their local stores.
 func (t *Tier) Flush(f flush.Flush, now int64) error {
+	t.fence.BeginFlush(f, now)
 	cp := t.client.Load()
 	if cp == nil {
 		return fmt.Errorf("shared tier %s: not connected", t.cfg)
 	}
 	c := *cp
-	at := strconv.FormatInt(now, 10)
-	life := t.epochLife()
 	epoch := func(scope epochScope, name []byte) valkey.Completed {
-		return c.B().Set().Key(t.keys.epochKey(scope, name)).Value(at).Px(life).Build().Pin()
+		return t.setEpoch(c, t.keys.epochKey(scope, name), now)
 	}
 	var cmds valkey.Commands
 	switch f.Scope {
@@ -577,6 +589,12 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	return nil
 }
 
+// setEpoch is the command that writes at, a flush's time, under an
+// epoch's key.
+func (t *Tier) setEpoch(c valkey.Client, key string, at int64) valkey.Completed {
+	return c.B().Set().Key(key).Value(strconv.FormatInt(at, 10)).Px(t.epochLife()).Build().Pin()
+}
+
 // epochLife is how long an epoch lives once written: past the expiry of
 // any value written before, which lives at most MaxTTL and the serve_stale
 // window.
@@ -600,14 +618,18 @@ func (t *Tier) readFlushes(last string) {
 				return
 			}
 			wait = t.pause(wait)
-			t.checkTrimmed(c, stream, last)
+			last = t.checkLost(c, stream, last)
 			continue
 		}
 		wait = reconnectMin
-		if len(read[stream]) > 0 {
-			// A reader that fell behind without an error (a long walk of
-			// the store, a stall) may find the flushes after last trimmed.
-			t.checkTrimmed(c, stream, last)
+		// A reader that fell behind without an error (a long walk of the
+		// store, a stall) may find the flushes after last trimmed; one
+		// that read nothing, the stream gone, which no read reports. The
+		// flushes read from a stream gone since are covered by the whole
+		// flush, and their IDs are no place to read the new one from.
+		if next := t.checkLost(c, stream, last); next != last {
+			last = next
+			continue
 		}
 		for _, m := range read[stream] {
 			last = m.ID
@@ -634,26 +656,56 @@ func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 	return r[0].ID, nil
 }
 
-// checkTrimmed flushes the local store whole when the stream no longer
-// holds the flush after last: one this replica did not read is gone.
-func (t *Tier) checkTrimmed(c valkey.Client, stream, last string) {
-	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
-	if err != nil || len(r) == 0 || last == "0-0" || !idAfter(r[0].ID, last) {
-		return
+// checkLost flushes the local store whole when the stream may have lost
+// a flush after last that this replica did not read, and returns where to
+// read on. The stream lost it when it no longer holds the flush after last
+// (trimmed), or holds neither last nor any flush after it: deleted
+// (FLUSHALL, an eviction, a failover or restart to a server without it),
+// maybe made again since on a server whose clock is behind. A server that
+// lost the stream may have lost the epochs of its flushes with it (a
+// failover before they reached the replica that took over), so the tier
+// is flushed whole too. A stream made again is read from its start, which
+// comes after what this replica read.
+func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
+	if last == "0-0" {
+		return last
 	}
-	log.Warningf("Shared tier %s: flushes were lost while it was out of reach: the local store is flushed whole", t.cfg)
-	t.opt.Apply(flush.Flush{Scope: flush.All})
+	end, err := t.streamEnd(c, stream)
+	if err != nil {
+		return last
+	}
+	if idAfter(last, end, 0) {
+		if c.Do(t.ctx, t.setEpoch(c, t.keys.all, time.Now().Unix())).Error() != nil {
+			return last // checked again after the next read
+		}
+		t.lost("the stream of flushes was deleted: the tier and the local store are flushed whole")
+		return "0-0"
+	}
+	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
+	if err == nil && len(r) > 0 && idAfter(r[0].ID, last, 1) {
+		t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
+	}
+	return last
 }
 
-// idAfter reports whether stream ID a comes after b, past the ID after b.
-func idAfter(a, b string) bool {
+// lost flushes the local store whole for flushes lost before this replica
+// read them, why.
+func (t *Tier) lost(why string) {
+	log.Warningf("Shared tier %s: %s", t.cfg, why)
+	t.m.lost.inc()
+	t.apply(flush.Flush{Scope: flush.All})
+}
+
+// idAfter reports whether stream ID a comes after b by more than gap IDs
+// of b's millisecond: by any, for gap 0; past the ID after b, for 1.
+func idAfter(a, b string, gap uint64) bool {
 	am, as, _ := strings.Cut(a, "-")
 	bm, bs, _ := strings.Cut(b, "-")
 	ams, _ := strconv.ParseUint(am, 10, 64)
 	bms, _ := strconv.ParseUint(bm, 10, 64)
 	asq, _ := strconv.ParseUint(as, 10, 64)
 	bsq, _ := strconv.ParseUint(bs, 10, 64)
-	return ams > bms || ams == bms && asq > bsq+1
+	return ams > bms || ams == bms && asq > bsq+gap
 }
 
 // pause waits wait, or until the tier closes, and returns the next wait.
@@ -685,6 +737,13 @@ func (t *Tier) received(fields map[string]string) {
 		return
 	}
 	t.m.received.inc()
+	t.apply(f)
+}
+
+// apply fences the queue off f, another replica's flush, and applies it
+// to the local store.
+func (t *Tier) apply(f flush.Flush) {
+	t.fence.BeginFlush(f, time.Now().Unix())
 	t.opt.Apply(f)
 }
 

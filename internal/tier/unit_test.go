@@ -116,7 +116,7 @@ func TestPutBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No writer drains this tier's queue: New's goroutines are not started.
-	tr := &Tier{cfg: cfg, m: newSeries(".", t.Name()), queue: make(chan []byte, cfg.queue)}
+	tr := &Tier{cfg: cfg, m: newSeries(".", t.Name()), queue: make(chan queued, cfg.queue)}
 	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
 	orig := slices.Clone(e)
 	done := make(chan struct{})
@@ -135,7 +135,7 @@ func TestPutBounded(t *testing.T) {
 		t.Errorf("queued %d, dropped %d of 100 puts into a queue of 4", len(tr.queue), tr.Stats().WritesDropped)
 	}
 	e[len(e)-1] ^= 0xff
-	if got := <-tr.queue; string(got) != string(orig) {
+	if got := <-tr.queue; string(got.e) != string(orig) {
 		t.Error("the queued entry changed with the caller's")
 	}
 }
