@@ -610,6 +610,11 @@ func (t *Tier) readFlushes(last string) {
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
 	wait := reconnectMin
+	// behind: a read since the last check that found the stream whole
+	// returned flushes, so that more may have come after them, unread, in
+	// a stream that went before the next read. Not at the start, which
+	// reads from the stream's end.
+	behind := false
 	for t.ctx.Err() == nil {
 		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build().Pin())
 		read, err := res.AsXRead()
@@ -618,7 +623,9 @@ func (t *Tier) readFlushes(last string) {
 				return
 			}
 			wait = t.pause(wait)
-			last = t.checkLost(c, stream, last)
+			if next, _ := t.checkLost(c, stream, last, behind); next != last {
+				last, behind = next, false
+			}
 			continue
 		}
 		wait = reconnectMin
@@ -627,13 +634,20 @@ func (t *Tier) readFlushes(last string) {
 		// that read nothing, the stream gone, which no read reports. The
 		// flushes read from a stream gone since are covered by the whole
 		// flush, and their IDs are no place to read the new one from.
-		if next := t.checkLost(c, stream, last); next != last {
-			last = next
+		next, checked := t.checkLost(c, stream, last, behind)
+		if next != last {
+			last, behind = next, false
 			continue
 		}
 		for _, m := range read[stream] {
 			last = m.ID
 			t.received(m.FieldValues)
+		}
+		if len(read[stream]) > 0 {
+			behind = true
+		} else if checked {
+			behind = false
+			testHookCaughtUp()
 		}
 	}
 }
@@ -641,6 +655,9 @@ func (t *Tier) readFlushes(last string) {
 // testHookReading runs as the reader of flushes starts: a test holds it
 // there to show that a flush sent meanwhile is read all the same.
 var testHookReading = func() {}
+
+// testHookCaughtUp runs when a read of the stream found no flush unread.
+var testHookCaughtUp = func() {}
 
 // streamEnd returns the ID of the stream's last flush, "0-0" when it has
 // none. A key of another type holds none: what someone else wrote there
@@ -656,36 +673,62 @@ func (t *Tier) streamEnd(c valkey.Client, stream string) (string, error) {
 	return r[0].ID, nil
 }
 
-// checkLost flushes the local store whole when the stream may have lost
-// a flush after last that this replica did not read, and returns where to
-// read on. The stream lost it when it no longer holds the flush after last
-// (trimmed), or holds neither last nor any flush after it: deleted
-// (FLUSHALL, an eviction, a failover or restart to a server without it),
-// maybe made again since on a server whose clock is behind. A server that
-// lost the stream may have lost the epochs of its flushes with it (a
-// failover before they reached the replica that took over), so the tier
-// is flushed whole too. A stream made again is read from its start, which
-// comes after what this replica read.
-func (t *Tier) checkLost(c valkey.Client, stream, last string) string {
+// checkLost finds flushes after last that the stream lost, and returns
+// where to read on. The stream lost them when it no longer holds the flush
+// after last (trimmed), or holds neither last nor any flush after it:
+// deleted (FLUSHALL, an eviction, a failover or restart to a server without
+// it), maybe made again since (madeAgain). A replica behind the stream,
+// which may not have read them, flushes its local store whole. A server
+// that lost the stream may have lost the epochs of its flushes with it (a
+// failover before they reached the replica that took over), so the tier is
+// flushed whole too, by every replica that finds the stream gone: one that
+// had read every flush keeps its store, so that a restart of a server
+// without persistence leaves the replicas warm. A stream made again is read
+// from its start. checked is false where the server did not answer.
+func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (next string, checked bool) {
 	if last == "0-0" {
-		return last
+		return last, true
 	}
 	end, err := t.streamEnd(c, stream)
 	if err != nil {
-		return last
+		return last, false
 	}
-	if idAfter(last, end, 0) {
-		if c.Do(t.ctx, t.setEpoch(c, t.keys.all, time.Now().Unix())).Error() != nil {
-			return last // checked again after the next read
+	if !idAfter(last, end, 0) {
+		r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
+		if err != nil {
+			return last, false
 		}
-		t.lost("the stream of flushes was deleted: the tier and the local store are flushed whole")
-		return "0-0"
+		if len(r) == 0 || !idAfter(r[0].ID, last, 1) {
+			return last, true
+		}
+		if !t.madeAgain(c, stream, last) {
+			t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
+			return last, true
+		}
 	}
-	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
-	if err == nil && len(r) > 0 && idAfter(r[0].ID, last, 1) {
-		t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
+	if c.Do(t.ctx, t.setEpoch(c, t.keys.all, time.Now().Unix())).Error() != nil {
+		return last, false // checked again after the next read
 	}
-	return last
+	if behind {
+		t.lost("the stream of flushes was deleted before it read them all: the tier and the local store are flushed whole")
+	} else {
+		log.Warningf("Shared tier %s: the stream of flushes was deleted after it read them all: the tier is flushed whole, the local store kept", t.cfg)
+	}
+	return "0-0", true
+}
+
+// madeAgain reports whether the stream, whose first flush is past the one
+// after last, was made again since this replica read last rather than
+// trimmed: it deleted no flush after last. A server that does not say
+// (before Redis 7) is taken to have trimmed it.
+func (t *Tier) madeAgain(c valkey.Client, stream, last string) bool {
+	info, err := c.Do(t.ctx, c.B().XinfoStream().Key(stream).Build()).AsMap()
+	if err != nil {
+		return false
+	}
+	deleted := info["max-deleted-entry-id"]
+	id, err := deleted.ToString()
+	return err == nil && !idAfter(id, last, 0)
 }
 
 // lost flushes the local store whole for flushes lost before this replica

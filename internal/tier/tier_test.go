@@ -951,12 +951,12 @@ func TestFlushesLost(t *testing.T) {
 	r.MustDo("XADD", stream, "5-3", "k", "v")
 	r.MustDo("XADD", stream, "7-0", "k", "v")
 	for _, last := range []string{"5-2", "5-3", "6-0"} {
-		tr.checkLost(c, stream, last)
+		tr.checkLost(c, stream, last, true)
 	}
 	if len(applied) != 0 {
 		t.Fatalf("flushed %v after reading up to a flush still in the stream", applied)
 	}
-	tr.checkLost(c, stream, "5-1") // 5-2 is gone
+	tr.checkLost(c, stream, "5-1", true) // 5-2 is gone
 	all := flush.Flush{Scope: flush.All}
 	if len(applied) != 1 || applied[0] != all.String() {
 		t.Fatalf("flushed %v after flushes were trimmed, want all", applied)
@@ -1052,6 +1052,60 @@ func TestStreamGone(t *testing.T) {
 				t.Errorf("%d losses of flushes counted, want 1", n)
 			}
 		})
+	}
+}
+
+// TestStreamGoneCaughtUp: a replica that had read every flush when the
+// stream went (a server restarted without persistence, FLUSHALL) lost
+// none: it keeps its store, flushes the tier whole (the epochs may have
+// gone with the stream) and reads the flushes sent since.
+func TestStreamGoneCaughtUp(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	caughtUp := make(chan struct{}, 1)
+	testHookCaughtUp = func() {
+		select {
+		case caughtUp <- struct{}{}:
+		default:
+		}
+	}
+	t.Cleanup(func() { testHookCaughtUp = func() {} })
+	a := mustTier(t, option, 1, nil)
+	got := make(chan string, 8)
+	b := mustTier(t, option, 1, func(f flush.Flush) { got <- f.String() })
+	await := func(want string) {
+		t.Helper()
+		select {
+		case f := <-got:
+			if f != want {
+				t.Fatalf("applied %s, want %s", f, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never applied", want)
+		}
+	}
+	first := flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, "read.example")}}
+	if err := a.Flush(first, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	await(first.String())
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix())-1, 300)
+	putAndWait(t, a, e)
+	<-caughtUp // drop one that came before the flush
+	<-caughtUp
+	r.MustDo("DEL", a.keys.streamKey())
+	negative := flush.Flush{Scope: flush.Negative}
+	for deadline := time.Now().Add(10 * time.Second); get(b, e) != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a value stored before the stream went is read after it: the tier was not flushed")
+		}
+	}
+	if err := a.Flush(negative, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	await(negative.String()) // and no whole flush before it
+	if n := b.m.lost.n.Load(); n != 0 {
+		t.Errorf("%d losses of flushes counted, want 0", n)
 	}
 }
 
