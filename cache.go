@@ -182,7 +182,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		// verifies, so that requests are hits and misses.
 		m.Hits[f.kind].Inc()
 		if c.VerifyStale {
-			if done, rcode, err := c.verify(ctx, w, r, s, f.hash, f.dnssec, f.popularity, m); done {
+			if done, rcode, err := c.verify(ctx, w, r, s, &f, m); done {
 				return rcode, err
 			}
 			switch f = c.lookup(s, f.now, true); f.state {

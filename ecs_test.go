@@ -560,3 +560,29 @@ func TestECSEchoScopeBeyondSource(t *testing.T) {
 		}
 	}
 }
+
+// TestECSSourceZeroVerifiesNoECS: serve_stale's verify mode refreshes an
+// answer fetched without ECS that a query with source /0 finds stale as it
+// was fetched, without ECS, whether it waits for the refresh or not.
+func TestECSSourceZeroVerifiesNoECS(t *testing.T) {
+	for _, verify := range []string{"verify", "verify 5s"} {
+		t.Run(verify, func(t *testing.T) {
+			g := newGeoUpstream()
+			clk := newClock()
+			c := newGeoCache(t, "compactcache {\n serve_stale 1h "+verify+"\n}", g, clk)
+			ask(t, c, geoQuery("s16.geo.", ""), false)
+			clk.advance(400 * time.Second)
+			network, echo := geoAnswer(t, ask(t, c, geoQuery("s16.geo.", "0.0.0.0/0"), false))
+			if network != "none" || echo == nil || echo.SourceNetmask != 0 || g.count("s16.geo.") != 2 {
+				t.Fatalf("verified for /0: answer for %s, ECS %v, upstream asked %d times (ECS sent %v); want the answer refreshed without ECS", network, echo, g.count("s16.geo."), g.sources)
+			}
+			got := ask(t, c, geoQuery("s16.geo.", ""), false)
+			if network, _ := geoAnswer(t, got); network != "none" || g.count("s16.geo.") != 2 {
+				t.Fatalf("no ECS after the verify: answer for %s, upstream asked %d times; want the refreshed entry", network, g.count("s16.geo."))
+			}
+			if code, _ := ede(got); code == edeStaleAnswer {
+				t.Fatal("no ECS after the verify: served stale, want the refreshed entry")
+			}
+		})
+	}
+}

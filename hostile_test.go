@@ -832,30 +832,43 @@ func TestHostileUpstream(t *testing.T) {
 	}
 }
 
-// TestVerifyTooLargeCountedOnce: under serve_stale verify with a timeout, a
-// reply that refreshes the entry but is too large for an entry, and for a
-// message (over 64 KiB), is counted once, in refused_total, as on a miss:
-// not again in drops_total when it cannot be passed on either.
-func TestVerifyTooLargeCountedOnce(t *testing.T) {
-	n := 1
-	next := &hostileNext{asked: map[string]int{}, answer: func(r *dns.Msg) *dns.Msg {
-		return hostileReply(r, dns.RcodeSuccess, txtRecords(r.Question[0].Name, n, 255), nil, nil)
-	}}
-	clk := newClock()
-	c := New()
-	c.Next, c.now = next, clk.now
-	c.StaleUpTo, c.VerifyStale, c.VerifyTimeout = time.Hour, true, time.Hour // the fetch ends first
-	h := &hostileRun{c: c, clk: clk, next: next, ctx: hostileServer("verify of a reply over 64 KiB")}
-	req := test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg()
-	if got, _, _ := h.ask(t, req, true); got == nil || len(got.Answer) != 1 {
-		t.Fatalf("first reply %v", got)
-	}
-	clk.advance(301 * time.Second)
-	n = 300 // 77 KB of records
-	drops0, refused0 := counters(t, h.ctx)
-	h.ask(t, req, true)
-	drops, refused := counters(t, h.ctx)
-	if drops != drops0 || refused != refused0+1 {
-		t.Fatalf("drops_total +%v, refused_total +%v; want +0, +1", drops-drops0, refused-refused0)
+// TestVerifyTooLargeServesStale: under serve_stale verify, waiting for the
+// fetch or with a timeout, a reply that refreshes the entry but is too large
+// for an entry, and for a message (over 64 KiB), cannot be passed on: the
+// client gets the stale entry, counted in served_stale_total, where it got
+// SERVFAIL. The reply is counted once, in refused_total, as on a miss: not
+// again in drops_total.
+func TestVerifyTooLargeServesStale(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Hour} { // an hour: the fetch ends first
+		t.Run(timeout.String(), func(t *testing.T) {
+			n := 1
+			next := &hostileNext{asked: map[string]int{}, answer: func(r *dns.Msg) *dns.Msg {
+				return hostileReply(r, dns.RcodeSuccess, txtRecords(r.Question[0].Name, n, 255), nil, nil)
+			}}
+			clk := newClock()
+			c := New()
+			c.Next, c.now = next, clk.now
+			c.StaleUpTo, c.VerifyStale, c.VerifyTimeout = time.Hour, true, timeout
+			h := &hostileRun{c: c, clk: clk, next: next, ctx: hostileServer("verify of a reply over 64 KiB, timeout " + timeout.String())}
+			req := test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg()
+			if got, _, _ := h.ask(t, req, true); got == nil || len(got.Answer) != 1 {
+				t.Fatalf("first reply %v", got)
+			}
+			clk.advance(301 * time.Second)
+			n = 300 // 77 KB of records
+			drops0, refused0 := counters(t, h.ctx)
+			got, _, _ := h.ask(t, req, true)
+			if got == nil || len(got.Answer) != 1 || got.Answer[0].Header().Ttl != 30 {
+				t.Fatalf("reply %v; want the stale entry, its TTL 30", got)
+			}
+			drops, refused := counters(t, h.ctx)
+			if drops != drops0 || refused != refused0+1 {
+				t.Fatalf("drops_total +%v, refused_total +%v; want +0, +1", drops-drops0, refused-refused0)
+			}
+			labels := map[string]string{"server": h.ctx.Value(dnsserver.Key{}).(*dnsserver.Server).Addr, "zones": "", "view": ""}
+			if stale := seriesValue(t, "coredns_compactcache_served_stale_total", labels); stale != 1 {
+				t.Fatalf("served_stale_total %v, want 1", stale)
+			}
+		})
 	}
 }

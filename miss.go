@@ -247,7 +247,7 @@ func (cw *captureWriter) ask(ctx context.Context) (int, error) {
 
 // refreshed reports whether the fetch brought what may replace a stale or
 // expiring entry (RFC 8767 section 4: NOERROR or NXDOMAIN; under the
-// prefer_positive policy only an answer), stored or not: as in the stock
+// prefer_positive policy only an answer), stored or passed on: as in the stock
 // cache, a valid reply the cache cannot keep is no failure to recheck.
 func (cw *captureWriter) refreshed() bool { return cw.reply != nil && cw.fresh }
 
@@ -385,12 +385,14 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.MaxEntry)
 	if err != nil {
 		cw.dropped = true // counted in refused or drops
+		passErr := err
 		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.TooLarge.Inc()
+			_, passErr = passedEntry(cw.s, cw.req, res) // one passOn cannot write either refreshes nothing: the stale entry serves
 		} else {
-			cw.fresh = false
 			cw.m.Drops.Inc()
 		}
+		cw.fresh = cw.fresh && passErr == nil
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
 		return
 	}

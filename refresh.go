@@ -174,7 +174,8 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, populari
 // refreshes the entry (done). Otherwise, or after VERIFY_TIMEOUT, the caller
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
-func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, h uint64, dnssec bool, popularity int, m *cachemetrics.Server) (done bool, rcode int, err error) {
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) (done bool, rcode int, err error) {
+	h, dnssec, popularity := f.hash, f.dnssec, f.popularity // f changes once verify returns
 	// One verify per entry at a time: the requests that find one in flight,
 	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
 	// stock cache lets every request verify for itself unless a recheck or
@@ -187,10 +188,16 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		// client gone (DoH) is no failure of the upstream to hold back.
 		ok := false
 		defer func() { c.refreshes.end(h, c.now(), c.FailRecheck, ok || ctx.Err() != nil) }()
-		cw := c.newCapture(w, r, s, m)
+		// Fetched without ECS, so again: a /0 client's option is echoed still.
+		req, ecs := r, s.q.ecs
+		if f.noECS && ecs.family != 0 {
+			req, s.q.ecs = refreshRequest(r, &ecs, 0, true), subnet{}
+		}
+		cw := c.newCapture(w, req, s, m)
 		cw.refresh, cw.popularity = true, popularity
 		cw.dnssec = cw.dnssec || dnssec
 		rcode, err = cw.fetch(ctx)
+		s.q.ecs = ecs
 		if ok = cw.refreshed(); !ok {
 			return false, 0, nil
 		}
@@ -198,7 +205,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return true, rcode, err
 	}
 
-	req := refreshRequest(r, &s.q.ecs, 0, false)
+	req := refreshRequest(r, &s.q.ecs, 0, f.noECS)
 	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
