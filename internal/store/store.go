@@ -302,7 +302,8 @@ func (s *Store) Put(e entry.Entry, now int64) (dropped Displaced) {
 // Update replaces the entry under key by what next makes of it (old is nil
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
-// is only valid inside next.
+// is only valid inside next, which may return it, or bytes of it, to store
+// it again (as a replacement, in main).
 func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (dropped Displaced) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
@@ -313,9 +314,13 @@ func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.E
 		}
 		e := next(lent)
 		if poison && old != nil {
-			// Back in place before the put, which may move old's chunk;
-			// e may be lent itself, poisoned only once the put copied it.
+			// Back in place before the put, which may move old's chunk.
 			copy(old, lent)
+		}
+		if overlaps(e, lent) {
+			// Making room for the put may move or overwrite the bytes
+			// next was lent, as it compacts old's chunk.
+			e = append(entry.Entry(nil), e...)
 		}
 		if e != nil {
 			sh.put(e, h, now, &dropped)
@@ -325,6 +330,15 @@ func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.E
 		}
 	})
 	return dropped
+}
+
+// overlaps reports whether a and b share bytes.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // locked runs f on the shard of hash h with its lock held.
