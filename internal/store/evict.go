@@ -327,6 +327,8 @@ func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 			}
 			from = probationQ
 		}
+		fq := &sh.queues[from]
+		sh.turnedFrom[q] = placeOf(from, fq.pushed-uint64(fq.n))
 		c = sh.dequeue(from)
 		sh.enqueue(q, c)
 		sh.turning[q], sh.newEnd[q], sh.oldStart[q], sh.from[q] = c, 0, 0, from

@@ -885,3 +885,72 @@ func TestMainRound(t *testing.T) {
 	}
 	checkShards(t, s)
 }
+
+// TestWalkMeetsTurnAgain drives, one policy step at a time, a chunk that a
+// walk visited in probation through main until it turns a second time, with
+// entries of probation the walk had not reached yet promoted into it
+// meanwhile: the walk meets it turning, its older span holding those
+// entries, which it must visit. The steps are those a full shard takes
+// (reserve's makeRoom and turn), called here on a shard of two chunks.
+func TestWalkMeetsTurnAgain(t *testing.T) {
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	var keys [][]byte
+	for i := 0; sh.allocated < 2 || sh.used[1] < 64<<10; i++ {
+		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
+		s.Put(e, 0)
+		keys = append(keys, key)
+	}
+	chunkOf := func(key []byte) (c, off int) {
+		v := sh.table.load(sh.find(key, s.Hash(key)))
+		return int(sh.table.loc(v) >> chunkBits), int(sh.table.loc(v) & (chunkSize - 1))
+	}
+	// The first half of the first chunk is asked again, so that main keeps
+	// more than a turn passes at once, and a few entries of the second.
+	var promoted [][]byte
+	for _, key := range keys {
+		switch c, off := chunkOf(key); {
+		case c == 0 && off < 64<<10:
+			s.touch(key)
+		case c == 1 && len(promoted) < 10:
+			s.touch(key)
+			promoted = append(promoted, key)
+		}
+	}
+
+	visited := map[string]bool{}
+	visit := func(e entry.Entry) bool { visited[string(e.Key())] = true; return false }
+	c, more := s.Walk(Cursor{}, visit) // the first chunk, probation's oldest
+	if !more || len(visited) == 0 || visited[string(promoted[0])] {
+		t.Fatalf("the walk's first step visited %d entries", len(visited))
+	}
+
+	var d Displaced
+	sh.mu.Lock()
+	sh.makeRoom(mainQ, 0, &d)      // the first chunk passes to main
+	sh.makeRoom(probationQ, 0, &d) // the second passes, its hit entries promoted into the first
+	sh.turn(mainQ, 64, 0, &d)      // main turns the first chunk, its oldest
+	sh.mu.Unlock()
+	if sh.turning[mainQ] != 0 {
+		t.Fatalf("main turns chunk %d, want 0", sh.turning[mainQ])
+	}
+	for _, key := range promoted {
+		if c, off := chunkOf(key); c != 0 || off < sh.oldStart[mainQ] {
+			t.Fatalf("%s is at %d in chunk %d, not in the older span of chunk 0, from %d", dnsName(key), off, c, sh.oldStart[mainQ])
+		}
+	}
+
+	for more {
+		c, more = s.Walk(c, visit)
+	}
+	for _, key := range promoted {
+		if !visited[string(key)] {
+			t.Errorf("%s, stored before the walk and there after it, was not visited", dnsName(key))
+		}
+	}
+	checkShards(t, s)
+}

@@ -107,6 +107,9 @@ type shard struct {
 	// span of the turn begun first is the older (evictOldest).
 	turns     uint64
 	turnBegan [numQueues]uint64
+	// Where each queue's turning chunk was queued before its turn began
+	// (placeOf): a walk that visited it there has visited its older span.
+	turnedFrom [numQueues]uint64
 
 	// The clocks of readmission from the ghost (evict.go): the marks the
 	// ghost has pushed, that count when main last passed a chunk, and the
@@ -299,7 +302,8 @@ func (s *Store) Put(e entry.Entry, now int64) (dropped Displaced) {
 // Update replaces the entry under key by what next makes of it (old is nil
 // when there is none; next returns nil to leave things as they are), with
 // the shard locked throughout, so that concurrent updates are not lost. old
-// is only valid inside next.
+// is only valid inside next, which may return it, or bytes of it, to store
+// it again (as a replacement, in main).
 func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.Entry) (dropped Displaced) {
 	h := s.Hash(key)
 	s.locked(h, func(sh *shard) {
@@ -310,9 +314,13 @@ func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.E
 		}
 		e := next(lent)
 		if poison && old != nil {
-			// Back in place before the put, which may move old's chunk;
-			// e may be lent itself, poisoned only once the put copied it.
+			// Back in place before the put, which may move old's chunk.
 			copy(old, lent)
+		}
+		if overlaps(e, lent) {
+			// Making room for the put may move or overwrite the bytes
+			// next was lent, as it compacts old's chunk.
+			e = append(entry.Entry(nil), e...)
 		}
 		if e != nil {
 			sh.put(e, h, now, &dropped)
@@ -322,6 +330,15 @@ func (s *Store) Update(key []byte, now int64, next func(old entry.Entry) entry.E
 		}
 	})
 	return dropped
+}
+
+// overlaps reports whether a and b share bytes.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // locked runs f on the shard of hash h with its lock held.
@@ -382,8 +399,12 @@ func (s *Store) Remove(key []byte) {
 type Cursor struct {
 	shard, queue int
 	seq          uint64   // the first chunk of the queue not visited, as queue.pushed counts them
-	seen         []uint64 // bit c: the shard's chunk c was visited, at an earlier place in its queues
+	visitedAt    []uint64 // the place (placeOf) where the shard's chunk c was last visited, 0 for none
 }
+
+// placeOf returns a chunk's place in the shard's queues, the seq-th queued
+// in queue q, as a number that is never 0.
+func placeOf(q int, seq uint64) uint64 { return seq*numQueues + uint64(q) + 1 }
 
 // Walk visits the entries of the next chunk of the store from c on, with its
 // shard locked, so that a walk of the whole store holds no lock for longer
@@ -397,15 +418,16 @@ type Cursor struct {
 // moved while the walk runs may be visited twice. Entries stored after the
 // walk passed their place are not visited.
 //
-// A turning chunk met again keeps in its older span entries that were there
-// when the walk visited it before, and that have not moved since: only its
-// newer span is visited then.
+// A turning chunk the walk visited at the place it turned from keeps in its
+// older span entries that were there then, and that have not moved since:
+// only its newer span is visited. One the walk visited only at an earlier
+// place may have taken in entries it had not reached before it turned.
 func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor, bool) {
 	for ; c.shard < len(s.shards); c = (Cursor{shard: c.shard + 1}) {
 		sh := &s.shards[c.shard]
 		sh.mu.Lock()
-		if c.seen == nil {
-			c.seen = make([]uint64, (len(sh.chunks)+63)/64)
+		if c.visitedAt == nil {
+			c.visitedAt = make([]uint64, len(sh.chunks))
 		}
 		for ; c.queue < numQueues; c.queue, c.seq = c.queue+1, 0 {
 			qu := &sh.queues[c.queue]
@@ -414,9 +436,10 @@ func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor,
 				chunk := qu.at(int(c.seq - first))
 				c.seq++
 				if sh.used[chunk] > 0 {
-					again := c.seen[chunk/64]&(1<<(chunk%64)) != 0
-					c.seen[chunk/64] |= 1 << (chunk % 64)
-					sh.walkChunk(chunk, !again, visit)
+					x := sh.turningIn(chunk)
+					older := x < 0 || c.visitedAt[chunk] != sh.turnedFrom[x]
+					c.visitedAt[chunk] = placeOf(c.queue, c.seq-1)
+					sh.walkChunk(chunk, older, visit)
 					sh.mu.Unlock()
 					return c, true
 				}

@@ -105,3 +105,46 @@ func wireToText(w string) string {
 	}
 	return out
 }
+
+// TestUpdateReturnsItsOwn: next may hand back the entry it was lent, as
+// one that keeps it as it is but for the queue (a replacement goes to
+// main): here the put that stores it makes its room by turning the very
+// span it lies in, compacting the entries after it over its bytes.
+func TestUpdateReturnsItsOwn(t *testing.T) {
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	b := entry.NewBuilder()
+	var keys [][]byte
+	for i := range 40_000 {
+		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
+		s.Put(e, 0)
+		for range 3 {
+			s.touch(key) // kept by every pass
+		}
+		keys = append(keys, key)
+	}
+	// Entries stored again go to main, until its turning chunk has no
+	// room left for one before its older span.
+	for i := 0; sh.turning[mainQ] < 0 || sh.oldStart[mainQ]-sh.newEnd[mainQ] >= 64; i++ {
+		if i == len(keys) {
+			t.Fatal("main never turned a chunk with its room used up")
+		}
+		e, _ := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
+		s.Put(e, 0)
+	}
+	for _, key := range keys {
+		s.touch(key) // so that the entries after it are kept, compacted
+	}
+	c := sh.turning[mainQ]
+	old := entry.Entry(sh.chunks[c][sh.oldStart[mainQ]:])
+	key := append([]byte(nil), old.Key()...)
+	want, _ := s.lookup(key)
+	s.Update(key, 0, func(old entry.Entry) entry.Entry { return old })
+	if got, ok := s.lookup(key); !ok || got != want {
+		t.Errorf("after Update returned the entry it was lent, %s holds %d (found %t), want %d", dnsName(key), got, ok, want)
+	}
+	checkShards(t, s)
+}
