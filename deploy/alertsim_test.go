@@ -261,6 +261,7 @@ type staleBlock struct {
 	ctx    context.Context
 	server string
 	down   atomic.Bool
+	ttl    uint32 // of the answers: 1 unless set before the first request
 }
 
 func newStaleBlock(t testing.TB, corefile, server string) *staleBlock {
@@ -274,14 +275,14 @@ func newStaleBlock(t testing.TB, corefile, server string) *staleBlock {
 	if err := setup(ctrl); err != nil {
 		t.Fatal(err)
 	}
-	b := &staleBlock{server: server}
+	b := &staleBlock{server: server, ttl: 1}
 	next := plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 		if b.down.Load() {
 			return dns.RcodeServerFailure, errors.New("the upstream is down")
 		}
 		m := new(dns.Msg)
 		m.SetReply(r)
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: []byte{192, 0, 2, 1}}}
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: b.ttl}, A: []byte{192, 0, 2, 1}}}
 		w.WriteMsg(m)
 		return dns.RcodeSuccess, nil
 	})
@@ -364,5 +365,51 @@ func TestServingStaleAlert(t *testing.T) {
 		after["coredns_cache_served_stale_total"]-before["coredns_cache_served_stale_total"], after["coredns_cache_prefetch_total"]-before["coredns_cache_prefetch_total"])
 	if f, v := fires(t, "CompactcacheServingStale", before, after); !f {
 		t.Errorf("CompactcacheServingStale does not fire (%.3f) while the upstream is down and the entries are answered stale", v)
+	}
+}
+
+// TestBudgetSaturatedAlert: CompactcacheBudgetSaturatedLowHitRatio stays
+// quiet on a full store whose entries expire before it needs their room,
+// which evicts them as it makes room (evictions_total counts them), and
+// fires on one too small to keep its entries until they expire.
+func TestBudgetSaturatedAlert(t *testing.T) {
+	const names = 30000 // well over what 1MiB holds
+	name := func(i int) string { return fmt.Sprintf("n%d.budget-alert.example.", i) }
+	const corefile = "compactcache {\n capacity 1MiB\n success 0 300 1\n}"
+
+	// Fits: each name asked once, expired before the store needs its room.
+	fits := newStaleBlock(t, corefile, "dns://budget-alert-fits:53")
+	for i := range names / 2 {
+		fits.ask(t, name(i))
+	}
+	time.Sleep(2500 * time.Millisecond) // the entries' TTL of 1 s runs out
+	before := blockCounters(t, fits.server)
+	for i := names / 2; i < names; i++ {
+		fits.ask(t, name(i))
+	}
+	after := blockCounters(t, fits.server)
+	t.Logf("fits: bytes %v of %v, evictions %v, not admitted %v", after["coredns_compactcache_bytes"], after["coredns_compactcache_capacity_bytes"],
+		after["coredns_cache_evictions_total"]-before["coredns_cache_evictions_total"], after["coredns_compactcache_not_admitted_total"]-before["coredns_compactcache_not_admitted_total"])
+	if after["coredns_cache_evictions_total"] == before["coredns_cache_evictions_total"] {
+		t.Fatal("the store that fits evicted nothing: it checks nothing")
+	}
+	if f, v := fires(t, "CompactcacheBudgetSaturatedLowHitRatio", before, after); f {
+		t.Errorf("CompactcacheBudgetSaturatedLowHitRatio fires (%.3f) on a store that drops only expired entries", v)
+	}
+
+	// Too small: the names asked twice, each pushed out before its second ask.
+	small := newStaleBlock(t, corefile, "dns://budget-alert-small:53")
+	small.ttl = 300
+	before = blockCounters(t, small.server)
+	for range 2 {
+		for i := range names {
+			small.ask(t, name(i))
+		}
+	}
+	after = blockCounters(t, small.server)
+	t.Logf("too small: hits %v of %v requests, evictions %v, not admitted %v", after["coredns_cache_hits_total"]-before["coredns_cache_hits_total"], after["coredns_cache_requests_total"]-before["coredns_cache_requests_total"],
+		after["coredns_cache_evictions_total"]-before["coredns_cache_evictions_total"], after["coredns_compactcache_not_admitted_total"]-before["coredns_compactcache_not_admitted_total"])
+	if f, v := fires(t, "CompactcacheBudgetSaturatedLowHitRatio", before, after); !f {
+		t.Errorf("CompactcacheBudgetSaturatedLowHitRatio does not fire (%.3f) on a store too small for the names asked", v)
 	}
 }
