@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	_ "github.com/coredns/coredns/plugin/bind"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,6 +34,13 @@ import (
 // server, summed by family.
 func blockCounters(t testing.TB, server string) map[string]float64 {
 	t.Helper()
+	return seriesCounters(t, map[string]string{"server": server})
+}
+
+// seriesCounters reads the series that carry all of labels, summed by
+// family.
+func seriesCounters(t testing.TB, labels map[string]string) map[string]float64 {
+	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -38,10 +48,14 @@ func blockCounters(t testing.TB, server string) map[string]float64 {
 	out := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
+			matched := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == server {
-					out[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					matched++
 				}
+			}
+			if matched == len(labels) {
+				out[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -411,5 +425,34 @@ func TestBudgetSaturatedAlert(t *testing.T) {
 		after["coredns_cache_evictions_total"]-before["coredns_cache_evictions_total"], after["coredns_compactcache_not_admitted_total"]-before["coredns_compactcache_not_admitted_total"])
 	if f, v := fires(t, "CompactcacheBudgetSaturatedLowHitRatio", before, after); !f {
 		t.Errorf("CompactcacheBudgetSaturatedLowHitRatio does not fire (%.3f) on a store too small for the names asked", v)
+	}
+}
+
+// TestSnapshotWriteAlert: CompactcacheSnapshotWriteFailing fires once a
+// block could not write its snapshot file, here into a directory that does
+// not exist, at the final shutdown.
+func TestSnapshotWriteAlert(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "block.snap")
+	labels := map[string]string{"path": path, "op": "write"}
+	before := seriesCounters(t, labels)
+	corefile := ".:0 {\n bind 127.0.0.1\n compactcache {\n  snapshot " + path + "\n }\n}\n"
+	// Placed as cmd/coredns places it (the root package's tests do the same):
+	// a directive missing from the list is rejected when a Corefile is parsed.
+	if !slices.Contains(dnsserver.Directives, "compactcache") {
+		if err := dnsserver.SetDirectives(slices.Insert(slices.Clone(dnsserver.Directives), slices.Index(dnsserver.Directives, "cache"), "compactcache")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst, err := caddy.Start(caddy.CaddyfileInput{ServerTypeName: "dns", Contents: []byte(corefile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); f {
+		t.Errorf("CompactcacheSnapshotWriteFailing fires (%.0f) before any write", v)
+	}
+	inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
+	inst.Stop()
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); !f {
+		t.Errorf("CompactcacheSnapshotWriteFailing does not fire (%.0f) after a write failed", v)
 	}
 }
