@@ -502,7 +502,14 @@ func family(n string, have map[string]string) string {
 // "answered from the cache, its reply sent", backquotes dropped.
 func readmeGlosses(t testing.TB, family string) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	return docGlosses(t, "README.md", family)
+}
+
+// docGlosses is readmeGlosses of the metrics table of doc, a path from the
+// repository's root.
+func docGlosses(t testing.TB, doc, family string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,14 +520,14 @@ func readmeGlosses(t testing.TB, family string) map[string]string {
 		}
 	}
 	if row == "" {
-		t.Fatalf("README.md's Metrics table has no row for %s", family)
+		t.Fatalf("%s's metrics table has no row for %s", doc, family)
 	}
 	out := map[string]string{}
 	for _, m := range regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)").FindAllStringSubmatch(row, -1) {
 		out[m[1]] = strings.ReplaceAll(m[2], "`", "")
 	}
 	if len(out) == 0 {
-		t.Fatalf("README.md's row of %s glosses no label value", family)
+		t.Fatalf("%s's row of %s glosses no label value", doc, family)
 	}
 	return out
 }
@@ -530,8 +537,20 @@ func readmeGlosses(t testing.TB, family string) map[string]string {
 // it counts (the panel may add advice after it), so that a result whose
 // meaning changed in the plugin does not keep its old meaning there.
 func TestFrontendPanelGlossesAsREADME(t *testing.T) {
-	family := frontendFamilies + "requests_total"
-	glosses := readmeGlosses(t, "coredns_compactcache_frontend_requests_total")
+	panelGlosses(t, frontendFamilies+"requests_total", "README.md", readmeGlosses(t, "coredns_compactcache_frontend_requests_total"))
+}
+
+// TestSharedPanelGlossesAsDocs: the dashboard's panel of the shared tier's
+// lookups says of each result what docs/shared.md's metrics table says it
+// counts.
+func TestSharedPanelGlossesAsDocs(t *testing.T) {
+	panelGlosses(t, "coredns_compactcache_shared_requests_total", "docs/shared.md", docGlosses(t, "docs/shared.md", "shared_requests_total"))
+}
+
+// panelGlosses checks that the panels that show family gloss each label
+// value as doc does in glosses.
+func panelGlosses(t *testing.T, family, doc string, glosses map[string]string) {
+	t.Helper()
 	found := false
 	for _, p := range readDashboard(t).Panels {
 		if !slices.ContainsFunc(p.Targets, func(tg target) bool { return strings.Contains(tg.Expr, family) }) {
@@ -540,7 +559,7 @@ func TestFrontendPanelGlossesAsREADME(t *testing.T) {
 		found = true
 		for result, gloss := range glosses {
 			if !strings.Contains(p.Description, result+" ("+gloss) {
-				t.Errorf("panel %q: %s should read %q, as README.md says; the description: %s", p.Title, result, result+" ("+gloss+")", p.Description)
+				t.Errorf("panel %q: %s should read %q, as %s says; the description: %s", p.Title, result, result+" ("+gloss+")", doc, p.Description)
 			}
 		}
 	}
