@@ -435,7 +435,19 @@ func TestSnapshotWriteAlert(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing", "block.snap")
 	labels := map[string]string{"path": path, "op": "write"}
 	before := seriesCounters(t, labels)
-	corefile := ".:0 {\n bind 127.0.0.1\n compactcache {\n  snapshot " + path + "\n }\n}\n"
+	inst := startCorefile(t, ".:0 {\n bind 127.0.0.1\n compactcache {\n  snapshot "+path+"\n }\n}\n")
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); f {
+		t.Errorf("CompactcacheSnapshotWriteFailing fires (%.0f) before any write", v)
+	}
+	inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); !f {
+		t.Errorf("CompactcacheSnapshotWriteFailing does not fire (%.0f) after a write failed", v)
+	}
+}
+
+// startCorefile starts CoreDNS with corefile, stopped when the test ends.
+func startCorefile(t testing.TB, corefile string) *caddy.Instance {
+	t.Helper()
 	// Placed as cmd/coredns places it (the root package's tests do the same):
 	// a directive missing from the list is rejected when a Corefile is parsed.
 	if !slices.Contains(dnsserver.Directives, "compactcache") {
@@ -447,12 +459,6 @@ func TestSnapshotWriteAlert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); f {
-		t.Errorf("CompactcacheSnapshotWriteFailing fires (%.0f) before any write", v)
-	}
-	inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
-	inst.Stop()
-	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); !f {
-		t.Errorf("CompactcacheSnapshotWriteFailing does not fire (%.0f) after a write failed", v)
-	}
+	t.Cleanup(func() { inst.Stop() })
+	return inst
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	_ "github.com/coredns/coredns/plugin/metrics"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -266,6 +267,9 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 		for n, where := range used {
 			if processFamily(n) {
 				continue // TestProcessPanelsExported
+			}
+			if n == "coredns_plugin_enabled" {
+				continue // the prometheus plugin's: TestDashboardVariablesAtStartup
 			}
 			help, ok := have[family(n, have)]
 			switch {
@@ -566,6 +570,83 @@ func panelGlosses(t *testing.T, family, doc string, glosses map[string]string) {
 	if !found {
 		t.Fatalf("no panel shows %s", family)
 	}
+}
+
+// TestDashboardVariablesAtStartup: the dashboard's variables list a block
+// as soon as its server has started, before its first request, under the
+// server label its panels' series carry.
+func TestDashboardVariablesAtStartup(t *testing.T) {
+	const zone = "variables.example."
+	inst := startCorefile(t, zone+":0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:0\n compactcache\n}\n")
+	variable := regexp.MustCompile(`^label_values\((\w+)(?:\{([^}]*)\})?, *(\w+)\)$`)
+	matcher := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	listed := map[string]map[string]bool{} // values by variable
+	for _, v := range readDashboard(t).Templating.List {
+		m := variable.FindStringSubmatch(v.Definition)
+		if m == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, lm := range matcher.FindAllStringSubmatch(m[2], -1) {
+			labels[lm[1]] = lm[2]
+		}
+		listed[v.Name] = map[string]bool{}
+		for _, s := range series(t, m[1], labels) {
+			listed[v.Name][s[m[3]]] = true
+		}
+		if len(listed[v.Name]) == 0 {
+			t.Errorf("variable %s lists nothing before the first request: %s has no series", v.Name, v.Definition)
+		}
+	}
+
+	req := new(dns.Msg).SetQuestion(zone, dns.TypeA)
+	if _, err := dns.Exchange(req, inst.Servers()[0].LocalAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	served := series(t, "coredns_cache_requests_total", map[string]string{"zones": zone})
+	if len(served) == 0 {
+		t.Fatal("no request counted")
+	}
+	for _, s := range served {
+		if !listed["server"][s["server"]] {
+			t.Errorf("the server variable does not list %s, whose series the panels show", s["server"])
+		}
+	}
+}
+
+// series returns the labels of the series of family that carry labels.
+func series(t testing.TB, family string, labels map[string]string) []map[string]string {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]string
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if carries(got, labels) {
+				out = append(out, got)
+			}
+		}
+	}
+	return out
+}
+
+// carries reports whether got holds each of labels.
+func carries(got, labels map[string]string) bool {
+	for k, v := range labels {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // TestMemoryPanelAsSizing: the memory panel says how the container limit
