@@ -391,14 +391,15 @@ func TestBudgetSaturatedAlert(t *testing.T) {
 	name := func(i int) string { return fmt.Sprintf("n%d.budget-alert.example.", i) }
 	const corefile = "compactcache {\n capacity 1MiB\n success 0 300 1\n}"
 
-	// Fits: each name asked once, expired before the store needs its room.
+	// Fits: the store filled, then names fewer than it holds asked while
+	// those it holds have expired: only expired entries make room.
 	fits := newStaleBlock(t, corefile, "dns://budget-alert-fits:53")
 	for i := range names / 2 {
 		fits.ask(t, name(i))
 	}
 	time.Sleep(2500 * time.Millisecond) // the entries' TTL of 1 s runs out
 	before := blockCounters(t, fits.server)
-	for i := names / 2; i < names; i++ {
+	for i := names / 2; i < names/2+names/4; i++ {
 		fits.ask(t, name(i))
 	}
 	after := blockCounters(t, fits.server)
