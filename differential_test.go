@@ -200,7 +200,7 @@ var diffReasons = map[string]struct {
 		eraseNonAnswer,
 	},
 	"truncation": {
-		"a reply cut to the client's size drops whole RRsets (RFC 2181 9); the stock cache's dns.Msg.Truncate keeps the records of a partial RRset that fit",
+		"a reply cut to the client's size drops whole RRsets and sets TC only when the answer or authority loses one (RFC 2181 9, as Unbound); the stock cache's dns.Msg.Truncate keeps the records of a partial RRset that fit and sets TC for any record left out",
 		eraseTruncation,
 	},
 }
@@ -886,6 +886,10 @@ var diffScenarios = []diffScenario{
 			{ask: "big.example.org. TXT bufsize=256", up: 0, diff: []string{"truncation"}},
 			{ask: "big.example.org. TXT +do bufsize=700", up: 1, diff: []string{"do-one-entry", "truncation"}},
 			{ask: "big.example.org. TXT tcp", up: 0},
+			// Only additional records left out: TC in the stock cache's.
+			{ask: "glue.example.org. NS -edns", up: 1, diff: []string{"truncation"}},
+			{ask: "glue.example.org. NS -edns", up: 0, diff: []string{"truncation"}},
+			{ask: "glue.example.org. NS bufsize=1232", up: 0},
 		},
 	},
 }
@@ -897,6 +901,10 @@ func diffZone() map[string]diffAnswer {
 	big := make([]string, 8)
 	for i := range big {
 		big[i] = fmt.Sprintf(`big.example.org. 300 IN TXT "%d%s"`, i, strings.Repeat("x", 100))
+	}
+	glue := make([]string, 40)
+	for i := range glue {
+		glue[i] = fmt.Sprintf("ns.glue.example.org. 300 IN A 192.0.2.%d", 100+i)
 	}
 	return map[string]diffAnswer{
 		"a.example.org. A":     {an: []string{"a.example.org. 300 IN A 192.0.2.1", "a.example.org. 300 IN A 192.0.2.2"}},
@@ -985,6 +993,7 @@ func diffZone() map[string]diffAnswer {
 		"old.example.org. A":   {signed: true, expired: true, an: []string{"old.example.org. 300 IN A 192.0.2.14"}},
 		"tc.example.org. A":    {tc: true, an: []string{"tc.example.org. 300 IN A 192.0.2.10"}},
 		"big.example.org. TXT": {an: big},
+		"glue.example.org. NS": {an: []string{"glue.example.org. 300 IN NS ns.glue.example.org."}, ex: glue},
 	}
 }
 
@@ -1570,9 +1579,16 @@ func eraseTCPRetry(st, cc *diffView) {
 }
 
 // eraseTruncation: in two truncated replies, the records of the stock
-// cache's past compactcache's, when those are the first of the stock's.
+// cache's past compactcache's, when those are the first of the stock's; and
+// the stock's TC where it left out additional records only.
 func eraseTruncation(st, cc *diffView) {
-	if st.msg == nil || cc.msg == nil || !st.msg.Truncated || !cc.msg.Truncated {
+	if st.msg == nil || cc.msg == nil || !st.msg.Truncated {
+		return
+	}
+	if len(st.msg.Answer) == len(cc.msg.Answer) && len(st.msg.Ns) == len(cc.msg.Ns) {
+		cc.msg.Truncated = true
+	}
+	if !cc.msg.Truncated {
 		return
 	}
 	s := [3]*[]dns.RR{&st.msg.Answer, &st.msg.Ns, &st.msg.Extra}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	_ "github.com/coredns/coredns/plugin/bind"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,6 +34,13 @@ import (
 // server, summed by family.
 func blockCounters(t testing.TB, server string) map[string]float64 {
 	t.Helper()
+	return seriesCounters(t, map[string]string{"server": server})
+}
+
+// seriesCounters reads the series that carry all of labels, summed by
+// family.
+func seriesCounters(t testing.TB, labels map[string]string) map[string]float64 {
+	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -38,10 +48,14 @@ func blockCounters(t testing.TB, server string) map[string]float64 {
 	out := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
+			matched := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == server {
-					out[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					matched++
 				}
+			}
+			if matched == len(labels) {
+				out[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -261,6 +275,7 @@ type staleBlock struct {
 	ctx    context.Context
 	server string
 	down   atomic.Bool
+	ttl    uint32 // of the answers: 1 unless set before the first request
 }
 
 func newStaleBlock(t testing.TB, corefile, server string) *staleBlock {
@@ -274,14 +289,14 @@ func newStaleBlock(t testing.TB, corefile, server string) *staleBlock {
 	if err := setup(ctrl); err != nil {
 		t.Fatal(err)
 	}
-	b := &staleBlock{server: server}
+	b := &staleBlock{server: server, ttl: 1}
 	next := plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 		if b.down.Load() {
 			return dns.RcodeServerFailure, errors.New("the upstream is down")
 		}
 		m := new(dns.Msg)
 		m.SetReply(r)
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: []byte{192, 0, 2, 1}}}
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: b.ttl}, A: []byte{192, 0, 2, 1}}}
 		w.WriteMsg(m)
 		return dns.RcodeSuccess, nil
 	})
@@ -365,4 +380,86 @@ func TestServingStaleAlert(t *testing.T) {
 	if f, v := fires(t, "CompactcacheServingStale", before, after); !f {
 		t.Errorf("CompactcacheServingStale does not fire (%.3f) while the upstream is down and the entries are answered stale", v)
 	}
+}
+
+// TestBudgetSaturatedAlert: CompactcacheBudgetSaturatedLowHitRatio stays
+// quiet on a full store whose entries expire before it needs their room,
+// which evicts them as it makes room (evictions_total counts them), and
+// fires on one too small to keep its entries until they expire.
+func TestBudgetSaturatedAlert(t *testing.T) {
+	const names = 30000 // well over what 1MiB holds
+	name := func(i int) string { return fmt.Sprintf("n%d.budget-alert.example.", i) }
+	const corefile = "compactcache {\n capacity 1MiB\n success 0 300 1\n}"
+
+	// Fits: the store filled, then names fewer than it holds asked while
+	// those it holds have expired: only expired entries make room.
+	fits := newStaleBlock(t, corefile, "dns://budget-alert-fits:53")
+	for i := range names / 2 {
+		fits.ask(t, name(i))
+	}
+	time.Sleep(2500 * time.Millisecond) // the entries' TTL of 1 s runs out
+	before := blockCounters(t, fits.server)
+	for i := names / 2; i < names/2+names/4; i++ {
+		fits.ask(t, name(i))
+	}
+	after := blockCounters(t, fits.server)
+	t.Logf("fits: bytes %v of %v, evictions %v, not admitted %v", after["coredns_compactcache_bytes"], after["coredns_compactcache_capacity_bytes"],
+		after["coredns_cache_evictions_total"]-before["coredns_cache_evictions_total"], after["coredns_compactcache_not_admitted_total"]-before["coredns_compactcache_not_admitted_total"])
+	if after["coredns_cache_evictions_total"] == before["coredns_cache_evictions_total"] {
+		t.Fatal("the store that fits evicted nothing: it checks nothing")
+	}
+	if f, v := fires(t, "CompactcacheBudgetSaturatedLowHitRatio", before, after); f {
+		t.Errorf("CompactcacheBudgetSaturatedLowHitRatio fires (%.3f) on a store that drops only expired entries", v)
+	}
+
+	// Too small: the names asked twice, each pushed out before its second ask.
+	small := newStaleBlock(t, corefile, "dns://budget-alert-small:53")
+	small.ttl = 300
+	before = blockCounters(t, small.server)
+	for range 2 {
+		for i := range names {
+			small.ask(t, name(i))
+		}
+	}
+	after = blockCounters(t, small.server)
+	t.Logf("too small: hits %v of %v requests, evictions %v, not admitted %v", after["coredns_cache_hits_total"]-before["coredns_cache_hits_total"], after["coredns_cache_requests_total"]-before["coredns_cache_requests_total"],
+		after["coredns_cache_evictions_total"]-before["coredns_cache_evictions_total"], after["coredns_compactcache_not_admitted_total"]-before["coredns_compactcache_not_admitted_total"])
+	if f, v := fires(t, "CompactcacheBudgetSaturatedLowHitRatio", before, after); !f {
+		t.Errorf("CompactcacheBudgetSaturatedLowHitRatio does not fire (%.3f) on a store too small for the names asked", v)
+	}
+}
+
+// TestSnapshotWriteAlert: CompactcacheSnapshotWriteFailing fires once a
+// block could not write its snapshot file, here into a directory that does
+// not exist, at the final shutdown.
+func TestSnapshotWriteAlert(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "block.snap")
+	labels := map[string]string{"path": path, "op": "write"}
+	before := seriesCounters(t, labels)
+	inst := startCorefile(t, ".:0 {\n bind 127.0.0.1\n compactcache {\n  snapshot "+path+"\n }\n}\n")
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); f {
+		t.Errorf("CompactcacheSnapshotWriteFailing fires (%.0f) before any write", v)
+	}
+	inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
+	if f, v := fires(t, "CompactcacheSnapshotWriteFailing", before, seriesCounters(t, labels)); !f {
+		t.Errorf("CompactcacheSnapshotWriteFailing does not fire (%.0f) after a write failed", v)
+	}
+}
+
+// startCorefile starts CoreDNS with corefile, stopped when the test ends.
+func startCorefile(t testing.TB, corefile string) *caddy.Instance {
+	t.Helper()
+	// Placed as cmd/coredns places it (the root package's tests do the same):
+	// a directive missing from the list is rejected when a Corefile is parsed.
+	if !slices.Contains(dnsserver.Directives, "compactcache") {
+		if err := dnsserver.SetDirectives(slices.Insert(slices.Clone(dnsserver.Directives), slices.Index(dnsserver.Directives, "cache"), "compactcache")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst, err := caddy.Start(caddy.CaddyfileInput{ServerTypeName: "dns", Contents: []byte(corefile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop() })
+	return inst
 }

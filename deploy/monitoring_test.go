@@ -24,6 +24,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	_ "github.com/coredns/coredns/plugin/metrics"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -267,6 +268,9 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 			if processFamily(n) {
 				continue // TestProcessPanelsExported
 			}
+			if n == "coredns_plugin_enabled" {
+				continue // the prometheus plugin's: TestDashboardVariablesAtStartup
+			}
 			help, ok := have[family(n, have)]
 			switch {
 			case !ok:
@@ -502,7 +506,14 @@ func family(n string, have map[string]string) string {
 // "answered from the cache, its reply sent", backquotes dropped.
 func readmeGlosses(t testing.TB, family string) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	return docGlosses(t, "README.md", family)
+}
+
+// docGlosses is readmeGlosses of the metrics table of doc, a path from the
+// repository's root.
+func docGlosses(t testing.TB, doc, family string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,14 +524,14 @@ func readmeGlosses(t testing.TB, family string) map[string]string {
 		}
 	}
 	if row == "" {
-		t.Fatalf("README.md's Metrics table has no row for %s", family)
+		t.Fatalf("%s's metrics table has no row for %s", doc, family)
 	}
 	out := map[string]string{}
 	for _, m := range regexp.MustCompile("`([a-z_]+)` \\(([^)]*)\\)").FindAllStringSubmatch(row, -1) {
 		out[m[1]] = strings.ReplaceAll(m[2], "`", "")
 	}
 	if len(out) == 0 {
-		t.Fatalf("README.md's row of %s glosses no label value", family)
+		t.Fatalf("%s's row of %s glosses no label value", doc, family)
 	}
 	return out
 }
@@ -530,8 +541,20 @@ func readmeGlosses(t testing.TB, family string) map[string]string {
 // it counts (the panel may add advice after it), so that a result whose
 // meaning changed in the plugin does not keep its old meaning there.
 func TestFrontendPanelGlossesAsREADME(t *testing.T) {
-	family := frontendFamilies + "requests_total"
-	glosses := readmeGlosses(t, "coredns_compactcache_frontend_requests_total")
+	panelGlosses(t, frontendFamilies+"requests_total", "README.md", readmeGlosses(t, "coredns_compactcache_frontend_requests_total"))
+}
+
+// TestSharedPanelGlossesAsDocs: the dashboard's panel of the shared tier's
+// lookups says of each result what docs/shared.md's metrics table says it
+// counts.
+func TestSharedPanelGlossesAsDocs(t *testing.T) {
+	panelGlosses(t, "coredns_compactcache_shared_requests_total", "docs/shared.md", docGlosses(t, "docs/shared.md", "shared_requests_total"))
+}
+
+// panelGlosses checks that the panels that show family gloss each label
+// value as doc does in glosses.
+func panelGlosses(t *testing.T, family, doc string, glosses map[string]string) {
+	t.Helper()
 	found := false
 	for _, p := range readDashboard(t).Panels {
 		if !slices.ContainsFunc(p.Targets, func(tg target) bool { return strings.Contains(tg.Expr, family) }) {
@@ -540,13 +563,90 @@ func TestFrontendPanelGlossesAsREADME(t *testing.T) {
 		found = true
 		for result, gloss := range glosses {
 			if !strings.Contains(p.Description, result+" ("+gloss) {
-				t.Errorf("panel %q: %s should read %q, as README.md says; the description: %s", p.Title, result, result+" ("+gloss+")", p.Description)
+				t.Errorf("panel %q: %s should read %q, as %s says; the description: %s", p.Title, result, result+" ("+gloss+")", doc, p.Description)
 			}
 		}
 	}
 	if !found {
 		t.Fatalf("no panel shows %s", family)
 	}
+}
+
+// TestDashboardVariablesAtStartup: the dashboard's variables list a block
+// as soon as its server has started, before its first request, under the
+// server label its panels' series carry.
+func TestDashboardVariablesAtStartup(t *testing.T) {
+	const zone = "variables.example."
+	inst := startCorefile(t, zone+":0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:0\n compactcache\n}\n")
+	variable := regexp.MustCompile(`^label_values\((\w+)(?:\{([^}]*)\})?, *(\w+)\)$`)
+	matcher := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	listed := map[string]map[string]bool{} // values by variable
+	for _, v := range readDashboard(t).Templating.List {
+		m := variable.FindStringSubmatch(v.Definition)
+		if m == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, lm := range matcher.FindAllStringSubmatch(m[2], -1) {
+			labels[lm[1]] = lm[2]
+		}
+		listed[v.Name] = map[string]bool{}
+		for _, s := range series(t, m[1], labels) {
+			listed[v.Name][s[m[3]]] = true
+		}
+		if len(listed[v.Name]) == 0 {
+			t.Errorf("variable %s lists nothing before the first request: %s has no series", v.Name, v.Definition)
+		}
+	}
+
+	req := new(dns.Msg).SetQuestion(zone, dns.TypeA)
+	if _, err := dns.Exchange(req, inst.Servers()[0].LocalAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	served := series(t, "coredns_cache_requests_total", map[string]string{"zones": zone})
+	if len(served) == 0 {
+		t.Fatal("no request counted")
+	}
+	for _, s := range served {
+		if !listed["server"][s["server"]] {
+			t.Errorf("the server variable does not list %s, whose series the panels show", s["server"])
+		}
+	}
+}
+
+// series returns the labels of the series of family that carry labels.
+func series(t testing.TB, family string, labels map[string]string) []map[string]string {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]string
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if carries(got, labels) {
+				out = append(out, got)
+			}
+		}
+	}
+	return out
+}
+
+// carries reports whether got holds each of labels.
+func carries(got, labels map[string]string) bool {
+	for k, v := range labels {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // TestMemoryPanelAsSizing: the memory panel says how the container limit
