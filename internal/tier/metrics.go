@@ -15,7 +15,7 @@ import (
 // The families of a block's tier, by the block's zones and view.
 var (
 	requests = cachemetrics.CounterVec("shared_requests_total", cachemetrics.OptionLabels("result"),
-		"The lookups in the shared tier, by result: hit, miss, error, timeout, skipped (the breaker was open, the tier not connected, or the request canceled before the tier answered).")
+		"The lookups in the shared tier, by result: hit, miss, error, timeout, skipped (the breaker was open, the tier not connected, or the request canceled, or past a deadline of its own that left the tier less than half its timeout, before the tier answered).")
 	rejected = cachemetrics.CounterVec("shared_rejected_total", cachemetrics.OptionLabels("reason"),
 		"The values read from the shared tier that failed their checks, by reason: short, tag (not authenticated by the secret), format (not an entry), key (another key's entry), epoch (a flush's time that is not a number), evicted (an epoch the value is written with is gone: the tier evicted it, and maybe a flush with it).")
 	writes = cachemetrics.CounterVec("shared_writes_total", cachemetrics.OptionLabels("result"),
