@@ -438,7 +438,7 @@ func TestAdminSurvivesReload(t *testing.T) {
 	}
 }
 
-// TestAdminStatsAfterZonesReload: a reload that changes the block's ZONES
+// TestAdminStatsAfterZonesReload: a reload that widens the block's ZONES
 // and keeps its store keeps the requests, hits and misses the stats show,
 // which the counters under the new zones label alone would start again.
 func TestAdminStatsAfterZonesReload(t *testing.T) {
@@ -469,7 +469,7 @@ func TestAdminStatsAfterZonesReload(t *testing.T) {
 		t.Fatalf("stats before the reload: %+v", before)
 	}
 	serverMu.Lock()
-	inst, err = inst.Restart(corefileInput(corefile("example.org admin-rezone-two.test")))
+	inst, err = inst.Restart(corefileInput(corefile("example.org admin-rezone-one.test admin-rezone-two.test")))
 	serverMu.Unlock()
 	if err != nil {
 		t.Fatal(err)

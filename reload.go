@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/snapshot"
@@ -16,16 +17,17 @@ import (
 // the old ones. The stock cache starts empty. compactcache hands its store
 // to its successor in the same server block instead, when the settings that
 // shape the store (budget, entry caps, stale window) and those that decide
-// what it holds (contents) are unchanged, so that a reload neither drops the
-// cache nor holds two full stores, and a changed TTL cap or disable takes
-// effect at once, as with the stock cache.
+// what it holds (contents) are unchanged and its zones not narrowed, so that
+// a reload neither drops the cache nor holds two full stores, and a changed
+// TTL cap or disable takes effect at once, as with the stock cache.
 
 // handoff is a store on offer, the flushes begun on it, and the contents
-// settings it was filled under.
+// settings and zones it was filled under.
 type handoff struct {
 	store    *store.Store
 	fence    *flush.Fence
 	contents contents
+	zones    dnsmsg.ZoneSet
 }
 
 // contents are the settings that decide which replies a store holds, for how
@@ -64,7 +66,7 @@ func blockID(keys, binds []string, view string) string {
 func (c *Cache) offer(block string) {
 	handoffs.Lock()
 	defer handoffs.Unlock()
-	handoffs.m[block] = handoff{c.store, c.fence, c.contents()}
+	handoffs.m[block] = handoff{c.store, c.fence, c.contents(), c.zones}
 }
 
 // withdraw takes back what the block offered and nobody took, once the
@@ -78,13 +80,14 @@ func withdraw(block string, s *store.Store) {
 }
 
 // takeOver replaces c's new, empty store, and its flushes, by the store
-// offered for block and the flushes begun on it, when it has the same shape
-// and was filled under the same contents settings.
+// offered for block and the flushes begun on it, when it has the same shape,
+// contents settings and no zone c drops: kubernetes flushes only c's zones,
+// and a later reload that took the zone back would serve what they missed.
 func (c *Cache) takeOver(block string) bool {
 	handoffs.Lock()
 	defer handoffs.Unlock()
 	old, ok := handoffs.m[block]
-	if !ok || !old.store.SameShape(c.store) || old.contents != c.contents() {
+	if !ok || !old.store.SameShape(c.store) || old.contents != c.contents() || !c.zones.Covers(old.zones) {
 		return false
 	}
 	delete(handoffs.m, block)

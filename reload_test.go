@@ -153,11 +153,39 @@ func TestReloadContents(t *testing.T) {
 		{"compactcache {\n prefetch 5 1m 20%\n}", true},
 		{"compactcache {\n keepttl\n}", true},
 		{"compactcache {\n serve_stale 1h verify 1s\n}", true},
-		{"compactcache example.org", true}, // zones are matched at request time
+		{"compactcache example.org", true}, // zones: TestReloadZones
 	} {
 		if same := mustParse(t, tc.option).contents() == base; same != tc.same {
 			t.Errorf("%q: contents the same as the default's: %v, want %v", tc.option, same, tc.same)
 		}
+	}
+}
+
+// TestReloadZones: a reload that widens the block's zones, or keeps them,
+// hands the store over; one that narrows them starts empty. The entries of
+// the zones it drops would sit in the store unserved, and no flush that
+// follows the block's zones (the kubernetes option's) would reach them: a
+// later reload that widened the zones again would serve them unflushed.
+func TestReloadZones(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		kept     bool
+	}{
+		{"compactcache", "compactcache", true},
+		{"compactcache example.org", "compactcache", true},
+		{"compactcache example.org", "compactcache org example.net", true},
+		{"compactcache a.example.org b.example.org", "compactcache example.org", true},
+		{"compactcache", "compactcache example.org", false},
+		{"compactcache example.org example.net", "compactcache example.org", false},
+		{"compactcache example.org", "compactcache a.example.org", false},
+	} {
+		const block = "TestReloadZones"
+		old, c := mustParse(t, tc.from), mustParse(t, tc.to)
+		old.offer(block)
+		if kept := c.takeOver(block); kept != tc.kept {
+			t.Errorf("%q to %q: store handed over: %v, want %v", tc.from, tc.to, kept, tc.kept)
+		}
+		withdraw(block, old.store)
 	}
 }
 

@@ -35,6 +35,17 @@ func TestZones(t *testing.T) {
 	if !NewZoneSet([]string{"."}).Matches(wire(t, "any.name")) {
 		t.Error("the root does not hold every name")
 	}
+	for _, tc := range []struct {
+		of   []string
+		want bool
+	}{
+		{nil, true}, {[]string{"www.example.org", "cluster.local"}, true},
+		{[]string{"example.org", "org"}, false}, {[]string{"."}, false},
+	} {
+		if got := zs.Covers(NewZoneSet(tc.of)); got != tc.want {
+			t.Errorf("Covers(%v) = %v, want %v", tc.of, got, tc.want)
+		}
+	}
 }
 
 func TestRdataNames(t *testing.T) {

@@ -47,6 +47,16 @@ func (zs ZoneSet) Matches(key []byte) bool {
 	return false
 }
 
+// Covers reports whether every zone of o is in one of the zones of zs.
+func (zs ZoneSet) Covers(o ZoneSet) bool {
+	for _, z := range o {
+		if !zs.Matches(z) {
+			return false
+		}
+	}
+	return true
+}
+
 // InZone reports whether name is zone or below it; both are lowercased
 // wire names, and zone matches at a label boundary.
 func InZone(name, zone []byte) bool {
