@@ -36,6 +36,19 @@ type Warmup struct {
 
 const defaultWarmupTimeout = 10 * time.Second
 
+// warmupClient asks the peer at the warm-up's URL alone, which the request's
+// token is for: not a proxy of the environment (HTTP_PROXY), nor the
+// target of a redirect, which an admin endpoint never answers and Go's
+// client would send the token on to, on another port of the same host.
+var warmupClient = &http.Client{
+	Transport: func() *http.Transport {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		return t
+	}(),
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
 // ParseWarmup parses the option whose name c is on.
 func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 	if len(args) != 1 {
@@ -117,7 +130,7 @@ func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
 		}
 		req.Header.Set("Authorization", "Bearer "+string(tok))
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := warmupClient.Do(req)
 	if err != nil {
 		return snapshot.Loaded{}, err
 	}

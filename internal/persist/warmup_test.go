@@ -1,0 +1,52 @@
+package persist
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/compactcache/compactcache/internal/store"
+)
+
+// TestWarmupAsksThePeerAlone: the warm-up's request, which carries the
+// admin token, goes to the peer at URL and nowhere else: a redirect, which
+// an admin endpoint never answers, is not followed (Go's client would send
+// the token on to another port of the same host), and no proxy of the
+// environment is asked.
+func TestWarmupAsksThePeerAlone(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			elsewhere.Add(1)
+		}
+	}))
+	t.Cleanup(other.Close)
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.RequestURI(), http.StatusFound)
+	}))
+	t.Cleanup(peer.Close)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("a-token-of-the-admin-endpoint\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &Warmup{url: peer.URL, tokenFile: token, timeout: 5 * time.Second}
+	_, err = wc.fill(testCache{s: s}, "b")
+	if err == nil || !strings.Contains(err.Error(), "302") {
+		t.Errorf("a peer that redirects: error %v, want its answer, 302", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the token was sent on to the redirect's target %d times", n)
+	}
+	if tr, ok := warmupClient.Transport.(*http.Transport); !ok || tr.Proxy != nil {
+		t.Errorf("the warm-up's client asks a proxy of the environment")
+	}
+}
