@@ -58,6 +58,11 @@ func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
 	}
+	// The URL is logged and labels the warm-ups' errors: a secret in it
+	// would be shown wherever they are.
+	if u.User != nil {
+		return nil, fmt.Errorf("warmup: %s carries credentials: give the token with token_file", u.Redacted())
+	}
 	wc := &Warmup{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
 	err = corefile.Block(c, func(opt string, vals []string) error {
 		switch opt {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/store"
+	"github.com/coredns/caddy"
 )
 
 // TestWarmupAsksThePeerAlone: the warm-up's request, which carries the
@@ -48,5 +49,30 @@ func TestWarmupAsksThePeerAlone(t *testing.T) {
 	}
 	if tr, ok := warmupClient.Transport.(*http.Transport); !ok || tr.Proxy != nil {
 		t.Errorf("the warm-up's client asks a proxy of the environment")
+	}
+}
+
+// TestParseWarmup: the URL of a peer's admin endpoint, and nothing that
+// would put a secret where the logs and the metrics' path label show it:
+// the token comes from token_file.
+func TestParseWarmup(t *testing.T) {
+	for _, tc := range []struct {
+		input string
+		ok    bool
+	}{
+		{"warmup http://10.0.0.1:8053", true},
+		{"warmup https://peers.kube-system.svc:8053/ {\n timeout 3s\n}", true},
+		{"warmup peers:8053", false},
+		{"warmup http://", false},
+		{"warmup http://admin:secret@10.0.0.1:8053", false},
+		{"warmup http://admin@10.0.0.1:8053", false},
+		{"warmup http://10.0.0.1:8053 {\n timeout 0s\n}", false},
+	} {
+		c := caddy.NewTestController("dns", tc.input)
+		c.Next()
+		_, err := ParseWarmup(c, c.RemainingArgs())
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: error %v, want ok %v", tc.input, err, tc.ok)
+		}
 	}
 }
