@@ -1,9 +1,12 @@
 package persist
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -141,7 +144,19 @@ func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
+		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s: %q", resp.Status, refusal(resp.Body))
 	}
 	return read(ca, resp.Body, gen)
+}
+
+// refusal returns why a peer's body says it refused: the admin endpoint's
+// error (a wrong token, a block it does not have, which it names), or the
+// first bytes of another body.
+func refusal(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	var e admin.Error
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return string(bytes.TrimSpace(b[:min(len(b), 200)]))
 }

@@ -76,3 +76,34 @@ func TestParseWarmup(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmupSaysWhyThePeerRefused: a peer that refuses the warm-up (a
+// wrong token, a block it does not have) says why, and the error, logged,
+// says it too, quoted: the peer's words are not the log's lines.
+func TestWarmupSaysWhyThePeerRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code int
+		body string
+		want string
+	}{
+		{"the admin's error", http.StatusNotFound, `{"error":"block: no block \"b\"; the blocks are \"a\""}`, `404 Not Found: "block: no block \"b\"; the blocks are \"a\""`},
+		{"another body", http.StatusUnauthorized, "no\nentry", `401 Unauthorized: "no\nentry"`},
+		{"a long body", http.StatusBadGateway, strings.Repeat("x", 10000), `502 Bad Gateway: "` + strings.Repeat("x", 200) + `"`},
+	} {
+		peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.code)
+			w.Write([]byte(tc.body))
+		}))
+		s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := &Warmup{url: peer.URL, timeout: 5 * time.Second}
+		_, err = wc.fill(testCache{s: s}, "b")
+		peer.Close()
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to end %s", tc.name, err, tc.want)
+		}
+	}
+}
