@@ -101,10 +101,11 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 		c.Set(pathsKey{}, paths)
 	}
 	block := strings.Join(c.ServerBlockKeys, " ")
-	if other, ok := paths[sc.path]; ok {
+	file := resolved(sc.path)
+	if other, ok := paths[file]; ok {
 		return fmt.Errorf("snapshot: %s is the file of block %s too: give each block a file of its own", sc.path, other)
 	}
-	paths[sc.path] = block
+	paths[file] = block
 	c.OnFirstStartup(func() error {
 		removeTemporary(sc.path)
 		Load(ca, sc.path)
@@ -129,6 +130,18 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 		write(ca, sc.path, ca.Store().Paced(0))
 	})
 	return nil
+}
+
+// resolved returns path with the symbolic links of its directory, and its
+// own, resolved where they exist: /var/run/x and /run/x are one file.
+func resolved(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }
 
 // timedWrites are the writes every INTERVAL of one block.

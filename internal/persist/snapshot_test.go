@@ -276,17 +276,30 @@ func TestSnapshotFinalWriteLast(t *testing.T) {
 }
 
 // TestSnapshotPathSpelledTwice: a path another block gives is refused
-// however it is spelled: both blocks would read and write the one file.
+// however it is spelled, through a symbolic link too (/var/run is /run on
+// most systems): both blocks would read and write the one file.
 func TestSnapshotPathSpelledTwice(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cache.snap"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	linked := filepath.Join(t.TempDir(), "run")
+	if err := os.Symlink(dir, linked); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "cache.snap"), filepath.Join(dir, "alias.snap")); err != nil {
+		t.Fatal(err)
+	}
 	c := caddy.NewTestController("dns", "")
 	ca := filled(t, 0)
-	for i, path := range []string{filepath.Join(dir, "cache.snap"), dir + "/./cache.snap", dir + "//cache.snap"} {
+	for i, path := range []string{filepath.Join(dir, "cache.snap"), dir + "/./cache.snap", dir + "//cache.snap",
+		filepath.Join(linked, "cache.snap"), filepath.Join(dir, "alias.snap")} {
 		sc, err := ParseSnapshot([]string{path})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sc.Setup(c, ca); (err == nil) != (i == 0) {
+		err = sc.Setup(c, ca)
+		if (err == nil) != (i == 0) {
 			t.Errorf("%s, block %d to give it: error %v", path, i+1, err)
 		}
 	}

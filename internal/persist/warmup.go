@@ -1,9 +1,12 @@
 package persist
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -36,6 +39,19 @@ type Warmup struct {
 
 const defaultWarmupTimeout = 10 * time.Second
 
+// warmupClient asks the peer at the warm-up's URL alone, which the request's
+// token is for: not a proxy of the environment (HTTP_PROXY), nor the
+// target of a redirect, which an admin endpoint never answers and Go's
+// client would send the token on to, on another port of the same host.
+var warmupClient = &http.Client{
+	Transport: func() *http.Transport {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		return t
+	}(),
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
 // ParseWarmup parses the option whose name c is on.
 func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 	if len(args) != 1 {
@@ -44,6 +60,11 @@ func ParseWarmup(c *caddy.Controller, args []string) (*Warmup, error) {
 	u, err := url.Parse(args[0])
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("warmup: %q is not an http:// or https:// URL of a peer's admin endpoint", args[0])
+	}
+	// The URL is logged and labels the warm-ups' errors: a secret in it
+	// would be shown wherever they are.
+	if u.User != nil {
+		return nil, fmt.Errorf("warmup: %s carries credentials: give the token with token_file", u.Redacted())
 	}
 	wc := &Warmup{url: strings.TrimSuffix(args[0], "/"), timeout: defaultWarmupTimeout}
 	err = corefile.Block(c, func(opt string, vals []string) error {
@@ -117,13 +138,25 @@ func (wc *Warmup) fill(ca Cache, block string) (snapshot.Loaded, error) {
 		}
 		req.Header.Set("Authorization", "Bearer "+string(tok))
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := warmupClient.Do(req)
 	if err != nil {
 		return snapshot.Loaded{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s", resp.Status)
+		return snapshot.Loaded{}, fmt.Errorf("the peer answered %s: %q", resp.Status, refusal(resp.Body))
 	}
 	return read(ca, resp.Body, gen)
+}
+
+// refusal returns why a peer's body says it refused: the admin endpoint's
+// error (a wrong token, a block it does not have, which it names), or the
+// first bytes of another body.
+func refusal(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	var e admin.Error
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return string(bytes.TrimSpace(b[:min(len(b), 200)]))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"runtime"
 	"slices"
@@ -191,8 +190,32 @@ func TestReadRefusesDamage(t *testing.T) {
 	}
 }
 
+// TestReadRefusesEveryCut: a file cut short anywhere (a disk that lost its
+// tail, a copy that stopped) is refused, and puts nothing.
+func TestReadRefusesEveryCut(t *testing.T) {
+	s, _ := filled(t, 16<<20, 3, 3600)
+	var file bytes.Buffer
+	if _, err := Write(&file, s.Paced(0), fp, t0); err != nil {
+		t.Fatal(err)
+	}
+	for n := range file.Len() {
+		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
+		_, err := Read(bytes.NewReader(file.Bytes()[:n]), into, fp, t0, 0, 1<<32)
+		want := ErrDamaged
+		if n < headerLen {
+			want = ErrNotSnapshot
+		}
+		if !errors.Is(err, want) || len(contents(into)) != 0 {
+			t.Fatalf("cut to %d bytes of %d: error %v, want %v; %d entries put", n, file.Len(), err, want, len(contents(into)))
+		}
+	}
+}
+
 // FuzzRead: whatever the file, Read returns, and a store it loaded is
-// consistent and can be walked.
+// consistent and holds only entries that entry.Check passes, which a hit
+// reads without bounds checks. The header and the frames' checksums are
+// set right, so that the fuzzer's changes reach the entries and the checks
+// of each; the seeds include files whose entries are damaged so.
 func FuzzRead(f *testing.F) {
 	s, _ := filled(f, 16<<20, 30, 3600)
 	var file bytes.Buffer
@@ -200,22 +223,56 @@ func FuzzRead(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(file.Bytes())
+	first := headerLen + 8 // the first entry
+	for _, damage := range []func(b []byte){
+		func(b []byte) { b[first+3]++ },                         // its name length
+		func(b []byte) { b[first]-- },                           // its size
+		func(b []byte) { b[first+13] |= entry.FlagMeta >> 8 },   // a variant list's flag on an answer
+		func(b []byte) { b[first+8], b[first+11] = 0xff, 0xff }, // its TTL
+		func(b []byte) { b[first+18] = 63 },                     // its name's first label
+	} {
+		b := bytes.Clone(file.Bytes())
+		damage(b)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if len(b) >= headerLen {
-			copy(b, magic)
-			binary.LittleEndian.PutUint16(b[6:], version)
-			copy(b[16:48], fp[:])
-			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
-		}
+		sealed(b)
 		into, _ := store.New(store.MinCapacity, store.PerKind{}, 0)
-		if _, err := Read(bytes.NewReader(b), into, fp, t0, 0, 1<<32); err != nil {
+		if _, err := Read(bytes.NewReader(b), into, fp, t0, 0, 3600); err != nil {
+			if n := len(contents(into)); n != 0 {
+				t.Fatalf("%d entries put from a file refused: %v", n, err)
+			}
 			return
 		}
 		if err := into.Check(); err != nil {
 			t.Fatal(err)
 		}
-		_ = fmt.Sprint(len(contents(into)))
+		for _, e := range contents(into) {
+			if err := entry.Check([]byte(e)); err != nil {
+				t.Fatalf("an entry the check refuses was put: %v", err)
+			}
+		}
 	})
+}
+
+// sealed sets the header of the file in b to fp's and its checksums right,
+// the header's and those of the frames that lie within b.
+func sealed(b []byte) {
+	if len(b) < headerLen {
+		return
+	}
+	copy(b, magic)
+	binary.LittleEndian.PutUint16(b[6:], version)
+	copy(b[16:48], fp[:])
+	binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[:48], castagnoli))
+	for off := headerLen; off+8 <= len(b); {
+		n := int(binary.LittleEndian.Uint32(b[off:]))
+		if n == 0 || n > maxFrame || off+8+n > len(b) {
+			return
+		}
+		binary.LittleEndian.PutUint32(b[off+4:], crc32.Checksum(b[off+8:off+8+n], castagnoli))
+		off += 8 + n
+	}
 }
 
 // BenchmarkSnapshot writes and reads back a store of the reference
