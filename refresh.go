@@ -72,12 +72,17 @@ func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool)
 	delete(r.inflight, h)
 }
 
+// cancel cancels the background fetches, and lets none begin after them.
+func (r *refreshes) cancel() {
+	r.mu.Lock()
+	defer r.stop()
+	defer r.mu.Unlock()
+	r.closed = true // no Add after this, so shutdown's Wait is well-defined
+}
+
 // shutdown cancels the background fetches and waits for them, at most wait.
 func (r *refreshes) shutdown(wait time.Duration) {
-	r.mu.Lock()
-	r.closed = true // no Add after this, so Wait below is well-defined
-	r.mu.Unlock()
-	r.stop()
+	r.cancel()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {

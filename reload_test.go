@@ -374,3 +374,65 @@ func TestFailedReloadClosesSharedTier(t *testing.T) {
 		t.Errorf("after a failed reload, the Redis server has %d clients, want the running block's %d", got, running)
 	}
 }
+
+// TestReloadDoesNotWaitForRefreshes: a reload starts the new instance while
+// a background refresh of the old one is still held by its upstream (one
+// that does not answer, before forward's read timeout); only the process's
+// stop waits for them.
+func TestReloadDoesNotWaitForRefreshes(t *testing.T) {
+	u := newUpstream()
+	u.add("s.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("s.example.org. 1 IN A 192.0.2.1")}, nil, nil)
+	up := startUpstream(t, u)
+	corefile := `.:0 {
+	bind 127.0.0.1
+	compactcache {
+		success 9984 3600 0
+		serve_stale 1h
+	}
+	forward . ` + up + ` {
+		read_timeout 1h
+	}
+}`
+	wait := stopWait
+	stopWait = time.Hour // longer than the test may take
+	defer func() { stopWait = wait }()
+	inst, err := startCorefile(corefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := test.Case{Qname: "s.example.org.", Qtype: dns.TypeA}.Msg()
+	exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), req)
+	time.Sleep(1100 * time.Millisecond) // the answer's TTL: stale after
+	asked, release := u.hold("s.example.org. 1 IN A 192.0.2.1")
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	defer func() { unhold(); stopInstance(inst) }()
+	if r, _ := exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), req); len(r.Answer) != 1 {
+		t.Fatalf("the stale answer: %v", r)
+	}
+	<-asked // the refresh waits on the upstream
+
+	type result struct {
+		next *caddy.Instance
+		err  error
+	}
+	reloaded := make(chan result, 1)
+	go func() {
+		serverMu.Lock()
+		defer serverMu.Unlock()
+		next, err := inst.Restart(corefileInput(corefile))
+		reloaded <- result{next, err}
+	}()
+	var r result
+	select {
+	case r = <-reloaded:
+	case <-time.After(time.Minute):
+		unhold()
+		r = <-reloaded
+		t.Error("the reload waited for a refresh held by the upstream")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	inst = r.next
+}

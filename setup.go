@@ -22,6 +22,8 @@ const pluginName = "compactcache"
 
 var log = clog.NewWithPlugin(pluginName)
 
+var stopWait = 5 * time.Second // the process's stop waits for background fetches
+
 func init() { plugin.Register(pluginName, setup) }
 
 func setup(c *caddy.Controller) error {
@@ -87,12 +89,14 @@ func setup(c *caddy.Controller) error {
 		cfg := dnsserver.GetConfig(c)
 		return admin.Block{Name: block, Zones: ca.Zones, Listen: ca.listen, View: cfg.ViewName}
 	})
-	// Background fetches end with the instance, on shutdown and on reload.
+	// Background fetches end with the instance; a reload does not wait for
+	// them, which a failing upstream may hold past the new one's start.
 	c.OnShutdown(func() error {
 		withdraw(block, ca.store)
-		ca.refreshes.shutdown(5 * time.Second)
+		ca.refreshes.cancel()
 		return nil
 	})
+	c.OnFinalShutdown(func() error { ca.refreshes.shutdown(stopWait); return nil })
 	lifecycle.OnStop(c, ca.StopShared)
 	setupKubernetes(c, ca) // after OnStartup's takeOver: it flushes the store the block ends with
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
