@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path"
 	"sync/atomic"
 	"time"
 
@@ -85,16 +86,19 @@ func (p *prober) probe(ctx context.Context) error {
 }
 
 // metered counts a client's requests by kind and the bytes of their
-// responses' bodies: the API load of a watch of its own.
+// responses' bodies: the API load of a watch of its own. It tells
+// watching the resource of each watch the API server accepts.
 type metered struct {
 	next                         http.RoundTripper
 	lists, watches, other, bytes *atomic.Int64
+	watching                     func(resource string)
 }
 
 func (m metered) RoundTrip(r *http.Request) (*http.Response, error) {
 	q := r.URL.Query()
+	watch := q.Get("watch") == "true" || q.Get("watch") == "1"
 	switch {
-	case q.Get("watch") == "true" || q.Get("watch") == "1":
+	case watch:
 		m.watches.Add(1)
 	case r.Method == http.MethodGet && r.URL.Path != "/readyz":
 		m.lists.Add(1)
@@ -102,6 +106,9 @@ func (m metered) RoundTrip(r *http.Request) (*http.Response, error) {
 		m.other.Add(1)
 	}
 	resp, err := m.next.RoundTrip(r)
+	if err == nil && watch && resp.StatusCode/100 == 2 {
+		m.watching(path.Base(r.URL.Path))
+	}
 	if err == nil && resp.Body != nil {
 		resp.Body = countingBody{resp.Body, m.bytes}
 	}

@@ -254,7 +254,7 @@ func (f *follow) diff(b *batch) {
 // namespaces looks up the namespaces of the view's Services: one that
 // appears or goes changes its own names, and every name under it where
 // it still has Services (a namespace_labels selector that stops or starts
-// matching it); under pods insecure, its pod names too.
+// matching it), and its pod names.
 func (f *follow) namespaces(b *batch) {
 	for ns := range f.view.perNS {
 		if _, ok := f.nsExists[ns]; !ok {
@@ -272,7 +272,10 @@ func (f *follow) namespaces(b *batch) {
 		if now != was && b != nil {
 			b.changes[kindNamespace]++
 			f.view.namer.namespace(b, ns)
-			if f.opts.podMode == podsInsecure {
+			if f.opts.podMode != podsDisabled {
+				// Pod names answer only while their namespace is exposed,
+				// verified ones too: their Pods move no Modified when a
+				// namespace_labels selector stops or starts matching it.
 				f.view.namer.pods(b, ns)
 			}
 			f.view.namespaceNames(b, ns)

@@ -375,12 +375,14 @@ func TestFollowPodAlias(t *testing.T) {
 }
 
 // TestFollowNamespace: a namespace of the view's Services that goes
-// flushes its names and its Services'; under pods insecure, its pod
-// names' subtree, and that of a namespace the view learns of through its
-// first Service, whose pod names answered NXDOMAIN while it did not exist.
+// flushes its names and its Services', and its pod names' subtree (pods
+// insecure or verified); under pods insecure, also that of a namespace the
+// view learns of through its first Service, whose pod names answered
+// NXDOMAIN while it did not exist.
 func TestFollowNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
+		mode   string // the pods option; insecure when empty
 		change func(ctl *fakeCtl)
 		// early: the change shows in no flush before nsEvery.
 		early bool
@@ -392,6 +394,19 @@ func TestFollowNamespace(t *testing.T) {
 			// The plugin answers an endpoint's PTR query whatever its
 			// namespace, but under the namespaces option.
 			name: "a namespace_labels selector that stopped matching",
+			change: func(ctl *fakeCtl) {
+				ctl.mu.Lock()
+				ctl.ns["ns"] = false
+				ctl.mu.Unlock()
+			},
+			early: true,
+			want:  []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+		},
+		{
+			// Its Pods stay, and move no Modified, but answer only while
+			// their namespace is exposed.
+			name: "a namespace_labels selector that stopped matching, pods verified",
+			mode: podsVerified,
 			change: func(ctl *fakeCtl) {
 				ctl.mu.Lock()
 				ctl.ns["ns"] = false
@@ -420,7 +435,11 @@ func TestFollowNamespace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
 			s := newSink()
-			f, _ := newTestFollow(ctl, pluginOptions{podMode: podsInsecure}, s)
+			mode := tc.mode
+			if mode == "" {
+				mode = podsInsecure
+			}
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: mode}, s)
 			defer f.em.close()
 			if tc.namespaces != nil {
 				f.view.namespaces = map[string]struct{}{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,9 +42,13 @@ type watch struct {
 	cancel   context.CancelFunc
 	probe    *prober
 	probeErr atomic.Pointer[error]
-	// watchErr is when a watch last failed (unix nanoseconds), for errors
-	// other than the ends a watch has in normal running.
-	watchErr atomic.Int64
+	// failing is, for each of watched, whether its list or watch failed
+	// (an error other than the ends a watch has in normal running) and no
+	// watch has started since: once failures persist the reflector tries
+	// again only every 30 to 60 s, and the watch fails all that while; a
+	// list alone, which RBAC may allow where it refuses the watch, follows
+	// nothing.
+	failing [2]atomic.Bool
 
 	lists, watches, other, bytes atomic.Int64
 }
@@ -90,7 +95,7 @@ func startWatch(cfg *rest.Config) (*watch, error) {
 	w := &watch{}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return metered{next: rt, lists: &w.lists, watches: &w.watches, other: &w.other, bytes: &w.bytes}
+		return metered{next: rt, lists: &w.lists, watches: &w.watches, other: &w.other, bytes: &w.bytes, watching: w.watching}
 	})
 	cs, err := k8s.NewForConfig(cfg)
 	if err != nil {
@@ -113,8 +118,10 @@ func startWatch(cfg *rest.Config) (*watch, error) {
 		func(ctx context.Context, o meta.ListOptions) (k8swatch.Interface, error) {
 			return cs.DiscoveryV1().EndpointSlices(api.NamespaceAll).Watch(ctx, o)
 		})
-	for _, inf := range []cache.SharedIndexInformer{w.svc, w.eps} {
-		if err := inf.SetWatchErrorHandlerWithContext(w.watchError); err != nil {
+	for i, inf := range []cache.SharedIndexInformer{w.svc, w.eps} {
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			w.watchError(ctx, r, err, &w.failing[i])
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -145,12 +152,24 @@ func informer(cs *k8s.Clientset, example runtime.Object, convert object.ToFunc,
 	return inf
 }
 
-func (w *watch) watchError(ctx context.Context, r *cache.Reflector, err error) {
+func (w *watch) watchError(ctx context.Context, r *cache.Reflector, err error, failing *atomic.Bool) {
 	cache.DefaultWatchErrorHandler(ctx, r, err) // its log line
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return // a watch's end in normal running: the reflector lists again
 	}
-	w.watchErr.Store(time.Now().UnixNano())
+	failing.Store(true)
+}
+
+// watched are the resources of the watch's informers, Services and
+// EndpointSlices: the last element of their watch paths.
+var watched = [2]string{"services", "endpointslices"}
+
+// watching notes a watch of resource that the API server accepted: its
+// informer no longer fails.
+func (w *watch) watching(resource string) {
+	if i := slices.Index(watched[:], resource); i >= 0 {
+		w.failing[i].Store(false)
+	}
 }
 
 func (w *watch) probing(ctx context.Context) {
@@ -172,7 +191,7 @@ func (w *watch) state() (bool, string) {
 	switch {
 	case !w.svc.HasSynced() || !w.eps.HasSynced():
 		return false, "the watch has not listed the cluster's Services and EndpointSlices yet"
-	case time.Since(time.Unix(0, w.watchErr.Load())) < 2*probeEvery:
+	case w.failing[0].Load() || w.failing[1].Load():
 		return false, "the watch fails"
 	}
 	if err := *w.probeErr.Load(); err != nil {
