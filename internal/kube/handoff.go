@@ -80,17 +80,29 @@ func (b *baseline) release() *state {
 }
 
 // handOver hands the last state of inv, stopped, to a running source of
-// its block that has no full state yet: the one a reload started.
+// its block that has no full state yet: the one a reload started. A block
+// left with no source (a reload took the option away, or moved it to
+// another block) is forgotten: no source watches what its store keeps from
+// then on, and one that a later reload gives it drops its zones as a first
+// one does.
 func handOver(inv *Invalidator) {
-	if inv.base.block == "" || inv.last == nil {
+	if inv.base.block == "" {
 		return
 	}
-	st := inv.last()
-	if st == nil {
-		return
+	var st *state
+	if inv.last != nil {
+		st = inv.last()
 	}
+	followed := false
 	sources.Range(func(_, v any) bool {
 		o := v.(*Invalidator)
-		return o == inv || o.base.block != inv.base.block || !o.base.inherit(st)
+		if o == inv || o.base.block != inv.base.block {
+			return true
+		}
+		followed = true
+		return st == nil || !o.base.inherit(st)
 	})
+	if !followed {
+		filledBlocks.Delete(inv.base.block)
+	}
 }

@@ -207,6 +207,26 @@ func TestColdSourceDropsZones(t *testing.T) {
 	coldFlush(t, later, time.Second)
 }
 
+// TestSourceAfterNone: a block whose source stopped with none to follow it
+// (a reload that took the kubernetes option away, or moved it to another
+// block) keeps a store that no source watches from then on: the source a
+// later reload gives it drops its zones as a block's first one does.
+func TestSourceAfterNone(t *testing.T) {
+	cluster := func() *fakeCtl {
+		ctl := &fakeCtl{synced: true, mod: 1000}
+		ctl.svcs, ctl.eps = reloadCluster()
+		return ctl
+	}
+	block := testBlock("left without a source")
+	first, firstKey := newSink(), new(int)
+	waitUp(t, runFollow(t, firstKey, block, cluster(), first))
+	coldFlush(t, first, time.Second)
+	stop(firstKey)
+	again := newSink()
+	waitUp(t, runFollow(t, new(int), block, cluster(), again))
+	coldFlush(t, again, time.Second)
+}
+
 // gauge is the connected series of zones and view: its value, and
 // whether it exists.
 func gauge(zones, view string) (float64, bool) {
