@@ -127,7 +127,7 @@ func (fe *frontend) closeListener(l net.Listener) {
 // request is left to the session's reader, unserved. It returns the
 // session where it is.
 func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session) {
-	t := &tcpConn{conn: conn}
+	t := &tcpConn{conn: conn, timeout: fe.limits.write}
 	if s.in == nil {
 		s.in = bufio.NewReaderSize(conn, tcpReadLen)
 	}
@@ -181,6 +181,9 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 			continue
 		}
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
+		if t.failed() {
+			return false, s
+		}
 	}
 	return false, s
 }
@@ -189,18 +192,22 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 // which the block's timeouts plugin sets.
 type tcpLimits struct {
 	read, idle time.Duration // before the first request, and between requests
+	write      time.Duration // for a reply to be sent
 	queries    int           // on one connection; -1 for no limit
 }
 
 // limitsOf returns srv's TCP limits, with miekg/dns's defaults where srv
 // leaves them unset, as its listener has them.
 func limitsOf(srv *dnsserver.Server) tcpLimits {
-	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, queries: srv.MaxTCPQueries}
+	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, write: srv.WriteTimeout, queries: srv.MaxTCPQueries}
 	if l.read <= 0 {
 		l.read = 2 * time.Second
 	}
 	if l.idle <= 0 {
 		l.idle = 8 * time.Second
+	}
+	if l.write <= 0 {
+		l.write = 2 * time.Second
 	}
 	if l.queries == 0 {
 		l.queries = 128
@@ -208,10 +215,14 @@ func limitsOf(srv *dnsserver.Server) tcpLimits {
 	return l
 }
 
-// tcpConn writes messages with their two-byte length (RFC 1035 4.2.2).
+// tcpConn writes messages with their two-byte length (RFC 1035 4.2.2),
+// each within the server's write timeout: a client that reads no replies
+// would otherwise hold its reader, and one of inflight's slots, for good.
 type tcpConn struct {
-	mu   sync.Mutex // a plugin may write from a goroutine of its own
-	conn net.Conn
+	mu      sync.Mutex // a plugin may write from a goroutine of its own
+	conn    net.Conn
+	timeout time.Duration
+	err     error // of a write that failed, perhaps part written: the stream is lost
 }
 
 func (t *tcpConn) write(msg []byte) (int, error) {
@@ -223,10 +234,22 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 	bufs := net.Buffers{size[:], msg}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, err := bufs.WriteTo(t.conn); err != nil {
-		return 0, err
+	if t.err != nil {
+		return 0, t.err
+	}
+	t.conn.SetWriteDeadline(time.Now().Add(t.timeout))
+	if _, t.err = bufs.WriteTo(t.conn); t.err != nil {
+		return 0, t.err
 	}
 	return len(msg), nil
+}
+
+// failed reports whether a write failed, after which the connection is
+// closed rather than another request read.
+func (t *tcpConn) failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err != nil
 }
 
 // conns are the TCP connections a front end serves. When it closes, a
