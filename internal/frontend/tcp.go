@@ -49,22 +49,32 @@ type session struct {
 const tcpReadLen = 2 + 512
 
 // goServe serves conn, accepted on the listener at local, from where its
-// session is, in a goroutine of its own, unless the front end closes. At most inflight connections are open on local at a time, those
-// handed over at a reload among them: past that conn is closed.
+// session is, in a goroutine of its own, unless the front end closes. At
+// most inflight connections are open on local at a time, those handed
+// over at a reload among them: past that conn takes the place of one that
+// waits for a request or reads one (evict), as RFC 7766 (section 10) lets
+// a server close connections at its limit, and is closed when there is
+// none, all new themselves.
 func (fe *frontend) goServe(conn net.Conn, local net.Addr, s session) {
 	if !fe.conns.add(conn) {
 		fe.handConn(conn, local, s) // the front end closes
 		return
 	}
 	open := fe.tcpOpen[socketKey(local)]
+	evicted := false
 	select {
 	case open <- struct{}{}:
 	default:
-		fe.conns.remove(conn)
-		conn.Close() // not shed: no request was read
-		return
+		if evicted = fe.conns.evict(); !evicted {
+			fe.conns.remove(conn)
+			conn.Close() // not shed: no request was read
+			return
+		}
 	}
 	go func() {
+		if evicted {
+			open <- struct{}{} // the evicted connection's, once it closes
+		}
 		closing, s := fe.serveConn(conn, s)
 		fe.conns.remove(conn)
 		<-open
@@ -145,14 +155,14 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 			timeout = fe.limits.read
 		}
 		if !fe.conns.wait(conn, s.waiting.Add(timeout)) {
-			return true, s
+			return fe.conns.closed(), s
 		}
 		// What the client sent, the request whole as a rule, comes in one
 		// read, or was read with the one before. A reader that leaves as
 		// its front end closes hands it on with the connection (session).
 		_, err := s.in.Peek(1)
 		if !fe.conns.reading(conn) {
-			return true, s
+			return fe.conns.closed(), s
 		}
 		if err != nil {
 			return false, s
@@ -260,10 +270,20 @@ func (t *tcpConn) failed() bool {
 // goes on to the newer front end (handConn).
 type conns struct {
 	mu      sync.Mutex
-	m       map[net.Conn]bool // whether its reader waits for a request
+	m       map[net.Conn]connState
 	closing bool
 	readers busy
 }
+
+// connState is where a connection's reader is.
+type connState uint8
+
+const (
+	starting connState = iota // to wait for its first request, or for its slot (goServe)
+	waiting                   // for a request
+	reading                   // a request, and answering it
+	evicted                   // its reader leaves, closing it, past inflight
+)
 
 // aLongTimeAgo is a read deadline that ends a read at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -276,9 +296,9 @@ func (c *conns) add(conn net.Conn) bool {
 		return false
 	}
 	if c.m == nil {
-		c.m = map[net.Conn]bool{}
+		c.m = map[net.Conn]connState{}
 	}
-	c.m[conn] = false
+	c.m[conn] = starting
 	c.readers.add()
 	return true
 }
@@ -292,28 +312,61 @@ func (c *conns) remove(conn net.Conn) {
 }
 
 // wait has conn's reader wait for a request until deadline, unless the
-// front end closes: false then. A deadline set after close's would undo it.
+// front end closes or conn was evicted: false then. A deadline set after
+// close's or evict's would undo it.
 func (c *conns) wait(conn net.Conn, deadline time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.closing || c.m[conn] == evicted {
 		return false
 	}
-	c.m[conn] = true
+	c.m[conn] = waiting
 	conn.SetReadDeadline(deadline)
 	return true
 }
 
 // reading has conn's reader, whose wait ended, read the request that came,
-// unless the front end closes: false then, and what came of it goes on with
-// the connection, unserved.
+// unless the front end closes or conn was evicted: false then, and what
+// came of it goes on with the connection, unserved, or is lost with it.
 func (c *conns) reading(conn net.Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.closing || c.m[conn] == evicted {
 		return false
 	}
-	c.m[conn] = false
+	c.m[conn] = reading
+	return true
+}
+
+// closed reports whether the front end closes: a reader that leaves then
+// hands its connection on, else closes it.
+func (c *conns) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// evict has the reader of a connection that waits for a request, or else
+// of one that reads one (or answers it, once its reply is written), leave
+// and close it, and reports whether there was one. A wait ends at once, as
+// does a read of a request that did not come whole.
+func (c *conns) evict() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var victim net.Conn
+	for conn, state := range c.m {
+		if state == waiting || state == reading && victim == nil {
+			victim = conn
+		}
+		if state == waiting {
+			break
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	c.m[victim] = evicted
+	victim.SetReadDeadline(aLongTimeAgo)
 	return true
 }
 
@@ -323,8 +376,8 @@ func (c *conns) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closing = true
-	for conn, waiting := range c.m {
-		if waiting {
+	for conn, state := range c.m {
+		if state == waiting {
 			conn.SetReadDeadline(aLongTimeAgo)
 		}
 	}
