@@ -57,9 +57,9 @@ func TestLimitsOf(t *testing.T) {
 		srv  *dnsserver.Server
 		want tcpLimits
 	}{
-		{"CoreDNS's defaults", defaults, tcpLimits{read: 3 * time.Second, idle: 10 * time.Second, queries: -1}},
-		{"timeouts", &dnsserver.Server{ReadTimeout: time.Second, IdleTimeout: time.Minute, MaxTCPQueries: 2}, tcpLimits{read: time.Second, idle: time.Minute, queries: 2}},
-		{"unset", &dnsserver.Server{}, tcpLimits{read: 2 * time.Second, idle: 8 * time.Second, queries: 128}},
+		{"CoreDNS's defaults", defaults, tcpLimits{read: 3 * time.Second, idle: 10 * time.Second, write: 5 * time.Second, queries: -1}},
+		{"timeouts", &dnsserver.Server{ReadTimeout: time.Second, IdleTimeout: time.Minute, WriteTimeout: 20 * time.Second, MaxTCPQueries: 2}, tcpLimits{read: time.Second, idle: time.Minute, write: 20 * time.Second, queries: 2}},
+		{"unset", &dnsserver.Server{}, tcpLimits{read: 2 * time.Second, idle: 8 * time.Second, write: 2 * time.Second, queries: 128}},
 	} {
 		if got := limitsOf(tc.srv); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
@@ -216,7 +216,7 @@ func TestRejectsAsServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		client, server := net.Pipe()
-		go fe.serveChain(pkt, &chainWriter{tcp: &tcpConn{conn: server}})
+		go fe.serveChain(pkt, &chainWriter{tcp: &tcpConn{conn: server, timeout: 5 * time.Second}})
 		client.SetReadDeadline(time.Now().Add(5 * time.Second))
 		var size [2]byte
 		if _, err := io.ReadFull(client, size[:]); err != nil {

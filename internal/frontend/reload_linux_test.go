@@ -373,20 +373,26 @@ func readReply(conn net.Conn) ([]byte, error) {
 // waitWaiting waits for fe's reader of n connections to wait for a request.
 func waitWaiting(t *testing.T, fe *frontend, n int) {
 	t.Helper()
+	waitState(t, fe, waiting, n)
+}
+
+// waitState waits for fe's readers of n connections to be at state.
+func waitState(t *testing.T, fe *frontend, state connState, n int) {
+	t.Helper()
 	for i := 0; ; i++ {
 		fe.conns.mu.Lock()
-		waiting := 0
-		for _, w := range fe.conns.m {
-			if w {
-				waiting++
+		at := 0
+		for _, s := range fe.conns.m {
+			if s == state {
+				at++
 			}
 		}
 		fe.conns.mu.Unlock()
-		if waiting == n {
+		if at == n {
 			return
 		}
 		if i == 1000 {
-			t.Fatalf("%d connections wait for a request, want %d", waiting, n)
+			t.Fatalf("%d connections at %d, want %d", at, state, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -429,9 +435,9 @@ func TestReloadKeepsTCPQueryCount(t *testing.T) {
 
 // TestReloadHandedTCPTakesASlot: a connection handed over at a reload is
 // one of the new front end's open connections on its address, which
-// inflight limits: past it a new connection is closed. Handed connections
-// were not counted, and reloads let the open connections grow without
-// bound.
+// inflight limits: past it a new connection takes its place, and it is
+// closed. Handed connections were not counted, and reloads let the open
+// connections grow without bound.
 func TestReloadHandedTCPTakesASlot(t *testing.T) {
 	cache := newGatedCache(t)
 	cache.once.Do(func() {}) // nothing held
@@ -449,10 +455,12 @@ func TestReloadHandedTCPTakesASlot(t *testing.T) {
 		t.Fatalf("the handed connection: %v", err)
 	}
 	conn := dialTCP(t, addr)
-	pkt := query(t, 2)
-	conn.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(pkt))), pkt...)) // may find it closed
-	if _, err := readReply(conn); err == nil {
-		t.Error("a second connection answered by a front end of inflight 1")
+	writeRequest(t, conn, query(t, 2))
+	if _, err := readReply(conn); err != nil {
+		t.Fatalf("the second connection: %v", err)
+	}
+	if _, err := readReply(handed); !errors.Is(err, io.EOF) {
+		t.Errorf("the handed connection: %v, want it closed for the second of a front end of inflight 1", err)
 	}
 }
 

@@ -49,22 +49,32 @@ type session struct {
 const tcpReadLen = 2 + 512
 
 // goServe serves conn, accepted on the listener at local, from where its
-// session is, in a goroutine of its own, unless the front end closes. At most inflight connections are open on local at a time, those
-// handed over at a reload among them: past that conn is closed.
+// session is, in a goroutine of its own, unless the front end closes. At
+// most inflight connections are open on local at a time, those handed
+// over at a reload among them: past that conn takes the place of one that
+// waits for a request or reads one (evict), as RFC 7766 (section 10) lets
+// a server close connections at its limit, and is closed when there is
+// none, all new themselves.
 func (fe *frontend) goServe(conn net.Conn, local net.Addr, s session) {
 	if !fe.conns.add(conn) {
 		fe.handConn(conn, local, s) // the front end closes
 		return
 	}
 	open := fe.tcpOpen[socketKey(local)]
+	evicted := false
 	select {
 	case open <- struct{}{}:
 	default:
-		fe.conns.remove(conn)
-		conn.Close() // not shed: no request was read
-		return
+		if evicted = fe.conns.evict(); !evicted {
+			fe.conns.remove(conn)
+			conn.Close() // not shed: no request was read
+			return
+		}
 	}
 	go func() {
+		if evicted {
+			open <- struct{}{} // the evicted connection's, once it closes
+		}
 		closing, s := fe.serveConn(conn, s)
 		fe.conns.remove(conn)
 		<-open
@@ -127,7 +137,7 @@ func (fe *frontend) closeListener(l net.Listener) {
 // request is left to the session's reader, unserved. It returns the
 // session where it is.
 func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session) {
-	t := &tcpConn{conn: conn}
+	t := &tcpConn{conn: conn, timeout: fe.limits.write}
 	if s.in == nil {
 		s.in = bufio.NewReaderSize(conn, tcpReadLen)
 	}
@@ -145,14 +155,14 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 			timeout = fe.limits.read
 		}
 		if !fe.conns.wait(conn, s.waiting.Add(timeout)) {
-			return true, s
+			return fe.conns.closed(), s
 		}
 		// What the client sent, the request whole as a rule, comes in one
 		// read, or was read with the one before. A reader that leaves as
 		// its front end closes hands it on with the connection (session).
 		_, err := s.in.Peek(1)
 		if !fe.conns.reading(conn) {
-			return true, s
+			return fe.conns.closed(), s
 		}
 		if err != nil {
 			return false, s
@@ -181,6 +191,9 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 			continue
 		}
 		fe.serveChain(pkt[:n], &chainWriter{local: conn.LocalAddr(), remote: conn.RemoteAddr(), tcp: t})
+		if t.failed() {
+			return false, s
+		}
 	}
 	return false, s
 }
@@ -189,18 +202,22 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 // which the block's timeouts plugin sets.
 type tcpLimits struct {
 	read, idle time.Duration // before the first request, and between requests
+	write      time.Duration // for a reply to be sent
 	queries    int           // on one connection; -1 for no limit
 }
 
 // limitsOf returns srv's TCP limits, with miekg/dns's defaults where srv
 // leaves them unset, as its listener has them.
 func limitsOf(srv *dnsserver.Server) tcpLimits {
-	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, queries: srv.MaxTCPQueries}
+	l := tcpLimits{read: srv.ReadTimeout, idle: srv.IdleTimeout, write: srv.WriteTimeout, queries: srv.MaxTCPQueries}
 	if l.read <= 0 {
 		l.read = 2 * time.Second
 	}
 	if l.idle <= 0 {
 		l.idle = 8 * time.Second
+	}
+	if l.write <= 0 {
+		l.write = 2 * time.Second
 	}
 	if l.queries == 0 {
 		l.queries = 128
@@ -208,10 +225,14 @@ func limitsOf(srv *dnsserver.Server) tcpLimits {
 	return l
 }
 
-// tcpConn writes messages with their two-byte length (RFC 1035 4.2.2).
+// tcpConn writes messages with their two-byte length (RFC 1035 4.2.2),
+// each within the server's write timeout: a client that reads no replies
+// would otherwise hold its reader, and one of inflight's slots, for good.
 type tcpConn struct {
-	mu   sync.Mutex // a plugin may write from a goroutine of its own
-	conn net.Conn
+	mu      sync.Mutex // a plugin may write from a goroutine of its own
+	conn    net.Conn
+	timeout time.Duration
+	err     error // of a write that failed, perhaps part written: the stream is lost
 }
 
 func (t *tcpConn) write(msg []byte) (int, error) {
@@ -223,10 +244,22 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 	bufs := net.Buffers{size[:], msg}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, err := bufs.WriteTo(t.conn); err != nil {
-		return 0, err
+	if t.err != nil {
+		return 0, t.err
+	}
+	t.conn.SetWriteDeadline(time.Now().Add(t.timeout))
+	if _, t.err = bufs.WriteTo(t.conn); t.err != nil {
+		return 0, t.err
 	}
 	return len(msg), nil
+}
+
+// failed reports whether a write failed, after which the connection is
+// closed rather than another request read.
+func (t *tcpConn) failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err != nil
 }
 
 // conns are the TCP connections a front end serves. When it closes, a
@@ -237,10 +270,20 @@ func (t *tcpConn) write(msg []byte) (int, error) {
 // goes on to the newer front end (handConn).
 type conns struct {
 	mu      sync.Mutex
-	m       map[net.Conn]bool // whether its reader waits for a request
+	m       map[net.Conn]connState
 	closing bool
 	readers busy
 }
+
+// connState is where a connection's reader is.
+type connState uint8
+
+const (
+	starting connState = iota // to wait for its first request, or for its slot (goServe)
+	waiting                   // for a request
+	reading                   // a request, and answering it
+	evicted                   // its reader leaves, closing it, past inflight
+)
 
 // aLongTimeAgo is a read deadline that ends a read at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -253,9 +296,9 @@ func (c *conns) add(conn net.Conn) bool {
 		return false
 	}
 	if c.m == nil {
-		c.m = map[net.Conn]bool{}
+		c.m = map[net.Conn]connState{}
 	}
-	c.m[conn] = false
+	c.m[conn] = starting
 	c.readers.add()
 	return true
 }
@@ -269,28 +312,61 @@ func (c *conns) remove(conn net.Conn) {
 }
 
 // wait has conn's reader wait for a request until deadline, unless the
-// front end closes: false then. A deadline set after close's would undo it.
+// front end closes or conn was evicted: false then. A deadline set after
+// close's or evict's would undo it.
 func (c *conns) wait(conn net.Conn, deadline time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.closing || c.m[conn] == evicted {
 		return false
 	}
-	c.m[conn] = true
+	c.m[conn] = waiting
 	conn.SetReadDeadline(deadline)
 	return true
 }
 
 // reading has conn's reader, whose wait ended, read the request that came,
-// unless the front end closes: false then, and what came of it goes on with
-// the connection, unserved.
+// unless the front end closes or conn was evicted: false then, and what
+// came of it goes on with the connection, unserved, or is lost with it.
 func (c *conns) reading(conn net.Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if c.closing || c.m[conn] == evicted {
 		return false
 	}
-	c.m[conn] = false
+	c.m[conn] = reading
+	return true
+}
+
+// closed reports whether the front end closes: a reader that leaves then
+// hands its connection on, else closes it.
+func (c *conns) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// evict has the reader of a connection that waits for a request, or else
+// of one that reads one (or answers it, once its reply is written), leave
+// and close it, and reports whether there was one. A wait ends at once, as
+// does a read of a request that did not come whole.
+func (c *conns) evict() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var victim net.Conn
+	for conn, state := range c.m {
+		if state == waiting || state == reading && victim == nil {
+			victim = conn
+		}
+		if state == waiting {
+			break
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	c.m[victim] = evicted
+	victim.SetReadDeadline(aLongTimeAgo)
 	return true
 }
 
@@ -300,8 +376,8 @@ func (c *conns) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closing = true
-	for conn, waiting := range c.m {
-		if waiting {
+	for conn, state := range c.m {
+		if state == waiting {
 			conn.SetReadDeadline(aLongTimeAgo)
 		}
 	}
