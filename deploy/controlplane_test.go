@@ -71,11 +71,17 @@ func apiserverCacheDir(t testing.TB) string {
 }
 
 // controlPlaneBinaries finds etcd, kube-apiserver and kubectl, or skips the
-// test saying how to get them.
+// test saying how to get them; with COMPACTCACHE_CONTROL_PLANE=required
+// (.ci/run, which gets them) it fails instead, so that CI never passes
+// without the control plane's tests.
 func controlPlaneBinaries(t testing.TB) (etcd, apiserver, kubectl string) {
 	t.Helper()
+	unavailable := t.Skipf
+	if os.Getenv("COMPACTCACHE_CONTROL_PLANE") == "required" {
+		unavailable = t.Fatalf
+	}
 	if testing.Short() {
-		t.Skip("starts etcd and kube-apiserver; not in -short")
+		unavailable("starts etcd and kube-apiserver; not in -short")
 	}
 	dir := apiserverCacheDir(t)
 	apiserver, kubectl = filepath.Join(dir, "kube-apiserver"), filepath.Join(dir, "kubectl")
@@ -87,12 +93,12 @@ func controlPlaneBinaries(t testing.TB) (etcd, apiserver, kubectl string) {
 	}
 	for _, p := range []string{apiserver, kubectl} {
 		if _, err := os.Stat(p); err != nil {
-			t.Skipf("control plane not available: %s is not built; deploy/apiserver/run.sh builds kube-apiserver and kubectl (about 5 minutes cold on 2 cores) and runs this test", p)
+			unavailable("control plane not available: %s is not built; deploy/apiserver/run.sh builds kube-apiserver and kubectl (about 5 minutes cold on 2 cores) and runs this test", p)
 		}
 	}
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
-		t.Skip("control plane not available: no etcd on PATH; apt-get install etcd-server (deploy/apiserver/run.sh does)")
+		unavailable("control plane not available: no etcd on PATH; apt-get install etcd-server (deploy/apiserver/run.sh does)")
 	}
 	return etcd, apiserver, kubectl
 }
