@@ -81,7 +81,7 @@ type Counters struct {
 type Config struct {
 	udp, tcp []string // host:port to listen on
 	sockets  int      // UDP sockets per address, each read by one goroutine
-	inflight int      // requests through the chain at most; more are shed
+	inflight int      // UDP requests through the chain at most (more are shed), and open TCP connections per address
 	logEvery int      // log one front-end hit in logEvery; 0 logs none
 	poller   bool     // UDP readers wait in the poller, not in recvmmsg
 }
