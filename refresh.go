@@ -75,9 +75,9 @@ func (r *refreshes) end(h uint64, now time.Time, recheck time.Duration, ok bool)
 // cancel cancels the background fetches, and lets none begin after them.
 func (r *refreshes) cancel() {
 	r.mu.Lock()
-	defer r.stop()
-	defer r.mu.Unlock()
 	r.closed = true // no Add after this, so shutdown's Wait is well-defined
+	r.mu.Unlock()
+	r.stop()
 }
 
 // shutdown cancels the background fetches and waits for them, at most wait.
