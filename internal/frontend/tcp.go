@@ -355,11 +355,12 @@ func (c *conns) evict() bool {
 	defer c.mu.Unlock()
 	var victim net.Conn
 	for conn, state := range c.m {
-		if state == waiting || state == reading && victim == nil {
-			victim = conn
-		}
 		if state == waiting {
+			victim = conn
 			break
+		}
+		if state == reading && victim == nil {
+			victim = conn
 		}
 	}
 	if victim == nil {
