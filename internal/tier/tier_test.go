@@ -969,6 +969,32 @@ func TestFlushesLost(t *testing.T) {
 	}
 }
 
+// heldReplica starts a replica of option whose reader, in applying its
+// first flush, holds until release, as a long walk of the store holds it.
+// applied returns the flushes it applied, in order.
+func heldReplica(t *testing.T, option string) (tr *Tier, applied func() []string, release func()) {
+	hold := make(chan struct{})
+	var mu sync.Mutex
+	var got []string
+	tr = mustTier(t, option, 1, func(f flush.Flush) {
+		mu.Lock()
+		got = append(got, f.String())
+		first := len(got) == 1
+		mu.Unlock()
+		if first {
+			<-hold
+		}
+	})
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the tier's, which waits for its reader
+	applied = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	return tr, applied, release
+}
+
 // TestStreamGone: the stream of flushes deleted (FLUSHALL, an eviction
 // under an allkeys policy, a failover or restart to a server without it),
 // or made again with IDs before where a replica read up to (a server whose
@@ -992,33 +1018,12 @@ func TestStreamGone(t *testing.T) {
 			r := testenv.StartRedis(t)
 			option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
 			a := mustTier(t, option, 1, nil)
-			hold := make(chan struct{})
-			release := sync.OnceFunc(func() { close(hold) })
-			defer release()
-			var mu sync.Mutex
-			var applied []string
-			b := mustTier(t, option, 1, func(f flush.Flush) {
-				mu.Lock()
-				applied = append(applied, f.String())
-				first := len(applied) == 1
-				mu.Unlock()
-				if first {
-					<-hold
-				}
-			})
+			b, applied, release := heldReplica(t, option)
 			await := func(want, missing string) {
 				t.Helper()
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-					mu.Lock()
-					ok := slices.Contains(applied, want)
-					mu.Unlock()
-					if ok {
-						return
-					}
+				for deadline := time.Now().Add(10 * time.Second); !slices.Contains(applied(), want); time.Sleep(5 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						mu.Lock()
-						defer mu.Unlock()
-						t.Fatalf("%s: applied %v", missing, applied)
+						t.Fatalf("%s: applied %v", missing, applied())
 					}
 				}
 			}
@@ -1049,10 +1054,9 @@ func TestStreamGone(t *testing.T) {
 			negative := flush.Flush{Scope: flush.Negative}
 			send(negative)
 			await(negative.String(), "a flush sent after the stream was made again never reached the replica")
-			mu.Lock()
-			defer mu.Unlock()
-			if n := slices.Index(applied, all.String()); slices.Index(applied[n+1:], all.String()) >= 0 {
-				t.Errorf("flushed whole more than once for one loss: %v", applied)
+			got := applied()
+			if n := slices.Index(got, all.String()); slices.Index(got[n+1:], all.String()) >= 0 {
+				t.Errorf("flushed whole more than once for one loss: %v", got)
 			}
 			if n := b.m.lost.n.Load(); n != 1 {
 				t.Errorf("%d losses of flushes counted, want 1", n)
@@ -1124,25 +1128,8 @@ func TestFlushesTrimmedWhileBehind(t *testing.T) {
 	r := testenv.StartRedis(t)
 	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
 	a := mustTier(t, option, 1, nil)
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	defer release()
-	var mu sync.Mutex
-	var applied []string
-	mustTier(t, option, 1, func(f flush.Flush) {
-		mu.Lock()
-		applied = append(applied, f.String())
-		first := len(applied) == 1
-		mu.Unlock()
-		if first {
-			<-hold
-		}
-	})
-	seen := func(want string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(applied, want)
-	}
+	_, applied, release := heldReplica(t, option)
+	seen := func(want string) bool { return slices.Contains(applied(), want) }
 	now := time.Now().Unix()
 	send := func(name string) {
 		t.Helper()
