@@ -136,6 +136,9 @@ type queue struct {
 // at returns the k-th oldest chunk of q.
 func (q *queue) at(k int) int { return int(q.ids[(q.head+k)%len(q.ids)]) }
 
+// first returns the number pushed gave q's oldest chunk as it was queued.
+func (q *queue) first() uint64 { return q.pushed - uint64(q.n) }
+
 // tail returns q's newest chunk, -1 when q has none.
 func (q *queue) tail() int {
 	if q.n == 0 {
@@ -327,8 +330,7 @@ func (sh *shard) turn(q, n int, now int64, d *Displaced) bool {
 			}
 			from = probationQ
 		}
-		fq := &sh.queues[from]
-		sh.turnedFrom[q] = placeOf(from, fq.pushed-uint64(fq.n))
+		sh.turnedFrom[q] = placeOf(from, sh.queues[from].first())
 		c = sh.dequeue(from)
 		sh.enqueue(q, c)
 		sh.turning[q], sh.newEnd[q], sh.oldStart[q], sh.from[q] = c, 0, 0, from

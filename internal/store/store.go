@@ -431,7 +431,7 @@ func (s *Store) Walk(c Cursor, visit func(e entry.Entry) (remove bool)) (Cursor,
 		}
 		for ; c.queue < numQueues; c.queue, c.seq = c.queue+1, 0 {
 			qu := &sh.queues[c.queue]
-			first := qu.pushed - uint64(qu.n)
+			first := qu.first()
 			for c.seq = max(c.seq, first); c.seq < qu.pushed; {
 				chunk := qu.at(int(c.seq - first))
 				c.seq++
