@@ -380,6 +380,11 @@ func TestFollowPodAlias(t *testing.T) {
 // view learns of through its first Service, whose pod names answered
 // NXDOMAIN while it did not exist.
 func TestFollowNamespace(t *testing.T) {
+	nsGone := func(ctl *fakeCtl) { // deleted, or no longer selected
+		ctl.mu.Lock()
+		ctl.ns["ns"] = false
+		ctl.mu.Unlock()
+	}
 	for _, tc := range []struct {
 		name   string
 		mode   string // the pods option; insecure when empty
@@ -393,35 +398,23 @@ func TestFollowNamespace(t *testing.T) {
 		{
 			// The plugin answers an endpoint's PTR query whatever its
 			// namespace, but under the namespaces option.
-			name: "a namespace_labels selector that stopped matching",
-			change: func(ctl *fakeCtl) {
-				ctl.mu.Lock()
-				ctl.ns["ns"] = false
-				ctl.mu.Unlock()
-			},
-			early: true,
-			want:  []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+			name:   "a namespace_labels selector that stopped matching",
+			change: nsGone,
+			early:  true,
+			want:   []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
 		},
 		{
 			// Its Pods stay, and move no Modified, but answer only while
 			// their namespace is exposed.
-			name: "a namespace_labels selector that stopped matching, pods verified",
-			mode: podsVerified,
-			change: func(ctl *fakeCtl) {
-				ctl.mu.Lock()
-				ctl.ns["ns"] = false
-				ctl.mu.Unlock()
-			},
-			early: true,
-			want:  []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+			name:   "a namespace_labels selector that stopped matching, pods verified",
+			mode:   podsVerified,
+			change: nsGone,
+			early:  true,
+			want:   []string{"*.ns.pod.cluster.local.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
 		},
 		{
-			name: "a namespace of the namespaces option deleted",
-			change: func(ctl *fakeCtl) {
-				ctl.mu.Lock()
-				ctl.ns["ns"] = false
-				ctl.mu.Unlock()
-			},
+			name:       "a namespace of the namespaces option deleted",
+			change:     nsGone,
 			early:      true,
 			namespaces: []string{"ns", "new"},
 			want:       []string{"*.ns.pod.cluster.local.", "1.0.1.10.in-addr.arpa.", "10-1-0-1.web.ns" + z, "10.0.96.10.in-addr.arpa.", "ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
