@@ -133,8 +133,9 @@ func (fe *frontend) closeListener(l net.Listener) {
 
 // serveConn answers the requests of one connection, from where its session
 // is, until the client closes it or leaves it idle, or it has served the
-// server's most queries, or the front end closes: true then, and the next
-// request is left to the session's reader, unserved. It returns the
+// server's most queries, or a write fails, or a new connection takes its
+// place past inflight (evict), or the front end closes: true then, and the
+// next request is left to the session's reader, unserved. It returns the
 // session where it is.
 func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session) {
 	t := &tcpConn{conn: conn, timeout: fe.limits.write}
