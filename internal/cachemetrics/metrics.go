@@ -340,10 +340,7 @@ func (s *Block) Totals(servers []string) Totals {
 			if m.Write(&d) != nil {
 				continue
 			}
-			labels := map[string]string{}
-			for _, l := range d.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
+			labels := labelsOf(&d)
 			if slices.Contains(servers, labels["server"]) && slices.Contains(of, [2]string{labels["zones"], labels["view"]}) {
 				each(labels["type"], int64(d.GetCounter().GetValue()))
 			}
@@ -358,6 +355,15 @@ func (s *Block) Totals(servers []string) Totals {
 		}
 	})
 	return t
+}
+
+// labelsOf returns the labels of a gathered series, by name.
+func labelsOf(d *dto.Metric) map[string]string {
+	labels := map[string]string{}
+	for _, l := range d.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return labels
 }
 
 // storeGauges sets the gauges of every server's store when the metrics are

@@ -245,11 +245,7 @@ func gaugedZones(server string) []string {
 		if m.Write(&d) != nil {
 			continue
 		}
-		labels := map[string]string{}
-		for _, l := range d.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["server"] == server {
+		if labels := labelsOf(&d); labels["server"] == server {
 			zones = append(zones, labels["zones"])
 		}
 	}
