@@ -18,8 +18,12 @@ import (
 )
 
 // FreePort returns a port on 127.0.0.1 that is free for both UDP and TCP at
-// the time of the call. Another process may take it before the server does;
-// the window is small and a clash fails the test loudly.
+// the time of the call, and that it has not returned before in this
+// process: a test that takes several before it starts the servers that
+// listen on them (a Corefile's ready and prometheus) would otherwise be
+// given one twice when the kernel hands out a port freed a moment ago.
+// Another process may take it before the server does; the window is small
+// and a clash fails the test loudly.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	for range 100 {
@@ -32,11 +36,32 @@ func FreePort(tb testing.TB) int {
 		l.Close()
 		if err == nil {
 			u.Close()
-			return port
+			if given.take(port) {
+				return port
+			}
 		}
 	}
 	tb.Fatal("no port free for both UDP and TCP on 127.0.0.1")
 	return 0
+}
+
+// given are the ports FreePort has returned.
+var given = portSet{m: map[int]bool{}}
+
+type portSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+// take adds port, reporting whether it was not there.
+func (s *portSet) take(port int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[port] {
+		return false
+	}
+	s.m[port] = true
+	return true
 }
 
 // LogBuffer is a bytes.Buffer that a server writes its log to while the

@@ -74,3 +74,16 @@ func TestUDPSocketsCountsSharers(t *testing.T) {
 		}
 	}
 }
+
+// TestFreePortNeverTwice: the ports a process is given are all different,
+// whatever the kernel hands out again once one is closed.
+func TestFreePortNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		p := FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d given twice", p)
+		}
+		seen[p] = true
+	}
+}
