@@ -386,12 +386,7 @@ func TestShedTurns(t *testing.T) {
 // never asked again, and so never kept by a pass (which moves it to main's
 // end, if only to its own place), is visited twice.
 func TestWalkVisitsUnmovedOnce(t *testing.T) {
-	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &s.shards[0]
-	b := entry.NewBuilder()
+	s, sh, b := smallestStore(t)
 	next := 0
 	asked := map[string]bool{}
 	put := func() {
@@ -438,11 +433,7 @@ func TestWalkVisitsUnmovedOnce(t *testing.T) {
 // chunks while names are stored and asked between the walk's chunks: every
 // entry stored when the walk began and still there at its end is visited.
 func TestWalkWhileTurning(t *testing.T) {
-	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := entry.NewBuilder()
+	s, _, b := smallestStore(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	next := 0
 	stored := map[string]bool{} // names stored again during the walk
@@ -893,12 +884,7 @@ func TestMainRound(t *testing.T) {
 // entries, which it must visit. The steps are those a full shard takes
 // (reserve's makeRoom and turn), called here on a shard of two chunks.
 func TestWalkMeetsTurnAgain(t *testing.T) {
-	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &s.shards[0]
-	b := entry.NewBuilder()
+	s, sh, b := smallestStore(t)
 	var keys [][]byte
 	for i := 0; sh.allocated < 2 || sh.used[1] < 64<<10; i++ {
 		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), 1, 3600, KindSuccess)
@@ -953,4 +939,16 @@ func TestWalkMeetsTurnAgain(t *testing.T) {
 		}
 	}
 	checkShards(t, s)
+}
+
+// smallestStore returns a store of one shard and twice the least budget, whose
+// few chunks a test fills and turns in a few thousand puts, its shard and
+// a builder of entries.
+func smallestStore(t *testing.T) (*Store, *shard, *entry.Builder) {
+	t.Helper()
+	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &s.shards[0], entry.NewBuilder()
 }

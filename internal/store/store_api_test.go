@@ -111,12 +111,7 @@ func wireToText(w string) string {
 // main): here the put that stores it makes its room by turning the very
 // span it lies in, compacting the entries after it over its bytes.
 func TestUpdateReturnsItsOwn(t *testing.T) {
-	s, err := newStoreOn(1, 2*MinCapacity, PerKind{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &s.shards[0]
-	b := entry.NewBuilder()
+	s, sh, b := smallestStore(t)
 	var keys [][]byte
 	for i := range 40_000 {
 		e, key := testEntry(t, b, fmt.Sprintf("n%d.example.org.", i), uint32(i), 3600, KindSuccess)
