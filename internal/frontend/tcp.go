@@ -36,11 +36,13 @@ func (fe *frontend) serveTCP(l net.Listener) {
 // session is what a connection carries from front end to front end at a
 // reload, so that the server's limits hold across reloads: the queries it
 // has served, and since when it waits for the next; and its reader, with
-// what its client sent that was read and not yet served.
+// what its client sent that was read and not yet served, and the buffer
+// of the typical size its requests are read into.
 type session struct {
 	queries int
 	waiting time.Time
 	in      *bufio.Reader // nil until the connection is first served
+	pkt     []byte
 }
 
 // tcpReadLen is the room a connection's reader reads into: a request of a
@@ -141,13 +143,13 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 	t := &tcpConn{conn: conn, timeout: fe.limits.write}
 	if s.in == nil {
 		s.in = bufio.NewReaderSize(conn, tcpReadLen)
+		s.pkt = make([]byte, dnsmsg.TypicalLen)
 	}
 	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
 	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
 	as, r, timed := fe.answerers(), fe.newReader(), fe.timed()
 	var hit Hit
 	var size [2]byte
-	pkt := make([]byte, dnsmsg.TypicalLen)
 	for ; s.queries < fe.limits.queries || fe.limits.queries < 0; s.queries, s.waiting = s.queries+1, time.Now() {
 		// The first read waits for the read timeout, the next ones for the
 		// idle timeout, as miekg/dns's server reads.
@@ -172,7 +174,11 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 			return false, s
 		}
 		n := int(binary.BigEndian.Uint16(size[:]))
+		pkt := s.pkt
 		if n > len(pkt) {
+			// A buffer of its own, dropped once answered: between
+			// requests a connection holds the typical size, whatever
+			// it was once sent.
 			pkt = make([]byte, n)
 		}
 		if _, err := io.ReadFull(s.in, pkt[:n]); err != nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/dnsmsg"
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -144,5 +146,53 @@ func TestTCPClientReadingNoReplies(t *testing.T) {
 				t.Errorf("the next connection: %v", err)
 			}
 		})
+	}
+}
+
+// TestTCPBufferAfterLongRequest: a connection sent a request longer than
+// the typical size, then short ones, answers them all and keeps a buffer
+// of the typical size. It kept one of its longest request's size while it
+// was open, up to 64 KiB for each of inflight's connections.
+func TestTCPBufferAfterLongRequest(t *testing.T) {
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
+	fe.start(chainServer(t, "fe"))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client := dialTCP(t, l.Addr().String())
+	conn, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	long := new(dns.Msg).SetQuestion("www.example.org.", dns.TypeAAAA)
+	long.Id = 2 // request 1, a miss (query)
+	long.SetEdns0(dns.DefaultMsgSize, false)
+	opt := long.IsEdns0()
+	opt.Option = append(opt.Option, &dns.EDNS0_PADDING{Padding: make([]byte, 2*dnsmsg.TypicalLen)})
+	pkt, err := long.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Write(framed(pkt, query(t, 2), query(t, 3))); err != nil {
+		t.Fatal(err)
+	}
+	client.(*net.TCPConn).CloseWrite()
+	fe.conns.add(conn)
+	_, s := fe.serveConn(conn, session{waiting: time.Now()})
+	fe.conns.remove(conn)
+	for i := 1; i <= 3; i++ {
+		reply, err := readReply(client)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		checkReply(t, reply, i, "fe")
+	}
+	if cap(s.pkt) != dnsmsg.TypicalLen {
+		t.Errorf("a buffer of %d bytes after the short requests, want %d", cap(s.pkt), dnsmsg.TypicalLen)
 	}
 }
