@@ -157,15 +157,15 @@ func (fe *frontend) serveConn(conn net.Conn, s session) (closing bool, _ session
 		if s.queries == 0 {
 			timeout = fe.limits.read
 		}
-		if !fe.conns.wait(conn, s.waiting.Add(timeout)) {
-			return fe.conns.closed(), s
+		if o := fe.conns.wait(conn, s.waiting.Add(timeout)); o != goOn {
+			return o == handOn, s
 		}
 		// What the client sent, the request whole as a rule, comes in one
 		// read, or was read with the one before. A reader that leaves as
 		// its front end closes hands it on with the connection (session).
 		_, err := s.in.Peek(1)
-		if !fe.conns.reading(conn) {
-			return fe.conns.closed(), s
+		if o := fe.conns.reading(conn); o != goOn {
+			return o == handOn, s
 		}
 		if err != nil {
 			return false, s
@@ -318,39 +318,48 @@ func (c *conns) remove(conn net.Conn) {
 	c.readers.done()
 }
 
-// wait has conn's reader wait for a request until deadline, unless the
-// front end closes or conn was evicted: false then. A deadline set after
-// close's or evict's would undo it.
-func (c *conns) wait(conn net.Conn, deadline time.Time) bool {
+// outcome is what conn's reader does as it starts to wait for a request or
+// to read one.
+type outcome uint8
+
+const (
+	goOn   outcome = iota // it waits, or reads
+	handOn                // it leaves, the front end closing: conn goes on to a newer one (handConn)
+	leave                 // it leaves, conn evicted past inflight: conn closes
+)
+
+// wait has conn's reader wait for a request until deadline, unless it
+// leaves. A deadline set after close's or evict's would undo it.
+func (c *conns) wait(conn net.Conn, deadline time.Time) outcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing || c.m[conn] == evicted {
-		return false
+	o := c.move(conn, waiting)
+	if o == goOn {
+		conn.SetReadDeadline(deadline)
 	}
-	c.m[conn] = waiting
-	conn.SetReadDeadline(deadline)
-	return true
+	return o
 }
 
 // reading has conn's reader, whose wait ended, read the request that came,
-// unless the front end closes or conn was evicted: false then, and what
-// came of it goes on with the connection, unserved, or is lost with it.
-func (c *conns) reading(conn net.Conn) bool {
+// unless it leaves: what came of it then goes on with conn, unserved, or is
+// lost with it.
+func (c *conns) reading(conn net.Conn) outcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing || c.m[conn] == evicted {
-		return false
-	}
-	c.m[conn] = reading
-	return true
+	return c.move(conn, reading)
 }
 
-// closed reports whether the front end closes: a reader that leaves then
-// hands its connection on, else closes it.
-func (c *conns) closed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closing
+// move has conn's reader go to state, unless it leaves; c.mu is held. A
+// front end that closes hands conn on even when it was evicted.
+func (c *conns) move(conn net.Conn, state connState) outcome {
+	if c.closing {
+		return handOn
+	}
+	if c.m[conn] == evicted {
+		return leave
+	}
+	c.m[conn] = state
+	return goOn
 }
 
 // evict has the reader of a connection that waits for a request, or else
