@@ -79,12 +79,17 @@ type Counters struct {
 
 // Config is the `frontend` option.
 type Config struct {
-	udp, tcp []string // host:port to listen on
-	sockets  int      // UDP sockets per address, each read by one goroutine
-	inflight int      // UDP requests through the chain at most (more are shed), and open TCP connections per address
-	logEvery int      // log one front-end hit in logEvery; 0 logs none
-	poller   bool     // UDP readers wait in the poller, not in recvmmsg
+	udp, tcp []string      // host:port to listen on
+	sockets  int           // UDP sockets per address, each read by one goroutine
+	inflight int           // UDP requests through the chain at most (more are shed), and open TCP connections per address
+	logEvery int           // log one front-end hit in logEvery; 0 logs none
+	poller   bool          // UDP readers wait in the poller, not in recvmmsg
+	coalesce time.Duration // a busy thread reader's wait between reads; 0 for none
 }
+
+// maxCoalesce bounds coalesce: its wait is every gathered request's, and a
+// client's retry comes after a second or more.
+const maxCoalesce = 10 * time.Millisecond
 
 const defaultInflight = 1024
 
@@ -107,8 +112,9 @@ var bypassRefused = map[string]string{
 }
 
 // Parse parses `frontend ADDRESS... { sockets N; inflight N; log N; wait
-// thread|poller }`, args being the addresses. An address is host:port for
-// UDP and TCP, or udp://host:port or tcp://host:port for one of them.
+// thread|poller; coalesce DURATION }`, args being the addresses. An
+// address is host:port for UDP and TCP, or udp://host:port or
+// tcp://host:port for one of them.
 func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("frontend: want at least one ADDRESS")
@@ -150,6 +156,16 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 			}
 			fc.poller = vals[0] == "poller"
 			return nil
+		case "coalesce":
+			d, err := time.Duration(0), error(nil)
+			if len(vals) == 1 {
+				d, err = time.ParseDuration(vals[0])
+			}
+			if len(vals) != 1 || err != nil || d < 0 || d > maxCoalesce {
+				return fmt.Errorf("frontend coalesce: want one duration from 0 to %v, got %q", maxCoalesce, vals)
+			}
+			fc.coalesce = d
+			return nil
 		default:
 			return fmt.Errorf("frontend: unknown option %q", opt)
 		}
@@ -165,6 +181,9 @@ func Parse(c *caddy.Controller, args []string) (*Config, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if fc.poller && fc.coalesce > 0 {
+		return nil, fmt.Errorf("frontend coalesce: wants wait thread, not wait poller")
 	}
 	return fc, nil
 }
@@ -959,8 +978,8 @@ func Setup(c *caddy.Controller, cfg *dnsserver.Config, fc *Config, name string, 
 			return fmt.Errorf("frontend: %s is the front end of blocks served on %s; a block served on %s cannot share it: give it a front end of its own addresses",
 				strings.Join(fc.udp, " "), strings.Join(fe.addrs, " "), strings.Join(addrs, " "))
 		}
-		if o := fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery || o.poller != fc.poller {
-			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log, wait): give them the same", strings.Join(fc.udp, " "))
+		if o := fe.cfg; o.sockets != fc.sockets || o.inflight != fc.inflight || o.logEvery != fc.logEvery || o.poller != fc.poller || o.coalesce != fc.coalesce {
+			return fmt.Errorf("frontend: the blocks that share the front end %s give it different options (sockets, inflight, log, wait, coalesce): give them the same", strings.Join(fc.udp, " "))
 		}
 		fe.blocks = append(fe.blocks, b)
 		return nil

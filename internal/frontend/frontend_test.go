@@ -25,6 +25,8 @@ func TestParse(t *testing.T) {
 		}},
 		{"frontend 127.0.0.1:53 {\n wait poller\n }", func(f *Config) bool { return f.poller }},
 		{"frontend 127.0.0.1:53 {\n wait thread\n }", func(f *Config) bool { return !f.poller }},
+		{"frontend 127.0.0.1:53 {\n coalesce 200us\n }", func(f *Config) bool { return f.coalesce == 200*time.Microsecond && !f.poller }},
+		{"frontend 127.0.0.1:53 {\n wait poller\n coalesce 0s\n }", func(f *Config) bool { return f.coalesce == 0 && f.poller }},
 		{"frontend udp://[::1]:53 tcp://127.0.0.1:53 dns://:5353 {\n sockets 4\n inflight 10\n log 100\n }", func(f *Config) bool {
 			return strings.Join(f.udp, ",") == "[::1]:53,:5353" && strings.Join(f.tcp, ",") == "127.0.0.1:53,:5353" &&
 				f.sockets == 4 && f.inflight == 10 && f.logEvery == 100
@@ -40,6 +42,28 @@ func TestParse(t *testing.T) {
 		}
 		if !tc.check(f) {
 			t.Errorf("%q: parsed as %+v", tc.input, *f)
+		}
+	}
+}
+
+// TestParseRefuses: a bad option is refused at startup, naming it.
+func TestParseRefuses(t *testing.T) {
+	for _, tc := range []struct{ input, want string }{
+		{"frontend 127.0.0.1:53 {\n coalesce\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n coalesce 1ms 2ms\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n coalesce soon\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n coalesce -1ms\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n coalesce 11ms\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n wait poller\n coalesce 100us\n }", "frontend coalesce: wants wait thread"},
+		{"frontend 127.0.0.1:53 {\n wait sometimes\n }", "frontend wait: want thread or poller"},
+		{"frontend 127.0.0.1:53 {\n sockets 0\n }", "frontend sockets: \"0\" is not a number of at least 1"},
+		{"frontend 127.0.0.1", "frontend: \"127.0.0.1\" is not HOST:PORT"},
+	} {
+		c := caddy.NewTestController("dns", tc.input)
+		c.Next()
+		_, err := Parse(c, c.RemainingArgs())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one with %q", tc.input, err, tc.want)
 		}
 	}
 }

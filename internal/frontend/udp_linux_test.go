@@ -524,6 +524,89 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 	}
 }
 
+// TestGathers: a reader pauses once datagrams come closer than coalesce,
+// goes on while a pause gathers two or more, and never without coalesce.
+func TestGathers(t *testing.T) {
+	const d = 200 * time.Microsecond
+	for _, tc := range []struct {
+		name      string
+		coalesce  time.Duration
+		gathering bool
+		received  int
+		gap       time.Duration
+		want      bool
+	}{
+		{"off", 0, false, 5, 0, false},
+		{"off, gathering", 0, true, 5, 0, false},
+		{"a lone datagram, long after", d, false, 1, time.Second, false},
+		{"a lone datagram, soon after", d, false, 1, d / 2, true},
+		{"a lone datagram, coalesce after", d, false, 1, d, false},
+		{"two at once", d, false, 2, time.Second, true},
+		{"a pause that gathered two", d, true, 2, d, true},
+		{"a pause that gathered one", d, true, 1, d / 2, false},
+	} {
+		if got := gathers(tc.coalesce, tc.gathering, tc.received, tc.gap); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestThreadReaderCoalesces: a reader that pauses between reads answers a
+// burst, finds the socket empty after its pause, and waits for the next
+// datagram again, which it answers.
+func TestThreadReaderCoalesces(t *testing.T) {
+	b, want := hitBatch(t)
+	fe := b.fe
+	fe.cfg.coalesce = 2 * time.Millisecond
+	s, err := listenThread("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	done := make(chan struct{})
+	go func() {
+		fe.serveThread(s)
+		close(done)
+	}()
+	client, err := net.DialUDP("udp", nil, s.local.(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
+	buf := make([]byte, 512)
+	ask := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := client.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range n {
+			k, err := client.Read(buf)
+			if err != nil {
+				t.Fatalf("a reply missing: %v", err)
+			}
+			if got := new(dns.Msg); got.Unpack(buf[:k]) != nil || got.String() != want.String() {
+				t.Errorf("reply %v, want\n%s", got, want)
+			}
+		}
+	}
+	ask(3)
+	time.Sleep(10 * fe.cfg.coalesce) // the pause after the burst found nothing
+	ask(1)
+	fm := fe.blocks[0].fm
+	for deadline := time.Now().Add(2 * time.Second); testutil.ToFloat64(fm.Hit) < 4 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if hits := testutil.ToFloat64(fm.Hit); hits != 4 {
+		t.Errorf("%v hits counted, want 4", hits)
+	}
+	s.shutdown()
+	<-done
+}
+
 // TestRaiseProcs: readers leave a P for the rest of the server, GOMAXPROCS
 // is never lowered, and the default number of sockets stays the CPUs the
 // server was given, so that front ends started after a raise do not open

@@ -122,8 +122,19 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	}()
 	b := newThreadBatch(fe, s)
 	yielded := time.Now()
+	pause := unix.NsecToTimespec(fe.cfg.coalesce.Nanoseconds())
+	var last time.Time // when the batch before came in
+	gather := false
 	for !s.closed.Load() {
-		if !b.wait() {
+		flags := unix.MSG_WAITFORONE
+		if gather {
+			// In the system call, as recvmmsg waits: the thread keeps
+			// its P, and no timer of the runtime's is set.
+			unix.Nanosleep(&pause, nil)
+			flags = unix.MSG_DONTWAIT
+		}
+		if !b.wait(flags) {
+			gather = false
 			continue
 		}
 		t := time.Now()
@@ -136,11 +147,30 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			}
 			return
 		}
+		gather = gathers(fe.cfg.coalesce, gather, b.received, t.Sub(last))
+		last = t
 		if t.Sub(yielded) >= yieldEvery {
 			yielded = t
 			runtime.Gosched()
 		}
 	}
+}
+
+// gathers reports whether a reader that read received datagrams, gap after
+// the batch before, pauses for coalesce before its next read rather than
+// wait for the next datagram: at rates that leave it idle, each datagram
+// costs a wake-up of its thread, and a pause that gathers several lets one
+// wake-up answer them all. It pauses once datagrams come within coalesce
+// of each other, and goes on while a pause gathers two or more: one that
+// gathers fewer cost a wake-up as a wait would, and delayed its datagram.
+func gathers(coalesce time.Duration, gathering bool, received int, gap time.Duration) bool {
+	switch {
+	case coalesce == 0:
+		return false
+	case gathering:
+		return received >= 2
+	}
+	return received >= 2 || gap < coalesce
 }
 
 // newThreadBatch returns the batch of s, read on a thread of its own.
@@ -150,14 +180,15 @@ func newThreadBatch(fe *frontend, s *threadSocket) *udpBatch {
 	return b
 }
 
-// wait reads a batch, waiting for its first datagram, and reports whether
-// it read one.
-func (b *udpBatch) wait() bool {
+// wait reads a batch, with flags MSG_WAITFORONE waiting for its first
+// datagram, with MSG_DONTWAIT taking what the socket holds, and reports
+// whether it read one.
+func (b *udpBatch) wait(flags int) bool {
 	for i := range b.used {
 		b.readySlot(i)
 	}
 	b.used = 0
-	n, _, errno := syscall.Syscall6(unix.SYS_RECVMMSG, uintptr(b.thread.fd), uintptr(unsafe.Pointer(&b.in[0])), batchLen, unix.MSG_WAITFORONE, 0, 0)
+	n, _, errno := syscall.Syscall6(unix.SYS_RECVMMSG, uintptr(b.thread.fd), uintptr(unsafe.Pointer(&b.in[0])), batchLen, uintptr(flags), 0, 0)
 	// Once the socket is shut down, the batch is still answered: the
 	// datagrams it holds are read, and would be lost. What a shut-down
 	// socket reads once its queue is empty, an empty datagram of no
