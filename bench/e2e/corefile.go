@@ -19,14 +19,21 @@ const (
 	// kube-frontend: kube-compact with compactcache's front end on the
 	// server's address; kube-frontend-noprom, the same without prometheus,
 	// for what the per-request series cost a hit; kube-frontend-poller, the
-	// same with its readers waiting in Go's poller (wait poller).
-	kindKubeFrontend       = "kube-frontend"
-	kindKubeFrontendNoProm = "kube-frontend-noprom"
-	kindKubeFrontendPoller = "kube-frontend-poller"
-	kindUnbound            = "unbound" // Unbound as a caching forwarder: unbound.conf, not a Corefile
+	// same with its readers waiting in Go's poller (wait poller);
+	// kube-frontend-coalesce, the same with its readers sleeping
+	// coalesceFor between reads once datagrams come that close.
+	kindKubeFrontend         = "kube-frontend"
+	kindKubeFrontendNoProm   = "kube-frontend-noprom"
+	kindKubeFrontendPoller   = "kube-frontend-poller"
+	kindKubeFrontendCoalesce = "kube-frontend-coalesce"
+	kindUnbound              = "unbound" // Unbound as a caching forwarder: unbound.conf, not a Corefile
+
+	// coalesceFor is kube-frontend-coalesce's: a sleep that gathers two
+	// datagrams from 10,000 q/s on.
+	coalesceFor = "200us"
 )
 
-var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindUnbound}
+var kinds = []string{kindWhoami, kindCompact, kindFrontend, kindStock, kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindKubeFrontendCoalesce, kindUnbound}
 
 // ports are the loopback ports of one run.
 type ports struct {
@@ -79,7 +86,7 @@ func upstreamCorefile(p ports, zone string) string {
 // front end.
 func hasFrontend(kind string) bool {
 	switch kind {
-	case kindFrontend, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
+	case kindFrontend, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindKubeFrontendCoalesce:
 		return true
 	}
 	return false
@@ -117,7 +124,7 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 	case kindStock:
 		fmt.Fprintf(&b, "    cache {\n        success %d\n    }\n", cs.success)
 		fmt.Fprintf(&b, "    forward . %s\n", up)
-	case kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
+	case kindKubeCompact, kindKubeStock, kindKubeWhoami, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindKubeFrontendCoalesce:
 		// The Corefile kubeadm and the CoreDNS Helm chart install, with:
 		//   - no kubernetes block: it needs an API server;
 		//   - every listener on the loopback;
@@ -139,13 +146,16 @@ func corefile(kind string, p ports, cs cacheSpec, pprof bool) (string, error) {
 		switch kind {
 		case kindKubeWhoami:
 			b.WriteString("    whoami\n")
-		case kindKubeCompact, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller:
+		case kindKubeCompact, kindKubeFrontend, kindKubeFrontendNoProm, kindKubeFrontendPoller, kindKubeFrontendCoalesce:
 			fmt.Fprintf(&b, "    forward . %s {\n        max_concurrent 1000\n    }\n", up)
 			fmt.Fprintf(&b, "    compactcache 3600 {\n        capacity %s\n", cs.capacity)
 			if frontend {
 				fmt.Fprintf(&b, "        frontend 127.0.0.1:%d {\n            inflight 1024\n", p.server)
-				if kind == kindKubeFrontendPoller {
+				switch kind {
+				case kindKubeFrontendPoller:
 					b.WriteString("            wait poller\n")
+				case kindKubeFrontendCoalesce:
+					b.WriteString("            coalesce " + coalesceFor + "\n")
 				}
 				b.WriteString("        }\n")
 			}

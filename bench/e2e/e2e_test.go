@@ -29,16 +29,17 @@ func TestCorefiles(t *testing.T) {
 	p := newPorts(15300)
 	cs := cacheSpec{capacity: "256MiB", success: 300000}
 	want := map[string][]string{
-		kindWhoami:             {"whoami"},
-		kindCompact:            {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
-		kindFrontend:           {"compactcache {", "capacity 256MiB", "frontend 127.0.0.1:15300\n", "forward . 127.0.0.1:15301"},
-		kindStock:              {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
-		kindKubeCompact:        {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
-		kindKubeStock:          {"cache 3600 {", "success 300000", "loadbalance"},
-		kindKubeWhoami:         {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
-		kindKubeFrontend:       {"prometheus 127.0.0.1:15305", "compactcache 3600 {", "frontend 127.0.0.1:15300 {", "inflight 1024", "loadbalance"},
-		kindKubeFrontendNoProm: {"compactcache 3600 {", "frontend 127.0.0.1:15300 {", "loadbalance"},
-		kindKubeFrontendPoller: {"prometheus 127.0.0.1:15305", "frontend 127.0.0.1:15300 {", "inflight 1024", "wait poller", "loadbalance"},
+		kindWhoami:               {"whoami"},
+		kindCompact:              {"compactcache {", "capacity 256MiB", "forward . 127.0.0.1:15301"},
+		kindFrontend:             {"compactcache {", "capacity 256MiB", "frontend 127.0.0.1:15300\n", "forward . 127.0.0.1:15301"},
+		kindStock:                {"cache {", "success 300000", "forward . 127.0.0.1:15301"},
+		kindKubeCompact:          {"errors", "health 127.0.0.1:15303", "ready 127.0.0.1:15304", "prometheus 127.0.0.1:15305", "max_concurrent 1000", "compactcache 3600 {", "disable success cluster.local", "loop", "reload", "loadbalance"},
+		kindKubeStock:            {"cache 3600 {", "success 300000", "loadbalance"},
+		kindKubeWhoami:           {"prometheus 127.0.0.1:15305", "whoami", "loadbalance"},
+		kindKubeFrontend:         {"prometheus 127.0.0.1:15305", "compactcache 3600 {", "frontend 127.0.0.1:15300 {", "inflight 1024", "loadbalance"},
+		kindKubeFrontendNoProm:   {"compactcache 3600 {", "frontend 127.0.0.1:15300 {", "loadbalance"},
+		kindKubeFrontendPoller:   {"prometheus 127.0.0.1:15305", "frontend 127.0.0.1:15300 {", "inflight 1024", "wait poller", "loadbalance"},
+		kindKubeFrontendCoalesce: {"prometheus 127.0.0.1:15305", "frontend 127.0.0.1:15300 {", "inflight 1024", "coalesce 200us", "loadbalance"},
 	}
 	for _, k := range kinds {
 		if k == kindUnbound {
@@ -58,6 +59,9 @@ func TestCorefiles(t *testing.T) {
 		}
 		if k != kindKubeFrontendPoller && strings.Contains(text, "wait poller") {
 			t.Errorf("%s: waits in the poller:\n%s", k, text)
+		}
+		if k != kindKubeFrontendCoalesce && strings.Contains(text, "coalesce") {
+			t.Errorf("%s: coalesces:\n%s", k, text)
 		}
 		if k == kindKubeFrontendNoProm && strings.Contains(text, "prometheus") {
 			t.Errorf("%s: has prometheus:\n%s", k, text)
