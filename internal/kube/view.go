@@ -399,17 +399,20 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 }
 
 // aliasNames adds the names of the ExternalName Services whose target is a
-// name b drops, or lies under a subtree it drops, and so on along chains
-// of aliases: their cached answers hold the target's records.
+// name b's changes named, or lies under a subtree they named, and so on
+// along chains of aliases: their cached answers hold the target's records,
+// whether or not the cache's zones hold the target.
 func (v *clusterView) aliasNames(b *batch) {
-	for n := -1; n != len(b.names); {
-		n = len(b.names)
+	for n := -1; n != len(b.names)+len(b.outNames); {
+		n = len(b.names) + len(b.outNames)
 		for _, a := range v.aliases {
 			if b.drops(a.target) {
 				v.namer.service(b, a.s)
 			}
 		}
 	}
+	clear(b.outNames)
+	clear(b.outTrees)
 }
 
 // rebase makes v, filled with no batch, the view base holds told of v's

@@ -355,6 +355,15 @@ func TestViewNames(t *testing.T) {
 			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
+			name: "an alias in the cache's zones of a target outside them, through an alias outside them too",
+			keep: []string{"other.svc.cluster.local."},
+			before: []step{{svc: db}, {ep: dbSlice},
+				{svc: external("mid", "alias", "db.ns.svc.cluster.local")}, {svc: external("other", "alias", "alias.mid.svc.cluster.local")}},
+			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.3")}},
+			want:   []string{"alias.other" + z},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
+		},
+		{
 			name:   "zonal: a headless Service's zones changed: the subtree of its zone-scoped names",
 			namer:  func(n *namer) { n.Zonal = true },
 			before: []step{{svc: db}, {ep: dbSlice}},
