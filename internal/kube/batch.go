@@ -31,12 +31,17 @@ type batch struct {
 	keep     dnsmsg.ZoneSet
 	names    map[string]struct{} // lowercased wire names
 	subtrees map[string]struct{}
-	changes  [numKinds]int64
-	buf      [dnsmsg.MaxNameLen]byte
+	// outNames and outTrees are the names and subtrees out of keep that
+	// changes named: the cache has no entries of them, but may have of an
+	// alias of one (aliasNames), which empties them.
+	outNames, outTrees map[string]struct{}
+	changes            [numKinds]int64
+	buf                [dnsmsg.MaxNameLen]byte
 }
 
 func newBatch(keep dnsmsg.ZoneSet) *batch {
-	return &batch{keep: keep, names: map[string]struct{}{}, subtrees: map[string]struct{}{}}
+	return &batch{keep: keep, names: map[string]struct{}{}, subtrees: map[string]struct{}{},
+		outNames: map[string]struct{}{}, outTrees: map[string]struct{}{}}
 }
 
 // name adds a name in presentation form, fully qualified.
@@ -57,22 +62,28 @@ func (b *batch) add(s string, in dnsmsg.ZoneSet, subtree bool) {
 	if in != nil && !in.Matches(w) {
 		return
 	}
+	names, subtrees := b.names, b.subtrees
 	if !b.kept(w, subtree) {
-		return
+		names, subtrees = b.outNames, b.outTrees
 	}
 	if subtree {
-		b.subtrees[string(w)] = struct{}{}
+		subtrees[string(w)] = struct{}{}
 	} else {
-		b.names[string(w)] = struct{}{}
+		names[string(w)] = struct{}{}
 	}
 }
 
-// drops reports whether b drops the entries of w, a lowercased wire name.
+// drops reports whether the changes b holds named w, a lowercased wire
+// name, or a subtree holding it, in the cache's zones or out of them.
 func (b *batch) drops(w string) bool {
-	if _, ok := b.names[w]; ok {
+	return named(w, b.names, b.subtrees) || named(w, b.outNames, b.outTrees)
+}
+
+func named(w string, names, subtrees map[string]struct{}) bool {
+	if _, ok := names[w]; ok {
 		return true
 	}
-	for st := range b.subtrees {
+	for st := range subtrees {
 		if dnsmsg.InZone([]byte(w), []byte(st)) {
 			return true
 		}

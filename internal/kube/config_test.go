@@ -1,11 +1,15 @@
 package kube
 
 import (
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
@@ -94,6 +98,19 @@ func TestPluginOptions(t *testing.T) {
 	}
 	if got := optionsOf(kubernetes.New([]string{"cluster.local."})); got.podMode != podsDisabled || len(got.missing) != 0 {
 		t.Errorf("kubernetes.New: %+v, want pods disabled and every field found", got)
+	}
+}
+
+// TestPluginServers: the nameserver's addresses are the plugin's local
+// IPs, as its setup sets them (boundIPs) and nsAddrs looks them up in the
+// EndpointSlices' addresses.
+func TestPluginServers(t *testing.T) {
+	k := kubernetes.New([]string{"cluster.local."})
+	f := reflect.ValueOf(k).Elem().FieldByName("localIPs")
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf([]net.IP{net.ParseIP("10.1.0.1"), net.ParseIP("fd00::1")}))
+	got := optionsOf(k)
+	if want := map[string]struct{}{"10.1.0.1": {}, "fd00::1": {}}; !maps.Equal(got.servers, want) || len(got.missing) != 0 {
+		t.Errorf("servers %v (missing %v), want %v", got.servers, got.missing, want)
 	}
 }
 

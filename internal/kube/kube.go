@@ -96,6 +96,7 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		n.PodNames, n.Zonal = opts.podNames, opts.zonal
 		view := newClusterView(n)
 		view.namespaces, view.ignoreEmpty = k.Namespaces, opts.ignoreEmpty
+		view.servers, view.anyServer = opts.servers, opts.servers == nil
 		var probe *prober
 		if rc, err := pluginConn(k); err == nil {
 			probe, _ = newProber(rc)
@@ -140,12 +141,14 @@ func (f *follow) invalidator() *Invalidator {
 
 // watchView is the view of a watch of its own. The cluster DNS's options
 // are unknown to it: ignore empty_service is taken at the setting that
-// flushes more, as optionsOf takes an option it cannot read; zonal is not,
-// since under it every change of a headless Service's endpoints would walk
-// the whole store for names that only a cluster DNS with zonal answers.
+// flushes more, as optionsOf takes an option it cannot read, and so are
+// the nameserver's addresses, its pods' (any address may be one); zonal is
+// not, since under it every change of a headless Service's endpoints would
+// walk the whole store for names that only a cluster DNS with zonal
+// answers.
 func watchView(n namer) *clusterView {
 	v := newClusterView(n)
-	v.ignoreEmpty = true
+	v.ignoreEmpty, v.anyServer = true, true
 	return v
 }
 

@@ -139,6 +139,20 @@ func (n *namer) pods(b *batch, ns string) {
 	}
 }
 
+// nameservers adds the names whose answers list the nameserver's
+// addresses (the plugin's nsAddrs): each zone's apex, for its NS records
+// and their glue, and ns.dns.ZONE.
+func (n *namer) nameservers(b *batch) {
+	for _, w := range n.Reverse {
+		z, _, err := dns.UnpackDomainName(w, 0)
+		if err != nil {
+			continue
+		}
+		b.name(z)
+		b.name(under("ns.dns", z))
+	}
+}
+
 func serviceName(svc, ns, zone string) string { return under(svc+"."+ns+".svc", zone) }
 
 // under is the name of the relative name rel in zone.

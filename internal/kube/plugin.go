@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"net"
 	"reflect"
 
 	"github.com/coredns/coredns/plugin/kubernetes"
@@ -39,7 +40,10 @@ type pluginOptions struct {
 	podNames    bool // endpoint_pod_names
 	ignoreEmpty bool // ignore empty_service
 	zonal       bool
-	missing     []string // the fields not found
+	// servers are the nameserver's addresses (localIPs), nil if not
+	// found: any address may be one.
+	servers map[string]struct{}
+	missing []string // the fields not found
 }
 
 func optionsOf(k *kubernetes.Kubernetes) pluginOptions {
@@ -58,6 +62,15 @@ func optionsOf(k *kubernetes.Kubernetes) pluginOptions {
 	}
 	if f, ok := read(v, "endpointNameMode", reflect.Bool); ok {
 		o.podNames = f.Bool()
+	}
+	if f, ok := read(v, "localIPs", reflect.Slice); ok && f.Type() != reflect.TypeFor[[]net.IP]() {
+		o.missing = append(o.missing, "localIPs")
+	} else if ok {
+		o.servers = map[string]struct{}{}
+		for i := range f.Len() {
+			// As nsAddrs looks them up in the EndpointSlices' addresses.
+			o.servers[net.IP(f.Index(i).Bytes()).String()] = struct{}{}
+		}
 	}
 	if opts, ok := read(v, "opts", reflect.Struct); ok {
 		if f, ok := read(opts, "ignoreEmptyService", reflect.Bool); ok {

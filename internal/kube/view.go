@@ -24,6 +24,13 @@ type clusterView struct {
 	// ignoreEmpty is the plugin's ignore empty_service: a ClusterIP
 	// Service without endpoints answers NXDOMAIN.
 	ignoreEmpty bool
+	// servers are the nameserver's addresses, the plugin's local IPs: the
+	// apex NS and ns.dns answers list the Services of the slices holding
+	// one, or their endpoints where headless (ns.go). With anyServer they
+	// are unknown, and any address may be one (a watch of its own, in
+	// front of a cluster DNS whose pods' they are).
+	servers   map[string]struct{}
+	anyServer bool
 
 	svcs  map[string]*svcEntry // by object.ServiceKey
 	eps   map[epKey]*epEntry
@@ -112,6 +119,9 @@ func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 		return
 	}
 	b.changes[kindService]++
+	if v.serves(key) {
+		v.namer.nameservers(b)
+	}
 	for _, x := range []*object.Service{old, s} {
 		if x != nil {
 			v.namer.service(b, x)
@@ -232,6 +242,9 @@ func (v *clusterView) Endpoints(b *batch, key epKey, e *object.Endpoints) {
 		return
 	}
 	b.changes[kindEndpoints]++
+	if v.holdsServer(old) || v.holdsServer(e) {
+		v.namer.nameservers(b)
+	}
 	if old == nil || e == nil || old.Index != e.Index {
 		for _, x := range []*object.Endpoints{old, e} {
 			if x != nil {
@@ -301,6 +314,33 @@ func (v *clusterView) endpointsNames(b *batch, e, old *object.Endpoints, all boo
 		// or its last goes.
 		v.namer.service(b, svc)
 	}
+}
+
+// serves reports whether a slice of the Service of key holds a
+// nameserver's address: the Service's names and addresses are then in the
+// apex NS and ns.dns answers.
+func (v *clusterView) serves(key string) bool {
+	for _, e := range v.bySvc[key] {
+		if v.holdsServer(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsServer reports whether e (nil: none) holds a nameserver's address.
+func (v *clusterView) holdsServer(e *object.Endpoints) bool {
+	if e == nil {
+		return false
+	}
+	for _, ss := range e.Subsets {
+		for _, a := range ss.Addresses {
+			if _, ok := v.servers[a.IP]; ok || v.anyServer {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pair is an endpoint as its names show it: its address, and the first
@@ -399,17 +439,20 @@ func (v *clusterView) namespaceNames(b *batch, ns string) {
 }
 
 // aliasNames adds the names of the ExternalName Services whose target is a
-// name b drops, or lies under a subtree it drops, and so on along chains
-// of aliases: their cached answers hold the target's records.
+// name b's changes named, or lies under a subtree they named, and so on
+// along chains of aliases: their cached answers hold the target's records,
+// whether or not the cache's zones hold the target.
 func (v *clusterView) aliasNames(b *batch) {
-	for n := -1; n != len(b.names); {
-		n = len(b.names)
+	for n := -1; n != len(b.names)+len(b.outNames); {
+		n = len(b.names) + len(b.outNames)
 		for _, a := range v.aliases {
 			if b.drops(a.target) {
 				v.namer.service(b, a.s)
 			}
 		}
 	}
+	clear(b.outNames)
+	clear(b.outTrees)
 }
 
 // rebase makes v, filled with no batch, the view base holds told of v's

@@ -108,6 +108,8 @@ func TestViewNames(t *testing.T) {
 	web := svc("ns", "web", []string{"10.96.0.10", "fd00::10"}, port("http", 80))
 	db := headless("ns", "db", port("pg", 5432))
 	dbSlice := slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.2")
+	kdns := svc("kube-system", "kube-dns", []string{"10.96.0.10"}, port("dns", 53))
+	dnsSlice := slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.2")
 	for _, tc := range []struct {
 		name   string
 		namer  func(*namer)
@@ -353,6 +355,55 @@ func TestViewNames(t *testing.T) {
 				"_pg._tcp.db.ns" + z, "alias.other" + z, "alias2.other" + z, "db.ns" + z,
 			},
 			kinds: [numKinds]int64{kindEndpoints: 1},
+		},
+		{
+			name:   "the nameserver's slice changed: the apexes and ns.dns names, whose answers list its Services",
+			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.1": {}} },
+			before: []step{{svc: kdns}, {ep: dnsSlice}},
+			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.3")}},
+			want: []string{
+				"10-1-0-2.kube-dns.kube-system" + z, "10-1-0-3.kube-dns.kube-system" + z, "2.0.1.10.in-addr.arpa.", "3.0.1.10.in-addr.arpa.",
+				"cluster.local.", "in-addr.arpa.", "ip6.arpa.", "ns.dns.cluster.local.", "ns.dns.in-addr.arpa.", "ns.dns.ip6.arpa.",
+			},
+			kinds: [numKinds]int64{kindEndpoints: 1},
+		},
+		{
+			name:   "the nameserver's Service at another ClusterIP: the apexes and ns.dns names",
+			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.1": {}} },
+			before: []step{{svc: kdns}, {ep: dnsSlice}},
+			change: []step{{svc: svc("kube-system", "kube-dns", []string{"10.96.0.11"}, port("dns", 53))}},
+			want: []string{
+				"10.0.96.10.in-addr.arpa.", "11.0.96.10.in-addr.arpa.", "_dns._tcp.kube-dns.kube-system" + z,
+				"cluster.local.", "in-addr.arpa.", "ip6.arpa.", "kube-dns.kube-system" + z,
+				"ns.dns.cluster.local.", "ns.dns.in-addr.arpa.", "ns.dns.ip6.arpa.",
+			},
+			kinds: [numKinds]int64{kindService: 1},
+		},
+		{
+			name:   "a slice not the nameserver's: no apex",
+			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.9": {}} },
+			before: []step{{svc: kdns}, {ep: dnsSlice}},
+			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1")}},
+			want:   []string{"10-1-0-2.kube-dns.kube-system" + z, "2.0.1.10.in-addr.arpa."},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
+		},
+		{
+			name:   "the nameserver's addresses unknown (a watch of its own): any slice may be its",
+			view:   func(v *clusterView) { v.anyServer = true },
+			keep:   []string{"cluster.local."},
+			before: []step{{svc: kdns}, {ep: dnsSlice}},
+			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1")}},
+			want:   []string{"10-1-0-2.kube-dns.kube-system" + z, "cluster.local.", "ns.dns.cluster.local."},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
+		},
+		{
+			name: "an alias in the cache's zones of a target outside them, through an alias outside them too",
+			keep: []string{"other.svc.cluster.local."},
+			before: []step{{svc: db}, {ep: dbSlice},
+				{svc: external("mid", "alias", "db.ns.svc.cluster.local")}, {svc: external("other", "alias", "alias.mid.svc.cluster.local")}},
+			change: []step{{ep: slice("ns", "db-1", "db", eport("pg", 5432), "10.1.0.1=db-0", "10.1.0.3")}},
+			want:   []string{"alias.other" + z},
+			kinds:  [numKinds]int64{kindEndpoints: 1},
 		},
 		{
 			name:   "zonal: a headless Service's zones changed: the subtree of its zone-scoped names",

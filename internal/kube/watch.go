@@ -71,7 +71,7 @@ func acquire(c conn) (*watch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := startWatch(cfg)
+	w, err := startWatch(cfg, silentAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,12 @@ func (w *watch) release() {
 	w.cancel()
 }
 
-func startWatch(cfg *rest.Config) (*watch, error) {
+// silentAfter is how long a watch may send nothing before it is taken for
+// stalled: the API server sends a bookmark about every minute to a watch
+// that allows them (the reflector's do), however quiet the cluster.
+const silentAfter = 2 * time.Minute
+
+func startWatch(cfg *rest.Config, silent time.Duration) (*watch, error) {
 	w := &watch{}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
@@ -104,14 +109,20 @@ func startWatch(cfg *rest.Config) (*watch, error) {
 	if w.probe, err = newProber(cfg); err != nil {
 		return nil, err
 	}
-	w.svc = informer(cs, &api.Service{}, object.ToService,
+	stalled := func(i int) func() {
+		return func() {
+			log.Warningf("kubernetes: the watch of %s sent nothing for %s: watching again", watched[i], silent)
+			w.failing[i].Store(true)
+		}
+	}
+	w.svc = informer(cs, &api.Service{}, object.ToService, silent, stalled(0),
 		func(ctx context.Context, o meta.ListOptions) (runtime.Object, error) {
 			return cs.CoreV1().Services(api.NamespaceAll).List(ctx, o)
 		},
 		func(ctx context.Context, o meta.ListOptions) (k8swatch.Interface, error) {
 			return cs.CoreV1().Services(api.NamespaceAll).Watch(ctx, o)
 		})
-	w.eps = informer(cs, &discovery.EndpointSlice{}, object.EndpointSliceToEndpoints,
+	w.eps = informer(cs, &discovery.EndpointSlice{}, object.EndpointSliceToEndpoints, silent, stalled(1),
 		func(ctx context.Context, o meta.ListOptions) (runtime.Object, error) {
 			return cs.DiscoveryV1().EndpointSlices(api.NamespaceAll).List(ctx, o)
 		},
@@ -135,10 +146,20 @@ func startWatch(cfg *rest.Config) (*watch, error) {
 	return w, nil
 }
 
-func informer(cs *k8s.Clientset, example runtime.Object, convert object.ToFunc,
+// informer returns the informer of one resource; a watch of it that sends
+// nothing for silent is ended, stalled called, and the reflector watches
+// again.
+func informer(cs *k8s.Clientset, example runtime.Object, convert object.ToFunc, silent time.Duration, stalled func(),
 	list func(context.Context, meta.ListOptions) (runtime.Object, error),
 	watch func(context.Context, meta.ListOptions) (k8swatch.Interface, error)) cache.SharedIndexInformer {
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch}, cs)
+	guarded := func(ctx context.Context, o meta.ListOptions) (k8swatch.Interface, error) {
+		wi, err := watch(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return guard(wi, silent, stalled), nil
+	}
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: guarded}, cs)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
 	// The informer keeps the trimmed objects only, as the kubernetes
 	// plugin's do: a Service's annotations and managed fields would
@@ -151,6 +172,55 @@ func informer(cs *k8s.Clientset, example runtime.Object, convert object.ToFunc,
 	})
 	return inf
 }
+
+// guarded is a watch that ends once silent for its deadline: a watch
+// stalled with its connection up (a proxy or load balancer that stopped
+// passing it on) says nothing, and the reflector would wait out its
+// timeout, 5 to 10 minutes, following nothing. Watched again from the
+// last resource version, the API server sends what it missed, or has the
+// reflector list again (410 Gone), and the informer tells the changes.
+type guarded struct {
+	in   k8swatch.Interface
+	out  chan k8swatch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func guard(in k8swatch.Interface, silent time.Duration, stalled func()) k8swatch.Interface {
+	g := &guarded{in: in, out: make(chan k8swatch.Event), stop: make(chan struct{})}
+	go g.run(silent, stalled)
+	return g
+}
+
+func (g *guarded) run(silent time.Duration, stalled func()) {
+	defer close(g.out)
+	defer g.in.Stop()
+	t := time.NewTimer(silent)
+	defer t.Stop()
+	for {
+		select {
+		case ev, ok := <-g.in.ResultChan():
+			if !ok {
+				return
+			}
+			select {
+			case g.out <- ev:
+			case <-g.stop:
+				return
+			}
+			t.Reset(silent)
+		case <-t.C:
+			stalled()
+			return
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+func (g *guarded) Stop() { g.once.Do(func() { close(g.stop) }) }
+
+func (g *guarded) ResultChan() <-chan k8swatch.Event { return g.out }
 
 func (w *watch) watchError(ctx context.Context, r *cache.Reflector, err error, failing *atomic.Bool) {
 	cache.DefaultWatchErrorHandler(ctx, r, err) // its log line

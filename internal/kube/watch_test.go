@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,8 @@ type fakeAPI struct {
 	release  chan struct{}
 	endEps   chan struct{} // ends the open watch of EndpointSlices
 	epsLists atomic.Int64
+	// svcWatches, if not nil, has the query of each watch of Services.
+	svcWatches chan url.Values
 }
 
 func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +58,13 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 	case q.Get("watch") == "true":
+		if kind == "Service" && a.svcWatches != nil {
+			select {
+			case a.svcWatches <- q:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
@@ -104,7 +114,7 @@ func TestWatchFailsUntilWatching(t *testing.T) {
 	api := &fakeAPI{asked: make(chan struct{}), release: make(chan struct{}), endEps: make(chan struct{})}
 	srv := httptest.NewServer(api) // on 127.0.0.1, port 0
 	defer srv.Close()
-	w, err := startWatch(&rest.Config{Host: srv.URL})
+	w, err := startWatch(&rest.Config{Host: srv.URL}, silentAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,5 +152,30 @@ func TestWatchFailsUntilWatching(t *testing.T) {
 	api.release <- struct{}{}
 	if why := waitState(w, true, 15*time.Second); why != "" {
 		t.Errorf("not following once the EndpointSlices are watched again: %s", why)
+	}
+}
+
+// TestWatchRestartsSilent: a watch the API server holds open and sends
+// nothing on, not even the bookmarks it sends about every minute to a
+// watch that allows them, has stalled: it is ended once silent for the
+// deadline and watched again, from where it was.
+func TestWatchRestartsSilent(t *testing.T) {
+	api := &fakeAPI{svcWatches: make(chan url.Values)}
+	srv := httptest.NewServer(api) // on 127.0.0.1, port 0
+	defer srv.Close()
+	w, err := startWatch(&rest.Config{Host: srv.URL}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.cancel()
+	for i := range 2 {
+		select {
+		case q := <-api.svcWatches:
+			if q.Get("allowWatchBookmarks") != "true" {
+				t.Fatalf("watch %d of Services allows no bookmarks: %v", i, q)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no watch %d of Services within 10 s: a silent watch is not restarted", i)
+		}
 	}
 }
