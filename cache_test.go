@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/config"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/frontend"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -972,6 +973,55 @@ func TestUpstreamBufferSize(t *testing.T) {
 			ask(t, c, req, false)
 			if o := u.last.IsEdns0(); o == nil || o.UDPSize() != tc.want {
 				t.Fatalf("upstream request OPT %v, want a buffer of %d", o, tc.want)
+			}
+		})
+	}
+}
+
+// countedRdata is the rdata of a private type that counts how often it is
+// packed: a reply holding it tells how often the cache built an entry of it.
+type countedRdata struct{ packs *int }
+
+func (d countedRdata) String() string                  { return "counted" }
+func (d countedRdata) Parse([]string) error            { return nil }
+func (d countedRdata) Pack(b []byte) (int, error)      { *d.packs++; return copy(b, "ab"), nil }
+func (d countedRdata) Unpack(b []byte) (int, error)    { return len(b), nil }
+func (d countedRdata) Copy(dst dns.PrivateRdata) error { return nil }
+func (d countedRdata) Len() int                        { return 2 }
+
+// TestMissBuildsTooLargeOnce: a miss whose reply is too large for an entry
+// builds it twice, once to find it too large and once for the client, not a
+// third time to tell whether it could be passed on; the client gets it whole.
+func TestMissBuildsTooLargeOnce(t *testing.T) {
+	packs := 0
+	reply := func(r *dns.Msg) *dns.Msg {
+		counted := &dns.PrivateRR{Hdr: dns.RR_Header{Name: "big.example.org.", Rrtype: 65400, Class: dns.ClassINET, Ttl: 300}, Data: countedRdata{&packs}}
+		return hostileReply(r, dns.RcodeSuccess, append(txtRecords("big.example.org.", 4, 255), counted), nil, nil)
+	}
+	req := test.Case{Qname: "big.example.org.", Qtype: dns.TypeTXT}.Msg()
+	key := entry.AppendKey(nil, []byte("\x03big\x07example\x03org\x00"), dns.TypeTXT, dns.ClassINET, false)
+	if _, err := entry.NewBuilder().Build(reply(req), key, "big.example.org.", 1, 300, 0, 0, config.DefaultMaxEntry); err != nil || packs == 0 {
+		t.Fatalf("build: %v, %d packs", err, packs)
+	}
+	build := packs
+	for _, tc := range []struct {
+		name     string
+		maxEntry int
+		entries  int64
+		builds   int
+	}{{"stored", config.DefaultMaxEntry, 1, 1}, {"too large", 512, 0, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			packs = 0
+			u := newUpstream()
+			u.set("big.example.org.", dns.TypeTXT, reply)
+			c := newTestCache(t, u, newClock())
+			c.MaxEntry = tc.maxEntry
+			got := ask(t, c, req, true)
+			if len(got.Answer) != 5 || got.Answer[4].Header().Rrtype != 65400 || c.Stats().Entries != tc.entries {
+				t.Fatalf("reply %v, %d entries; want the 5 records, %d entries", got, c.Stats().Entries, tc.entries)
+			}
+			if packs != tc.builds*build {
+				t.Fatalf("the reply built %v times, want %d", float64(packs)/float64(build), tc.builds)
 			}
 		})
 	}

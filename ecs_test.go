@@ -363,6 +363,25 @@ func TestECSServeStale(t *testing.T) {
 	}
 }
 
+// TestECSVerifyRefreshesStoredScope: serve_stale's verify mode with a
+// timeout refreshes a tailored answer in the background as a prefetch does:
+// for the subnet it was stored for, not for the client's longer prefix.
+func TestECSVerifyRefreshesStoredScope(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n serve_stale 1h verify 1h\n}", g, clk) // an hour: the fetch ends first
+	ask(t, c, geoQuery("s16.geo.", "10.1.2.0/24"), false)
+	clk.advance(400 * time.Second)
+	got := ask(t, c, geoQuery("s16.geo.", "10.1.9.0/24"), false)
+	g.mu.Lock()
+	sources := g.sources
+	g.mu.Unlock()
+	network, echo := geoAnswer(t, got)
+	if len(sources) != 2 || sources[1] != "10.1.0.0/16" || network != "10.1.0.0/16" || echo == nil || echo.SourceScope != 16 {
+		t.Fatalf("upstream asked for %v, answer for %s, ECS %v; want the refresh asked for the stored 10.1.0.0/16", sources, network, echo)
+	}
+}
+
 // TestECSMaxVariantsDropsKeptDenial: under serve_stale_policy prefer_positive
 // a subnet's denial is kept beside its answer (KeyOther); when max_variants
 // pushes the subnet out of the name's list, both go. A denial left behind

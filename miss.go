@@ -136,7 +136,7 @@ func (c *Cache) answer(w dns.ResponseWriter, r *dns.Msg, cw *captureWriter, rcod
 	}
 	if cw.entry != nil {
 		// Fresh from upstream: no Extended DNS Error of a cached one.
-		return rcode, cmp.Or(err, c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, replyForm{})))
+		return rcode, cmp.Or(err, c.write(w, cw.s.replies.appendReply(&cw.s.q, cw.entry, cw.form)))
 	}
 	if cw.dropped {
 		return rcode, cmp.Or(err, c.passOn(w, r, cw.reply, cw.s, nil))
@@ -163,7 +163,8 @@ type captureWriter struct {
 	gen uint64 // the cache's flush generation when the fetch began (admin)
 
 	reply   *dns.Msg
-	entry   entry.Entry // built in b from reply, when stored
+	entry   entry.Entry // built in b from reply, when stored, or when too large to store and passed on
+	form    replyForm   // how entry is written: as stored, or as a reply passed on
 	fresh   bool        // reply may refresh an entry (refreshed)
 	dropped bool        // reply is counted in drops (or refused): passOn does not count it again
 }
@@ -337,8 +338,8 @@ func (cw *captureWriter) Write(b []byte) (int, error) {
 // drop counts the reply in drops_total.
 func (cw *captureWriter) drop() { cw.m.Drops.Inc(); cw.dropped = true }
 
-// store stores res when it is cacheable and sets cw.entry to the entry as
-// cw.b built it, for the client's reply to be written from.
+// store stores res when it is cacheable and sets cw.entry to the entry the
+// client's reply is written from, as cw.b built it: stored, or too large to.
 func (cw *captureWriter) store(res *dns.Msg) {
 	c, now, q := cw.c, cw.c.now(), cw.req.Question[0]
 	v := c.classify(res, cw.req, now)
@@ -385,14 +386,14 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	e, err := cw.b.Build(res, key, q.Name, uint32(now.Unix()), uint32(v.ttl/time.Second), uint32(v.floor/time.Second), flags, c.MaxEntry)
 	if err != nil {
 		cw.dropped = true // counted in refused or drops
-		passErr := err
 		if errors.Is(err, entry.ErrTooLarge) {
 			cw.m.TooLarge.Inc()
-			_, passErr = passedEntry(cw.s, cw.req, res) // one passOn cannot write either refreshes nothing: the stale entry serves
+			cw.entry, _ = passedEntry(cw.s, cw.req, res) // the client's reply (answer); one that cannot be built refreshes nothing: the stale entry serves
+			cw.form = replyForm{passed: true, rcode: uint16(res.Rcode), tc: res.Truncated}
 		} else {
 			cw.m.Drops.Inc()
 		}
-		cw.fresh = cw.fresh && passErr == nil
+		cw.fresh = cw.fresh && cw.entry != nil
 		log.Debugf("Not caching reply for %q/%s: %s", q.Name, dns.Type(q.Qtype), err)
 		return
 	}
@@ -419,7 +420,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 	if c.PreferPositive && flags&entry.FlagAnswers != 0 {
 		c.store.Remove(cw.b.OtherKey(key))
 	}
-	cw.entry = e
+	cw.entry, cw.form = e, replyForm{}
 }
 
 // put stores e, a fetched entry. One without the DNSSEC records does not

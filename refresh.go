@@ -1,6 +1,7 @@
 package compactcache
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -109,11 +110,7 @@ func refreshRequest(r *dns.Msg, ecs *subnet, scope uint8, noECS bool) *dns.Msg {
 		req.SetEdns0(dns.MinMsgSize, false)
 		o = req.IsEdns0()
 	}
-	prefix := ecs.sent
-	if scope > 0 {
-		prefix = scope
-	}
-	dnsmsg.SetSubnet(o, ecs.option(prefix))
+	dnsmsg.SetSubnet(o, ecs.option(cmp.Or(scope, ecs.sent)))
 	return req
 }
 
@@ -210,7 +207,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return true, rcode, err
 	}
 
-	req := refreshRequest(r, &s.q.ecs, 0, f.noECS)
+	req := refreshRequest(r, &s.q.ecs, f.scope, f.noECS) // as refreshHit asks
 	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
