@@ -45,7 +45,7 @@ type adminRequest struct {
 }
 
 func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK, timeout: s.writeTimeout}
 	op, _ := strings.CutPrefix(r.URL.Path, admin.Prefix)
 	spec, known := admin.Specs[op]
 	label := op
@@ -399,10 +399,12 @@ func serveDump(w *statusWriter, req adminRequest) {
 	bw.Flush()
 }
 
-// statusWriter keeps the status written, for the metric.
+// statusWriter keeps the status written, for the metric, and gives each
+// write timeout (0: none).
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code    int
+	timeout time.Duration
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -410,10 +412,24 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.extend()
+	return w.ResponseWriter.Write(b)
+}
+
 // Flush sends what is buffered to the client.
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		w.extend()
 		f.Flush()
+	}
+}
+
+// extend gives the connection's next write the timeout from now. The
+// server clears the deadline once the reply is sent.
+func (w *statusWriter) extend() {
+	if w.timeout > 0 {
+		http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.timeout))
 	}
 }
 

@@ -254,6 +254,10 @@ type adminServer struct {
 	addr string
 	ln   net.Listener
 	http *http.Server
+	// writeTimeout bounds each write of a reply: a client that stops
+	// reading a stream (a dump, a snapshot) would hold the handler, and
+	// the walk of the store it makes, for good.
+	writeTimeout time.Duration
 
 	blocks []*adminBlock // in the order they registered; guarded by admins.mu
 }
@@ -269,7 +273,7 @@ func (r *adminRegistry) register(b *adminBlock) error {
 		if err != nil {
 			return fmt.Errorf("admin: %w", err)
 		}
-		s = &adminServer{addr: addr, ln: ln}
+		s = &adminServer{addr: addr, ln: ln, writeTimeout: writeTimeout}
 		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 		go s.http.Serve(ln)
 		r.servers[addr] = s
@@ -289,6 +293,9 @@ func (r *adminRegistry) unregister(b *adminBlock) {
 	defer r.mu.Unlock()
 	r.remove(func(x *adminBlock) bool { return x == b })
 }
+
+// writeTimeout is a listener's adminServer.writeTimeout.
+var writeTimeout = 30 * time.Second
 
 // drainTimeout bounds how long a listener that closes lets the requests
 // under way (a dump, a long flush_zone) finish before it cuts them.

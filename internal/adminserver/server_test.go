@@ -88,3 +88,55 @@ func TestAdminCloseDrains(t *testing.T) {
 	}
 	close(c.release)
 }
+
+// streamingCache is a Cache whose snapshot writes until a write fails,
+// and then says how it ended.
+type streamingCache struct {
+	recordingCache
+	ended chan error
+}
+
+func (c *streamingCache) Snapshot(w io.Writer) (int, error) {
+	chunk := make([]byte, 64<<10)
+	for n := 0; ; n++ {
+		if _, err := w.Write(chunk); err != nil {
+			c.ended <- err
+			return n, err
+		}
+	}
+}
+
+// TestAdminStalledReader: a client that asks for a snapshot and stops
+// reading is cut off once a write outlasts writeTimeout, which ends the
+// handler's walk of the store.
+func TestAdminStalledReader(t *testing.T) {
+	defer func(was time.Duration) { writeTimeout = was }(writeTimeout)
+	writeTimeout = 50 * time.Millisecond
+	const key = "127.0.0.1:0"
+	c := &streamingCache{ended: make(chan error, 1)}
+	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
+	if err := admins.register(b); err != nil {
+		t.Fatal(err)
+	}
+	defer admins.unregister(b)
+	admins.mu.Lock()
+	addr := admins.servers[key].ln.Addr().String()
+	admins.mu.Unlock()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The request, and then not a byte of the reply read.
+	if _, err := io.WriteString(conn, "GET "+admin.Prefix+admin.OpSnapshot+"?block=b HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-c.ended:
+		if err == nil {
+			t.Fatal("the snapshot to a stalled reader ended without an error")
+		}
+	case <-time.After(time.Minute): // a bound on the hang, not a measurement
+		t.Fatal("the snapshot to a reader that stopped reading is still writing")
+	}
+}

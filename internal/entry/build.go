@@ -92,7 +92,7 @@ func (b *Builder) Build(m *dns.Msg, key []byte, asked string, stored, ttl, floor
 				return nil, err
 			case refused != nil || HopByHop(r.Type):
 				continue
-			case !rdataNamesWhole(r.Type, r.Rdata):
+			case !rdataWhole(r.Type, r.Rdata):
 				refused = errBadRdata
 				continue
 			case len(r.Owner) > dnsmsg.MaxNameLen:
@@ -237,13 +237,17 @@ func AskedFor(t uint16, section int, qtype uint16) bool {
 	return section == 0 && (t == qtype || qtype == dns.TypeANY)
 }
 
-// errBadRdata refuses records the reply writer could not write back.
-var errBadRdata = errors.New("rdata without the domain names its type has")
+// errBadRdata refuses records the reply writer could not write back, or
+// would write back as no client reads them.
+var errBadRdata = errors.New("rdata not of its type's length, or without the domain names its type has")
 
-// rdataNamesWhole reports whether the rdata of the types whose names the
-// reply writer compresses holds whole names where they belong
-// (dnsmsg.RdataNames).
-func rdataNamesWhole(t uint16, rd []byte) bool {
+// rdataWhole reports whether rd is rdata of type t's length (rdataLen,
+// an address's empty too) and, for the types whose names the reply writer
+// compresses, holds whole names where they belong (dnsmsg.RdataNames).
+func rdataWhole(t uint16, rd []byte) bool {
+	if n := rdataLen(t); n > 0 && len(rd) != n && (len(rd) > 0 || fixedRdlen(t) == 0) {
+		return false
+	}
 	_, _, _, ok := dnsmsg.RdataNames(t, rd)
 	return ok
 }

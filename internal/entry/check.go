@@ -11,10 +11,12 @@ import (
 
 // Check reports whether b is an entry the readers of entries can walk: the
 // lengths and offsets of its header, key and records, and of a variant
-// list, within b; names whole where the reply writer walks them. The
+// list, within b; names whole where the reply writer walks them; no flag
+// and no rcode a build does not write, and rdata of its type's length. The
 // builder writes only such entries; Check is for entries from outside the
 // process (a snapshot file), which the trusted readers must never meet
-// malformed: they walk names and records without bounds checks.
+// malformed: they walk names and records without bounds checks, and
+// clients would get the records as they are.
 func Check(b []byte) error {
 	if len(b) < MinLen {
 		return errors.New("shorter than a header and a key")
@@ -37,6 +39,10 @@ func Check(b []byte) error {
 	body := offKey + kl
 	list := b[offKey+nameLen+keyTail-1]&KeyScopes != 0
 	switch f := e.Flags(); {
+	case f&FlagRcodeMask == dns.RcodeFormatError:
+		// Two bits hold NOERROR, SERVFAIL and NXDOMAIN, the rcodes the
+		// cache stores; this one stands for none of them.
+		return fmt.Errorf("rcode %d, which the cache does not store", dns.RcodeFormatError)
 	case list != (f&FlagMeta != 0):
 		// The readers of a variant list find it by its key and read it
 		// as the flag says.
@@ -83,7 +89,7 @@ func checkPlain(body []byte, qtype uint16) error {
 		if end > len(body) {
 			return errors.New("rdata past the entry")
 		}
-		if !rdataNamesWhole(qtype, body[off+2:end]) {
+		if !rdataWhole(qtype, body[off+2:end]) {
 			return errBadRdata
 		}
 		off = end
@@ -99,6 +105,9 @@ func checkKey(k []byte, nameLen int) (int, error) {
 		return 0, errors.New("key cut short")
 	}
 	flags := k[n-1]
+	if flags&^keyFlags != 0 {
+		return 0, fmt.Errorf("key flags %#x, which no build writes", flags)
+	}
 	if flags&keyNotIN != 0 {
 		if len(k) < n+2 {
 			return 0, errors.New("key cut short of its class")
@@ -155,6 +164,9 @@ func checkRecord(b []byte, off int) (int, error) {
 		return 0, errors.New("record cut short")
 	}
 	flags := b[off]
+	if flags&^recFlags != 0 {
+		return 0, fmt.Errorf("record flags %#x, which no build writes", flags)
+	}
 	off++
 	rtype := uint16(0)
 	if flags&RecOwnerIsQname == 0 {
@@ -189,7 +201,7 @@ func checkRecord(b []byte, off int) (int, error) {
 	if off+rdlen > len(b) {
 		return 0, errors.New("rdata past the entry")
 	}
-	if !rdataNamesWhole(rtype, b[off:off+rdlen]) {
+	if !rdataWhole(rtype, b[off:off+rdlen]) {
 		return 0, errBadRdata
 	}
 	return off + rdlen, nil

@@ -72,6 +72,13 @@ func TestCheckTakesBuiltEntries(t *testing.T) {
 			t.Fatalf("a built entry fails the check: %v", err)
 		}
 	}
+	// An A without an address, as miekg/dns unpacks an upstream's of no
+	// rdata and packs it again.
+	m := new(dns.Msg)
+	m.SetQuestion("a.example.", dns.TypeA)
+	m.Response = true
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}}}
+	built(t, m)
 }
 
 func TestCheckRefusesDamage(t *testing.T) {
@@ -106,11 +113,86 @@ func TestCheckRefusesDamage(t *testing.T) {
 		{"plain TXT cut", plainTXT, func(e Entry) Entry { e = e[:len(e)-1]; putSize(e); return e }},
 		{"plain TXT length", plainTXT, func(e Entry) Entry { e[e.body()+1]++; return e }},
 		{"plain list", plainA, func(e Entry) Entry { e[offFlags+1] |= FlagMeta >> 8; return e }},
+		{"rcode not cached", counted, func(e Entry) Entry { e[offFlags] = e[offFlags]&^FlagRcodeMask | dns.RcodeFormatError; return e }},
+		{"key flag", counted, func(e Entry) Entry { e[offKey+e.nameLen()+keyTail-1] |= 1 << 7; return e }},
+		{"record flag", counted, func(e Entry) Entry { e[e.body()+countsLen] |= 1 << 7; return e }},
+		{"A of 3 bytes", rdataOf(t, dns.TypeA, "010203"), retype(dns.TypeA)},
+		{"AAAA of 4 bytes", rdataOf(t, dns.TypeAAAA, "c0000201"), retype(dns.TypeAAAA)},
+		{"plain EUI48 of 5 bytes", plainOf(t, "0102030405"), func(e Entry) Entry {
+			binary.BigEndian.PutUint16(e[offKey+e.nameLen():], dns.TypeEUI48)
+			return e
+		}},
 	} {
 		e := tc.damage(append(Entry(nil), tc.good...))
 		if err := Check(e); err == nil {
 			t.Errorf("%s: the check passes a damaged entry", tc.name)
 		}
+	}
+}
+
+// unknownType is the type rdataOf and plainOf build records of, retyped
+// by the damage: the builder refuses rdata of another type's form.
+const unknownType = 65280
+
+// rdataOf returns an entry of a question of MX whose additional section
+// holds a record of unknownType with rdata hex, to be retyped as t.
+func rdataOf(t *testing.T, rtype uint16, hex string) Entry {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("a.example.", dns.TypeMX)
+	m.Response = true
+	m.Answer = []dns.RR{&dns.MX{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeMX, Class: dns.ClassINET, Ttl: 300}, Preference: 1, Mx: "b.example."}}
+	m.Extra = []dns.RR{&dns.RFC3597{Hdr: dns.RR_Header{Name: "b.example.", Rrtype: unknownType, Class: dns.ClassINET, Ttl: 300}, Rdata: hex}}
+	return built(t, m)
+}
+
+// plainOf returns a plain entry of a question of unknownType whose record
+// has rdata hex.
+func plainOf(t *testing.T, hex string) Entry {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("a.example.", unknownType)
+	m.Response = true
+	m.Answer = []dns.RR{&dns.RFC3597{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: unknownType, Class: dns.ClassINET, Ttl: 300}, Rdata: hex}}
+	e := built(t, m)
+	if !e.Plain() {
+		t.Fatal("not a plain entry")
+	}
+	return e
+}
+
+// built returns the entry the builder makes of m, checked.
+func built(t *testing.T, m *dns.Msg) Entry {
+	t.Helper()
+	key, err := KeyFor(m.Question[0].Name, m.Question[0].Qtype, dns.ClassINET, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewBuilder().Build(m, key, m.Question[0].Name, 1, 300, 0, 0, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(e); err != nil {
+		t.Fatal(err)
+	}
+	return append(Entry(nil), e...)
+}
+
+// retype gives the records of unknownType of an entry rdataOf made the
+// type t.
+func retype(t uint16) func(Entry) Entry {
+	return func(e Entry) Entry {
+		var counts [3]int
+		var r Record
+		for off := e.Records(&counts); off < len(e); {
+			at := off
+			off = e.Record(off, &r)
+			if r.Type == unknownType {
+				typeAt := at + 1 + len(r.Owner)
+				binary.BigEndian.PutUint16(e[typeAt:], t)
+			}
+		}
+		return e
 	}
 }
 

@@ -143,6 +143,10 @@ const (
 	// goes on with after the flags; the key of an IN question leaves its
 	// class out.
 	keyNotIN = 1 << 6
+
+	// keyFlags are the key flags there are: a key with another was not
+	// built.
+	keyFlags = KeyCD | KeyOther | KeyECS | KeySourceZero | KeyScopes | KeyExact | keyNotIN
 )
 
 // Record flags. A record is
@@ -166,6 +170,10 @@ const (
 	// record the lower of its own TTL and the entry's, so a TTL no lower
 	// than the entry's need not be kept: that of nearly every record.
 	RecTTLIsEntry = 1 << 4
+
+	// recFlags are the record flags there are: a record with another was
+	// not built.
+	recFlags = RecOwnerIsQname | recTypeIsQtype | recClassIsQclass | RecDNSSEC | RecTTLIsEntry
 )
 
 var ErrTooLarge = errors.New("entry larger than the per-entry limit")
@@ -244,6 +252,23 @@ func fixedRdlen(t uint16) int {
 		return net.IPv6len
 	}
 	return 0
+}
+
+// rdataLen returns the rdata length of every record of type t, 0 where it
+// varies: a type of fixed fields alone. An address (fixedRdlen) may also
+// be empty, as miekg/dns packs an A or AAAA without one.
+func rdataLen(t uint16) int {
+	switch t {
+	case dns.TypeEUI48:
+		return 6
+	case dns.TypeEUI64:
+		return 8
+	case dns.TypeNID, dns.TypeL64:
+		return 10
+	case dns.TypeLOC:
+		return 16
+	}
+	return fixedRdlen(t)
 }
 
 // keyLen returns the length of the key at the start of b, whose qname is

@@ -362,6 +362,7 @@ func TestBuildErrorsInPackBufferOrder(t *testing.T) {
 		want error
 	}{
 		{"bad rdata", msg(0, "a.example.", ok, badRdata), errBadRdata},
+		{"A of 3 bytes", msg(0, "a.example.", ok, &dns.RFC3597{Hdr: dns.RR_Header{Name: "a.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, Rdata: "010203"}), errBadRdata},
 		{"bad rdata, then a record miekg/dns refuses", msg(0, "a.example.", badRdata, unpackable), dns.ErrFqdn},
 		{"extended RCODE without OPT", msg(16, "a.example.", ok), dns.ErrExtendedRcode},
 		{"RCODE out of range", msg(0x1000, "a.example.", ok), dns.ErrRcode},

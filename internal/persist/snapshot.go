@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/compactcache/compactcache/internal/cachemetrics"
@@ -335,20 +336,10 @@ func (p *pieces) Close() error { return nil }
 
 // Load fills the store from path, if there is a file there it can use.
 func Load(ca Cache, path string) {
-	fi, err := os.Stat(path)
+	f, err := openFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		log.Infof("Snapshot %s: none yet, starting cold", path)
 		return
-	}
-	var f *os.File
-	switch {
-	case err != nil:
-	case !fi.Mode().IsRegular():
-		// Not a damaged file to move aside: a directory would go with
-		// what it holds, and opening a FIFO waits for a writer.
-		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
-	default:
-		f, err = os.Open(path)
 	}
 	if err != nil {
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
@@ -374,6 +365,27 @@ func Load(ca Cache, path string) {
 		log.Infof("Snapshot %s: %d entries loaded in %v from a file written %v ago, %d expired",
 			path, l.Entries, time.Since(start).Round(time.Millisecond), time.Duration(ca.Now()-l.Written)*time.Second, l.Expired)
 	}
+}
+
+// openFile opens path for reading if it is a regular file. Anything else
+// is not a damaged file to move aside: a directory would go with what it
+// holds, and a FIFO's reads wait for a writer. The file opened is checked,
+// not the path before it, which may be swapped in between; and opened
+// without blocking, which a FIFO's open would, waiting for a writer.
+func openFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // removeTemporary removes the temporary files of writes to path that a
