@@ -524,28 +524,34 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 	}
 }
 
-// TestGathers: a reader pauses once datagrams come closer than coalesce,
-// goes on while a pause gathers two or more, and never without coalesce.
-func TestGathers(t *testing.T) {
+// TestNextRead: a reader pauses once datagrams come closer than coalesce,
+// goes on while a pause gathers two or more, takes at once what a full
+// batch may have left, and never pauses without coalesce.
+func TestNextRead(t *testing.T) {
 	const d = 200 * time.Microsecond
 	for _, tc := range []struct {
-		name      string
-		coalesce  time.Duration
-		gathering bool
-		received  int
-		gap       time.Duration
-		want      bool
+		name     string
+		coalesce time.Duration
+		last     readMode
+		received int
+		gap      time.Duration
+		want     readMode
 	}{
-		{"off", 0, false, 5, 0, false},
-		{"off, gathering", 0, true, 5, 0, false},
-		{"a lone datagram, long after", d, false, 1, time.Second, false},
-		{"a lone datagram, soon after", d, false, 1, d / 2, true},
-		{"a lone datagram, coalesce after", d, false, 1, d, false},
-		{"two at once", d, false, 2, time.Second, true},
-		{"a pause that gathered two", d, true, 2, d, true},
-		{"a pause that gathered one", d, true, 1, d / 2, false},
+		{"off", 0, waitRead, 5, 0, waitRead},
+		{"off, a full batch", 0, waitRead, batchLen, 0, waitRead},
+		{"a lone datagram, long after", d, waitRead, 1, time.Second, waitRead},
+		{"a lone datagram, soon after", d, waitRead, 1, d / 2, pauseRead},
+		{"a lone datagram, coalesce after", d, waitRead, 1, d, waitRead},
+		{"two at once", d, waitRead, 2, time.Second, pauseRead},
+		{"a pause that gathered two", d, pauseRead, 2, d, pauseRead},
+		{"a pause that gathered one", d, pauseRead, 1, d / 2, waitRead},
+		{"a full batch", d, waitRead, batchLen, time.Second, takeRead},
+		{"a pause that gathered a full batch", d, pauseRead, batchLen, d, takeRead},
+		{"a take that found a full batch again", d, takeRead, batchLen, 0, takeRead},
+		{"a take that found a few", d, takeRead, 3, 0, pauseRead},
+		{"a take that found one", d, takeRead, 1, 0, waitRead},
 	} {
-		if got := gathers(tc.coalesce, tc.gathering, tc.received, tc.gap); got != tc.want {
+		if got := nextRead(tc.coalesce, tc.last, tc.received, tc.gap); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -124,17 +124,19 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	yielded := time.Now()
 	pause := unix.NsecToTimespec(fe.cfg.coalesce.Nanoseconds())
 	var last time.Time // when the batch before came in
-	gather := false
+	read := waitRead
 	for !s.closed.Load() {
 		flags := unix.MSG_WAITFORONE
-		if gather {
+		if read == pauseRead {
 			// In the system call, as recvmmsg waits: the thread keeps
 			// its P, and no timer of the runtime's is set.
 			unix.Nanosleep(&pause, nil)
+		}
+		if read != waitRead {
 			flags = unix.MSG_DONTWAIT
 		}
 		if !b.wait(flags) {
-			gather = false
+			read = waitRead
 			continue
 		}
 		t := time.Now()
@@ -147,7 +149,7 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			}
 			return
 		}
-		gather = gathers(fe.cfg.coalesce, gather, b.received, t.Sub(last))
+		read = nextRead(fe.cfg.coalesce, read, b.received, t.Sub(last))
 		last = t
 		if t.Sub(yielded) >= yieldEvery {
 			yielded = t
@@ -156,21 +158,34 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	}
 }
 
-// gathers reports whether a reader that read received datagrams, gap after
-// the batch before, pauses for coalesce before its next read rather than
-// wait for the next datagram: at rates that leave it idle, each datagram
-// costs a wake-up of its thread, and a pause that gathers several lets one
-// wake-up answer them all. It pauses once datagrams come within coalesce
-// of each other, and goes on while a pause gathers two or more: one that
-// gathers fewer cost a wake-up as a wait would, and delayed its datagram.
-func gathers(coalesce time.Duration, gathering bool, received int, gap time.Duration) bool {
+// readMode is how a thread reader reads its next batch.
+type readMode uint8
+
+const (
+	waitRead  readMode = iota // waiting for its first datagram
+	takeRead                  // taking what the socket holds, at once
+	pauseRead                 // taking it after a pause of coalesce
+)
+
+// nextRead returns how a reader that read received datagrams in mode
+// last, gap after the batch before, reads next. At rates that leave it
+// idle, each datagram costs a wake-up of its thread, and a pause that
+// gathers several lets one wake-up answer them all: the reader pauses
+// once datagrams come within coalesce of each other, and goes on while a
+// pause gathers two or more (one that gathers fewer cost a wake-up as a
+// wait would, and delayed its datagram). A full batch may have left more
+// in the socket, taken at once: a pause after each would cap the rate at
+// a batch a pause.
+func nextRead(coalesce time.Duration, last readMode, received int, gap time.Duration) readMode {
 	switch {
 	case coalesce == 0:
-		return false
-	case gathering:
-		return received >= 2
+		return waitRead
+	case received == batchLen:
+		return takeRead
+	case received >= 2 || last == waitRead && gap < coalesce:
+		return pauseRead
 	}
-	return received >= 2 || gap < coalesce
+	return waitRead
 }
 
 // newThreadBatch returns the batch of s, read on a thread of its own.
