@@ -219,6 +219,7 @@ func (t *Tier) connect() {
 			// once this one uses the tier is one it reads: an end read
 			// later would skip the flushes sent meanwhile.
 			if last, err = t.streamEnd(c, t.keys.streamKey()); err == nil {
+				t.warnEviction(c)
 				t.client.Store(&c)
 				log.Infof("Shared tier %s: connected", t.cfg)
 				break
@@ -714,7 +715,29 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (nex
 	} else {
 		log.Warningf("Shared tier %s: the stream of flushes was deleted after it read them all: the tier is flushed whole, the local store kept", t.cfg)
 	}
+	// An eviction may have taken it, or a failover or restart to a server
+	// of other settings.
+	t.warnEviction(c)
 	return "0-0", true
+}
+
+// warnEviction warns when the server's maxmemory-policy may evict the
+// stream of flushes: an allkeys one evicts it, which has no TTL, as it
+// evicts the values, and each stream gone flushes the tier whole
+// (checkLost); a volatile one evicts only keys with a TTL, which all the
+// tier's other keys have. A server that refuses CONFIG, as managed ones
+// may, is no fault of the tier's.
+func (t *Tier) warnEviction(c valkey.Client) {
+	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
+	defer cancel()
+	m, err := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory-policy").Build().Pin()).AsStrMap()
+	if err != nil {
+		log.Debugf("Shared tier %s: maxmemory-policy unknown: %v", t.cfg, err)
+		return
+	}
+	if policy := m["maxmemory-policy"]; strings.HasPrefix(policy, "allkeys-") {
+		log.Warningf("Shared tier %s: maxmemory-policy %s may evict the stream of flushes, and each eviction of it makes every replica flush the tier whole, and those behind it their stores too: volatile-lru or volatile-lfu keeps it, evicting only keys with a TTL (the tier's values and epochs)", t.cfg, policy)
+	}
 }
 
 // madeAgain reports whether the stream, whose first flush is past the one

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	golog "log"
 	"math/big"
 	"net"
 	"os"
@@ -1676,5 +1677,68 @@ func TestClosedTierSkipped(t *testing.T) {
 	}
 	if st := tr.Stats(); tr.br.current() != closed || st.Errors != 0 || st.Skipped != 2*breakerFailures {
 		t.Errorf("lookups after the close: breaker %v, %+v; want them skipped", tr.br.current(), st)
+	}
+}
+
+// captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
+// writes to, to a buffer until the test ends.
+func captureLog(t *testing.T) *testenv.LogBuffer {
+	buf := &testenv.LogBuffer{}
+	prev := golog.Writer()
+	golog.SetOutput(buf)
+	t.Cleanup(func() { golog.SetOutput(prev) })
+	return buf
+}
+
+// TestEvictionPolicyWarned: a server whose maxmemory-policy may evict the
+// stream of flushes (allkeys-*), and with it the tier's warmth at every
+// eviction, is warned of when the tier connects; one that evicts only keys
+// with a TTL is not, and one that refuses CONFIG is no failure.
+func TestEvictionPolicyWarned(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		warn bool
+	}{
+		{"allkeys-lru", []string{"--maxmemory-policy", "allkeys-lru"}, true},
+		{"volatile-lru", []string{"--maxmemory-policy", "volatile-lru"}, false},
+		{"config renamed", []string{"--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := captureLog(t)
+			r := testenv.StartRedis(t, tc.args...)
+			tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+			if warned := strings.Contains(logs.String(), "maxmemory-policy allkeys-lru"); warned != tc.warn {
+				t.Errorf("warned %v, want %v; log:\n%s", warned, tc.warn, logs)
+			}
+			putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
+		})
+	}
+}
+
+// TestEvictionPolicyWarnedWhenStreamGone: a stream of flushes gone, which
+// an eviction may have taken, or a failover to a server of other settings,
+// has the policy read again.
+func TestEvictionPolicyWarnedWhenStreamGone(t *testing.T) {
+	logs := captureLog(t)
+	r := testenv.StartRedis(t, "--maxmemory-policy", "volatile-lru")
+	option := "shared redis://" + r.Addr
+	a := mustTier(t, option, 1, nil)
+	got := make(chan struct{}, 1)
+	mustTier(t, option, 1, func(flush.Flush) { got <- struct{}{} })
+	r.MustDo("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	if err := a.Flush(flush.Flush{Scope: flush.Negative}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush never reached the other replica")
+	}
+	r.MustDo("DEL", a.keys.streamKey())
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "maxmemory-policy allkeys-lru"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning of the policy after the stream went; log:\n%s", logs)
+		}
 	}
 }
