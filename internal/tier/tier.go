@@ -725,17 +725,19 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (nex
 // stream of flushes: an allkeys one evicts it, which has no TTL, as it
 // evicts the values, and each stream gone flushes the tier whole
 // (checkLost); a volatile one evicts only keys with a TTL, which all the
-// tier's other keys have. A server that refuses CONFIG, as managed ones
-// may, is no fault of the tier's.
+// tier's other keys have. A server without maxmemory evicts nothing. A
+// server that refuses CONFIG, as managed ones may, is no fault of the
+// tier's.
 func (t *Tier) warnEviction(c valkey.Client) {
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
-	m, err := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory-policy").Build().Pin()).AsStrMap()
+	// One pattern, which servers before Redis 7 take too, for both.
+	m, err := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory*").Build().Pin()).AsStrMap()
 	if err != nil {
 		log.Debugf("Shared tier %s: maxmemory-policy unknown: %v", t.cfg, err)
 		return
 	}
-	if policy := m["maxmemory-policy"]; strings.HasPrefix(policy, "allkeys-") {
+	if policy := m["maxmemory-policy"]; strings.HasPrefix(policy, "allkeys-") && m["maxmemory"] != "0" {
 		log.Warningf("Shared tier %s: maxmemory-policy %s may evict the stream of flushes, and each eviction of it makes every replica flush the tier whole, and those behind it their stores too: volatile-lru or volatile-lfu keeps it, evicting only keys with a TTL (the tier's values and epochs)", t.cfg, policy)
 	}
 }

@@ -1700,9 +1700,10 @@ func TestEvictionPolicyWarned(t *testing.T) {
 		args []string
 		warn bool
 	}{
-		{"allkeys-lru", []string{"--maxmemory-policy", "allkeys-lru"}, true},
-		{"volatile-lru", []string{"--maxmemory-policy", "volatile-lru"}, false},
-		{"config renamed", []string{"--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false},
+		{"allkeys-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}, true},
+		{"allkeys-lru without maxmemory, which evicts nothing", []string{"--maxmemory-policy", "allkeys-lru"}, false},
+		{"volatile-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, false},
+		{"config renamed", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLog(t)
@@ -1721,7 +1722,7 @@ func TestEvictionPolicyWarned(t *testing.T) {
 // has the policy read again.
 func TestEvictionPolicyWarnedWhenStreamGone(t *testing.T) {
 	logs := captureLog(t)
-	r := testenv.StartRedis(t, "--maxmemory-policy", "volatile-lru")
+	r := testenv.StartRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru")
 	option := "shared redis://" + r.Addr
 	a := mustTier(t, option, 1, nil)
 	got := make(chan struct{}, 1)
