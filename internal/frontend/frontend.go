@@ -87,9 +87,10 @@ type Config struct {
 	coalesce time.Duration // a busy thread reader's wait between reads; 0 for none
 }
 
-// maxCoalesce bounds coalesce: its wait is every gathered request's, and a
-// client's retry comes after a second or more.
-const maxCoalesce = 10 * time.Millisecond
+// maxCoalesce bounds coalesce: its pause is every gathered request's
+// wait, and a client that keeps few requests in flight gets no more
+// answers a pause than it asked in one.
+const maxCoalesce = time.Millisecond
 
 const defaultInflight = 1024
 

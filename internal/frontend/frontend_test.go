@@ -53,7 +53,7 @@ func TestParseRefuses(t *testing.T) {
 		{"frontend 127.0.0.1:53 {\n coalesce 1ms 2ms\n }", "frontend coalesce: want one duration"},
 		{"frontend 127.0.0.1:53 {\n coalesce soon\n }", "frontend coalesce: want one duration"},
 		{"frontend 127.0.0.1:53 {\n coalesce -1ms\n }", "frontend coalesce: want one duration"},
-		{"frontend 127.0.0.1:53 {\n coalesce 11ms\n }", "frontend coalesce: want one duration"},
+		{"frontend 127.0.0.1:53 {\n coalesce 1001us\n }", "frontend coalesce: want one duration"},
 		{"frontend 127.0.0.1:53 {\n wait poller\n coalesce 100us\n }", "frontend coalesce: wants wait thread"},
 		{"frontend 127.0.0.1:53 {\n wait sometimes\n }", "frontend wait: want thread or poller"},
 		{"frontend 127.0.0.1:53 {\n sockets 0\n }", "frontend sockets: \"0\" is not a number of at least 1"},

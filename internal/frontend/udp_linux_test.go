@@ -563,7 +563,7 @@ func TestNextRead(t *testing.T) {
 func TestThreadReaderCoalesces(t *testing.T) {
 	b, want := hitBatch(t)
 	fe := b.fe
-	fe.cfg.coalesce = 2 * time.Millisecond
+	fe.cfg.coalesce = maxCoalesce
 	s, err := listenThread("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
