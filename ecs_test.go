@@ -382,6 +382,24 @@ func TestECSVerifyRefreshesStoredScope(t *testing.T) {
 	}
 }
 
+// TestECSVerifyRefreshNotStored: a verify refresh asked for the stale
+// entry's scope, not the client's subnet, that refreshes without being
+// stored (too large for an entry) is not the client's to have: its ECS
+// echoes another source. The stale entry serves, not SERVFAIL.
+func TestECSVerifyRefreshNotStored(t *testing.T) {
+	g := newGeoUpstream()
+	clk := newClock()
+	c := newGeoCache(t, "compactcache {\n serve_stale 1h verify 1h\n}", g, clk) // an hour: the fetch ends first
+	ask(t, c, geoQuery("s16.geo.", "10.1.2.0/24"), false)
+	c.MaxEntry = 1 // the refresh's reply is too large to store
+	clk.advance(400 * time.Second)
+	got := ask(t, c, geoQuery("s16.geo.", "10.1.9.0/24"), false)
+	network, echo := geoAnswer(t, got)
+	if network != "10.1.0.0/16" || echo == nil || echo.SourceNetmask != 24 || echo.SourceScope != 16 {
+		t.Fatalf("answer for %s, ECS %v; want the stale 10.1.0.0/16 with the client's source /24", network, echo)
+	}
+}
+
 // TestECSMaxVariantsDropsKeptDenial: under serve_stale_policy prefer_positive
 // a subnet's denial is kept beside its answer (KeyOther); when max_variants
 // pushes the subnet out of the name's list, both go. A denial left behind

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/config"
@@ -363,6 +366,23 @@ func summary(r *dns.Msg) []string {
 	}
 	slices.Sort(out[1:])
 	return out
+}
+
+// TestKubernetesNameserver: the apex NS answer, which lists the Service of
+// the EndpointSlice holding one of the plugin's local IPs, or else those
+// addresses as ns.dns, is answered anew once such a slice comes. The
+// plugin sets its local IPs at its startup, after the cache's source has
+// started (compactcache comes first in the directive order), as here.
+func TestKubernetesNameserver(t *testing.T) {
+	ca, fake, _ := kubeCache(t, nil)
+	f := reflect.ValueOf(ca.Next).Elem().FieldByName("localIPs")
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf([]net.IP{net.ParseIP("10.1.0.1")}))
+	const apex = "cluster.local."
+	freshWithin(t, ca, "no slice of the nameserver", apex, dns.TypeNS, "NOERROR", apex+" NS ns.dns."+apex)
+	cacheSettled(t, ca, fake, apex, dns.TypeNS)
+	fake.setService(clusterService("dns", "10.96.0.10"), false)
+	fake.setEndpoints(clusterSlice("dns", "10.1.0.1"))
+	freshWithin(t, ca, "the nameserver's slice came", apex, dns.TypeNS, "NOERROR", apex+" NS dns.ns.svc."+apex)
 }
 
 // cacheSettled waits for the flushes of the changes just made to pass,

@@ -177,7 +177,7 @@ func (c *Cache) refresh(ctx context.Context, req *dns.Msg, dnssec bool, populari
 // serves the stale entry; a timed-out fetch goes on in the background and
 // refreshes the cache when it succeeds.
 func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s *scratch, f *found, m *cachemetrics.Server) (done bool, rcode int, err error) {
-	h, dnssec, popularity := f.hash, f.dnssec, f.popularity // f changes once verify returns
+	h, dnssec, popularity, scope := f.hash, f.dnssec, f.popularity, f.scope // f changes once verify returns
 	// One verify per entry at a time: the requests that find one in flight,
 	// or a failure within FAILURE_RECHECK, get the stale entry at once. The
 	// stock cache lets every request verify for itself unless a recheck or
@@ -207,7 +207,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 		return true, rcode, err
 	}
 
-	req := refreshRequest(r, &s.q.ecs, f.scope, f.noECS) // as refreshHit asks
+	req := refreshRequest(r, &s.q.ecs, scope, f.noECS) // as refreshHit asks
 	result := make(chan *captureWriter, 1)
 	c.detach(ctx, func(ctx context.Context) {
 		res := c.refresh(ctx, req, dnssec, popularity, m)
@@ -218,13 +218,13 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, s 
 	defer timer.Stop()
 	select {
 	case res := <-result:
+		// The refreshed entry, else an unstored reply for the client's subnet.
 		if res == nil {
 			return false, 0, nil
-		}
-		// Answer from the refreshed entry, as a hit, or with the reply
-		// that refreshed without being stored.
-		if f := c.lookup(s, time.Time{}, false); f.state == fresh {
+		} else if f := c.lookup(s, time.Time{}, false); f.state == fresh {
 			return true, dns.RcodeSuccess, c.write(w, f.reply)
+		} else if cmp.Or(scope, s.q.ecs.sent) != s.q.ecs.sent {
+			return false, 0, nil
 		}
 		if res.dropped {
 			m = nil // counted in refused or drops, as on a miss (answer)

@@ -103,14 +103,29 @@ func TestPluginOptions(t *testing.T) {
 
 // TestPluginServers: the nameserver's addresses are the plugin's local
 // IPs, as its setup sets them (boundIPs) and nsAddrs looks them up in the
-// EndpointSlices' addresses.
+// EndpointSlices' addresses. The plugin sets them at its startup, which
+// runs after compactcache's, where Start reads them (compactcache comes
+// before kubernetes in the directive order, and caddy runs the startup
+// hooks in the order the setups gave them): none set yet is unknown, any
+// address then being one, not a nameserver of no address.
 func TestPluginServers(t *testing.T) {
-	k := kubernetes.New([]string{"cluster.local."})
-	f := reflect.ValueOf(k).Elem().FieldByName("localIPs")
-	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf([]net.IP{net.ParseIP("10.1.0.1"), net.ParseIP("fd00::1")}))
-	got := optionsOf(k)
-	if want := map[string]struct{}{"10.1.0.1": {}, "fd00::1": {}}; !maps.Equal(got.servers, want) || len(got.missing) != 0 {
-		t.Errorf("servers %v (missing %v), want %v", got.servers, got.missing, want)
+	for _, tc := range []struct {
+		name  string
+		local []net.IP // nil: not set yet
+		want  map[string]struct{}
+	}{
+		{"set", []net.IP{net.ParseIP("10.1.0.1"), net.ParseIP("fd00::1")}, map[string]struct{}{"10.1.0.1": {}, "fd00::1": {}}},
+		{"not set yet", nil, nil},
+	} {
+		k := kubernetes.New([]string{"cluster.local."})
+		if tc.local != nil {
+			f := reflect.ValueOf(k).Elem().FieldByName("localIPs")
+			reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(tc.local))
+		}
+		got := optionsOf(k)
+		if !maps.Equal(got.servers, tc.want) || (got.servers == nil) != (tc.want == nil) || len(got.missing) != 0 {
+			t.Errorf("%s: servers %v (missing %v), want %v", tc.name, got.servers, got.missing, tc.want)
+		}
 	}
 }
 

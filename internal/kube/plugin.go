@@ -41,7 +41,9 @@ type pluginOptions struct {
 	ignoreEmpty bool // ignore empty_service
 	zonal       bool
 	// servers are the nameserver's addresses (localIPs), nil if not
-	// found: any address may be one.
+	// found or not set yet: any address may be one. The plugin sets them
+	// at its startup, which runs after compactcache's, where Start reads
+	// them: compactcache comes first in the directive order.
 	servers map[string]struct{}
 	missing []string // the fields not found
 }
@@ -65,7 +67,7 @@ func optionsOf(k *kubernetes.Kubernetes) pluginOptions {
 	}
 	if f, ok := read(v, "localIPs", reflect.Slice); ok && f.Type() != reflect.TypeFor[[]net.IP]() {
 		o.missing = append(o.missing, "localIPs")
-	} else if ok {
+	} else if ok && f.Len() > 0 {
 		o.servers = map[string]struct{}{}
 		for i := range f.Len() {
 			// As nsAddrs looks them up in the EndpointSlices' addresses.
