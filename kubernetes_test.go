@@ -385,6 +385,47 @@ func TestKubernetesNameserver(t *testing.T) {
 	freshWithin(t, ca, "the nameserver's slice came", apex, dns.TypeNS, "NOERROR", apex+" NS dns.ns.svc."+apex)
 }
 
+// TestKubernetesNameserverKnown: once the block's servers are up, the
+// plugin's addresses are known, and a slice that holds none of them
+// leaves the apex NS answer cached, which one that holds one flushes.
+func TestKubernetesNameserverKnown(t *testing.T) {
+	ca, fake, inv := kubeCache(t, nil)
+	f := reflect.ValueOf(ca.Next).Elem().FieldByName("localIPs")
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf([]net.IP{net.ParseIP("10.1.0.1")}))
+	inv.Started()
+	const apex = "cluster.local."
+	fake.setService(clusterService("dns", "10.96.0.10"), false)
+	fake.setEndpoints(clusterSlice("dns", "10.1.0.1"))
+	freshWithin(t, ca, "the nameserver's slice came", apex, dns.TypeNS, "NOERROR", apex+" NS dns.ns.svc."+apex)
+	cacheSettled(t, ca, fake, apex, dns.TypeNS)
+	fake.setService(clusterService("web", "10.96.0.20"), false)
+	fake.setEndpoints(clusterSlice("web", "10.1.0.5"))
+	if nsAsked(t, ca, fake) {
+		t.Errorf("the apex NS answer flushed by a slice without the nameserver's address")
+	}
+	fake.setEndpoints(clusterSlice("dns", "10.1.0.1", "10.1.0.2"))
+	if !nsAsked(t, ca, fake) {
+		t.Errorf("the apex NS answer still cached after the nameserver's slice changed")
+	}
+}
+
+// nsAsked reports whether the apex NS answer, asked once the flushes of
+// the changes just made passed, came from the plugin rather than the
+// cache.
+func nsAsked(t *testing.T, ca *Cache, fake *fakeAPI) bool {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	fake.mu.Lock()
+	asks := fake.asks
+	fake.mu.Unlock()
+	m := new(dns.Msg)
+	m.SetQuestion("cluster.local.", dns.TypeNS)
+	ask(t, ca, m, false)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	return fake.asks != asks
+}
+
 // cacheSettled waits for the flushes of the changes just made to pass,
 // then asks ca for name/qtype until it is cached, for the next change to
 // make fresh.

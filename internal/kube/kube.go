@@ -47,6 +47,7 @@ type Invalidator struct {
 	load   func() *admin.KubernetesAPI
 	base   *baseline
 	last   func() *state // once stopped
+	up     func()        // the block's servers are up; nil for nothing to do
 }
 
 // Start starts invalidating t's cache as cfg says; next are the plugins
@@ -96,14 +97,18 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 		n.PodNames, n.Zonal = opts.podNames, opts.zonal
 		view := newClusterView(n)
 		view.namespaces, view.ignoreEmpty = k.Namespaces, opts.ignoreEmpty
-		view.servers, view.anyServer = opts.servers, opts.servers == nil
+		view.setServers(nil)
 		var probe *prober
 		if rc, err := pluginConn(k); err == nil {
 			probe, _ = newProber(rc)
 		}
 		f := newFollow(k.APIConn, view, newEmitter(t.Flush, keep, 0, c), c, newBaseline(t.Block), opts, probe, logf("the kubernetes plugin"))
 		go f.run()
-		return f.invalidator(), nil
+		inv := f.invalidator()
+		// The plugin learns its addresses as its servers start, after this
+		// block's startup: read them once they are up.
+		inv.up = func() { view.setServers(optionsOf(k).servers) }
+		return inv, nil
 	}
 	if k != nil {
 		return nil, fmt.Errorf("kubernetes: the block has the kubernetes plugin: write kubernetes alone to follow its informers rather than watch the API server a second time")
@@ -148,12 +153,20 @@ func (f *follow) invalidator() *Invalidator {
 // answers.
 func watchView(n namer) *clusterView {
 	v := newClusterView(n)
-	v.ignoreEmpty, v.anyServer = true, true
+	v.ignoreEmpty = true
+	v.setServers(nil)
 	return v
 }
 
 // againAfter is when a watch of its own flushes a batch of names again.
 const againAfter = time.Second
+
+// Started tells the invalidation that its block's servers are up.
+func (i *Invalidator) Started() {
+	if i.up != nil {
+		i.up()
+	}
+}
 
 // Stop stops the invalidation, flushing what it has learnt meanwhile.
 func (i *Invalidator) Stop() {

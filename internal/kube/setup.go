@@ -48,7 +48,15 @@ func Setup(c *caddy.Controller, key any, cfg *Config, name string, target func(v
 // waiting are the keys of the blocks whose sources run, until their
 // instance's servers are up; the sources of an instance that never starts
 // (a failed reload, which also never shuts down) are stopped.
-var waiting = lifecycle.New(nil, stop)
+var waiting = lifecycle.New(started, stop)
+
+// started tells the source of the block whose cache is key, if one runs,
+// that its instance's servers are up.
+func started(_ *caddy.Instance, key any) {
+	if inv, ok := sources.Load(key); ok {
+		inv.(*Invalidator).Started()
+	}
+}
 
 // StatsOf is what the source of the block whose cache is key has done
 // since it started; nil without one.

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/coredns/coredns/plugin/kubernetes/object"
@@ -26,11 +27,12 @@ type clusterView struct {
 	ignoreEmpty bool
 	// servers are the nameserver's addresses, the plugin's local IPs: the
 	// apex NS and ns.dns answers list the Services of the slices holding
-	// one, or their endpoints where headless (ns.go). With anyServer they
-	// are unknown, and any address may be one (a watch of its own, in
-	// front of a cluster DNS whose pods' they are).
-	servers   map[string]struct{}
-	anyServer bool
+	// one, or their endpoints where headless (ns.go). Nil while they are
+	// unknown, and any address may be one: a watch of its own, in front
+	// of a cluster DNS whose pods' they are, and the plugin until its
+	// servers are up (Invalidator.Started). Stored by the block's start,
+	// read by the view's events.
+	servers atomic.Pointer[map[string]struct{}]
 
 	svcs  map[string]*svcEntry // by object.ServiceKey
 	eps   map[epKey]*epEntry
@@ -64,10 +66,13 @@ type epKey struct{ ns, name string }
 
 func keyOf(e *object.Endpoints) epKey { return epKey{e.Namespace, e.Name} }
 
-// newClusterView returns an empty view that names changes with n.
+// newClusterView returns an empty view that names changes with n, and
+// knows no nameserver's address.
 func newClusterView(n namer) *clusterView {
-	return &clusterView{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
+	v := &clusterView{namer: n, svcs: map[string]*svcEntry{}, eps: map[epKey]*epEntry{},
 		bySvc: map[string]map[epKey]*object.Endpoints{}, perNS: map[string]int{}, aliases: map[string]alias{}}
+	v.setServers(map[string]struct{}{}) // none until told
+	return v
 }
 
 func (v *clusterView) exposed(ns string) bool {
@@ -333,14 +338,27 @@ func (v *clusterView) holdsServer(e *object.Endpoints) bool {
 	if e == nil {
 		return false
 	}
+	servers := v.servers.Load()
 	for _, ss := range e.Subsets {
 		for _, a := range ss.Addresses {
-			if _, ok := v.servers[a.IP]; ok || v.anyServer {
+			if servers == nil {
+				return true
+			}
+			if _, ok := (*servers)[a.IP]; ok {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// setServers makes servers the nameserver's addresses; nil: unknown.
+func (v *clusterView) setServers(servers map[string]struct{}) {
+	if servers == nil {
+		v.servers.Store(nil)
+		return
+	}
+	v.servers.Store(&servers)
 }
 
 // pair is an endpoint as its names show it: its address, and the first

@@ -358,7 +358,7 @@ func TestViewNames(t *testing.T) {
 		},
 		{
 			name:   "the nameserver's slice changed: the apexes and ns.dns names, whose answers list its Services",
-			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.1": {}} },
+			view:   func(v *clusterView) { v.setServers(map[string]struct{}{"10.1.0.1": {}}) },
 			before: []step{{svc: kdns}, {ep: dnsSlice}},
 			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.3")}},
 			want: []string{
@@ -369,7 +369,7 @@ func TestViewNames(t *testing.T) {
 		},
 		{
 			name:   "the nameserver's Service at another ClusterIP: the apexes and ns.dns names",
-			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.1": {}} },
+			view:   func(v *clusterView) { v.setServers(map[string]struct{}{"10.1.0.1": {}}) },
 			before: []step{{svc: kdns}, {ep: dnsSlice}},
 			change: []step{{svc: svc("kube-system", "kube-dns", []string{"10.96.0.11"}, port("dns", 53))}},
 			want: []string{
@@ -381,7 +381,7 @@ func TestViewNames(t *testing.T) {
 		},
 		{
 			name:   "a slice not the nameserver's: no apex",
-			view:   func(v *clusterView) { v.servers = map[string]struct{}{"10.1.0.9": {}} },
+			view:   func(v *clusterView) { v.setServers(map[string]struct{}{"10.1.0.9": {}}) },
 			before: []step{{svc: kdns}, {ep: dnsSlice}},
 			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1")}},
 			want:   []string{"10-1-0-2.kube-dns.kube-system" + z, "2.0.1.10.in-addr.arpa."},
@@ -389,7 +389,7 @@ func TestViewNames(t *testing.T) {
 		},
 		{
 			name:   "the nameserver's addresses unknown (a watch of its own): any slice may be its",
-			view:   func(v *clusterView) { v.anyServer = true },
+			view:   func(v *clusterView) { v.setServers(nil) },
 			keep:   []string{"cluster.local."},
 			before: []step{{svc: kdns}, {ep: dnsSlice}},
 			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1")}},
