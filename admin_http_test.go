@@ -137,7 +137,7 @@ func TestAdminHTTP(t *testing.T) {
 		query(q.name, q.qtype)
 	}
 	const block = "dns://.:0 (bind 127.0.0.1)"
-	logged := captureLog(t)
+	logged := testenv.CaptureLog(t)
 
 	var blocks admin.Blocks
 	a.ok(admin.OpBlocks, nil, &blocks)

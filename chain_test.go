@@ -83,7 +83,7 @@ func awaitResponses(t *testing.T, zone, rcode string, want float64) float64 {
 // NXDOMAIN written as bytes would be logged and counted as NOERROR.
 func TestChainLogAndPrometheusSeeCachedNXDOMAIN(t *testing.T) {
 	// Not parallel: captureLog takes the process's standard logger.
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	u := newUpstream()
 	soa := []dns.RR{test.SOA("nx.test. 300 IN SOA ns.nx.test. admin.nx.test. 1 7200 3600 1209600 60")}
 	u.add("missing.nx.test.", dns.TypeA, dns.RcodeNameError, nil, soa, nil)
@@ -473,7 +473,7 @@ func nestedAnswer(r *dns.Msg, name string) string {
 // cached NXDOMAIN as NXDOMAIN, the records are rotated as loadbalance would,
 // and loadbalance's Write, which logs a warning for every call, is not used.
 func TestChainRawHitsInKubeDNSBlock(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	const zone = "raw.kube.test."
 	u := newUpstream()
 	var rrs []dns.RR

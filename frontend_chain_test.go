@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -277,7 +278,7 @@ func compareSeries(t *testing.T, chainZone, frontZone string, chain0, chainSums0
 // the duration. A rule's class filter holds for hits too, and a format with
 // metadata, which only the chain can fill, sends every request there.
 func TestFrontendHitsLoggedAsPluginHits(t *testing.T) {
-	buf := captureLog(t)
+	buf := testenv.CaptureLog(t)
 	u := newUpstream()
 	zones := []string{"chain.log.test.", "front.log.test.", "chain.den.test.", "front.den.test.", "front.meta.test."}
 	for _, z := range zones {
@@ -354,7 +355,7 @@ func TestFrontendHitsLoggedAsPluginHits(t *testing.T) {
 // request is past 512 bytes (a query padded over TCP, RFC 7830) is logged
 // as the log plugin logs it; the front end dropped its line.
 func TestFrontendLogsLargeRequests(t *testing.T) {
-	buf := captureLog(t)
+	buf := testenv.CaptureLog(t)
 	const zone = "biglog.frontend.test."
 	u := newUpstream()
 	u.add("www."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + zone + " 300 IN A 192.0.2.1")}, nil, nil)
@@ -398,7 +399,7 @@ func TestFrontendLogsLargeRequests(t *testing.T) {
 // ({>bufsize}), and the front end's lines of hits say the same; they said
 // the client's.
 func TestFrontendLogsBufsize(t *testing.T) {
-	buf := captureLog(t)
+	buf := testenv.CaptureLog(t)
 	const zone = "bufsizelog.frontend.test."
 	u := newUpstream()
 	u.add("www."+zone, dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("www." + zone + " 300 IN A 192.0.2.1")}, nil, nil)

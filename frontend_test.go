@@ -23,6 +23,7 @@ import (
 	"github.com/compactcache/compactcache/internal/config"
 	"github.com/compactcache/compactcache/internal/dnsmsg"
 	"github.com/compactcache/compactcache/internal/frontend"
+	"github.com/compactcache/compactcache/internal/testenv"
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/test"
 	_ "github.com/coredns/coredns/plugin/timeouts" // for TestFrontendTCPTimeouts
@@ -445,7 +446,7 @@ func TestFrontendCountsEachRequestOnce(t *testing.T) {
 
 // TestFrontendLogsSampledHits: `log 2` logs every second hit of a socket.
 func TestFrontendLogsSampledHits(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	up := startUpstream(t, exampleUpstream())
 	fe, _, _ := startFrontend(t, func(fe string) string {
 		return cacheCorefile(up, "frontend "+fe+" {\n\t\t\tsockets 1\n\t\t\tlog 2\n\t\t}")

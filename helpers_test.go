@@ -3,7 +3,6 @@ package compactcache
 import (
 	"context"
 	"fmt"
-	golog "log"
 	"sort"
 	"strings"
 	"sync"
@@ -251,17 +250,6 @@ func checkShards(t *testing.T, s *store.Store) {
 
 // keyOf returns the cache key of q's question.
 func keyOf(q *query) []byte { return entry.AppendKey(nil, q.name, q.qtype, q.qclass, q.cd) }
-
-// captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
-// writes to, to a buffer until the test ends. Tests that call it must not be
-// parallel.
-func captureLog(t *testing.T) *testenv.LogBuffer {
-	buf := &testenv.LogBuffer{}
-	prev := golog.Writer()
-	golog.SetOutput(buf)
-	t.Cleanup(func() { golog.SetOutput(prev) })
-	return buf
-}
 
 // seriesValue returns the value of the counter or gauge series of family
 // with labels in the default registry, as the prometheus plugin gathers

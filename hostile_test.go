@@ -126,7 +126,7 @@ func debugLog(t *testing.T) *testenv.LogBuffer {
 			clog.D.Clear()
 		}
 	})
-	return captureLog(t)
+	return testenv.CaptureLog(t)
 }
 
 const debugPrefix = "[DEBUG] plugin/" + pluginName + ": "

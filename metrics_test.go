@@ -51,7 +51,7 @@ func TestStoreGaugesAtGathering(t *testing.T) {
 // family is exported once, fed by both blocks, and compactcache's own are
 // exported beside them.
 func TestMetricsStockFamilies(t *testing.T) {
-	logs := captureLog(t) // not parallel
+	logs := testenv.CaptureLog(t) // not parallel
 	const zone = "metrics.test."
 	u := upstreamOfA(zone)
 	u.add("nx."+zone, dns.TypeA, dns.RcodeNameError, nil, []dns.RR{test.SOA(zone + " 300 IN SOA ns." + zone + " admin." + zone + " 1 7200 3600 1209600 60")}, nil)

@@ -306,7 +306,7 @@ func TestFailedReloadWritesNoSnapshot(t *testing.T) {
 		{"port taken", "compactcache 600", onTakenPort(t)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testenv.CaptureLog(t)
 			up := startUpstream(t, exampleUpstream())
 			path := filepath.Join(t.TempDir(), "cache.snap")
 			corefile := func(plugins string) string {

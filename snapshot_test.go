@@ -29,7 +29,7 @@ import (
 // hits reach no upstream. A damaged file is moved aside and the block
 // starts cold; a file that cannot be written is logged and counted.
 func TestSnapshotWarmRestart(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	u := exampleUpstream()
 	up := startUpstream(t, u)
 	dir := t.TempDir()
@@ -121,7 +121,7 @@ func TestSnapshotWarmRestart(t *testing.T) {
 // upstream. A peer that streams another format version is refused, and the
 // block starts cold.
 func TestWarmupFromPeer(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	u := exampleUpstream()
 	up := startUpstream(t, u)
 	adminAddr, peerAddr, _ := startPeer(t, up)
@@ -276,7 +276,7 @@ func startPeer(t *testing.T, up string) (admin, server, spare string) {
 // own would have capped it, and the entry would be served, and written to
 // every snapshot after, for as long as its TTL says.
 func TestWarmupRefusesTTLOverCaps(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	u := exampleUpstream()
 	up := startUpstream(t, u)
 	c, err := parse(caddy.NewTestController("dns", "compactcache"))
@@ -330,7 +330,7 @@ func TestWarmupRefusesTTLOverCaps(t *testing.T) {
 // does, logged, not counted as an error: every new replica of such a
 // rollout would otherwise count one.
 func TestWarmupOtherVersion(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	up := startUpstream(t, exampleUpstream())
 	c, err := parse(caddy.NewTestController("dns", "compactcache"))
 	if err != nil {

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bytes"
 	"encoding/binary"
+	"log"
 	"net"
 	"net/netip"
 	"os"
@@ -81,6 +82,17 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// CaptureLog sends the standard logger, which CoreDNS's plugin/pkg/log
+// writes to, to a buffer until the test ends. Tests that call it must not
+// be parallel.
+func CaptureLog(t testing.TB) *LogBuffer {
+	buf := &LogBuffer{}
+	prev := log.Writer()
+	log.SetOutput(buf)
+	t.Cleanup(func() { log.SetOutput(prev) })
+	return buf
 }
 
 // MustRR returns the record s says in zone-file text, failing the test when

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	golog "log"
 	"math/big"
 	"net"
 	"os"
@@ -1680,16 +1679,6 @@ func TestClosedTierSkipped(t *testing.T) {
 	}
 }
 
-// captureLog sends the standard logger, which CoreDNS's plugin/pkg/log
-// writes to, to a buffer until the test ends.
-func captureLog(t *testing.T) *testenv.LogBuffer {
-	buf := &testenv.LogBuffer{}
-	prev := golog.Writer()
-	golog.SetOutput(buf)
-	t.Cleanup(func() { golog.SetOutput(prev) })
-	return buf
-}
-
 // TestEvictionPolicyWarned: a server whose maxmemory-policy may evict the
 // stream of flushes (allkeys-*), and with it the tier's warmth at every
 // eviction, is warned of when the tier connects; one that evicts only keys
@@ -1706,7 +1695,7 @@ func TestEvictionPolicyWarned(t *testing.T) {
 		{"config renamed", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := testenv.CaptureLog(t)
 			r := testenv.StartRedis(t, tc.args...)
 			tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
 			if warned := strings.Contains(logs.String(), "maxmemory-policy allkeys-lru"); warned != tc.warn {
@@ -1721,7 +1710,7 @@ func TestEvictionPolicyWarned(t *testing.T) {
 // an eviction may have taken, or a failover to a server of other settings,
 // has the policy read again.
 func TestEvictionPolicyWarnedWhenStreamGone(t *testing.T) {
-	logs := captureLog(t)
+	logs := testenv.CaptureLog(t)
 	r := testenv.StartRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru")
 	option := "shared redis://" + r.Addr
 	a := mustTier(t, option, 1, nil)
