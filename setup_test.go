@@ -50,10 +50,13 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<30 }},
 		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.Capacity() == 2<<20 }},
 		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<20 }},
-		{"compactcache {\n success 9984 600 10\n denial 100 60\n}", func(c *Cache) bool {
+		{"compactcache {\n success 9984 600 10\n denial 2000 60\n}", func(c *Cache) bool {
 			return c.SuccessCap == 9984 && c.SuccessTTL == 600*time.Second && c.SuccessMinTTL == 10*time.Second &&
-				c.DenialCap == 100 && c.DenialTTL == 60*time.Second && c.DenialMinTTL == config.MinDefaultTTL
+				c.DenialCap == 2000 && c.DenialTTL == 60*time.Second && c.DenialMinTTL == config.MinDefaultTTL
 		}},
+		// A cap under the stock cache's smallest, 1024, keeps 1024 as there.
+		{"compactcache {\n success 100\n denial 1\n}", func(c *Cache) bool { return c.SuccessCap == 1024 && c.DenialCap == 1024 }},
+		{"compactcache {\n success 1023\n denial 1025\n}", func(c *Cache) bool { return c.SuccessCap == 1024 && c.DenialCap == 1025 }},
 		{"compactcache {\n success 0 600 0\n}", func(c *Cache) bool { return c.SuccessCap == 0 && c.SuccessMinTTL == 0 }},
 		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.ServfailTTL == 0 }},
 		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.ServfailTTL == 30*time.Second }},

@@ -43,6 +43,10 @@ const (
 	// is 0, a retry storm when the upstream is down.
 	DefaultFailRecheck = time.Second
 
+	// MinEntryCap is the smallest entry cap of the stock cache, which
+	// keeps this many for any CAPACITY below it.
+	MinEntryCap = 1024
+
 	DefaultSource4     = 24
 	DefaultSource6     = 56
 	DefaultMaxVariants = 100
@@ -248,6 +252,9 @@ func parseKind(opt string, args []string, capacity *int, ttl, minttl *time.Durat
 	n, err := strconv.Atoi(args[0])
 	if err != nil || n < 0 {
 		return fmt.Errorf("%s: CAPACITY %q is not a non-negative number of entries", opt, args[0])
+	}
+	if n > 0 {
+		n = max(n, MinEntryCap)
 	}
 	*capacity = n
 	if len(args) > 1 {
