@@ -189,6 +189,12 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n snapshot /var/cache.snap 100ms\n}", `snapshot: INTERVAL "100ms" is not a duration of a second or more`},
 		{"compactcache {\n snapshot /a 1m\n snapshot /b\n}", "snapshot: can only be given once"},
 		{"compactcache\ncompactcache", "once per Server Block"},
+		// A block after an option that takes none names the option, not
+		// the plugin's second use nor the block's first line.
+		{"compactcache {\n keepttl {\n }\n}", "keepttl: takes no { } block"},
+		{"compactcache {\n capacity 64M {\n x\n }\n}", "capacity: takes no { } block"},
+		{"compactcache {\n snapshot /var/cache.snap {\n interval 1m\n }\n}", "snapshot: takes no { } block"},
+		{"compactcache {\n serve_stale 1h {\n }\n}", "serve_stale: takes no { } block"},
 	}
 	for _, tc := range tests {
 		_, err := parse(caddy.NewTestController("dns", tc.input))

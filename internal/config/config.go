@@ -160,6 +160,11 @@ func Parse(c *caddy.Controller) (Settings, error) {
 			if err := parseOption(c, &s); err != nil {
 				return s, err
 			}
+			// What is left on the line is a `{` the option did not read:
+			// the dispenser would take the block's lines for options.
+			if c.NextArg() {
+				return s, fmt.Errorf("%s: takes no { } block", opt)
+			}
 		}
 		if seen["serve_stale_policy"] && !seen["serve_stale"] {
 			return s, fmt.Errorf("serve_stale_policy: requires serve_stale")
