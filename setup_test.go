@@ -232,6 +232,7 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n capacity 64M {\n x\n }\n}", "capacity: takes no { } block"},
 		{"compactcache {\n snapshot /var/cache.snap {\n interval 1m\n }\n}", "snapshot: takes no { } block"},
 		{"compactcache {\n serve_stale 1h {\n }\n}", "serve_stale: takes no { } block"},
+		{"compactcache {\n ecs {\n add\n } keepttl\n}", `ecs: "keepttl" after its block's }`},
 	}
 	for _, tc := range tests {
 		_, err := parse(caddy.NewTestController("dns", tc.input))

@@ -160,10 +160,15 @@ func Parse(c *caddy.Controller) (Settings, error) {
 			if err := parseOption(c, &s); err != nil {
 				return s, err
 			}
-			// What is left on the line is a `{` the option did not read:
-			// the dispenser would take the block's lines for options.
-			if c.NextArg() {
+			// What is left on the line is a `{` the option did not read,
+			// whose lines the dispenser would take for options, or text
+			// after the `}` of one it read.
+			switch {
+			case !c.NextArg():
+			case c.Val() == "{":
 				return s, fmt.Errorf("%s: takes no { } block", opt)
+			default:
+				return s, fmt.Errorf("%s: %q after its block's }: an option starts a line", opt, c.Val())
 			}
 		}
 		if seen["serve_stale_policy"] && !seen["serve_stale"] {
