@@ -50,10 +50,13 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n capacity 1G\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<30 }},
 		{"compactcache {\n capacity 2048K\n}", func(c *Cache) bool { return c.store.Capacity() == 2<<20 }},
 		{"compactcache {\n capacity 1048576\n}", func(c *Cache) bool { return c.store.Capacity() == 1<<20 }},
-		{"compactcache {\n success 9984 600 10\n denial 100 60\n}", func(c *Cache) bool {
+		{"compactcache {\n success 9984 600 10\n denial 2000 60\n}", func(c *Cache) bool {
 			return c.SuccessCap == 9984 && c.SuccessTTL == 600*time.Second && c.SuccessMinTTL == 10*time.Second &&
-				c.DenialCap == 100 && c.DenialTTL == 60*time.Second && c.DenialMinTTL == config.MinDefaultTTL
+				c.DenialCap == 2000 && c.DenialTTL == 60*time.Second && c.DenialMinTTL == config.MinDefaultTTL
 		}},
+		// A cap under the stock cache's smallest, 1024, keeps 1024 as there.
+		{"compactcache {\n success 100\n denial 1\n}", func(c *Cache) bool { return c.SuccessCap == 1024 && c.DenialCap == 1024 }},
+		{"compactcache {\n success 1023\n denial 1025\n}", func(c *Cache) bool { return c.SuccessCap == 1024 && c.DenialCap == 1025 }},
 		{"compactcache {\n success 0 600 0\n}", func(c *Cache) bool { return c.SuccessCap == 0 && c.SuccessMinTTL == 0 }},
 		{"compactcache {\n servfail 0s\n}", func(c *Cache) bool { return c.ServfailTTL == 0 }},
 		{"compactcache {\n servfail 30s\n}", func(c *Cache) bool { return c.ServfailTTL == 30*time.Second }},
@@ -98,6 +101,31 @@ func TestParse(t *testing.T) {
 		{"compactcache {\n disable denial example.org Example.NET.\n}", func(c *Cache) bool {
 			return strings.Join(c.DisableDenial, ",") == "example.org.,example.net."
 		}},
+		// Edge values of the stock cache's lines, parsed as it parses them.
+		{"compactcache 1", func(c *Cache) bool { return c.SuccessTTL == time.Second && c.SuccessMinTTL == config.MinDefaultTTL }},
+		{"compactcache example.org 300", func(c *Cache) bool {
+			return strings.Join(c.Zones, ",") == "example.org.,300." && c.SuccessTTL == config.MaxTTL
+		}},
+		{"compactcache 99999999999999999999", func(c *Cache) bool { return c.Zones[0] == "99999999999999999999." && c.SuccessTTL == config.MaxTTL }},
+		{"compactcache 10.0.0.0/8", func(c *Cache) bool { return strings.Join(c.Zones, ",") == "10.in-addr.arpa." }},
+		{"compactcache {\n success 2000 60 120\n}", func(c *Cache) bool { return c.SuccessTTL == time.Minute && c.SuccessMinTTL == 2*time.Minute }},
+		{"compactcache {\n success 2000 600\n success 1500\n}", func(c *Cache) bool { return c.SuccessCap == 1500 && c.SuccessTTL == 600*time.Second }},
+		{"compactcache 600 {\n denial 2000\n}", func(c *Cache) bool { return c.DenialTTL == 600*time.Second && c.SuccessTTL == 600*time.Second }},
+		{"compactcache {\n prefetch 0\n}", func(c *Cache) bool { return c.Prefetch == 0 }},
+		{"compactcache {\n prefetch 10 1m 90%\n}", func(c *Cache) bool { return c.PrefetchPercentage == 90 }},
+		{"compactcache {\n prefetch 10 30s 50%\n prefetch 5\n}", func(c *Cache) bool {
+			return c.Prefetch == 5 && c.PrefetchWindow == 30*time.Second && c.PrefetchPercentage == 50
+		}},
+		{"compactcache {\n serve_stale 0\n}", func(c *Cache) bool { return c.StaleUpTo == 0 }},
+		{"compactcache {\n serve_stale 2h verify 100ms 10s 1m\n serve_stale 1h\n}", func(c *Cache) bool {
+			return c.StaleUpTo == time.Hour && !c.VerifyStale && c.VerifyTimeout == 0 && c.StaleTTL == config.DefaultStaleTTL && c.FailRecheck == config.DefaultFailRecheck
+		}},
+		{"compactcache {\n serve_stale 1h verify 0 30s\n}", func(c *Cache) bool { return c.VerifyStale && c.VerifyTimeout == 0 && c.StaleTTL == 30*time.Second }},
+		{"compactcache {\n serve_stale 1h immediate 0\n}", func(c *Cache) bool { return c.StaleTTL == 0 }},
+		{"compactcache {\n serve_stale_policy PREFER_POSITIVE\n serve_stale\n}", func(c *Cache) bool { return c.PreferPositive }},
+		{"compactcache {\n servfail 5m\n}", func(c *Cache) bool { return c.ServfailTTL == 5*time.Minute }},
+		{"compactcache {\n servfail 500ms\n}", func(c *Cache) bool { return c.ServfailTTL == 500*time.Millisecond }},
+		{"compactcache {\n disable success example.org\n disable success\n}", func(c *Cache) bool { return strings.Join(c.DisableSuccess, ",") == "." }},
 	}
 	for _, tc := range tests {
 		c, err := parse(caddy.NewTestController("dns", tc.input))
@@ -186,6 +214,25 @@ func TestParseErrors(t *testing.T) {
 		{"compactcache {\n snapshot /var/cache.snap 100ms\n}", `snapshot: INTERVAL "100ms" is not a duration of a second or more`},
 		{"compactcache {\n snapshot /a 1m\n snapshot /b\n}", "snapshot: can only be given once"},
 		{"compactcache\ncompactcache", "once per Server Block"},
+		{"compactcache {\n success 100 60s\n}", `success TTL: "60s"`},
+		{"compactcache {\n success 100 60 5s\n}", `success MINTTL: "5s"`},
+		{"compactcache {\n prefetch 10 10\n}", `prefetch: DURATION "10"`},
+		{"compactcache {\n prefetch 10 1m %\n}", `prefetch: PERCENTAGE "%"`},
+		{"compactcache {\n serve_stale 10\n}", `serve_stale: DURATION "10"`},
+		{"compactcache {\n serve_stale 1h immediate 30\n}", `serve_stale: RESPONSE_TTL "30"`},
+		{"compactcache {\n serve_stale 1h immediate 30s -1s\n}", `serve_stale: FAILURE_RECHECK "-1s"`},
+		{"compactcache {\n serve_stale 1h verify x\n}", `serve_stale: VERIFY_TIMEOUT "x"`},
+		{"compactcache {\n serve_stale\n serve_stale_policy\n}", "serve_stale_policy: want prefer_positive, got []"},
+		{"compactcache {\n servfail -1s\n}", `servfail: "-1s"`},
+		{"compactcache {\n servfail 1s 2s\n}", "servfail: want one DURATION, got 2"},
+		{"compactcache {\n disable SUCCESS\n}", `disable: "SUCCESS" is not success or denial`},
+		// A block after an option that takes none names the option, not
+		// the plugin's second use nor the block's first line.
+		{"compactcache {\n keepttl {\n }\n}", "keepttl: takes no { } block"},
+		{"compactcache {\n capacity 64M {\n x\n }\n}", "capacity: takes no { } block"},
+		{"compactcache {\n snapshot /var/cache.snap {\n interval 1m\n }\n}", "snapshot: takes no { } block"},
+		{"compactcache {\n serve_stale 1h {\n }\n}", "serve_stale: takes no { } block"},
+		{"compactcache {\n ecs {\n add\n } keepttl\n}", `ecs: "keepttl" after its block's }`},
 	}
 	for _, tc := range tests {
 		_, err := parse(caddy.NewTestController("dns", tc.input))

@@ -43,6 +43,10 @@ const (
 	// is 0, a retry storm when the upstream is down.
 	DefaultFailRecheck = time.Second
 
+	// MinEntryCap is the smallest entry cap of the stock cache, which
+	// keeps this many for any CAPACITY below it.
+	MinEntryCap = 1024
+
 	DefaultSource4     = 24
 	DefaultSource6     = 56
 	DefaultMaxVariants = 100
@@ -156,6 +160,16 @@ func Parse(c *caddy.Controller) (Settings, error) {
 			if err := parseOption(c, &s); err != nil {
 				return s, err
 			}
+			// What is left on the line is a `{` the option did not read,
+			// whose lines the dispenser would take for options, or text
+			// after the `}` of one it read.
+			switch {
+			case !c.NextArg():
+			case c.Val() == "{":
+				return s, fmt.Errorf("%s: takes no { } block", opt)
+			default:
+				return s, fmt.Errorf("%s: %q after its block's }: an option starts a line", opt, c.Val())
+			}
 		}
 		if seen["serve_stale_policy"] && !seen["serve_stale"] {
 			return s, fmt.Errorf("serve_stale_policy: requires serve_stale")
@@ -248,6 +262,9 @@ func parseKind(opt string, args []string, capacity *int, ttl, minttl *time.Durat
 	n, err := strconv.Atoi(args[0])
 	if err != nil || n < 0 {
 		return fmt.Errorf("%s: CAPACITY %q is not a non-negative number of entries", opt, args[0])
+	}
+	if n > 0 {
+		n = max(n, MinEntryCap)
 	}
 	*capacity = n
 	if len(args) > 1 {
