@@ -244,6 +244,7 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		{"POST", admin.OpFlush, url.Values{"name": {"a", "b"}}, 400, "name", "name: given 2 times"},
 		{"POST", admin.OpFlushType, url.Values{"name": {"a."}, "type": {"AX"}}, 400, "type", `type: "AX" is not a DNS type`},
 		{"POST", admin.OpFlushZone, url.Values{"zone": {strings.Repeat("x", 64)}}, 400, "zone", "zone: "},
+		{"POST", admin.OpFlushZone, url.Values{"zone": {`bücher\`}}, 400, "zone", `zone: "bücher\\" is not a domain name`},
 		{"GET", admin.OpDump, url.Values{"format": {"xml"}}, 400, "format", `format: "xml" is not text or json`},
 		{"GET", admin.OpStats, url.Values{"name": {"a."}}, 400, "name", `stats takes no parameter "name"`},
 		{"POST", admin.OpFlushAll, url.Values{"block": {"nope"}}, 404, "block", `block: no block "nope"; the blocks are "dns://.:0 (bind 127.0.0.1)"`},

@@ -268,13 +268,15 @@ func adminName(s string) ([]byte, error) {
 // toASCII replaces each label of s that is not ASCII by its A-label. The
 // ASCII labels stay as they are: IDNA refuses the underscores of
 // _443._tcp.bücher.example and the wildcard of *.bücher.example, which
-// are DNS names all the same. A backslash escapes the byte after it.
+// are DNS names all the same. A backslash escapes the byte after it; one
+// that ends s stays in its label, which is then refused, rather than
+// taking the end of s with it.
 func toASCII(s string) (string, error) {
 	var b strings.Builder
 	start := 0
 	for i := 0; i <= len(s); i++ {
 		switch {
-		case i < len(s) && s[i] == '\\':
+		case i+1 < len(s) && s[i] == '\\':
 			i++
 		case i == len(s) || s[i] == '.':
 			label := s[start:i]

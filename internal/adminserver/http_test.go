@@ -50,6 +50,14 @@ func TestAdminName(t *testing.T) {
 	if _, err := adminName("a\u200d\u0301.example"); err == nil {
 		t.Errorf("adminName took a name IDNA refuses")
 	}
+	// A backslash that ends a name escapes nothing: the name is refused,
+	// not cut to the labels before it (bücher\ to the root, which
+	// flush_zone would take for everything).
+	for _, bad := range []string{"bücher\\", "x.bücher\\", "bücher.x\\", "\\"} {
+		if got, err := adminName(bad); err == nil {
+			t.Errorf("adminName(%q) = %q, want an error", bad, got)
+		}
+	}
 	for s, want := range map[string]uint16{"a": dns.TypeA, "aaaa": dns.TypeAAAA, "TYPE65280": 65280, "https": dns.TypeHTTPS} {
 		if got, ok := parseType(s); !ok || got != want {
 			t.Errorf("parseType(%q) = %d, %t", s, got, ok)
