@@ -481,6 +481,11 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 	if len(body) > maxReply {
 		return fmt.Errorf("a reply over %d MiB: not read on", maxReply>>20)
 	}
+	if !json.Valid(body) {
+		// Another service on the port, or a proxy's page: not a reply to
+		// the operation, which --json would pass on as one.
+		return fmt.Errorf("the reply is not JSON (%s), so not a compactcache admin endpoint's: %.80q", resp.Header.Get("Content-Type"), body)
+	}
 	if c.json {
 		out.Write(body)
 	} else if err := printReply(op, body, out); err != nil {

@@ -397,3 +397,26 @@ func TestCtlBlockTwice(t *testing.T) {
 		t.Errorf("--block a, BLOCK a: exit %d, %q, asked %v", code, errOut, got)
 	}
 }
+
+// TestCtlReplyNotJSON: a server that answers 200 with something other than
+// JSON (a proxy's login page, another service on the port) has not done
+// what was asked: the tool fails saying so, with --json too, and prints
+// nothing of it as a reply.
+func TestCtlReplyNotJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<html>sign in</html>"))
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, args := range [][]string{
+		{"stats"}, {"blocks"}, {"lookup", "www.example.org"}, {"flush", "www.example.org"},
+		{"--json", "stats"}, {"--json", "blocks"}, {"--json", "lookup", "www.example.org"}, {"--json", "flush_all"},
+		{"--server", addr, "--json", "stats"},
+	} {
+		code, out, errOut := ctl(append([]string{"--server", addr}, args...)...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "the reply is not JSON (text/html)") {
+			t.Errorf("%q: exit %d, out %q, stderr %q; want %d, nothing out, saying the reply is not JSON", args, code, out, errOut, exitFailed)
+		}
+	}
+}
