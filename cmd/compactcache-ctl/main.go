@@ -257,6 +257,11 @@ func serverURL(s string) (*url.URL, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--server %q is not HOST:PORT or an http(s) URL", s)
 	}
+	if u.User != nil {
+		// Printed with every line of the server's, and the endpoint takes
+		// none but a bearer token.
+		return nil, fmt.Errorf("--server %q holds credentials: the endpoint takes a bearer token, from --token-file", u.Redacted())
+	}
 	if u.Port() == "" {
 		return nil, fmt.Errorf("--server %q has no port", s)
 	}

@@ -420,3 +420,19 @@ func TestCtlReplyNotJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCtlServerCredentials: a server URL with credentials in it is refused
+// as a usage error, the endpoint takes a bearer token alone, and the
+// password is not printed back, as every line naming the server would.
+func TestCtlServerCredentials(t *testing.T) {
+	f := newFake(t)
+	for _, server := range []string{"http://ops:s3cret@" + f.addr(), "http://ops:s3cret@" + f.addr() + "/", "ops:s3cret@" + f.addr(), "http://ops:s3cret@example.org"} {
+		code, out, errOut := ctl("--server", server, "stats")
+		if code != exitUsage || strings.Contains(out+errOut, "s3cret") || !strings.Contains(errOut, "--token-file") {
+			t.Errorf("--server %s: exit %d, out %q, stderr %q; want %d pointing to --token-file, without the password", server, code, out, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
