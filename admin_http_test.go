@@ -336,10 +336,13 @@ func TestAdminSetupErrors(t *testing.T) {
 	file := adminTokenFile(t)
 	short := filepath.Join(t.TempDir(), "short")
 	os.WriteFile(short, []byte("abc\n"), 0o600)
+	lines := filepath.Join(t.TempDir(), "lines")
+	os.WriteFile(lines, []byte("first-line-0123456789\nsecond-line-0123456789\n"), 0o600)
 	for _, tc := range []struct{ options, says string }{
 		{"admin 127.0.0.1:9", "admin: 127.0.0.1:9 needs token_file PATH (a bearer token), or insecure_loopback on a loopback address"},
 		{"admin 127.0.0.1:9 {\n token_file /nonexistent/token\n}", "admin: token_file: stat /nonexistent/token: no such file or directory"},
 		{"admin 127.0.0.1:9 {\n token_file " + short + "\n}", "holds 3 bytes of token, want at least 16"},
+		{"admin 127.0.0.1:9 {\n token_file " + lines + "\n}", lines + ": the token holds a line break or another control byte, which an Authorization header cannot carry"},
 		{"admin 0.0.0.0:9 {\n insecure_loopback\n}", `admin: insecure_loopback on "0.0.0.0:9", which is not a loopback address: give a token_file`},
 		{"admin :9 {\n insecure_loopback\n}", "which is not a loopback address"},
 		{"admin 127.0.0.1:9 {\n insecure_loopback\n token_file " + file + "\n}", "admin: token_file and insecure_loopback: give one"},

@@ -436,3 +436,19 @@ func TestCtlServerCredentials(t *testing.T) {
 		t.Errorf("the server was asked %d times", n)
 	}
 }
+
+// TestCtlTokenNotOneLine: a token file whose token an Authorization header
+// cannot carry (two lines) is a usage error naming the file, without the
+// token, and the server is not asked.
+func TestCtlTokenNotOneLine(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(path, []byte("s3cret-token-0123456789\nsecond-s3cret\n"), 0o600)
+	code, out, errOut := ctl("--server", f.addr(), "--token-file", path, "stats")
+	if code != exitUsage || strings.Contains(out+errOut, "s3cret") || !strings.Contains(errOut, "--token-file: "+path+": the token holds a line break") {
+		t.Errorf("a token of two lines: exit %d, out %q, stderr %q; want %d naming the file, not the token", code, out, errOut, exitUsage)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
