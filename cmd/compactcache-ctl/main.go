@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -476,6 +477,9 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 	}
 	if op == admin.OpDump {
+		if ct := resp.Header.Get("Content-Type"); !isDump(ct) {
+			return fmt.Errorf("the reply is not a dump (%s), so not a compactcache admin endpoint's", ct)
+		}
 		_, err := io.Copy(out, resp.Body)
 		return err
 	}
@@ -497,6 +501,18 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		return err
 	}
 	return flushFailed(op, body)
+}
+
+// isDump reports whether a reply of Content-Type ct is a dump, in either
+// format.
+func isDump(ct string) bool {
+	got, _, _ := mime.ParseMediaType(ct)
+	for _, format := range []string{admin.ContentTypeText, admin.ContentTypeJSONLines} {
+		if want, _, _ := mime.ParseMediaType(format); got == want {
+			return true
+		}
+	}
+	return false
 }
 
 // flushFailed returns the error of a flush's reply, body, that a block did

@@ -452,3 +452,29 @@ func TestCtlTokenNotOneLine(t *testing.T) {
 		t.Errorf("the server was asked %d times", n)
 	}
 }
+
+// TestCtlDumpNotADump: a server that answers a dump with 200 and something
+// other than a dump (a proxy's page) fails, and none of it is printed as
+// the dump; text and JSON lines, as the endpoint sends them, are taken.
+func TestCtlDumpNotADump(t *testing.T) {
+	for _, tc := range []struct {
+		contentType string
+		ok          bool
+	}{
+		{"text/html; charset=utf-8", false},
+		{"application/json", false},
+		{"", false},
+		{admin.ContentTypeText, true},
+		{admin.ContentTypeJSONLines, true},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = []string{tc.contentType}
+			w.Write([]byte("<html>sign in</html>\n"))
+		}))
+		code, out, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "dump")
+		srv.Close()
+		if tc.ok != (code == exitOK) || tc.ok != (out != "") || !tc.ok && !strings.Contains(errOut, "the reply is not a dump ("+tc.contentType+")") {
+			t.Errorf("a dump of Content-Type %q: exit %d, out %q, stderr %q", tc.contentType, code, out, errOut)
+		}
+	}
+}

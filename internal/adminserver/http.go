@@ -360,9 +360,9 @@ func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 func serveDump(w *statusWriter, req adminRequest) {
 	log.Infof("admin: dump (%s) of %d blocks by %s", req.format, len(req.blocks), req.who)
 	if req.format == admin.FormatJSON {
-		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Type", admin.ContentTypeJSONLines)
 	} else {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Type", admin.ContentTypeText)
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var line []byte
