@@ -474,7 +474,8 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return fmt.Errorf("%s: %s", resp.Status, e.Error)
 		}
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		// Not the endpoint's: a proxy's page, quoted and cut short.
+		return fmt.Errorf("%s: %.200q", resp.Status, bytes.TrimSpace(body))
 	}
 	if op == admin.OpDump {
 		if ct := resp.Header.Get("Content-Type"); !isDump(ct) {

@@ -478,3 +478,18 @@ func TestCtlDumpNotADump(t *testing.T) {
 		}
 	}
 }
+
+// TestCtlRefusalNotJSON: a refusal that is not the endpoint's JSON (a
+// proxy's error page) is shown with its status, quoted and cut short:
+// not kilobytes of a page, nor the control bytes in it, on the terminal.
+func TestCtlRefusalNotJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		w.Write([]byte("<html>\x1b[2J" + strings.Repeat("bad gateway ", 4<<10) + "</html>\n"))
+	}))
+	t.Cleanup(srv.Close)
+	code, out, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "stats")
+	if code != exitFailed || out != "" || !strings.Contains(errOut, `: 502 Bad Gateway: "<html>\x1b[2Jbad gateway bad gateway`) || len(errOut) > 400 {
+		t.Errorf("a 502 page: exit %d, out %q, stderr of %d bytes %q", code, out, len(errOut), errOut[:min(len(errOut), 400)])
+	}
+}
