@@ -246,6 +246,7 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		{"POST", admin.OpFlushZone, url.Values{"zone": {strings.Repeat("x", 64)}}, 400, "zone", "zone: "},
 		{"POST", admin.OpFlushZone, url.Values{"zone": {`bücher\`}}, 400, "zone", `zone: "bücher\\" is not a domain name`},
 		{"GET", admin.OpDump, url.Values{"format": {"xml"}}, 400, "format", `format: "xml" is not text or json`},
+		{"GET", admin.OpLookup, url.Values{"name": {"a."}, "type": {""}}, 400, "type", `type: "" is not a DNS type`},
 		{"GET", admin.OpStats, url.Values{"name": {"a."}}, 400, "name", `stats takes no parameter "name"`},
 		{"POST", admin.OpFlushAll, url.Values{"block": {"nope"}}, 404, "block", `block: no block "nope"; the blocks are "dns://.:0 (bind 127.0.0.1)"`},
 		{"GET", admin.OpFlushAll, nil, 405, "", "flush_all takes POST"},

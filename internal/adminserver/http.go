@@ -183,7 +183,9 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 			req.text, _, _ = dns.UnpackDomainName(req.name, 0)
 		}
 	}
-	if v := q.Get("type"); v != "" {
+	if vals, ok := q["type"]; ok {
+		// Given empty, it is refused: lookup takes every type without one.
+		v := vals[0]
 		t, ok := parseType(v)
 		if !ok {
 			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %q is not a DNS type such as A, AAAA, MX or TYPE65280", v)
