@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.tokenFile, "token-file", os.Getenv("COMPACTCACHE_TOKEN_FILE"), "`PATH` of the bearer token (default $COMPACTCACHE_TOKEN_FILE; none for insecure_loopback)")
 	fs.StringVar(&o.block, "block", "", "the server block `NAME` to address, as blocks lists it (default: every block)")
 	fs.BoolVar(&o.json, "json", false, "print the replies as JSON (dump: JSON lines)")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for a server, each; 0 for ever (dump: no limit)")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for a server, each; 0 for ever (dump: for its reply to begin)")
 	fs.BoolVar(&o.eachAddress, "each-address", false, "ask every address a server's host name resolves to (the pods of a headless Service)")
 
 	// Options may come after the command and its arguments too.
@@ -177,6 +177,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	c := &client{token: token, timeout: o.timeout, json: o.json, agent: userAgent()}
+	// The head of every reply within the timeout: a dump's stream has no
+	// limit, but a server that never begins it fails.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = o.timeout
+	c.http.Transport = tr
 	return c.runStages(op, params, stages, stdout, stderr)
 }
 

@@ -493,3 +493,29 @@ func TestCtlRefusalNotJSON(t *testing.T) {
 		t.Errorf("a 502 page: exit %d, out %q, stderr of %d bytes %q", code, out, len(errOut), errOut[:min(len(errOut), 400)])
 	}
 }
+
+// TestCtlDumpServerSilent: a server that takes the connection and never
+// answers (a process that hangs) fails a dump once --timeout is out, as it
+// fails the other commands; the dump's stream itself has no limit.
+func TestCtlDumpServerSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	for _, cmd := range []string{"dump", "stats"} {
+		code, out, errOut := ctl("--server", ln.Addr().String(), "--timeout", "50ms", cmd)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, ln.Addr().String()) {
+			t.Errorf("%s of a server that never answers: exit %d, out %q, stderr %q; want %d", cmd, code, out, errOut, exitFailed)
+		}
+	}
+}
