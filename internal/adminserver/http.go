@@ -366,6 +366,9 @@ func serveDump(w *statusWriter, req adminRequest) {
 	} else {
 		w.Header().Set("Content-Type", admin.ContentTypeText)
 	}
+	// The reply begun at once: the walk may go far before its first
+	// entry, and a client bounds its wait for a reply to begin.
+	w.Flush()
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var line []byte
 	for _, b := range req.blocks {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 )
 
@@ -172,5 +173,43 @@ func TestAdminRequestBody(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(reply), "HTTP/1.1 200 ") {
 			t.Errorf("%s and no body: %q, %v; want the reply, and the connection closed", head, reply, err)
 		}
+	}
+}
+
+// walkingCache is a Cache whose walks wait, once they have begun, until
+// released.
+type walkingCache struct {
+	recordingCache
+	release chan struct{}
+}
+
+func (c *walkingCache) Walk(func(entry.Entry), func() error) error {
+	<-c.release
+	return nil
+}
+
+// TestAdminDumpHeadAtOnce: a dump's reply begins before the walk has
+// found an entry, so that a client bounding the wait for a reply to begin
+// (compactcache-ctl's --timeout) does not give up on a store whose first
+// entries are far into the walk.
+func TestAdminDumpHeadAtOnce(t *testing.T) {
+	const key = "127.0.0.1:0"
+	c := &walkingCache{release: make(chan struct{})}
+	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
+	if err := admins.register(b); err != nil {
+		t.Fatal(err)
+	}
+	defer admins.unregister(b)
+	defer close(c.release)
+	admins.mu.Lock()
+	addr := admins.servers[key].ln.Addr().String()
+	admins.mu.Unlock()
+	for _, format := range []string{admin.FormatText, admin.FormatJSON} {
+		client := &http.Client{Timeout: time.Minute} // a bound on the hang, not a measurement
+		resp, err := client.Get("http://" + addr + admin.Prefix + admin.OpDump + "?format=" + format)
+		if err != nil {
+			t.Fatalf("%s dump, its walk under way: %v; want its reply begun", format, err)
+		}
+		resp.Body.Close()
 	}
 }
