@@ -242,10 +242,19 @@ func parseQuery(raw string) (queryValues, string, error) {
 	return queryValues(vals), "", nil
 }
 
+// maxNameText bounds a name in presentation form: each byte of its wire
+// form as \DDD, or a code point of four bytes of UTF-8.
+const maxNameText = 4 * dnsmsg.MaxNameLen
+
 // adminName packs a name in presentation form, lowercased, as keys hold it.
 func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
 		return nil, fmt.Errorf("%q is not a domain name", s)
+	}
+	if len(s) > maxNameText {
+		// Not quoted back, nor given to IDNA, whose encoding of a long
+		// label takes time quadratic in its length.
+		return nil, fmt.Errorf("%d bytes, longer than any domain name", len(s))
 	}
 	if !isASCII(s) {
 		// Clients ask for an internationalized name in its A-labels
