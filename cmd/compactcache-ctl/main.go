@@ -142,6 +142,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	if o.timeout < 0 {
+		fmt.Fprintf(stderr, "compactcache-ctl: --timeout %s: want a duration of 0 (for ever) or more\n", o.timeout)
+		return exitUsage
+	}
 	op, params, err := command(pos, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "compactcache-ctl: %v (compactcache-ctl -h for usage)\n", err)

@@ -196,6 +196,7 @@ func TestCtlUsage(t *testing.T) {
 		{[]string{"--server", "example.org", "stats"}, `has no port`},
 		{[]string{"--server", "ftp://example.org:1", "stats"}, `is not HOST:PORT or an http(s) URL`},
 		{[]string{"--bogus", "stats"}, "flag provided but not defined: -bogus"},
+		{[]string{"--timeout", "-1s", "stats"}, "--timeout -1s: want a duration of 0 (for ever) or more"},
 	} {
 		code, _, errOut := ctl(tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.says) {
