@@ -244,7 +244,9 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		{"POST", admin.OpFlush, url.Values{"name": {"a", "b"}}, 400, "name", "name: given 2 times"},
 		{"POST", admin.OpFlushType, url.Values{"name": {"a."}, "type": {"AX"}}, 400, "type", `type: "AX" is not a DNS type`},
 		{"POST", admin.OpFlushZone, url.Values{"zone": {strings.Repeat("x", 64)}}, 400, "zone", "zone: "},
+		{"POST", admin.OpFlushZone, url.Values{"zone": {`bücher\`}}, 400, "zone", `zone: "bücher\\" is not a domain name`},
 		{"GET", admin.OpDump, url.Values{"format": {"xml"}}, 400, "format", `format: "xml" is not text or json`},
+		{"GET", admin.OpLookup, url.Values{"name": {"a."}, "type": {""}}, 400, "type", `type: "" is not a DNS type`},
 		{"GET", admin.OpStats, url.Values{"name": {"a."}}, 400, "name", `stats takes no parameter "name"`},
 		{"POST", admin.OpFlushAll, url.Values{"block": {"nope"}}, 404, "block", `block: no block "nope"; the blocks are "dns://.:0 (bind 127.0.0.1)"`},
 		{"GET", admin.OpFlushAll, nil, 405, "", "flush_all takes POST"},
@@ -335,10 +337,13 @@ func TestAdminSetupErrors(t *testing.T) {
 	file := adminTokenFile(t)
 	short := filepath.Join(t.TempDir(), "short")
 	os.WriteFile(short, []byte("abc\n"), 0o600)
+	lines := filepath.Join(t.TempDir(), "lines")
+	os.WriteFile(lines, []byte("first-line-0123456789\nsecond-line-0123456789\n"), 0o600)
 	for _, tc := range []struct{ options, says string }{
 		{"admin 127.0.0.1:9", "admin: 127.0.0.1:9 needs token_file PATH (a bearer token), or insecure_loopback on a loopback address"},
 		{"admin 127.0.0.1:9 {\n token_file /nonexistent/token\n}", "admin: token_file: stat /nonexistent/token: no such file or directory"},
 		{"admin 127.0.0.1:9 {\n token_file " + short + "\n}", "holds 3 bytes of token, want at least 16"},
+		{"admin 127.0.0.1:9 {\n token_file " + lines + "\n}", lines + ": the token holds a line break or another control byte, which an Authorization header cannot carry"},
 		{"admin 0.0.0.0:9 {\n insecure_loopback\n}", `admin: insecure_loopback on "0.0.0.0:9", which is not a loopback address: give a token_file`},
 		{"admin :9 {\n insecure_loopback\n}", "which is not a loopback address"},
 		{"admin 127.0.0.1:9 {\n insecure_loopback\n token_file " + file + "\n}", "admin: token_file and insecure_loopback: give one"},

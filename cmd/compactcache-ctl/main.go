@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -120,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.tokenFile, "token-file", os.Getenv("COMPACTCACHE_TOKEN_FILE"), "`PATH` of the bearer token (default $COMPACTCACHE_TOKEN_FILE; none for insecure_loopback)")
 	fs.StringVar(&o.block, "block", "", "the server block `NAME` to address, as blocks lists it (default: every block)")
 	fs.BoolVar(&o.json, "json", false, "print the replies as JSON (dump: JSON lines)")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for a server, each; 0 for ever (dump: no limit)")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for a server, each; 0 for ever (dump: for its reply to begin)")
 	fs.BoolVar(&o.eachAddress, "each-address", false, "ask every address a server's host name resolves to (the pods of a headless Service)")
 
 	// Options may come after the command and its arguments too.
@@ -139,6 +140,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(pos) == 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	if o.timeout < 0 {
+		fmt.Fprintf(stderr, "compactcache-ctl: --timeout %s: want a duration of 0 (for ever) or more\n", o.timeout)
 		return exitUsage
 	}
 	op, params, err := command(pos, o)
@@ -176,6 +181,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	c := &client{token: token, timeout: o.timeout, json: o.json, agent: userAgent()}
+	// The head of every reply within the timeout: a dump's stream has no
+	// limit, but a server that never begins it fails.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = o.timeout
+	c.http.Transport = tr
 	return c.runStages(op, params, stages, stdout, stderr)
 }
 
@@ -256,6 +266,11 @@ func serverURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--server %q is not HOST:PORT or an http(s) URL", s)
+	}
+	if u.User != nil {
+		// Printed with every line of the server's, and the endpoint takes
+		// none but a bearer token.
+		return nil, fmt.Errorf("--server %q holds credentials: the endpoint takes a bearer token, from --token-file", u.Redacted())
 	}
 	if u.Port() == "" {
 		return nil, fmt.Errorf("--server %q has no port", s)
@@ -468,9 +483,13 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return fmt.Errorf("%s: %s", resp.Status, e.Error)
 		}
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		// Not the endpoint's: a proxy's page, quoted and cut short.
+		return fmt.Errorf("%s: %.200q", resp.Status, bytes.TrimSpace(body))
 	}
 	if op == admin.OpDump {
+		if ct := resp.Header.Get("Content-Type"); !isDump(ct) {
+			return fmt.Errorf("the reply is not a dump (%s), so not a compactcache admin endpoint's", ct)
+		}
 		_, err := io.Copy(out, resp.Body)
 		return err
 	}
@@ -481,12 +500,29 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 	if len(body) > maxReply {
 		return fmt.Errorf("a reply over %d MiB: not read on", maxReply>>20)
 	}
+	if !json.Valid(body) {
+		// Another service on the port, or a proxy's page: not a reply to
+		// the operation, which --json would pass on as one.
+		return fmt.Errorf("the reply is not JSON (%s), so not a compactcache admin endpoint's: %.80q", resp.Header.Get("Content-Type"), body)
+	}
 	if c.json {
 		out.Write(body)
 	} else if err := printReply(op, body, out); err != nil {
 		return err
 	}
 	return flushFailed(op, body)
+}
+
+// isDump reports whether a reply of Content-Type ct is a dump, in either
+// format.
+func isDump(ct string) bool {
+	got, _, _ := mime.ParseMediaType(ct)
+	for _, format := range []string{admin.ContentTypeText, admin.ContentTypeJSONLines} {
+		if want, _, _ := mime.ParseMediaType(format); got == want {
+			return true
+		}
+	}
+	return false
 }
 
 // flushFailed returns the error of a flush's reply, body, that a block did

@@ -196,6 +196,7 @@ func TestCtlUsage(t *testing.T) {
 		{[]string{"--server", "example.org", "stats"}, `has no port`},
 		{[]string{"--server", "ftp://example.org:1", "stats"}, `is not HOST:PORT or an http(s) URL`},
 		{[]string{"--bogus", "stats"}, "flag provided but not defined: -bogus"},
+		{[]string{"--timeout", "-1s", "stats"}, "--timeout -1s: want a duration of 0 (for ever) or more"},
 	} {
 		code, _, errOut := ctl(tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.says) {
@@ -395,5 +396,127 @@ func TestCtlBlockTwice(t *testing.T) {
 	code, _, errOut = ctl("--server", f.addr(), "--json", op, "a", "--block", "a")
 	if got := f.requests(); code != exitOK || len(got) != 1 || got[0] != "GET /v1/peek?block=a" {
 		t.Errorf("--block a, BLOCK a: exit %d, %q, asked %v", code, errOut, got)
+	}
+}
+
+// TestCtlReplyNotJSON: a server that answers 200 with something other than
+// JSON (a proxy's login page, another service on the port) has not done
+// what was asked: the tool fails saying so, with --json too, and prints
+// nothing of it as a reply.
+func TestCtlReplyNotJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<html>sign in</html>"))
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, args := range [][]string{
+		{"stats"}, {"blocks"}, {"lookup", "www.example.org"}, {"flush", "www.example.org"},
+		{"--json", "stats"}, {"--json", "blocks"}, {"--json", "lookup", "www.example.org"}, {"--json", "flush_all"},
+		{"--server", addr, "--json", "stats"},
+	} {
+		code, out, errOut := ctl(append([]string{"--server", addr}, args...)...)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, "the reply is not JSON (text/html)") {
+			t.Errorf("%q: exit %d, out %q, stderr %q; want %d, nothing out, saying the reply is not JSON", args, code, out, errOut, exitFailed)
+		}
+	}
+}
+
+// TestCtlServerCredentials: a server URL with credentials in it is refused
+// as a usage error, the endpoint takes a bearer token alone, and the
+// password is not printed back, as every line naming the server would.
+func TestCtlServerCredentials(t *testing.T) {
+	f := newFake(t)
+	for _, server := range []string{"http://ops:s3cret@" + f.addr(), "http://ops:s3cret@" + f.addr() + "/", "ops:s3cret@" + f.addr(), "http://ops:s3cret@example.org"} {
+		code, out, errOut := ctl("--server", server, "stats")
+		if code != exitUsage || strings.Contains(out+errOut, "s3cret") || !strings.Contains(errOut, "--token-file") {
+			t.Errorf("--server %s: exit %d, out %q, stderr %q; want %d pointing to --token-file, without the password", server, code, out, errOut, exitUsage)
+		}
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
+
+// TestCtlTokenNotOneLine: a token file whose token an Authorization header
+// cannot carry (two lines) is a usage error naming the file, without the
+// token, and the server is not asked.
+func TestCtlTokenNotOneLine(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(path, []byte("s3cret-token-0123456789\nsecond-s3cret\n"), 0o600)
+	code, out, errOut := ctl("--server", f.addr(), "--token-file", path, "stats")
+	if code != exitUsage || strings.Contains(out+errOut, "s3cret") || !strings.Contains(errOut, "--token-file: "+path+": the token holds a line break") {
+		t.Errorf("a token of two lines: exit %d, out %q, stderr %q; want %d naming the file, not the token", code, out, errOut, exitUsage)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+}
+
+// TestCtlDumpNotADump: a server that answers a dump with 200 and something
+// other than a dump (a proxy's page) fails, and none of it is printed as
+// the dump; text and JSON lines, as the endpoint sends them, are taken.
+func TestCtlDumpNotADump(t *testing.T) {
+	for _, tc := range []struct {
+		contentType string
+		ok          bool
+	}{
+		{"text/html; charset=utf-8", false},
+		{"application/json", false},
+		{"", false},
+		{admin.ContentTypeText, true},
+		{admin.ContentTypeJSONLines, true},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = []string{tc.contentType}
+			w.Write([]byte("<html>sign in</html>\n"))
+		}))
+		code, out, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "dump")
+		srv.Close()
+		if tc.ok != (code == exitOK) || tc.ok != (out != "") || !tc.ok && !strings.Contains(errOut, "the reply is not a dump ("+tc.contentType+")") {
+			t.Errorf("a dump of Content-Type %q: exit %d, out %q, stderr %q", tc.contentType, code, out, errOut)
+		}
+	}
+}
+
+// TestCtlRefusalNotJSON: a refusal that is not the endpoint's JSON (a
+// proxy's error page) is shown with its status, quoted and cut short:
+// not kilobytes of a page, nor the control bytes in it, on the terminal.
+func TestCtlRefusalNotJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		w.Write([]byte("<html>\x1b[2J" + strings.Repeat("bad gateway ", 4<<10) + "</html>\n"))
+	}))
+	t.Cleanup(srv.Close)
+	code, out, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "stats")
+	if code != exitFailed || out != "" || !strings.Contains(errOut, `: 502 Bad Gateway: "<html>\x1b[2Jbad gateway bad gateway`) || len(errOut) > 400 {
+		t.Errorf("a 502 page: exit %d, out %q, stderr of %d bytes %q", code, out, len(errOut), errOut[:min(len(errOut), 400)])
+	}
+}
+
+// TestCtlDumpServerSilent: a server that takes the connection and never
+// answers (a process that hangs) fails a dump once --timeout is out, as it
+// fails the other commands; the dump's stream itself has no limit.
+func TestCtlDumpServerSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	for _, cmd := range []string{"dump", "stats"} {
+		code, out, errOut := ctl("--server", ln.Addr().String(), "--timeout", "50ms", cmd)
+		if code != exitFailed || out != "" || !strings.Contains(errOut, ln.Addr().String()) {
+			t.Errorf("%s of a server that never answers: exit %d, out %q, stderr %q; want %d", cmd, code, out, errOut, exitFailed)
+		}
 	}
 }

@@ -66,6 +66,12 @@ const (
 	FormatJSON = "json" // JSON lines, an Entry each
 )
 
+// The media types of the dump's formats.
+const (
+	ContentTypeText      = "text/plain; charset=utf-8"
+	ContentTypeJSONLines = "application/x-ndjson"
+)
+
 // Error is the body of every reply that is not 200.
 type Error struct {
 	Error string `json:"error"`

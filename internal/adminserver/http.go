@@ -183,7 +183,9 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 			req.text, _, _ = dns.UnpackDomainName(req.name, 0)
 		}
 	}
-	if v := q.Get("type"); v != "" {
+	if vals, ok := q["type"]; ok {
+		// Given empty, it is refused: lookup takes every type without one.
+		v := vals[0]
 		t, ok := parseType(v)
 		if !ok {
 			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %q is not a DNS type such as A, AAAA, MX or TYPE65280", v)
@@ -240,10 +242,19 @@ func parseQuery(raw string) (queryValues, string, error) {
 	return queryValues(vals), "", nil
 }
 
+// maxNameText bounds a name in presentation form: each byte of its wire
+// form as \DDD, or a code point of four bytes of UTF-8.
+const maxNameText = 4 * dnsmsg.MaxNameLen
+
 // adminName packs a name in presentation form, lowercased, as keys hold it.
 func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
 		return nil, fmt.Errorf("%q is not a domain name", s)
+	}
+	if len(s) > maxNameText {
+		// Not quoted back, nor given to IDNA, whose encoding of a long
+		// label takes time quadratic in its length.
+		return nil, fmt.Errorf("%d bytes, longer than any domain name", len(s))
 	}
 	if !isASCII(s) {
 		// Clients ask for an internationalized name in its A-labels
@@ -268,13 +279,15 @@ func adminName(s string) ([]byte, error) {
 // toASCII replaces each label of s that is not ASCII by its A-label. The
 // ASCII labels stay as they are: IDNA refuses the underscores of
 // _443._tcp.bücher.example and the wildcard of *.bücher.example, which
-// are DNS names all the same. A backslash escapes the byte after it.
+// are DNS names all the same. A backslash escapes the byte after it; one
+// that ends s stays in its label, which is then refused, rather than
+// taking the end of s with it.
 func toASCII(s string) (string, error) {
 	var b strings.Builder
 	start := 0
 	for i := 0; i <= len(s); i++ {
 		switch {
-		case i < len(s) && s[i] == '\\':
+		case i+1 < len(s) && s[i] == '\\':
 			i++
 		case i == len(s) || s[i] == '.':
 			label := s[start:i]
@@ -358,10 +371,13 @@ func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 func serveDump(w *statusWriter, req adminRequest) {
 	log.Infof("admin: dump (%s) of %d blocks by %s", req.format, len(req.blocks), req.who)
 	if req.format == admin.FormatJSON {
-		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Type", admin.ContentTypeJSONLines)
 	} else {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Type", admin.ContentTypeText)
 	}
+	// The reply begun at once: the walk may go far before its first
+	// entry, and a client bounds its wait for a reply to begin.
+	w.Flush()
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var line []byte
 	for _, b := range req.blocks {

@@ -3,6 +3,7 @@ package adminserver
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,6 +50,25 @@ func TestAdminName(t *testing.T) {
 	}
 	if _, err := adminName("a\u200d\u0301.example"); err == nil {
 		t.Errorf("adminName took a name IDNA refuses")
+	}
+	// A backslash that ends a name escapes nothing: the name is refused,
+	// not cut to the labels before it (bücher\ to the root, which
+	// flush_zone would take for everything).
+	for _, bad := range []string{"bücher\\", "x.bücher\\", "bücher.x\\", "\\"} {
+		if got, err := adminName(bad); err == nil {
+			t.Errorf("adminName(%q) = %q, want an error", bad, got)
+		}
+	}
+	// A name longer than any name's presentation form is refused before
+	// IDNA, whose encoding of a long label is quadratic, and not quoted
+	// back whole.
+	for _, huge := range []string{strings.Repeat("a", 1<<20), strings.Repeat("\u4e00\u4e01\u4e02", 1<<10)} {
+		if _, err := adminName(huge); err == nil || len(err.Error()) > 200 {
+			t.Errorf("adminName of %d bytes: an error of %d bytes, want one of at most 200", len(huge), len(fmt.Sprint(err)))
+		}
+	}
+	if _, err := adminName(strings.Repeat("\\255", 63) + ".example"); err != nil {
+		t.Errorf("a label of 63 bytes, each escaped: %v", err)
 	}
 	for s, want := range map[string]uint16{"a": dns.TypeA, "aaaa": dns.TypeAAAA, "TYPE65280": 65280, "https": dns.TypeHTTPS} {
 		if got, ok := parseType(s); !ok || got != want {

@@ -274,7 +274,7 @@ func (r *adminRegistry) register(b *adminBlock) error {
 			return fmt.Errorf("admin: %w", err)
 		}
 		s = &adminServer{addr: addr, ln: ln, writeTimeout: writeTimeout}
-		s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		s.http = &http.Server{Handler: s, ReadTimeout: readTimeout, IdleTimeout: time.Minute}
 		go s.http.Serve(ln)
 		r.servers[addr] = s
 		log.Infof("admin: listening on %s", ln.Addr())
@@ -293,6 +293,12 @@ func (r *adminRegistry) unregister(b *adminBlock) {
 	defer r.mu.Unlock()
 	r.remove(func(x *adminBlock) bool { return x == b })
 }
+
+// readTimeout bounds the reading of a request, its head and its body: no
+// operation takes a body, but the server reads one to its end before it
+// replies, and a client that declares one and never sends it would hold
+// its connection for good. A handler's reply is not bound by it.
+var readTimeout = 10 * time.Second
 
 // writeTimeout is a listener's adminServer.writeTimeout.
 var writeTimeout = 30 * time.Second

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/compactcache/compactcache/internal/admin"
+	"github.com/compactcache/compactcache/internal/entry"
 	"github.com/compactcache/compactcache/internal/flush"
 )
 
@@ -138,5 +139,77 @@ func TestAdminStalledReader(t *testing.T) {
 		}
 	case <-time.After(time.Minute): // a bound on the hang, not a measurement
 		t.Fatal("the snapshot to a reader that stopped reading is still writing")
+	}
+}
+
+// TestAdminRequestBody: a request that declares a body and never sends
+// it gets its reply once readTimeout is out, and its connection is closed:
+// the server reads the body to its end before it replies, and without a
+// deadline a client, token or not, would hold the connection for good.
+func TestAdminRequestBody(t *testing.T) {
+	defer func(was time.Duration) { readTimeout = was }(readTimeout)
+	readTimeout = 50 * time.Millisecond
+	const key = "127.0.0.1:0"
+	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}
+	if err := admins.register(b); err != nil {
+		t.Fatal(err)
+	}
+	defer admins.unregister(b)
+	admins.mu.Lock()
+	addr := admins.servers[key].ln.Addr().String()
+	admins.mu.Unlock()
+	for _, head := range []string{"Content-Length: 100", "Transfer-Encoding: chunked"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// The request's head, and not a byte of the body it declares.
+		if _, err := io.WriteString(conn, "POST "+admin.Prefix+admin.OpFlushAll+" HTTP/1.1\r\nHost: 127.0.0.1\r\n"+head+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Minute)) // a bound on the hang, not a measurement
+		reply, err := io.ReadAll(conn)
+		if err != nil || !strings.HasPrefix(string(reply), "HTTP/1.1 200 ") {
+			t.Errorf("%s and no body: %q, %v; want the reply, and the connection closed", head, reply, err)
+		}
+	}
+}
+
+// walkingCache is a Cache whose walks wait, once they have begun, until
+// released.
+type walkingCache struct {
+	recordingCache
+	release chan struct{}
+}
+
+func (c *walkingCache) Walk(func(entry.Entry), func() error) error {
+	<-c.release
+	return nil
+}
+
+// TestAdminDumpHeadAtOnce: a dump's reply begins before the walk has
+// found an entry, so that a client bounding the wait for a reply to begin
+// (compactcache-ctl's --timeout) does not give up on a store whose first
+// entries are far into the walk.
+func TestAdminDumpHeadAtOnce(t *testing.T) {
+	const key = "127.0.0.1:0"
+	c := &walkingCache{release: make(chan struct{})}
+	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
+	if err := admins.register(b); err != nil {
+		t.Fatal(err)
+	}
+	defer admins.unregister(b)
+	defer close(c.release)
+	admins.mu.Lock()
+	addr := admins.servers[key].ln.Addr().String()
+	admins.mu.Unlock()
+	for _, format := range []string{admin.FormatText, admin.FormatJSON} {
+		client := &http.Client{Timeout: time.Minute} // a bound on the hang, not a measurement
+		resp, err := client.Get("http://" + addr + admin.Prefix + admin.OpDump + "?format=" + format)
+		if err != nil {
+			t.Fatalf("%s dump, its walk under way: %v; want its reply begun", format, err)
+		}
+		resp.Body.Close()
 	}
 }
