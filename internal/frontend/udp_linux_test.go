@@ -524,36 +524,50 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 	}
 }
 
-// TestNextRead: a reader pauses once datagrams come closer than coalesce,
-// goes on while a pause gathers two or more, takes at once what a full
-// batch may have left, and never pauses without coalesce.
+// TestNextRead: a reader pauses where datagrams come one and a half to a
+// pause or more on average, takes at once what a full batch may have
+// left, and never pauses without coalesce.
 func TestNextRead(t *testing.T) {
 	const d = 200 * time.Microsecond
 	for _, tc := range []struct {
 		name     string
 		coalesce time.Duration
-		last     readMode
+		interval time.Duration
 		received int
-		gap      time.Duration
 		want     readMode
 	}{
-		{"off", 0, waitRead, 5, 0, waitRead},
-		{"off, a full batch", 0, waitRead, batchLen, 0, waitRead},
-		{"a lone datagram, long after", d, waitRead, 1, time.Second, waitRead},
-		{"a lone datagram, soon after", d, waitRead, 1, d / 2, pauseRead},
-		{"a lone datagram, coalesce after", d, waitRead, 1, d, waitRead},
-		{"two at once", d, waitRead, 2, time.Second, pauseRead},
-		{"a pause that gathered two", d, pauseRead, 2, d, pauseRead},
-		{"a pause that gathered one", d, pauseRead, 1, d / 2, waitRead},
-		{"a full batch", d, waitRead, batchLen, time.Second, takeRead},
-		{"a pause that gathered a full batch", d, pauseRead, batchLen, d, takeRead},
-		{"a take that found a full batch again", d, takeRead, batchLen, 0, takeRead},
-		{"a take that found a few", d, takeRead, 3, 0, pauseRead},
-		{"a take that found one", d, takeRead, 1, 0, waitRead},
+		{"off", 0, time.Microsecond, 5, waitRead},
+		{"off, a full batch", 0, time.Microsecond, batchLen, waitRead},
+		{"2,000 q/s", d, 500 * time.Microsecond, 1, waitRead},
+		{"5,000 q/s, two at once", d, d, 2, waitRead},
+		{"7,500 q/s", d, d * 2 / 3, 1, pauseRead},
+		{"10,000 q/s", d, d / 2, 1, pauseRead},
+		{"10,000 q/s, a pause that gathered none", d, d / 2, 0, pauseRead},
+		{"a full batch", d, maxInterval, batchLen, takeRead},
+		{"a full batch at 10,000 q/s", d, d / 2, batchLen, takeRead},
 	} {
-		if got := nextRead(tc.coalesce, tc.last, tc.received, tc.gap); got != tc.want {
+		if got := nextRead(tc.coalesce, tc.interval, tc.received); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestArrivals: the mean interval between datagrams follows the rate
+// within a few batches, and an idle spell of any length counts as one of
+// maxInterval.
+func TestArrivals(t *testing.T) {
+	interval := maxInterval
+	for range 64 {
+		interval = arrivals(interval, 100*time.Microsecond, 1)
+	}
+	if interval < 100*time.Microsecond || interval > 103*time.Microsecond {
+		t.Errorf("after 64 batches of one, 100 µs apart: %v, want about 100 µs", interval)
+	}
+	if got := arrivals(100*time.Microsecond, 200*time.Microsecond, 4); got != 93750*time.Nanosecond {
+		t.Errorf("a batch of 4 after 200 µs: %v, want 93.75 µs", got)
+	}
+	if got := arrivals(100*time.Microsecond, 1000*time.Hour, 1); got != 100*time.Microsecond-12500*time.Nanosecond+maxInterval/8 {
+		t.Errorf("after an idle spell: %v", got)
 	}
 }
 

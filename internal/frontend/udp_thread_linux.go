@@ -123,7 +123,8 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	b := newThreadBatch(fe, s)
 	yielded := time.Now()
 	pause := unix.NsecToTimespec(fe.cfg.coalesce.Nanoseconds())
-	var last time.Time // when the batch before came in
+	last := time.Now()      // when the batch before came in
+	interval := maxInterval // the mean time between datagrams
 	read := waitRead
 	for !s.closed.Load() {
 		flags := unix.MSG_WAITFORONE
@@ -149,7 +150,8 @@ func (fe *frontend) serveThread(s *threadSocket) {
 			}
 			return
 		}
-		read = nextRead(fe.cfg.coalesce, read, b.received, t.Sub(last))
+		interval = arrivals(interval, t.Sub(last), b.received)
+		read = nextRead(fe.cfg.coalesce, interval, b.received)
 		last = t
 		if t.Sub(yielded) >= yieldEvery {
 			yielded = t
@@ -167,22 +169,36 @@ const (
 	pauseRead                 // taking it after a pause of coalesce
 )
 
-// nextRead returns how a reader that read received datagrams in mode
-// last, gap after the batch before, reads next. At rates that leave it
-// idle, each datagram costs a wake-up of its thread, and a pause that
-// gathers several lets one wake-up answer them all: the reader pauses
-// once datagrams come within coalesce of each other, and goes on while a
-// pause gathers two or more (one that gathers fewer cost a wake-up as a
-// wait would, and delayed its datagram). A full batch may have left more
-// in the socket, taken at once: a pause after each would cap the rate at
-// a batch a pause.
-func nextRead(coalesce time.Duration, last readMode, received int, gap time.Duration) readMode {
+// maxInterval bounds the mean time between datagrams that arrivals
+// keeps: an idle spell of any length counts as one far longer than the
+// longest pause (maxCoalesce), and is forgotten within a few dozen batches
+// once datagrams come often.
+const maxInterval = 10 * maxCoalesce
+
+// arrivals returns the mean time between datagrams, interval before a
+// batch of received came gap after the batch before: a moving average
+// over about the last eight batches.
+func arrivals(interval, gap time.Duration, received int) time.Duration {
+	per := min(gap, maxInterval) / time.Duration(received)
+	return interval - interval/8 + per/8
+}
+
+// nextRead returns how a reader that read received datagrams, at a mean
+// interval between datagrams, reads next. At rates that leave it idle,
+// each datagram costs a wake-up of its thread, and a pause that gathers
+// several lets one wake-up answer them all; one that gathers none costs a
+// wake-up for nothing. So it pauses where datagrams come at least one and
+// a half to a pause on average, and otherwise waits for the next, which
+// keeps the scattered datagrams of lower rates from bringing on pauses.
+// A full batch may have left more in the socket, taken at once: a pause
+// after each would cap the rate at a batch a pause.
+func nextRead(coalesce, interval time.Duration, received int) readMode {
 	switch {
 	case coalesce == 0:
 		return waitRead
 	case received == batchLen:
 		return takeRead
-	case received >= 2 || last == waitRead && gap < coalesce:
+	case 2*coalesce >= 3*interval:
 		return pauseRead
 	}
 	return waitRead
