@@ -24,6 +24,8 @@ type fakeAPI struct {
 	release  chan struct{}
 	endEps   chan struct{} // ends the open watch of EndpointSlices
 	epsLists atomic.Int64
+	// epsWatches counts the watches of EndpointSlices held open.
+	epsWatches atomic.Int64
 	// svcWatches, if not nil, has the query of each watch of Services.
 	svcWatches chan url.Values
 }
@@ -71,6 +73,9 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		end := a.endEps
 		if kind != "EndpointSlice" {
 			end = nil
+		} else {
+			a.epsWatches.Add(1)
+			defer a.epsWatches.Add(-1)
 		}
 		select {
 		case <-r.Context().Done():
@@ -133,6 +138,13 @@ func TestWatchFailsUntilWatching(t *testing.T) {
 		}
 	}
 
+	// Synced once listed: its first watch may come later, and would be
+	// refused before the test ends it.
+	for deadline := time.Now().Add(5 * time.Second); api.epsWatches.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reflector did not watch the EndpointSlices within 5 s")
+		}
+	}
 	api.refuse.Store(true)
 	api.endEps <- struct{}{} // the reflector watches again, and is refused
 	asked()
