@@ -14,7 +14,8 @@
 # the default -port that measured the configs to compare: its binary, zone,
 # query files, Corefiles and unbound.conf are used as they are, except for
 # their ports. CONFIGS names them (default "kube-frontend unbound"): each a
-# CoreDNS config whose DIR/CONFIG.Corefile exists, or unbound. RATE is a
+# CoreDNS config whose DIR/CONFIG.Corefile exists, served by DIR/CONFIG.coredns
+# where that exists (another build), else DIR/coredns; or unbound. RATE is a
 # rate in q/s or "max" (dnsperf -q 200, as run.sh's max phase). Defaults:
 # 10 rounds of 5 s slices at 30,000 q/s. Needs root (SCHED_RR), as
 # -rt-rates does.
@@ -69,7 +70,9 @@ for c in "${configs[@]}"; do
 			shift+=(-e "s/:$((base + d))\b/:$((p + d))/g")
 		done
 		sed "${shift[@]}" "$dir/$c.Corefile" >"$out/$c.Corefile"
-		start $server_core "$dir/coredns" -conf "$out/$c.Corefile" -quiet >"$out/$c.log" 2>&1
+		bin=$dir/coredns
+		[[ -x $dir/$c.coredns ]] && bin=$dir/$c.coredns
+		start $server_core "$bin" -conf "$out/$c.Corefile" -quiet >"$out/$c.log" 2>&1
 	fi
 	pid[$c]=$!
 	pids+=($!)
