@@ -206,14 +206,14 @@ func (f *follow) diff(b *batch) {
 	seen := 0
 	for _, s := range f.ctl.ServiceList() {
 		e := v.svcs[s.Index]
-		if e == nil && !v.exposed(s.Namespace) {
+		if e == nil && !v.keepsService(s.Index, s) {
 			// Told, it would cost a walk of the aliases each diff.
 			continue
 		}
 		if e == nil || e.s != s {
 			v.Service(b, s.Index, s)
 			if e = v.svcs[s.Index]; e == nil {
-				continue // in a namespace the plugin does not expose
+				continue // in a namespace the plugin does not expose, not the nameserver's
 			}
 		}
 		e.gen = v.gen
@@ -230,7 +230,7 @@ func (f *follow) diff(b *batch) {
 	for _, ep := range f.ctl.EndpointsList() {
 		k := keyOf(ep)
 		e := v.eps[k]
-		if e == nil && !v.exposed(ep.Namespace) {
+		if e == nil && !v.keepsSlice(ep) {
 			continue
 		}
 		if e == nil || e.e != ep {

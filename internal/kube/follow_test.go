@@ -457,6 +457,43 @@ func TestFollowNamespace(t *testing.T) {
 	}
 }
 
+// TestFollowNameserverUnexposed: under the plugin's namespaces option,
+// a change of the nameserver's own slice or Service in a namespace it
+// does not expose flushes the apexes and ns.dns names, which nsAddrs
+// makes of them whatever the option says; another Service there flushes
+// nothing.
+func TestFollowNameserverUnexposed(t *testing.T) {
+	apex := []string{"cluster.local.", "ns.dns.cluster.local."}
+	ctl := &fakeCtl{synced: true, mod: 1000}
+	ctl.set(0, svc("kube-system", "kube-dns", []string{"10.96.0.10"}, port("dns", 53)),
+		slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.2"))
+	s := newSink()
+	f, _ := newTestFollow(ctl, pluginOptions{podMode: podsDisabled}, s)
+	defer f.em.close()
+	f.view.namespaces = map[string]struct{}{"default": {}}
+	f.view.setServers(map[string]struct{}{"10.1.0.1": {}})
+	t0 := time.Unix(1000, 0)
+	f.step(t0)
+	for i, tc := range []struct {
+		svc *object.Service
+		ep  *object.Endpoints
+	}{
+		{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.3")},
+		{svc: svc("kube-system", "kube-dns", []string{"10.96.0.11"}, port("dns", 53))},
+	} {
+		s.reset()
+		ctl.set(int64(1001+i), tc.svc, tc.ep)
+		f.step(t0.Add(time.Duration(i+1) * time.Second))
+		s.wait(t, 1)
+		if got := s.all(); !slices.Contains(got, apex[0]) || !slices.Contains(got, apex[1]) {
+			t.Errorf("change %d flushed %q, want %q among them", i, got, apex)
+		}
+	}
+	ctl.set(1010, svc("kube-system", "metrics", []string{"10.96.0.20"}), slice("kube-system", "metrics-1", "metrics", nil, "10.1.1.2"))
+	f.step(t0.Add(10 * time.Second))
+	s.quiet(t, 2*interval)
+}
+
 // TestFollowRun: the goroutine of a block, against a controller changing
 // as the plugin's does, flushes each change within a poll and an
 // interval, and a burst of changes as few flushes.

@@ -20,7 +20,8 @@ import (
 type clusterView struct {
 	namer namer
 	// namespaces, when not empty, are the only ones the plugin exposes
-	// (its namespaces option): the others answer nothing that changes.
+	// (its namespaces option): the others answer nothing that changes
+	// but the nameserver's slices and Services (keepsSlice).
 	namespaces map[string]struct{}
 	// ignoreEmpty is the plugin's ignore empty_service: a ClusterIP
 	// Service without endpoints answers NXDOMAIN.
@@ -83,6 +84,27 @@ func (v *clusterView) exposed(ns string) bool {
 	return ok
 }
 
+// keepsSlice reports whether the view keeps e: a slice of a namespace the
+// plugin exposes, or one holding a known nameserver's address whatever
+// its namespace, as nsAddrs finds those whatever the namespaces option
+// says. Their other names answer nothing there, and are flushed needlessly
+// as they change, which is seldom. While the addresses are unknown, any
+// address may be one and that would keep every slice: none of another
+// namespace is kept, and the follow's first diff once they are known
+// keeps the nameserver's, flushing the apexes.
+func (v *clusterView) keepsSlice(e *object.Endpoints) bool {
+	return v.exposed(e.Namespace) || v.servers.Load() != nil && v.holdsServer(e)
+}
+
+// keepsService reports whether the view keeps s, the Service of key: one
+// of a namespace the plugin exposes, or one nsAddrs lists, of a kept slice
+// holding a nameserver's address. The follow's diff tells the Services
+// first: it keeps the Service one diff after the slice, flushing the
+// apexes again.
+func (v *clusterView) keepsService(key string, s *object.Service) bool {
+	return v.exposed(s.Namespace) || v.serves(key)
+}
+
 // Service records the Service of key's new state s, nil once deleted,
 // adding what the change makes wrong to b (nil while the view is first
 // filled, when nothing cached is known to be wrong).
@@ -94,7 +116,7 @@ func (v *clusterView) Service(b *batch, key string, s *object.Service) {
 	if e := v.svcs[key]; e != nil {
 		old = e.s
 	}
-	if s != nil && !v.exposed(s.Namespace) {
+	if s != nil && !v.keepsService(key, s) {
 		s = nil
 	}
 	delete(v.aliases, key)
@@ -214,7 +236,7 @@ func (v *clusterView) Endpoints(b *batch, key epKey, e *object.Endpoints) {
 	if x := v.eps[key]; x != nil {
 		old = x.e
 	}
-	if e != nil && !v.exposed(e.Namespace) {
+	if e != nil && !v.keepsSlice(e) {
 		e = nil
 	}
 	switch {

@@ -368,6 +368,32 @@ func TestViewNames(t *testing.T) {
 			kinds: [numKinds]int64{kindEndpoints: 1},
 		},
 		{
+			// nsAddrs finds them whatever the plugin's namespaces option
+			// exposes.
+			name: "the nameserver's slice changed in a namespace the plugin does not expose: the same names",
+			view: func(v *clusterView) {
+				v.namespaces = map[string]struct{}{"default": {}}
+				v.setServers(map[string]struct{}{"10.1.0.1": {}})
+			},
+			before: []step{{ep: dnsSlice}, {svc: kdns}},
+			change: []step{{ep: slice("kube-system", "kube-dns-1", "kube-dns", eport("dns", 53), "10.1.0.1", "10.1.0.3")}},
+			want: []string{
+				"10-1-0-2.kube-dns.kube-system" + z, "10-1-0-3.kube-dns.kube-system" + z, "2.0.1.10.in-addr.arpa.", "3.0.1.10.in-addr.arpa.",
+				"cluster.local.", "in-addr.arpa.", "ip6.arpa.", "ns.dns.cluster.local.", "ns.dns.in-addr.arpa.", "ns.dns.ip6.arpa.",
+			},
+			kinds: [numKinds]int64{kindEndpoints: 1},
+		},
+		{
+			name: "a namespace the plugin does not expose, Services and slices not the nameserver's: nothing",
+			view: func(v *clusterView) {
+				v.namespaces = map[string]struct{}{"default": {}}
+				v.setServers(map[string]struct{}{"10.1.0.1": {}})
+			},
+			before: []step{{ep: dnsSlice}, {svc: kdns}},
+			change: []step{{svc: web}, {ep: slice("ns", "web-1", "web", eport("http", 8080), "10.1.1.1")},
+				{svc: svc("kube-system", "metrics", []string{"10.96.0.20"})}, {ep: slice("kube-system", "metrics-1", "metrics", nil, "10.1.1.2")}},
+		},
+		{
 			name:   "the nameserver's Service at another ClusterIP: the apexes and ns.dns names",
 			view:   func(v *clusterView) { v.setServers(map[string]struct{}{"10.1.0.1": {}}) },
 			before: []step{{svc: kdns}, {ep: dnsSlice}},
