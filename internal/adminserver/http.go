@@ -70,14 +70,26 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %q; the operations are %s", r.URL.Path, strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
 		return
 	}
-	if r.Method != spec.Method {
-		sw.Header().Set("Allow", spec.Method)
-		adminError(sw, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s takes %s", op, spec.Method))
+	head := r.Method == http.MethodHead && spec.Method == http.MethodGet
+	if r.Method != spec.Method && !head {
+		allow := spec.Method
+		if spec.Method == http.MethodGet {
+			allow += ", " + http.MethodHead
+		}
+		sw.Header().Set("Allow", allow)
+		adminError(sw, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s takes %s", op, allow))
 		return
 	}
 	req, code, field, err := parseAdminRequest(op, spec, r, blocks)
 	if err != nil {
 		adminError(sw, code, field, err.Error())
+		return
+	}
+	if head {
+		// GET's status and headers, as health checks ask for them, without
+		// the operation: stats and the dump walk the whole store, the
+		// snapshot too, for a body net/http would drop.
+		sw.Header().Set("Content-Type", contentType(req))
 		return
 	}
 	req.who = r.RemoteAddr
@@ -110,7 +122,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveDump(sw, req)
 	case admin.OpSnapshot:
 		b := req.blocks[0]
-		sw.Header().Set("Content-Type", "application/octet-stream")
+		sw.Header().Set("Content-Type", contentType(req))
 		if n, err := b.c.Snapshot(sw); err != nil {
 			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
 		}
@@ -370,11 +382,7 @@ func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 // time, flushed to the client after each; no lock is held while it writes.
 func serveDump(w *statusWriter, req adminRequest) {
 	log.Infof("admin: dump (%s) of %d blocks by %s", req.format, len(req.blocks), req.who)
-	if req.format == admin.FormatJSON {
-		w.Header().Set("Content-Type", admin.ContentTypeJSONLines)
-	} else {
-		w.Header().Set("Content-Type", admin.ContentTypeText)
-	}
+	w.Header().Set("Content-Type", contentType(req))
 	// The reply begun at once: the walk may go far before its first
 	// entry, and a client bounds its wait for a reply to begin.
 	w.Flush()
@@ -449,15 +457,30 @@ func (w *statusWriter) extend() {
 	}
 }
 
+// contentType returns the media type of req's reply.
+func contentType(req adminRequest) string {
+	switch {
+	case req.op == admin.OpSnapshot:
+		return "application/octet-stream"
+	case req.op == admin.OpDump && req.format == admin.FormatJSON:
+		return admin.ContentTypeJSONLines
+	case req.op == admin.OpDump:
+		return admin.ContentTypeText
+	}
+	return contentTypeJSON
+}
+
+const contentTypeJSON = "application/json"
+
 func adminJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentTypeJSON)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }
 
 func adminError(w http.ResponseWriter, code int, field, msg string) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(admin.Error{Error: msg, Field: field})
 }

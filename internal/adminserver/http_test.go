@@ -179,3 +179,61 @@ func TestAdminDumpEmptyFormat(t *testing.T) {
 		}
 	}
 }
+
+// countingCache is a recordingCache that counts its walks, snapshots and stats.
+type countingCache struct {
+	recordingCache
+	walks, snapshots, stats int
+}
+
+func (c *countingCache) Stats() admin.Stats { c.stats++; return admin.Stats{} }
+
+func (c *countingCache) Walk(func(entry.Entry), func() error) error { c.walks++; return nil }
+func (c *countingCache) Snapshot(io.Writer) (int, error)            { c.snapshots++; return 0, nil }
+
+// TestAdminHead: HEAD is served wherever GET is, with GET's status and
+// Content-Type, and without walking the store for a body net/http drops; an
+// operation that takes POST refuses it as any other method, and flushes
+// nothing.
+func TestAdminHead(t *testing.T) {
+	c := &countingCache{}
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: c, info: admin.Block{Name: "b"}}}}
+	for _, tc := range []struct {
+		target      string
+		code        int
+		contentType string
+	}{
+		{"/v1/blocks", 200, "application/json"},
+		{"/v1/stats", 200, "application/json"},
+		{"/v1/lookup?name=www.example.org", 200, "application/json"},
+		{"/v1/dump", 200, admin.ContentTypeText},
+		{"/v1/dump?format=json", 200, admin.ContentTypeJSONLines},
+		{"/v1/snapshot?block=b", 200, "application/octet-stream"},
+		{"/v1/lookup?name=a..b", 400, "application/json"},
+		{"/v1/snapshot?block=nope", 404, "application/json"},
+		{"/v1/flush_all", 405, "application/json"},
+		{"/v1/flush?name=www.example.org", 405, "application/json"},
+	} {
+		r := httptest.NewRequest(http.MethodHead, tc.target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != tc.code || w.Header().Get("Content-Type") != tc.contentType {
+			t.Errorf("HEAD %s: %d, Content-Type %q; want %d, %q", tc.target, w.Code, w.Header().Get("Content-Type"), tc.code, tc.contentType)
+		}
+		if tc.code == 405 && w.Header().Get("Allow") != http.MethodPost {
+			t.Errorf("HEAD %s: Allow %q, want POST", tc.target, w.Header().Get("Allow"))
+		}
+	}
+	if len(c.flushes) != 0 || c.walks != 0 || c.snapshots != 0 || c.stats != 0 {
+		t.Errorf("HEAD requests flushed %v, walked the store %d times, snapshot it %d times, counted it %d times; want none", c.flushes, c.walks, c.snapshots, c.stats)
+	}
+	// GET's Allow names HEAD too, for a method GET takes that is not.
+	r := httptest.NewRequest(http.MethodPost, "/v1/stats", nil)
+	r.Host = "127.0.0.1"
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	if w.Code != 405 || w.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /v1/stats: %d, Allow %q; want 405, GET, HEAD", w.Code, w.Header().Get("Allow"))
+	}
+}
