@@ -485,7 +485,7 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 			return fmt.Errorf("%s: %s", resp.Status, printable(e.Error))
 		}
 		// Not the endpoint's: a proxy's page, quoted and cut short.
-		return fmt.Errorf("%s: %.200q", resp.Status, bytes.TrimSpace(body))
+		return fmt.Errorf("%s: %s", resp.Status, admin.Quote(string(bytes.TrimSpace(body))))
 	}
 	if op == admin.OpDump {
 		if ct := resp.Header.Get("Content-Type"); !isDump(ct) {

@@ -67,7 +67,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !known {
-		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %q; the operations are %s", r.URL.Path, strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
+		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %s; the operations are %s", admin.Quote(r.URL.Path), strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
 		return
 	}
 	head := r.Method == http.MethodHead && spec.Method == http.MethodGet
@@ -178,7 +178,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 	}
 	for k := range q {
 		if k != admin.ParamBlock && !slices.Contains(spec.Required, k) && !slices.Contains(spec.Optional, k) {
-			return req, http.StatusBadRequest, k, fmt.Errorf("%s: %s takes no parameter %q", k, op, k)
+			return req, http.StatusBadRequest, admin.Cut(k), fmt.Errorf("%s: %s takes no parameter %s", admin.Cut(k), op, admin.Quote(k))
 		}
 	}
 	for _, k := range spec.Required {
@@ -200,7 +200,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		v := vals[0]
 		t, ok := parseType(v)
 		if !ok {
-			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %q is not a DNS type such as A, AAAA, MX or TYPE65280", v)
+			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %s is not a DNS type such as A, AAAA, MX or TYPE65280", admin.Quote(v))
 		}
 		req.types = []uint16{t}
 		req.text += " " + dns.Type(t).String()
@@ -209,7 +209,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		// Given empty, it is refused too: text is the format without one.
 		v := vals[0]
 		if v != admin.FormatText && v != admin.FormatJSON {
-			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %q is not %s or %s", v, admin.FormatText, admin.FormatJSON)
+			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %s is not %s or %s", admin.Quote(v), admin.FormatText, admin.FormatJSON)
 		}
 		req.format = v
 	}
@@ -221,7 +221,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 			for j, b := range blocks {
 				names[j] = strconv.Quote(b.info.Name)
 			}
-			return req, http.StatusNotFound, admin.ParamBlock, fmt.Errorf("block: no block %q; the blocks are %s", v[0], strings.Join(names, ", "))
+			return req, http.StatusNotFound, admin.ParamBlock, fmt.Errorf("block: no block %s; the blocks are %s", admin.Quote(v[0]), strings.Join(names, ", "))
 		}
 		req.blocks = blocks[i : i+1]
 	}
@@ -248,7 +248,7 @@ func parseQuery(raw string) (queryValues, string, error) {
 	}
 	for k, v := range vals {
 		if len(v) > 1 {
-			return nil, k, fmt.Errorf("%s: given %d times", k, len(v))
+			return nil, admin.Cut(k), fmt.Errorf("%s: given %d times", admin.Cut(k), len(v))
 		}
 	}
 	return queryValues(vals), "", nil
@@ -261,7 +261,7 @@ const maxNameText = 4 * dnsmsg.MaxNameLen
 // adminName packs a name in presentation form, lowercased, as keys hold it.
 func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
-		return nil, fmt.Errorf("%q is not a domain name", s)
+		return nil, fmt.Errorf("%s is not a domain name", admin.Quote(s))
 	}
 	if len(s) > maxNameText {
 		// Not quoted back, nor given to IDNA, whose encoding of a long
@@ -274,14 +274,14 @@ func adminName(s string) ([]byte, error) {
 		// of its entries.
 		a, err := toASCII(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+			return nil, fmt.Errorf("%s is not a domain name: %v", admin.Quote(s), err)
 		}
 		s = a
 	}
 	var buf [dnsmsg.MaxNameLen]byte
 	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+		return nil, fmt.Errorf("%s is not a domain name: %v", admin.Quote(s), err)
 	}
 	name := buf[:n]
 	dnsmsg.LowerInPlace(name)

@@ -237,3 +237,35 @@ func TestAdminHead(t *testing.T) {
 		t.Errorf("POST /v1/stats: %d, Allow %q; want 405, GET, HEAD", w.Code, w.Header().Get("Allow"))
 	}
 }
+
+// TestAdminLongValuesCut: a refusal quotes a value of the caller's cut
+// short, whatever its length: not the megabyte of a type, a block or a
+// parameter's name back whole.
+func TestAdminLongValuesCut(t *testing.T) {
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}}}
+	long := strings.Repeat("x", 64<<10)
+	longName := strings.Repeat("a.", 400) + "..b" // under the cap on names, and refused
+	for _, tc := range []struct {
+		method, target, field string
+		code                  int
+	}{
+		{"GET", "/v1/lookup?name=a&type=" + long, "type", 400},
+		{"GET", "/v1/dump?format=" + long, "format", 400},
+		{"GET", "/v1/stats?block=" + long, "block", 404},
+		{"GET", "/v1/lookup?name=" + longName, "name", 400},
+		{"POST", "/v1/flush_zone?zone=" + longName, "zone", 400},
+		{"GET", "/v1/stats?" + long + "=1", strings.Repeat("x", 200), 400},
+		{"GET", "/v1/stats?" + long + "=1&" + long + "=2", strings.Repeat("x", 200), 400},
+		{"GET", "/v1/" + long, "", 404},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var e admin.Error
+		json.Unmarshal(w.Body.Bytes(), &e)
+		if w.Code != tc.code || e.Field != tc.field || len(e.Error) > 500 {
+			t.Errorf("%s %.60s...: %d, field %.60q, error of %d bytes %.300q; want %d, field %.60q, the value cut", tc.method, tc.target, w.Code, e.Field, len(e.Error), e.Error, tc.code, tc.field)
+		}
+	}
+}
