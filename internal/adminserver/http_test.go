@@ -67,6 +67,18 @@ func TestAdminName(t *testing.T) {
 			t.Errorf("adminName of %d bytes: an error of %d bytes, want one of at most 200", len(huge), len(fmt.Sprint(err)))
 		}
 	}
+	// A decimal escape above 255 is refused, naming it: miekg/dns takes
+	// it modulo 256 (a\256 for a\000), which would flush another name.
+	for _, bad := range []string{`a\256`, `a\999.example`, `\300.example.`, `x.a\256b.bücher.example`, `a\\\256`} {
+		if got, err := adminName(bad); err == nil || !strings.Contains(err.Error(), "above \\255") {
+			t.Errorf("adminName(%q) = %q, %v; want an error saying the escape is above \\255", bad, got, err)
+		}
+	}
+	for _, s := range []string{`a\255`, `a\\256`, `a\0256`, `a\25`} {
+		if _, err := adminName(s); err != nil {
+			t.Errorf("adminName(%q): %v", s, err)
+		}
+	}
 	if _, err := adminName(strings.Repeat("\\255", 63) + ".example"); err != nil {
 		t.Errorf("a label of 63 bytes, each escaped: %v", err)
 	}
