@@ -245,6 +245,8 @@ func TestAdminHTTPRefuses(t *testing.T) {
 		{"POST", admin.OpFlushType, url.Values{"name": {"a."}, "type": {"AX"}}, 400, "type", `type: "AX" is not a DNS type`},
 		{"POST", admin.OpFlushZone, url.Values{"zone": {strings.Repeat("x", 64)}}, 400, "zone", "zone: "},
 		{"POST", admin.OpFlushZone, url.Values{"zone": {`bücher\`}}, 400, "zone", `zone: "bücher\\" is not a domain name`},
+		{"POST", admin.OpFlush, url.Values{"name": {`www\256example.org`}}, 400, "name", `the escape \256 is above \255`},
+		{"GET", admin.OpLookup, url.Values{"name": {`www\999.example.org`}}, 400, "name", `the escape \999 is above \255`},
 		{"GET", admin.OpDump, url.Values{"format": {"xml"}}, 400, "format", `format: "xml" is not text or json`},
 		{"GET", admin.OpLookup, url.Values{"name": {"a."}, "type": {""}}, 400, "type", `type: "" is not a DNS type`},
 		{"GET", admin.OpStats, url.Values{"name": {"a."}}, 400, "name", `stats takes no parameter "name"`},

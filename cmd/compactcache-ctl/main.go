@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -481,10 +482,10 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var e admin.Error
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s: %s", resp.Status, e.Error)
+			return fmt.Errorf("%s: %s", resp.Status, printable(e.Error))
 		}
 		// Not the endpoint's: a proxy's page, quoted and cut short.
-		return fmt.Errorf("%s: %.200q", resp.Status, bytes.TrimSpace(body))
+		return fmt.Errorf("%s: %s", resp.Status, admin.Quote(string(bytes.TrimSpace(body))))
 	}
 	if op == admin.OpDump {
 		if ct := resp.Header.Get("Content-Type"); !isDump(ct) {
@@ -513,6 +514,16 @@ func (c *client) do(op, server string, params url.Values, out io.Writer) error {
 	return flushFailed(op, body)
 }
 
+// printable returns a server's error as it came when it prints, quoted
+// otherwise: the server, or a proxy in between, could have put terminal
+// control characters in it. JSON decoding has made it UTF-8.
+func printable(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 // isDump reports whether a reply of Content-Type ct is a dump, in either
 // format.
 func isDump(ct string) bool {
@@ -539,7 +550,7 @@ func flushFailed(op string, body []byte) error {
 	var failed []string
 	for _, b := range r.Blocks {
 		if b.Error != "" {
-			failed = append(failed, b.Block+": "+b.Error)
+			failed = append(failed, b.Block+": "+printable(b.Error))
 		}
 	}
 	if failed != nil {

@@ -520,3 +520,32 @@ func TestCtlDumpServerSilent(t *testing.T) {
 		}
 	}
 }
+
+// TestCtlErrorEscaped: a server's error, a refusal's or a partial flush's,
+// is printed as it came when it prints, and quoted, its control characters
+// escaped, when it holds one: a server, or a proxy in between, does not
+// drive the operator's terminal.
+func TestCtlErrorEscaped(t *testing.T) {
+	for _, tc := range []struct{ sent, want string }{
+		{`name: "a..b" is not a domain name`, `: 400 Bad Request: name: "a..b" is not a domain name` + "\n"},
+		{"wrong\x1b[2J token", `: 400 Bad Request: "wrong\x1b[2J token"` + "\n"},
+		{"wrong\u009b2J token", `: 400 Bad Request: "wrong\u009b2J token"` + "\n"},
+		{"two\nlines", `: 400 Bad Request: "two\nlines"` + "\n"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(admin.Error{Error: tc.sent})
+		}))
+		code, _, errOut := ctl("--server", strings.TrimPrefix(srv.URL, "http://"), "stats")
+		srv.Close()
+		if code != exitFailed || !strings.HasSuffix(errOut, tc.want) {
+			t.Errorf("a refusal saying %q: exit %d, stderr %q; want %d ending %q", tc.sent, code, errOut, exitFailed, tc.want)
+		}
+	}
+	f := newFake(t)
+	f.flushErr = "not applied\x1b[2J"
+	code, _, errOut := ctl("--server", f.addr(), "flush", "www.example.org")
+	if want := `but b: "not applied\x1b[2J"` + "\n"; code != exitFailed || !strings.HasSuffix(errOut, want) {
+		t.Errorf("a partial flush saying %q: exit %d, stderr %q; want %d ending %q", f.flushErr, code, errOut, exitFailed, want)
+	}
+}

@@ -4,8 +4,9 @@
 //
 // Every operation is one path, /v1/OP, with its parameters in the query
 // string; a request without the parameter block addresses every block of
-// the server. Flushes are POST, the rest GET. Replies are JSON, but for the
-// dump, which streams zone-file text or JSON lines (an Entry a line).
+// the server. Flushes are POST, the rest GET (and HEAD, answered with GET's
+// status and headers). Replies are JSON, but for the dump, which streams
+// zone-file text or JSON lines (an Entry a line).
 // Errors are an Error document with the HTTP status: 400 for a parameter
 // that does not parse (Field names it), 401 without the right bearer token,
 // 404 for an unknown block or operation, 405 for the wrong method.

@@ -5,6 +5,32 @@ import (
 	"strings"
 )
 
+// maxQuoted bounds, in characters, a value quoted back in an error.
+const maxQuoted = 200
+
+// Cut returns s cut after its first 200 characters: a value a caller gave,
+// or a reply, named whole in an error could run to megabytes.
+func Cut(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}
+
+// Quote returns s quoted as %q quotes it, cut as Cut cuts it and then
+// ending in "...".
+func Quote(s string) string {
+	c := Cut(s)
+	if len(c) < len(s) {
+		return strconv.Quote(c) + "..."
+	}
+	return strconv.Quote(s)
+}
+
 // AppendText appends e as zone-file text: one comment with its metadata,
 //
 //	; www.example.org. IN A flags=cd ecs=192.0.2.0/24 match=scope rcode=NOERROR kind=success ttl=300 left=245 stale=no bytes=180 hits=3

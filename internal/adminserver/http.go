@@ -67,17 +67,29 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !known {
-		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %q; the operations are %s", r.URL.Path, strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
+		adminError(sw, http.StatusNotFound, "", fmt.Sprintf("no operation %s; the operations are %s", admin.Quote(r.URL.Path), strings.Join(slices.Sorted(maps.Keys(admin.Specs)), ", ")))
 		return
 	}
-	if r.Method != spec.Method {
-		sw.Header().Set("Allow", spec.Method)
-		adminError(sw, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s takes %s", op, spec.Method))
+	head := r.Method == http.MethodHead && spec.Method == http.MethodGet
+	if r.Method != spec.Method && !head {
+		allow := spec.Method
+		if spec.Method == http.MethodGet {
+			allow += ", " + http.MethodHead
+		}
+		sw.Header().Set("Allow", allow)
+		adminError(sw, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s takes %s", op, allow))
 		return
 	}
 	req, code, field, err := parseAdminRequest(op, spec, r, blocks)
 	if err != nil {
 		adminError(sw, code, field, err.Error())
+		return
+	}
+	if head {
+		// GET's status and headers, as health checks ask for them, without
+		// the operation: stats and the dump walk the whole store, the
+		// snapshot too, for a body net/http would drop.
+		sw.Header().Set("Content-Type", contentType(req))
 		return
 	}
 	req.who = r.RemoteAddr
@@ -110,7 +122,7 @@ func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveDump(sw, req)
 	case admin.OpSnapshot:
 		b := req.blocks[0]
-		sw.Header().Set("Content-Type", "application/octet-stream")
+		sw.Header().Set("Content-Type", contentType(req))
 		if n, err := b.c.Snapshot(sw); err != nil {
 			log.Warningf("Admin: the snapshot of %s to %s stopped after %d entries: %v", b.info.Name, req.who, n, err)
 		}
@@ -166,7 +178,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 	}
 	for k := range q {
 		if k != admin.ParamBlock && !slices.Contains(spec.Required, k) && !slices.Contains(spec.Optional, k) {
-			return req, http.StatusBadRequest, k, fmt.Errorf("%s: %s takes no parameter %q", k, op, k)
+			return req, http.StatusBadRequest, admin.Cut(k), fmt.Errorf("%s: %s takes no parameter %s", admin.Cut(k), op, admin.Quote(k))
 		}
 	}
 	for _, k := range spec.Required {
@@ -188,7 +200,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		v := vals[0]
 		t, ok := parseType(v)
 		if !ok {
-			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %q is not a DNS type such as A, AAAA, MX or TYPE65280", v)
+			return req, http.StatusBadRequest, "type", fmt.Errorf("type: %s is not a DNS type such as A, AAAA, MX or TYPE65280", admin.Quote(v))
 		}
 		req.types = []uint16{t}
 		req.text += " " + dns.Type(t).String()
@@ -197,7 +209,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 		// Given empty, it is refused too: text is the format without one.
 		v := vals[0]
 		if v != admin.FormatText && v != admin.FormatJSON {
-			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %q is not %s or %s", v, admin.FormatText, admin.FormatJSON)
+			return req, http.StatusBadRequest, "format", fmt.Errorf("format: %s is not %s or %s", admin.Quote(v), admin.FormatText, admin.FormatJSON)
 		}
 		req.format = v
 	}
@@ -209,7 +221,7 @@ func parseAdminRequest(op string, spec admin.Spec, r *http.Request, blocks []*ad
 			for j, b := range blocks {
 				names[j] = strconv.Quote(b.info.Name)
 			}
-			return req, http.StatusNotFound, admin.ParamBlock, fmt.Errorf("block: no block %q; the blocks are %s", v[0], strings.Join(names, ", "))
+			return req, http.StatusNotFound, admin.ParamBlock, fmt.Errorf("block: no block %s; the blocks are %s", admin.Quote(v[0]), strings.Join(names, ", "))
 		}
 		req.blocks = blocks[i : i+1]
 	}
@@ -236,7 +248,7 @@ func parseQuery(raw string) (queryValues, string, error) {
 	}
 	for k, v := range vals {
 		if len(v) > 1 {
-			return nil, k, fmt.Errorf("%s: given %d times", k, len(v))
+			return nil, admin.Cut(k), fmt.Errorf("%s: given %d times", admin.Cut(k), len(v))
 		}
 	}
 	return queryValues(vals), "", nil
@@ -249,7 +261,7 @@ const maxNameText = 4 * dnsmsg.MaxNameLen
 // adminName packs a name in presentation form, lowercased, as keys hold it.
 func adminName(s string) ([]byte, error) {
 	if strings.TrimSpace(s) != s || s == "" {
-		return nil, fmt.Errorf("%q is not a domain name", s)
+		return nil, fmt.Errorf("%s is not a domain name", admin.Quote(s))
 	}
 	if len(s) > maxNameText {
 		// Not quoted back, nor given to IDNA, whose encoding of a long
@@ -262,14 +274,18 @@ func adminName(s string) ([]byte, error) {
 		// of its entries.
 		a, err := toASCII(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+			return nil, fmt.Errorf("%s is not a domain name: %v", admin.Quote(s), err)
 		}
 		s = a
+	}
+	if esc := escapeOver255(s); esc != "" {
+		// miekg/dns takes it modulo 256: a\256 would act on a\000.
+		return nil, fmt.Errorf("%s is not a domain name: the escape %s is above \\255", admin.Quote(s), esc)
 	}
 	var buf [dnsmsg.MaxNameLen]byte
 	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a domain name: %v", s, err)
+		return nil, fmt.Errorf("%s is not a domain name: %v", admin.Quote(s), err)
 	}
 	name := buf[:n]
 	dnsmsg.LowerInPlace(name)
@@ -307,6 +323,28 @@ func toASCII(s string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// escapeOver255 returns the first decimal escape of s (\DDD) whose value
+// is above 255, or "".
+func escapeOver255(s string) string {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		d := s[i+1:]
+		if len(d) >= 3 && isDigit(d[0]) && isDigit(d[1]) && isDigit(d[2]) {
+			if int(d[0]-'0')*100+int(d[1]-'0')*10+int(d[2]-'0') > 255 {
+				return s[i : i+4]
+			}
+			i += 3
+		} else {
+			i++ // the byte it escapes
+		}
+	}
+	return ""
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 func isASCII(s string) bool {
 	for i := range len(s) {
@@ -370,11 +408,7 @@ func flushBlock(b *adminBlock, req adminRequest) admin.Flushed {
 // time, flushed to the client after each; no lock is held while it writes.
 func serveDump(w *statusWriter, req adminRequest) {
 	log.Infof("admin: dump (%s) of %d blocks by %s", req.format, len(req.blocks), req.who)
-	if req.format == admin.FormatJSON {
-		w.Header().Set("Content-Type", admin.ContentTypeJSONLines)
-	} else {
-		w.Header().Set("Content-Type", admin.ContentTypeText)
-	}
+	w.Header().Set("Content-Type", contentType(req))
 	// The reply begun at once: the walk may go far before its first
 	// entry, and a client bounds its wait for a reply to begin.
 	w.Flush()
@@ -449,15 +483,30 @@ func (w *statusWriter) extend() {
 	}
 }
 
+// contentType returns the media type of req's reply.
+func contentType(req adminRequest) string {
+	switch {
+	case req.op == admin.OpSnapshot:
+		return "application/octet-stream"
+	case req.op == admin.OpDump && req.format == admin.FormatJSON:
+		return admin.ContentTypeJSONLines
+	case req.op == admin.OpDump:
+		return admin.ContentTypeText
+	}
+	return contentTypeJSON
+}
+
+const contentTypeJSON = "application/json"
+
 func adminJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentTypeJSON)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }
 
 func adminError(w http.ResponseWriter, code int, field, msg string) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(admin.Error{Error: msg, Field: field})
 }

@@ -67,6 +67,18 @@ func TestAdminName(t *testing.T) {
 			t.Errorf("adminName of %d bytes: an error of %d bytes, want one of at most 200", len(huge), len(fmt.Sprint(err)))
 		}
 	}
+	// A decimal escape above 255 is refused, naming it: miekg/dns takes
+	// it modulo 256 (a\256 for a\000), which would flush another name.
+	for _, bad := range []string{`a\256`, `a\999.example`, `\300.example.`, `x.a\256b.bücher.example`, `a\\\256`} {
+		if got, err := adminName(bad); err == nil || !strings.Contains(err.Error(), "above \\255") {
+			t.Errorf("adminName(%q) = %q, %v; want an error saying the escape is above \\255", bad, got, err)
+		}
+	}
+	for _, s := range []string{`a\255`, `a\\256`, `a\0256`, `a\25`} {
+		if _, err := adminName(s); err != nil {
+			t.Errorf("adminName(%q): %v", s, err)
+		}
+	}
 	if _, err := adminName(strings.Repeat("\\255", 63) + ".example"); err != nil {
 		t.Errorf("a label of 63 bytes, each escaped: %v", err)
 	}
@@ -176,6 +188,96 @@ func TestAdminDumpEmptyFormat(t *testing.T) {
 		json.Unmarshal(w.Body.Bytes(), &e)
 		if w.Code != want || (want == 400 && (e.Field != "format" || !strings.Contains(e.Error, "is not text or json"))) {
 			t.Errorf("GET %s: %d %s, want %d", target, w.Code, w.Body, want)
+		}
+	}
+}
+
+// countingCache is a recordingCache that counts its walks, snapshots and stats.
+type countingCache struct {
+	recordingCache
+	walks, snapshots, stats int
+}
+
+func (c *countingCache) Stats() admin.Stats { c.stats++; return admin.Stats{} }
+
+func (c *countingCache) Walk(func(entry.Entry), func() error) error { c.walks++; return nil }
+func (c *countingCache) Snapshot(io.Writer) (int, error)            { c.snapshots++; return 0, nil }
+
+// TestAdminHead: HEAD is served wherever GET is, with GET's status and
+// Content-Type, and without walking the store for a body net/http drops; an
+// operation that takes POST refuses it as any other method, and flushes
+// nothing.
+func TestAdminHead(t *testing.T) {
+	c := &countingCache{}
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: c, info: admin.Block{Name: "b"}}}}
+	for _, tc := range []struct {
+		target      string
+		code        int
+		contentType string
+	}{
+		{"/v1/blocks", 200, "application/json"},
+		{"/v1/stats", 200, "application/json"},
+		{"/v1/lookup?name=www.example.org", 200, "application/json"},
+		{"/v1/dump", 200, admin.ContentTypeText},
+		{"/v1/dump?format=json", 200, admin.ContentTypeJSONLines},
+		{"/v1/snapshot?block=b", 200, "application/octet-stream"},
+		{"/v1/lookup?name=a..b", 400, "application/json"},
+		{"/v1/snapshot?block=nope", 404, "application/json"},
+		{"/v1/flush_all", 405, "application/json"},
+		{"/v1/flush?name=www.example.org", 405, "application/json"},
+	} {
+		r := httptest.NewRequest(http.MethodHead, tc.target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != tc.code || w.Header().Get("Content-Type") != tc.contentType {
+			t.Errorf("HEAD %s: %d, Content-Type %q; want %d, %q", tc.target, w.Code, w.Header().Get("Content-Type"), tc.code, tc.contentType)
+		}
+		if tc.code == 405 && w.Header().Get("Allow") != http.MethodPost {
+			t.Errorf("HEAD %s: Allow %q, want POST", tc.target, w.Header().Get("Allow"))
+		}
+	}
+	if len(c.flushes) != 0 || c.walks != 0 || c.snapshots != 0 || c.stats != 0 {
+		t.Errorf("HEAD requests flushed %v, walked the store %d times, snapshot it %d times, counted it %d times; want none", c.flushes, c.walks, c.snapshots, c.stats)
+	}
+	// GET's Allow names HEAD too, for a method GET takes that is not.
+	r := httptest.NewRequest(http.MethodPost, "/v1/stats", nil)
+	r.Host = "127.0.0.1"
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	if w.Code != 405 || w.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /v1/stats: %d, Allow %q; want 405, GET, HEAD", w.Code, w.Header().Get("Allow"))
+	}
+}
+
+// TestAdminLongValuesCut: a refusal quotes a value of the caller's cut
+// short, whatever its length: not the megabyte of a type, a block or a
+// parameter's name back whole.
+func TestAdminLongValuesCut(t *testing.T) {
+	s := &adminServer{blocks: []*adminBlock{{inst: &adminInstance{cfg: adminConfig{addr: "127.0.0.1:1", insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}}}
+	long := strings.Repeat("x", 64<<10)
+	longName := strings.Repeat("a.", 400) + "..b" // under the cap on names, and refused
+	for _, tc := range []struct {
+		method, target, field string
+		code                  int
+	}{
+		{"GET", "/v1/lookup?name=a&type=" + long, "type", 400},
+		{"GET", "/v1/dump?format=" + long, "format", 400},
+		{"GET", "/v1/stats?block=" + long, "block", 404},
+		{"GET", "/v1/lookup?name=" + longName, "name", 400},
+		{"POST", "/v1/flush_zone?zone=" + longName, "zone", 400},
+		{"GET", "/v1/stats?" + long + "=1", strings.Repeat("x", 200), 400},
+		{"GET", "/v1/stats?" + long + "=1&" + long + "=2", strings.Repeat("x", 200), 400},
+		{"GET", "/v1/" + long, "", 404},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		r.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var e admin.Error
+		json.Unmarshal(w.Body.Bytes(), &e)
+		if w.Code != tc.code || e.Field != tc.field || len(e.Error) > 500 {
+			t.Errorf("%s %.60s...: %d, field %.60q, error of %d bytes %.300q; want %d, field %.60q, the value cut", tc.method, tc.target, w.Code, e.Field, len(e.Error), e.Error, tc.code, tc.field)
 		}
 	}
 }

@@ -473,7 +473,7 @@ func (t *Tier) write(batch []queued) {
 			continue
 		}
 		key := t.keys.key(e.Key())
-		values = append(values, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(time.Duration(left)*time.Second).Build().Pin())
+		values = append(values, c.B().Set().Key(key).Value(valkey.BinaryString(t.keys.seal(key, e))).Px(seconds(left)).Build().Pin())
 		t.keys.witness(witnesses, e.QName(), int64(e.Stored())-1)
 	}
 	// The breaker is asked only for a batch that will report back: a
@@ -600,7 +600,17 @@ func (t *Tier) setEpoch(c valkey.Client, key string, at int64) valkey.Completed 
 // any value written before, which lives at most MaxTTL and the serve_stale
 // window.
 func (t *Tier) epochLife() time.Duration {
-	return time.Duration(t.opt.MaxTTL+t.opt.Grace+1) * time.Second
+	return seconds(t.opt.MaxTTL + t.opt.Grace + 1)
+}
+
+// seconds returns n seconds, or Go's longest duration when n is longer:
+// serve_stale takes a window up to it, and a life counted from one would
+// wrap to a negative PX, which the tier refuses.
+func seconds(n int64) time.Duration {
+	if n > int64(time.Duration(math.MaxInt64)/time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Second
 }
 
 // readFlushes applies the flushes the other replicas send after the one

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"os"
@@ -1730,5 +1731,22 @@ func TestEvictionPolicyWarnedWhenStreamGone(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no warning of the policy after the stream went; log:\n%s", logs)
 		}
+	}
+}
+
+// TestLongestGrace: with a serve_stale window near Go's longest duration,
+// values and the epochs of flushes are written all the same, their lives
+// cut to the longest duration rather than wrapped.
+func TestLongestGrace(t *testing.T) {
+	r := testenv.StartRedis(t)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	tr := graceTier(t, option, int64(time.Duration(math.MaxInt64)/time.Second))
+	e := built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300)
+	putAndWait(t, tr, e)
+	if err := tr.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{e.QName()}}, time.Now().Unix()); err != nil {
+		t.Fatalf("a flush: %v", err)
+	}
+	if pttl := r.MustDo("PTTL", tr.keys.epochKey(epochName, e.QName())); !strings.HasPrefix(pttl, ":") || strings.HasPrefix(pttl, ":-") {
+		t.Errorf("PTTL of the flush's epoch: %q, want a life", pttl)
 	}
 }

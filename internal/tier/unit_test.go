@@ -3,6 +3,7 @@ package tier
 import (
 	"encoding/hex"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -299,5 +300,28 @@ func TestApart(t *testing.T) {
 	}
 	if got := (&Config{ports: []string{"53"}}).apart(); got != nil {
 		t.Errorf("a tier not parsed from a Corefile: apart %q, want none", got)
+	}
+}
+
+// TestEpochLifeSaturates: an epoch outlives MaxTTL and the serve_stale
+// window, a window near Go's longest duration (which serve_stale takes)
+// included: the life saturates there rather than wrapping to a negative
+// PX, which the tier refuses.
+func TestEpochLifeSaturates(t *testing.T) {
+	longest := int64(time.Duration(math.MaxInt64) / time.Second)
+	for _, tc := range []struct {
+		maxTTL, grace int64
+		want          time.Duration
+	}{
+		{3600, 0, 3601 * time.Second},
+		{3600, 60, 3661 * time.Second},
+		{3600, longest - 3601, time.Duration(longest) * time.Second},
+		{3600, longest, math.MaxInt64},
+		{math.MaxUint32, longest, math.MaxInt64},
+	} {
+		tr := &Tier{opt: Options{MaxTTL: tc.maxTTL, Grace: tc.grace}}
+		if got := tr.epochLife(); got != tc.want {
+			t.Errorf("MaxTTL %d, grace %d: life %v (%d), want %v", tc.maxTTL, tc.grace, got, int64(got), tc.want)
+		}
 	}
 }
