@@ -432,6 +432,35 @@ func TestServeDrainsWithoutProbing(t *testing.T) {
 	}
 }
 
+// threadReader starts fe's reader on a thread socket on listen, without
+// the socket's receive timeout, so that only shutdown can end the reader's
+// wait, and dials the socket's port at dial. done is closed once the
+// reader has left.
+func threadReader(t *testing.T, fe *frontend, listen, dial string) (s *threadSocket, client *net.UDPConn, done chan struct{}) {
+	t.Helper()
+	s, err := listenThread(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	go func() {
+		fe.serveThread(s)
+		close(done)
+	}()
+	server := netip.AddrPortFrom(netip.MustParseAddr(dial), uint16(s.local.(*net.UDPAddr).Port))
+	client, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	client.SetReadDeadline(time.Now().Add(5 * time.Second)) // a bound on the hang, not a measurement
+	return s, client, done
+}
+
 // TestThreadReaderAnswersAndLeaves: a socket read by a thread of its own
 // answers a hit, a chain's reply leaves from it too, from the address its
 // request came to on the unspecified address, and closing wakes its reader
@@ -450,27 +479,7 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 		t.Run(tc.listen, func(t *testing.T) {
 			b, want := hitBatch(t)
 			fe := b.fe
-			s, err := listenThread(tc.listen)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.close()
-			if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan struct{})
-			go func() {
-				fe.serveThread(s)
-				close(done)
-			}()
-
-			server := netip.AddrPortFrom(netip.MustParseAddr(tc.dial), uint16(s.local.(*net.UDPAddr).Port))
-			client, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			s, client, done := threadReader(t, fe, tc.listen, tc.dial)
 			pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
 			buf := make([]byte, 512)
 			if _, err := client.Write(pkt); err != nil {
@@ -488,7 +497,7 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 			var oob []byte
 			if tc.pktinfo {
 				oob = make([]byte, oobLen)
-				oob = oob[:putPktinfo4(oob, server.Addr().As4())]
+				oob = oob[:putPktinfo4(oob, netip.MustParseAddr(tc.dial).As4())]
 			}
 			chainReply := []byte("chain's reply")
 			if _, err := s.sendmsg(chainReply, oob, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
@@ -578,22 +587,7 @@ func TestThreadReaderCoalesces(t *testing.T) {
 	b, want := hitBatch(t)
 	fe := b.fe
 	fe.cfg.coalesce = maxCoalesce
-	s, err := listenThread("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	done := make(chan struct{})
-	go func() {
-		fe.serveThread(s)
-		close(done)
-	}()
-	client, err := net.DialUDP("udp", nil, s.local.(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	s, client, done := threadReader(t, fe, "127.0.0.1:0", "127.0.0.1")
 	pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
 	buf := make([]byte, 512)
 	ask := func(n int) {
