@@ -27,21 +27,29 @@ func (c *blockingCache) Flush(flush.Flush) (admin.Counts, error) {
 	return admin.Counts{Success: 1}, nil
 }
 
+// registerInsecure registers a block named b of c with an insecure
+// admin listener on 127.0.0.1, and returns the listener's address and
+// the block, which the caller unregisters.
+func registerInsecure(t *testing.T, c Cache) (string, *adminBlock) {
+	t.Helper()
+	const key = "127.0.0.1:0" // the registry's key; the port is the kernel's
+	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
+	if err := admins.register(b); err != nil {
+		t.Fatal(err)
+	}
+	admins.mu.Lock()
+	defer admins.mu.Unlock()
+	return admins.servers[key].ln.Addr().String(), b
+}
+
 // flushUnderWay opens a listener on 127.0.0.1 with one block whose
 // flushes wait, and starts a flush_all on it; once the flush has begun it
 // returns the listener's address, where the client's outcome will come,
 // the cache (to release the flush) and the block.
 func flushUnderWay(t *testing.T) (string, chan string, *blockingCache, *adminBlock) {
 	t.Helper()
-	const key = "127.0.0.1:0" // the registry's key; the port is the kernel's
 	c := &blockingCache{began: make(chan struct{}), release: make(chan struct{})}
-	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
-	if err := admins.register(b); err != nil {
-		t.Fatal(err)
-	}
-	admins.mu.Lock()
-	addr := admins.servers[key].ln.Addr().String()
-	admins.mu.Unlock()
+	addr, b := registerInsecure(t, c)
 	got := make(chan string, 1)
 	go func() {
 		resp, err := http.Post("http://"+addr+admin.Prefix+admin.OpFlushAll, "", nil)
@@ -113,16 +121,9 @@ func (c *streamingCache) Snapshot(w io.Writer) (int, error) {
 func TestAdminStalledReader(t *testing.T) {
 	defer func(was time.Duration) { writeTimeout = was }(writeTimeout)
 	writeTimeout = 50 * time.Millisecond
-	const key = "127.0.0.1:0"
 	c := &streamingCache{ended: make(chan error, 1)}
-	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
-	if err := admins.register(b); err != nil {
-		t.Fatal(err)
-	}
+	addr, b := registerInsecure(t, c)
 	defer admins.unregister(b)
-	admins.mu.Lock()
-	addr := admins.servers[key].ln.Addr().String()
-	admins.mu.Unlock()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -149,15 +150,8 @@ func TestAdminStalledReader(t *testing.T) {
 func TestAdminRequestBody(t *testing.T) {
 	defer func(was time.Duration) { readTimeout = was }(readTimeout)
 	readTimeout = 50 * time.Millisecond
-	const key = "127.0.0.1:0"
-	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: &recordingCache{}, info: admin.Block{Name: "b"}}
-	if err := admins.register(b); err != nil {
-		t.Fatal(err)
-	}
+	addr, b := registerInsecure(t, &recordingCache{})
 	defer admins.unregister(b)
-	admins.mu.Lock()
-	addr := admins.servers[key].ln.Addr().String()
-	admins.mu.Unlock()
 	for _, head := range []string{"Content-Length: 100", "Transfer-Encoding: chunked"} {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -193,17 +187,10 @@ func (c *walkingCache) Walk(func(entry.Entry), func() error) error {
 // (compactcache-ctl's --timeout) does not give up on a store whose first
 // entries are far into the walk.
 func TestAdminDumpHeadAtOnce(t *testing.T) {
-	const key = "127.0.0.1:0"
 	c := &walkingCache{release: make(chan struct{})}
-	b := &adminBlock{inst: &adminInstance{cfg: adminConfig{addr: key, insecure: true}}, c: c, info: admin.Block{Name: "b"}}
-	if err := admins.register(b); err != nil {
-		t.Fatal(err)
-	}
+	addr, b := registerInsecure(t, c)
 	defer admins.unregister(b)
 	defer close(c.release)
-	admins.mu.Lock()
-	addr := admins.servers[key].ln.Addr().String()
-	admins.mu.Unlock()
 	for _, format := range []string{admin.FormatText, admin.FormatJSON} {
 		client := &http.Client{Timeout: time.Minute} // a bound on the hang, not a measurement
 		resp, err := client.Get("http://" + addr + admin.Prefix + admin.OpDump + "?format=" + format)

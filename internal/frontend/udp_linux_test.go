@@ -432,6 +432,36 @@ func TestServeDrainsWithoutProbing(t *testing.T) {
 	}
 }
 
+// threadReader starts fe's reader on a thread socket on listen, without
+// the socket's receive timeout, so that only shutdown can end the reader's
+// wait, and dials the socket's port at dial. done is closed once the
+// reader has left.
+func threadReader(t *testing.T, fe *frontend, listen, dial string, reading func(readMode)) (s *threadSocket, client *net.UDPConn, done chan struct{}) {
+	t.Helper()
+	s, err := listenThread(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	s.reading = reading
+	if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	go func() {
+		fe.serveThread(s)
+		close(done)
+	}()
+	server := netip.AddrPortFrom(netip.MustParseAddr(dial), uint16(s.local.(*net.UDPAddr).Port))
+	client, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	client.SetReadDeadline(time.Now().Add(5 * time.Second)) // a bound on the hang, not a measurement
+	return s, client, done
+}
+
 // TestThreadReaderAnswersAndLeaves: a socket read by a thread of its own
 // answers a hit, a chain's reply leaves from it too, from the address its
 // request came to on the unspecified address, and closing wakes its reader
@@ -450,27 +480,7 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 		t.Run(tc.listen, func(t *testing.T) {
 			b, want := hitBatch(t)
 			fe := b.fe
-			s, err := listenThread(tc.listen)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.close()
-			if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan struct{})
-			go func() {
-				fe.serveThread(s)
-				close(done)
-			}()
-
-			server := netip.AddrPortFrom(netip.MustParseAddr(tc.dial), uint16(s.local.(*net.UDPAddr).Port))
-			client, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			s, client, done := threadReader(t, fe, tc.listen, tc.dial, nil)
 			pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
 			buf := make([]byte, 512)
 			if _, err := client.Write(pkt); err != nil {
@@ -488,7 +498,7 @@ func TestThreadReaderAnswersAndLeaves(t *testing.T) {
 			var oob []byte
 			if tc.pktinfo {
 				oob = make([]byte, oobLen)
-				oob = oob[:putPktinfo4(oob, server.Addr().As4())]
+				oob = oob[:putPktinfo4(oob, netip.MustParseAddr(tc.dial).As4())]
 			}
 			chainReply := []byte("chain's reply")
 			if _, err := s.sendmsg(chainReply, oob, client.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
@@ -571,38 +581,49 @@ func TestArrivals(t *testing.T) {
 	}
 }
 
-// TestThreadReaderCoalesces: a reader that pauses between reads answers a
-// burst, finds the socket empty after its pause, and waits for the next
-// datagram again, which it answers.
+// TestThreadReaderCoalesces: a reader whose datagrams come often pauses
+// before its reads, and answers what each took; a pause that found
+// nothing, and a lone request after an idle spell, bring it back to
+// waiting for its next datagram. A reader that kept pausing once it had
+// paused would answer all the same, a pause late, waking every pause for
+// nothing: what it chose is told to the test, which holds it before each
+// read so that a burst is in the socket before the read that takes it.
 func TestThreadReaderCoalesces(t *testing.T) {
 	b, want := hitBatch(t)
 	fe := b.fe
 	fe.cfg.coalesce = maxCoalesce
-	s, err := listenThread("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	modes, stop := make(chan readMode), make(chan struct{})
+	s, client, done := threadReader(t, fe, "127.0.0.1:0", "127.0.0.1", func(m readMode) {
+		select {
+		case modes <- m:
+		case <-stop:
+		}
+	})
+	// next lets the reader read, and returns how.
+	next := func() readMode {
+		t.Helper()
+		select {
+		case m := <-modes:
+			return m
+		case <-time.After(time.Minute): // a bound on the hang, not a measurement
+			t.Fatal("the reader does not read")
+			return 0
+		}
 	}
-	defer s.close()
-	done := make(chan struct{})
-	go func() {
-		fe.serveThread(s)
-		close(done)
-	}()
-	client, err := net.DialUDP("udp", nil, s.local.(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	pkt := slices.Clone(b.bufs[0][:b.in[0].Len])
 	buf := make([]byte, 512)
-	ask := func(n int) {
+	sent := 0
+	send := func(n int) {
 		t.Helper()
 		for range n {
 			if _, err := client.Write(pkt); err != nil {
 				t.Fatal(err)
 			}
 		}
+		sent += n
+	}
+	replies := func(n int) {
+		t.Helper()
 		for range n {
 			k, err := client.Read(buf)
 			if err != nil {
@@ -613,16 +634,39 @@ func TestThreadReaderCoalesces(t *testing.T) {
 			}
 		}
 	}
-	ask(3)
-	time.Sleep(10 * fe.cfg.coalesce) // the pause after the burst found nothing
-	ask(1)
-	fm := fe.blocks[0].fm
-	for deadline := time.Now().Add(2 * time.Second); testutil.ToFloat64(fm.Hit) < 4 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+	// Each burst, in the socket before the read that takes it all, takes
+	// the mean interval an eighth of the way to maxInterval/burst or
+	// below, whatever the time between bursts: below the pause's
+	// threshold, which the mean passes within a few dozen bursts.
+	const burst = batchLen / 2
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatalf("no pause after %d bursts of %d", i, burst)
+		}
+		send(burst)
+		m := next()
+		replies(burst)
+		if m == pauseRead {
+			break
+		}
 	}
-	if hits := testutil.ToFloat64(fm.Hit); hits != 4 {
-		t.Errorf("%v hits counted, want 4", hits)
+	if m := next(); m != pauseRead {
+		t.Fatalf("after a burst taken after a pause, the reader reads by %v, want %v", m, pauseRead)
 	}
+	// That pause finds nothing.
+	if m := next(); m != waitRead {
+		t.Fatalf("after a pause that found nothing, the reader reads by %v, want %v", m, waitRead)
+	}
+	time.Sleep(maxInterval) // an idle spell, which the mean counts as one of maxInterval
+	send(1)
+	replies(1)
+	if m := next(); m != waitRead {
+		t.Errorf("after a lone request, after an idle spell, the reader reads by %v, want %v", m, waitRead)
+	}
+	if hits := testutil.ToFloat64(fe.blocks[0].fm.Hit); hits != float64(sent) {
+		t.Errorf("%v hits counted, want %d", hits, sent)
+	}
+	close(stop)
 	s.shutdown()
 	<-done
 }

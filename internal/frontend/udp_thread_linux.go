@@ -39,6 +39,10 @@ type threadSocket struct {
 	// that none goes to a file that took the number since.
 	mu sync.RWMutex
 	fd int
+
+	// reading, nil but in tests, is told how the reader reads before each
+	// read: the reader's choices, which its replies do not show.
+	reading func(readMode)
 }
 
 // listenThread opens a socket on addr as listenUDP does, and takes it out
@@ -127,6 +131,9 @@ func (fe *frontend) serveThread(s *threadSocket) {
 	interval := maxInterval // the mean time between datagrams
 	read := waitRead
 	for !s.closed.Load() {
+		if s.reading != nil {
+			s.reading(read)
+		}
 		flags := unix.MSG_WAITFORONE
 		if read == pauseRead {
 			// In the system call, as recvmmsg waits: the thread keeps
