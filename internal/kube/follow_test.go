@@ -99,6 +99,8 @@ type sink struct {
 	flushes []flush.Flush
 	at      []time.Time
 	got     chan struct{}
+	// held, when not nil, holds each flush until it is closed.
+	held chan struct{}
 	// labels are the zones label of newTestFollow's counters: the sink's
 	// own, not its address, which a later sink may take while counters
 	// of an earlier one, never stopped, still hold the connected series.
@@ -117,6 +119,9 @@ func (s *sink) flush(f flush.Flush) admin.Counts {
 	s.at = append(s.at, time.Now())
 	s.mu.Unlock()
 	s.got <- struct{}{}
+	if s.held != nil {
+		<-s.held
+	}
 	return admin.Counts{Success: int64(len(f.Names))}
 }
 
@@ -643,16 +648,33 @@ func TestEmitterAgainAfterClose(t *testing.T) {
 }
 
 // TestEmitterWalks: subtree flushes go at most every walkGap, those asked
-// for meanwhile in one.
+// for meanwhile in one. The first walk is held until the other four wait
+// for the walker, so that no moment of a loaded machine splits them.
 func TestEmitterWalks(t *testing.T) {
 	s := newSink()
+	s.held = make(chan struct{})
 	e := newEmitter(s.flush, nil, 0, newCounters("test-walks", ""))
 	defer e.close()
-	for i := range 5 {
-		e.update(func(b *batch) { b.subtree(fmt.Sprintf("ns%d.pod.cluster.local.", i)) })
-		time.Sleep(2 * interval)
+	subtree := func(i int) { e.update(func(b *batch) { b.subtree(fmt.Sprintf("ns%d.pod.cluster.local.", i)) }) }
+	subtree(0)
+	s.wait(t, 1)
+	for i := 1; i < 5; i++ {
+		subtree(i)
 	}
-	s.wait(t, 2)
+	waiting := func() int {
+		e.walkMu.Lock()
+		defer e.walkMu.Unlock()
+		return len(e.walks)
+	}
+	for deadline := time.Now().Add(10 * time.Second); waiting() < 4 && time.Now().Before(deadline); {
+		time.Sleep(interval / 10)
+	}
+	close(s.held)
+	select { // walkGap after the first, which sink.wait's second may not see
+	case <-s.got:
+	case <-time.After(walkGap + 10*time.Second):
+		t.Fatal("no second walk")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.flushes) != 2 || s.at[1].Sub(s.at[0]) < walkGap-10*time.Millisecond {
