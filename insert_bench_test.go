@@ -3,7 +3,6 @@ package compactcache
 import (
 	"context"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,17 +75,6 @@ var quietAddr = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
 
 func (quietWriter) LocalAddr() net.Addr  { return quietAddr }
 func (quietWriter) RemoteAddr() net.Addr { return quietAddr }
-
-// processCPU returns the CPU time the process has used, in nanoseconds, the
-// garbage collector's included: on a shared machine it varies less than
-// wall time.
-func processCPU() int64 {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
-	}
-	return u.Utime.Nano() + u.Stime.Nano()
-}
 
 // BenchmarkMiss times the cache's own share of an insert: ServeDNS for a
 // name it does not hold, the upstream request made, the reply classified,

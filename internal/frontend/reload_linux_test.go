@@ -358,6 +358,42 @@ func dialTCP(t *testing.T, addr string) net.Conn {
 	return conn
 }
 
+// dialAnswered connects to addr, until the test ends, and has the front
+// end there answer a hit on the connection: a connection that has served a
+// query and waits for its next.
+func dialAnswered(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn := dialTCP(t, addr)
+	writeRequest(t, conn, query(t, 0))
+	if _, err := readReply(conn); err != nil {
+		t.Fatalf("a new connection's first query: %v", err)
+	}
+	return conn
+}
+
+// startTCP opens and starts a front end of one TCP listener on a port of
+// its own, of inflight, whose cache holds no reader, with srv.
+func startTCP(t *testing.T, inflight int, srv *dnsserver.Server) *frontend {
+	t.Helper()
+	cache := newGatedCache(t)
+	cache.once.Do(func() {}) // nothing held
+	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: inflight}, cache)
+	fe.start(srv)
+	return fe
+}
+
+// reloadTCP reloads old, a front end of one TCP listener, as a new
+// instance does: it opens the next front end on old's address, of old's
+// inflight and cache, closes old, which hands its connections over, and
+// starts the next with srv.
+func reloadTCP(t *testing.T, old *frontend, srv *dnsserver.Server) *frontend {
+	t.Helper()
+	next := openFrontend(t, &Config{tcp: []string{old.tcp[0].Addr().String()}, inflight: old.cfg.inflight}, old.blocks[0].cache)
+	old.close()
+	next.start(srv)
+	return next
+}
+
 // readReply reads a message off conn, waiting 5 s at most.
 func readReply(conn net.Conn) ([]byte, error) {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -404,25 +440,15 @@ func waitState(t *testing.T, fe *frontend, state connState, n int) {
 // it once it has served the rest. The count started again at each front
 // end, and reloads let a connection serve without end.
 func TestReloadKeepsTCPQueryCount(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
-	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
 	srv := chainServer(t, "old")
 	srv.MaxTCPQueries = 2
-	old.start(srv)
-	addr := old.tcp[0].Addr().String()
-	conn := dialTCP(t, addr)
-	writeRequest(t, conn, query(t, 0))
-	if _, err := readReply(conn); err != nil {
-		t.Fatal(err)
-	}
+	old := startTCP(t, 64, srv)
+	conn := dialAnswered(t, old.tcp[0].Addr().String())
 	waitWaiting(t, old, 1)
 
-	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
-	old.close()
 	srv = chainServer(t, "next")
 	srv.MaxTCPQueries = 2
-	next.start(srv)
+	reloadTCP(t, old, srv)
 	writeRequest(t, conn, query(t, 2))
 	writeRequest(t, conn, query(t, 4))
 	if _, err := readReply(conn); err != nil {
@@ -439,17 +465,12 @@ func TestReloadKeepsTCPQueryCount(t *testing.T) {
 // closed. Handed connections were not counted, and reloads let the open
 // connections grow without bound.
 func TestReloadHandedTCPTakesASlot(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
-	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 1}, cache)
-	old.start(chainServer(t, "old"))
+	old := startTCP(t, 1, chainServer(t, "old"))
 	addr := old.tcp[0].Addr().String()
 	handed := dialTCP(t, addr)
 	waitWaiting(t, old, 1)
 
-	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 1}, cache)
-	old.close()
-	next.start(chainServer(t, "next"))
+	reloadTCP(t, old, chainServer(t, "next"))
 	writeRequest(t, handed, query(t, 0))
 	if _, err := readReply(handed); err != nil {
 		t.Fatalf("the handed connection: %v", err)
@@ -469,12 +490,9 @@ func TestReloadHandedTCPTakesASlot(t *testing.T) {
 // started, closes, and the connections that wait in its listener's queue
 // go to the running front end, which serves them. The kernel reset them.
 func TestFailedReloadServesQueuedTCP(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
-	running := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
-	running.start(chainServer(t, "running"))
+	running := startTCP(t, 64, chainServer(t, "running"))
 	addr := running.tcp[0].Addr().String()
-	failed := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
+	failed := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, running.blocks[0].cache)
 
 	// SO_REUSEPORT spreads the connections over both listeners.
 	const n = 16
@@ -586,26 +604,16 @@ func TestSampledLogCountsTCPHits(t *testing.T) {
 // it served a query waits for its next for the idle timeout, as between
 // any two queries, not for the read timeout of a connection's first.
 func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
 	server := func(name string) *dnsserver.Server {
 		srv := chainServer(t, name)
 		srv.ReadTimeout, srv.IdleTimeout = 50*time.Millisecond, time.Minute
 		return srv
 	}
-	old := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
-	old.start(server("old"))
-	addr := old.tcp[0].Addr().String()
-	conn := dialTCP(t, addr)
-	writeRequest(t, conn, query(t, 0))
-	if _, err := readReply(conn); err != nil {
-		t.Fatal(err)
-	}
+	old := startTCP(t, 64, server("old"))
+	conn := dialAnswered(t, old.tcp[0].Addr().String())
 	waitWaiting(t, old, 1)
 
-	next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
-	old.close()
-	next.start(server("next"))
+	reloadTCP(t, old, server("next"))
 	time.Sleep(200 * time.Millisecond) // past the read timeout, within the idle one
 	writeRequest(t, conn, query(t, 1))
 	if reply, err := readReply(conn); err != nil {
@@ -621,29 +629,18 @@ func TestReloadKeepsTCPIdleTimeout(t *testing.T) {
 // idle timeout again, and reloads more often than that kept an idle
 // connection open for good.
 func TestReloadKeepsTCPIdleDeadline(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
 	const idle = 300 * time.Millisecond
 	server := func() *dnsserver.Server {
 		srv := chainServer(t, "chain")
 		srv.ReadTimeout, srv.IdleTimeout = idle, idle
 		return srv
 	}
-	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
-	fe.start(server())
-	addr := fe.tcp[0].Addr().String()
-	conn := dialTCP(t, addr)
-	writeRequest(t, conn, query(t, 0))
-	if _, err := readReply(conn); err != nil {
-		t.Fatal(err)
-	}
+	fe := startTCP(t, 64, server())
+	conn := dialAnswered(t, fe.tcp[0].Addr().String())
 	// Reloads every third of the idle timeout, for five times it.
 	for range 15 {
 		time.Sleep(idle / 3)
-		next := openFrontend(t, &Config{tcp: []string{addr}, inflight: 64}, cache)
-		fe.close()
-		next.start(server())
-		fe = next
+		fe = reloadTCP(t, fe, server())
 	}
 	// Closed long ago: the read ends at once, not a timeout after the
 	// last reload.

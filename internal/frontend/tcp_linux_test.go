@@ -140,11 +140,7 @@ func TestTCPClientReadingNoReplies(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			conn := dialTCP(t, addr)
-			writeRequest(t, conn, query(t, 0))
-			if _, err := readReply(conn); err != nil {
-				t.Errorf("the next connection: %v", err)
-			}
+			dialAnswered(t, addr)
 		})
 	}
 }
@@ -154,10 +150,7 @@ func TestTCPClientReadingNoReplies(t *testing.T) {
 // of the typical size. It kept one of its longest request's size while it
 // was open, up to 64 KiB for each of inflight's connections.
 func TestTCPBufferAfterLongRequest(t *testing.T) {
-	cache := newGatedCache(t)
-	cache.once.Do(func() {}) // nothing held
-	fe := openFrontend(t, &Config{tcp: []string{"127.0.0.1:0"}, inflight: 64}, cache)
-	fe.start(chainServer(t, "fe"))
+	fe := startTCP(t, 64, chainServer(t, "fe"))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

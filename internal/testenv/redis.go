@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -70,18 +69,12 @@ func (r *Redis) Start() {
 // Kill kills the server and waits for it to exit.
 func (r *Redis) Kill() {
 	if r.cmd != nil && r.cmd.Process != nil {
-		r.cmd.Process.Signal(syscall.SIGCONT) // a stopped server dies only once it runs
+		r.Resume() // a stopped server dies only once it runs
 		r.cmd.Process.Kill()
 		r.cmd.Wait()
 		r.cmd = nil
 	}
 }
-
-// Pause stops the server (SIGSTOP): its connections stay open, unanswered.
-func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
-
-// Resume lets a paused server run again.
-func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Do sends a command on a connection of its own and
 // returns the reply: a bulk string's bytes, an array's bulk strings a line
