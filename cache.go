@@ -63,7 +63,7 @@ func newCache(s config.Settings) (*Cache, error) {
 		ecs:       ecsConfig{s.ECS},
 		refreshes: newRefreshes(),
 		metrics:   &cachemetrics.Block{},
-		now:       coarseNow,
+		now:       wallNow,
 	}
 	c.metrics.Store = func() *store.Store { return c.store }
 	return c, c.init()

@@ -685,8 +685,7 @@ func TestFailedFetchOneReply(t *testing.T) {
 // TestClockReadsPerRequest: a miss reads the clock once, when it stores the
 // reply (the lookup found nothing to age), and a hit once, to age the entry.
 // A front-end hit reads none: it ages the entry by the time its batch came
-// in, which the front end reads itself, so that the clock's ticker stops
-// while only the front end answers (internal/coarsetime).
+// in, which the front end reads itself, once a batch.
 func TestClockReadsPerRequest(t *testing.T) {
 	clk := newClock()
 	c := newTestCache(t, exampleUpstream(), clk)

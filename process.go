@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compactcache/compactcache/internal/coarsetime"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/wallclock"
 )
 
 // The state compactcache keeps for the whole process rather than per block,
@@ -15,8 +15,7 @@ import (
 //     a store passes from one to the other only through the process.
 //   - scratchPool, fetchPool: buffers of requests in flight, shared by the
 //     blocks so that an idle block holds none.
-//   - coarse: one clock goroutine ticks for every cache, and stops when no
-//     query has read it for a second.
+//   - wall: the wall clock read once a second for every cache.
 //   - the metric families (internal/cachemetrics): the Prometheus registry
 //     the prometheus plugin serves is the process's, and a family may be
 //     registered once in it; the store gauges read every live store at a
@@ -50,7 +49,7 @@ var scratchPool = sync.Pool{New: func() any {
 // work grows with them.
 var fetchPool = sync.Pool{New: func() any { return new(fetch) }}
 
-// coarse is the process's clock: every cache reads it.
-var coarse = coarsetime.Clock{Tick: 10 * time.Millisecond, Idle: time.Second}
+// wall is the process's clock: every cache reads it.
+var wall wallclock.Clock
 
-func coarseNow() time.Time { return coarse.Now() }
+func wallNow() time.Time { return wall.Now() }
