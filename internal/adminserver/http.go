@@ -278,10 +278,6 @@ func adminName(s string) ([]byte, error) {
 		}
 		s = a
 	}
-	if esc := escapeOver255(s); esc != "" {
-		// miekg/dns takes it modulo 256: a\256 would act on a\000.
-		return nil, fmt.Errorf("%s is not a domain name: the escape %s is above \\255", admin.Quote(s), esc)
-	}
 	var buf [dnsmsg.MaxNameLen]byte
 	n, err := dnsmsg.PackName(dns.Fqdn(s), buf[:])
 	if err != nil {
@@ -323,28 +319,6 @@ func toASCII(s string) (string, error) {
 	}
 	return b.String(), nil
 }
-
-// escapeOver255 returns the first decimal escape of s (\DDD) whose value
-// is above 255, or "".
-func escapeOver255(s string) string {
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] != '\\' {
-			continue
-		}
-		d := s[i+1:]
-		if len(d) >= 3 && isDigit(d[0]) && isDigit(d[1]) && isDigit(d[2]) {
-			if int(d[0]-'0')*100+int(d[1]-'0')*10+int(d[2]-'0') > 255 {
-				return s[i : i+4]
-			}
-			i += 3
-		} else {
-			i++ // the byte it escapes
-		}
-	}
-	return ""
-}
-
-func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 func isASCII(s string) bool {
 	for i := range len(s) {

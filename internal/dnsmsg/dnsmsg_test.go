@@ -1,6 +1,7 @@
 package dnsmsg
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -14,6 +15,22 @@ func wire(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return append([]byte(nil), buf[:n]...)
+}
+
+// TestPackNameRefusesEscapeOver255: miekg/dns packs a\256 as a\000; the
+// escapes up to \255, and an escaped backslash before digits, pack.
+func TestPackNameRefusesEscapeOver255(t *testing.T) {
+	var buf [MaxNameLen]byte
+	for _, s := range []string{`a\256.`, `a\999.example.`, `\300.example.`, `a\\\256.`} {
+		if n, err := PackName(s, buf[:]); err == nil || !strings.Contains(err.Error(), "above \\255") {
+			t.Errorf("PackName(%q) = %q, %v; want an error saying the escape is above \\255", s, buf[:n], err)
+		}
+	}
+	for _, s := range []string{`a\255.`, `a\\256.`, `a\0256.`, `a\25.`} {
+		if _, err := PackName(s, buf[:]); err != nil {
+			t.Errorf("PackName(%q): %v", s, err)
+		}
+	}
 }
 
 func TestZones(t *testing.T) {

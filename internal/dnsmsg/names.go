@@ -2,6 +2,7 @@ package dnsmsg
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"strings"
 
@@ -85,15 +86,42 @@ func WireNameLen(b []byte) int {
 // PackName writes s in wire form at the start of buf and returns its length,
 // as dns.PackDomainName(s, buf, 0, nil, false) does, errors included (ErrBuf
 // when buf is too short). Names with escapes (\. and \DDD) and names it
-// refuses are dns.PackDomainName's own.
+// refuses are dns.PackDomainName's own, but for a decimal escape above
+// \255, which it takes modulo 256 (a\256 for a\000): refused, as it would
+// name another name.
 func PackName(s string, buf []byte) (int, error) {
 	if len(s) < len(buf) {
 		if n, ok := PutPlainName(buf, s); ok {
 			return n, nil
 		}
 	}
+	if esc := escapeOver255(s); esc != "" {
+		return 0, fmt.Errorf("the escape %s is above \\255", esc)
+	}
 	return dns.PackDomainName(s, buf, 0, nil, false)
 }
+
+// escapeOver255 returns the first decimal escape of s (\DDD) whose value
+// is above 255, or "".
+func escapeOver255(s string) string {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		d := s[i+1:]
+		if len(d) >= 3 && isDigit(d[0]) && isDigit(d[1]) && isDigit(d[2]) {
+			if int(d[0]-'0')*100+int(d[1]-'0')*10+int(d[2]-'0') > 255 {
+				return s[i : i+4]
+			}
+			i += 3
+		} else {
+			i++ // the byte it escapes
+		}
+	}
+	return ""
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 // PutPlainName writes s in wire form at the start of buf, which has room for
 // len(s)+1 bytes, when s is a fully qualified name without escapes whose
