@@ -737,18 +737,35 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (nex
 // (checkLost); a volatile one evicts only keys with a TTL, which all the
 // tier's other keys have. A server without maxmemory evicts nothing. A
 // server that refuses CONFIG, as managed ones may, is no fault of the
-// tier's.
+// tier's. Of a Cluster every node is asked, each by its address: a command
+// without a key reaches only one, and the stream lives on its slot's,
+// which a failover may move to any. They are asked at once, so that one
+// that does not answer costs the others nothing of the timeout.
 func (t *Tier) warnEviction(c valkey.Client) {
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
+	if c.Mode() != valkey.ClientModeCluster {
+		t.warnNodeEviction(ctx, c, "")
+		return
+	}
+	var wg sync.WaitGroup
+	for addr, n := range c.Nodes() {
+		wg.Go(func() { t.warnNodeEviction(ctx, n, "node "+addr+": ") })
+	}
+	wg.Wait()
+}
+
+// warnNodeEviction is warnEviction's for one server, named by node in the
+// log.
+func (t *Tier) warnNodeEviction(ctx context.Context, c valkey.Client, node string) {
 	// One pattern, which servers before Redis 7 take too, for both.
 	m, err := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory*").Build().Pin()).AsStrMap()
 	if err != nil {
-		log.Debugf("Shared tier %s: maxmemory-policy unknown: %v", t.cfg, err)
+		log.Debugf("Shared tier %s: %smaxmemory-policy unknown: %v", t.cfg, node, err)
 		return
 	}
 	if policy := m["maxmemory-policy"]; strings.HasPrefix(policy, "allkeys-") && m["maxmemory"] != "0" {
-		log.Warningf("Shared tier %s: maxmemory-policy %s may evict the stream of flushes, and each eviction of it makes every replica flush the tier whole, and those behind it their stores too: volatile-lru or volatile-lfu keeps it, evicting only keys with a TTL (the tier's values and epochs)", t.cfg, policy)
+		log.Warningf("Shared tier %s: %smaxmemory-policy %s may evict the stream of flushes, and each eviction of it makes every replica flush the tier whole, and those behind it their stores too: volatile-lru or volatile-lfu keeps it, evicting only keys with a TTL (the tier's values and epochs)", t.cfg, node, policy)
 	}
 }
 

@@ -645,33 +645,8 @@ func TestTLS(t *testing.T) {
 // entries of a question's variants share a slot, and flushes reach the
 // other replicas.
 func TestCluster(t *testing.T) {
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		t.Fatal("redis-cli is not installed: apt-get install redis-tools (redis-server's dependency)")
-	}
-	var nodes []*testenv.Redis
-	var addrs []string
-	for range 3 {
-		n := testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
-		nodes, addrs = append(nodes, n), append(addrs, n.Addr)
-	}
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		ok := true
-		for _, n := range nodes {
-			info, _ := n.Do("CLUSTER", "INFO")
-			ok = ok && strings.Contains(info, "cluster_state:ok")
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cluster did not come up")
-		}
-	}
-	option := "shared redis://" + addrs[0] + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	nodes := startCluster(t)
+	option := "shared redis://" + nodes[0].Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
 	var got sync.WaitGroup
 	got.Add(1)
 	var once sync.Once
@@ -708,6 +683,43 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("%s read after the flush of its zone", e.QName())
 		}
 	}
+}
+
+// startCluster returns a Redis Cluster of three masters once it is up,
+// node i started with args[i] too.
+func startCluster(t *testing.T, args ...[]string) []*testenv.Redis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatal("redis-cli is not installed: apt-get install redis-tools (redis-server's dependency)")
+	}
+	var nodes []*testenv.Redis
+	var addrs []string
+	for i := range 3 {
+		a := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000"}
+		if i < len(args) {
+			a = append(a, args[i]...)
+		}
+		n := testenv.StartRedis(t, a...)
+		nodes, addrs = append(nodes, n), append(addrs, n.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ok := true
+		for _, n := range nodes {
+			info, _ := n.Do("CLUSTER", "INFO")
+			ok = ok && strings.Contains(info, "cluster_state:ok")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster did not come up")
+		}
+	}
+	return nodes
 }
 
 // TestSentinel: the tier found through Sentinel, by the master set's name.
@@ -1683,24 +1695,44 @@ func TestClosedTierSkipped(t *testing.T) {
 // TestEvictionPolicyWarned: a server whose maxmemory-policy may evict the
 // stream of flushes (allkeys-*), and with it the tier's warmth at every
 // eviction, is warned of when the tier connects; one that evicts only keys
-// with a TTL is not, and one that refuses CONFIG is no failure.
+// with a TTL is not, and one that refuses CONFIG is no failure. Of a
+// cluster, whose stream lives on the node of its slot, every node is
+// checked, not only the one a command without a key reaches, and each
+// warned of by its address.
 func TestEvictionPolicyWarned(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
-		warn bool
+		name    string
+		args    []string
+		cluster bool // args for the cluster's nodes but the seed
+		warn    bool
 	}{
-		{"allkeys-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}, true},
-		{"allkeys-lru without maxmemory, which evicts nothing", []string{"--maxmemory-policy", "allkeys-lru"}, false},
-		{"volatile-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, false},
-		{"config renamed", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false},
+		{"allkeys-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}, false, true},
+		{"allkeys-lru without maxmemory, which evicts nothing", []string{"--maxmemory-policy", "allkeys-lru"}, false, false},
+		{"volatile-lru", []string{"--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, false, false},
+		{"config renamed", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--rename-command", "CONFIG", ""}, false, false},
+		{"allkeys-lru on a cluster's nodes but the seed", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := testenv.CaptureLog(t)
-			r := testenv.StartRedis(t, tc.args...)
-			tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+			var addr string
+			var named []string // the nodes to be warned of by address
+			if tc.cluster {
+				nodes := startCluster(t, nil, tc.args, tc.args)
+				addr = nodes[0].Addr
+				for _, n := range nodes[1:] {
+					named = append(named, n.Addr)
+				}
+			} else {
+				addr = testenv.StartRedis(t, tc.args...).Addr
+			}
+			tr := mustTier(t, "shared redis://"+addr, 1, nil)
 			if warned := strings.Contains(logs.String(), "maxmemory-policy allkeys-lru"); warned != tc.warn {
 				t.Errorf("warned %v, want %v; log:\n%s", warned, tc.warn, logs)
+			}
+			for _, n := range named {
+				if c := strings.Count(logs.String(), "node "+n+": maxmemory-policy allkeys-lru"); c != 1 {
+					t.Errorf("node %s warned of %d times, want once; log:\n%s", n, c, logs)
+				}
 			}
 			putAndWait(t, tr, built(t, "www.example.org", dns.TypeA, dns.RcodeSuccess, uint32(time.Now().Unix()), 300))
 		})
