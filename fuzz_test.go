@@ -344,12 +344,12 @@ func fzCheckStored(t *testing.T, where string, req *dns.Msg, b []byte, raw, tcp 
 
 // fzHiddenFromDO0 reports the records a DO=0 client must not get in section
 // (0 answer, 1 authority, 2 additional) of a reply to qtype: RRSIG, NSEC and
-// NSEC3 unless it asked for that type and they answer it (RFC 4035 3.2.1),
-// and DS outside the answer (3.1.4).
+// NSEC3 unless it asked for that type, or for ANY, and they answer it (RFC
+// 4035 3.2.1, RFC 3225 3), and DS outside the answer (3.1.4).
 func fzHiddenFromDO0(t uint16, section int, qtype uint16) bool {
 	switch t {
 	case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
-		return section != 0 || t != qtype
+		return section != 0 || t != qtype && qtype != dns.TypeANY
 	case dns.TypeDS:
 		return section != 0
 	}
