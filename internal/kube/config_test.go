@@ -134,7 +134,9 @@ func optionsEqual(a, b pluginOptions) bool {
 }
 
 // TestStartErrors: the option's settings that cannot work stop the start,
-// with an error that says what to write instead.
+// with an error that says what to write instead, and leave no connected
+// series: one left at 0 would say for good that a block not running is
+// disconnected.
 func TestStartErrors(t *testing.T) {
 	k := kubernetes.New([]string{"cluster.local."})
 	k.Fall = fall.Zero
@@ -156,6 +158,9 @@ func TestStartErrors(t *testing.T) {
 		_, err := Start(tc.cfg, tc.next, target)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+		if _, ok := gauge(".", ""); ok {
+			t.Errorf("%s: a connected series left by a block that did not start", tc.name)
 		}
 	}
 }

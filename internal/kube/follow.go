@@ -81,9 +81,7 @@ func (f *follow) run() {
 	for {
 		select {
 		case <-f.stop:
-			if f.filled && f.ctl.HasSynced() {
-				f.em.update(f.diff)
-			}
+			f.final()
 			f.em.close()
 			return
 		case now := <-tick.C:
@@ -162,14 +160,8 @@ func (f *follow) step(now time.Time) {
 		f.em.update(f.diff)
 		f.lastMod, f.lastDiff, f.lastFull = m, sec, now
 	}
-	if f.opts.podMode == podsVerified && (m != f.lastPodMod || f.lastPodSec <= m) && now.Sub(f.lastPods) >= walkGap {
-		// The controller lists no Pods: a Pod's names are dropped as the
-		// subtree pod.ZONE, whatever moved Modified.
-		f.em.update(func(b *batch) {
-			b.changes[kindPod]++
-			f.view.namer.pods(b, "")
-			f.view.aliasNames(b)
-		})
+	if f.podsMoved(m) && now.Sub(f.lastPods) >= walkGap {
+		f.em.update(f.pods)
 		f.lastPodMod, f.lastPodSec, f.lastPods = m, sec, now
 	}
 	if now.Sub(f.lastNS) >= nsEvery {
@@ -180,6 +172,36 @@ func (f *follow) step(now time.Time) {
 		f.health(false, "the API server does not answer: "+err.Error())
 	} else {
 		f.health(true, "")
+	}
+}
+
+// podsMoved reports whether, under pods verified, a Pod may have changed
+// since the last flush of pod names, Modified being m: it moved, or the
+// last flush began within its second.
+func (f *follow) podsMoved(m int64) bool {
+	return f.opts.podMode == podsVerified && (m != f.lastPodMod || f.lastPodSec <= m)
+}
+
+// pods adds the pod names: the controller lists no Pods, so a Pod's names
+// are dropped as the subtree pod.ZONE, whatever moved Modified.
+func (f *follow) pods(b *batch) {
+	b.changes[kindPod]++
+	f.view.namer.pods(b, "")
+	f.view.aliasNames(b)
+}
+
+// final is the follow's last look as it stops, at all it looks at: a
+// reload's new source that synced meanwhile took the cluster as it was
+// then for its base, so a change since this one's last look is flushed
+// now or never.
+func (f *follow) final() {
+	if !f.filled || !f.ctl.HasSynced() {
+		return
+	}
+	f.em.update(f.diff)
+	f.em.update(f.namespaces)
+	if f.podsMoved(f.ctl.Modified(kubernetes.ModifiedInternal)) {
+		f.em.update(f.pods)
 	}
 }
 

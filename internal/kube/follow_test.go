@@ -462,6 +462,60 @@ func TestFollowNamespace(t *testing.T) {
 	}
 }
 
+// TestFollowStopLooks: a follow's last look as it stops, which a
+// reload's new source that synced meanwhile takes as its base, flushes
+// what changed since its last look at the namespaces and the pods, as its
+// last diff does for Services and slices: nothing else ever would.
+func TestFollowStopLooks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mode   string
+		change func(ctl *fakeCtl)
+		want   []string // among the flushed
+	}{
+		{
+			name: "a namespace_labels selector that stopped matching",
+			mode: podsInsecure,
+			change: func(ctl *fakeCtl) {
+				ctl.mu.Lock()
+				ctl.ns["ns"] = false
+				ctl.mu.Unlock()
+			},
+			want: []string{"*.ns.pod.cluster.local.", "ns.svc.cluster.local.", "web.ns" + z},
+		},
+		{
+			name:   "the first Service of a namespace",
+			mode:   podsInsecure,
+			change: func(ctl *fakeCtl) { ctl.set(time.Now().Unix(), svc("new", "api", []string{"10.96.0.11"}), nil) },
+			want:   []string{"*.new.pod.cluster.local.", "api.new" + z, "new.svc.cluster.local."},
+		},
+		{
+			name:   "a Pod, pods verified",
+			mode:   podsVerified,
+			change: func(ctl *fakeCtl) { ctl.set(time.Now().Unix()+1, nil, nil) },
+			want:   []string{"*.pod.cluster.local."},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &fakeCtl{synced: true, mod: 1000, ns: map[string]bool{"ns": true, "new": true}}
+			ctl.set(0, svc("ns", "web", []string{"10.96.0.10"}), slice("ns", "web-1", "web", nil, "10.1.0.1"))
+			s := newSink()
+			f, _ := newTestFollow(ctl, pluginOptions{podMode: tc.mode}, s)
+			f.step(time.Now())
+			tc.change(ctl)
+			// Stopped before its next look: run sees the stop at once.
+			close(f.stop)
+			f.run()
+			got := s.all()
+			for _, n := range tc.want {
+				if !slices.Contains(got, n) {
+					t.Errorf("flushed %q at the stop, want %s among them", got, n)
+				}
+			}
+		})
+	}
+}
+
 // TestFollowNameserverUnexposed: under the plugin's namespaces option,
 // a change of the nameserver's own slice or Service in a namespace it
 // does not expose flushes the apexes and ns.dns names, which nsAddrs

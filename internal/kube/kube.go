@@ -54,7 +54,7 @@ type Invalidator struct {
 // after the cache in the block's chain, where the kubernetes plugin to
 // follow is. A block whose option asks to follow a plugin it has not, or
 // to watch beside the plugin it has, does not start.
-func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
+func Start(cfg *Config, next []plugin.Handler, t Target) (_ *Invalidator, err error) {
 	var k *kubernetes.Kubernetes
 	for _, h := range next {
 		if kk, ok := h.(*kubernetes.Kubernetes); ok {
@@ -72,6 +72,12 @@ func Start(cfg *Config, next []plugin.Handler, t Target) (*Invalidator, error) {
 	}
 	zones := strings.Join(t.Zones, ",")
 	c := newCounters(zones, t.View)
+	defer func() {
+		if err != nil {
+			// A block that does not start holds no connected series.
+			c.release()
+		}
+	}()
 	keep := dnsmsg.NewZoneSet(t.Zones)
 	logf := func(source string) func(bool, string) {
 		return func(up bool, why string) {
