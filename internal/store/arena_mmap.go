@@ -211,9 +211,13 @@ var ringsReserved atomic.Uint64
 // collapseLater has the huge page at off, whose chunks are all handed out
 // and so all counted, collapsed: resident memory stays what the accounting
 // counts. Where the kernel cannot (THP disabled, no free huge page), it
-// stays in small pages.
+// stays in small pages, as does a page a chunk was freed from (freeChunk),
+// which a collapse would make resident again.
 func (a *arena) collapseLater(off int) {
-	if syscall.Madvise(a.ring[off:off+hugePage], syscall.MADV_HUGEPAGE) != nil {
+	a.ringMu.Lock()
+	hole := slices.Contains(a.holes, off)
+	a.ringMu.Unlock()
+	if hole || syscall.Madvise(a.ring[off:off+hugePage], syscall.MADV_HUGEPAGE) != nil {
 		return
 	}
 	startCollapser.Do(func() {

@@ -53,6 +53,53 @@ func TestArenaCollapsesFullHugePages(t *testing.T) {
 		rss, huge, hugePage)
 }
 
+// TestFreedChunkKeepsItsPageSmall: a huge page a chunk was freed from is
+// not advised huge again when its last chunk is handed out, which would let
+// khugepaged collapse it, the freed chunk resident again and counted
+// nowhere.
+func TestFreedChunkKeepsItsPageSmall(t *testing.T) {
+	const chunksPerHuge = hugePage / chunkSize
+	a := newArena(chunksPerHuge, nil)
+	defer a.release()
+	for i := range chunksPerHuge - 1 {
+		a.chunk(i, chunkSize)
+	}
+	a.freeChunk(3, chunkSize)
+	a.chunk(chunksPerHuge-1, chunkSize)
+	if flags := vmFlags(t, a.ring); strings.Contains(flags, " hg") {
+		t.Errorf("the page a chunk was freed from is advised huge (VmFlags%s)", flags)
+	}
+}
+
+// vmFlags returns the VmFlags /proc/self/smaps lists for the mappings
+// inside b, each after a space.
+func vmFlags(t *testing.T, b []byte) string {
+	t.Helper()
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := uint64(uintptr(unsafe.Pointer(&b[0])))
+	hi := lo + uint64(len(b))
+	inside, flags := false, ""
+	for line := range strings.Lines(string(smaps)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if start, end, ok := strings.Cut(f[0], "-"); ok && !strings.HasSuffix(f[0], ":") {
+			s, err1 := strconv.ParseUint(start, 16, 64)
+			e, err2 := strconv.ParseUint(end, 16, 64)
+			inside = err1 == nil && err2 == nil && s >= lo && e <= hi
+			continue
+		}
+		if inside && f[0] == "VmFlags:" {
+			flags += " " + strings.Join(f[1:], " ")
+		}
+	}
+	return flags
+}
+
 // TestChunksArePopulated: a chunk is resident whole when it is handed out,
 // before anything is written to it, and nothing beyond it is; so is a table
 // mapped alone in small pages.
