@@ -75,15 +75,28 @@ func TestFreedChunkKeepsItsPageSmall(t *testing.T) {
 // inside b, each after a space.
 func vmFlags(t *testing.T, b []byte) string {
 	t.Helper()
+	flags := ""
+	smapsInside(t, b, func(f []string) {
+		if f[0] == "VmFlags:" {
+			flags += " " + strings.Join(f[1:], " ")
+		}
+	})
+	return flags
+}
+
+// smapsInside calls line with the fields of each line /proc/self/smaps
+// lists for the mappings inside b, their header lines left out.
+func smapsInside(t *testing.T, b []byte, line func(f []string)) {
+	t.Helper()
 	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lo := uint64(uintptr(unsafe.Pointer(&b[0])))
 	hi := lo + uint64(len(b))
-	inside, flags := false, ""
-	for line := range strings.Lines(string(smaps)) {
-		f := strings.Fields(line)
+	inside := false
+	for l := range strings.Lines(string(smaps)) {
+		f := strings.Fields(l)
 		if len(f) == 0 {
 			continue
 		}
@@ -93,11 +106,10 @@ func vmFlags(t *testing.T, b []byte) string {
 			inside = err1 == nil && err2 == nil && s >= lo && e <= hi
 			continue
 		}
-		if inside && f[0] == "VmFlags:" {
-			flags += " " + strings.Join(f[1:], " ")
+		if inside {
+			line(f)
 		}
 	}
-	return flags
 }
 
 // TestChunksArePopulated: a chunk is resident whole when it is handed out,
@@ -386,26 +398,9 @@ func settleOffHeap() {
 // mappings /proc/self/smaps lists inside b.
 func residence(t *testing.T, b []byte) (rss, huge int) {
 	t.Helper()
-	smaps, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lo := uint64(uintptr(unsafe.Pointer(&b[0])))
-	hi := lo + uint64(len(b))
-	inside := false
-	for line := range strings.Lines(string(smaps)) {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if start, end, ok := strings.Cut(f[0], "-"); ok && !strings.HasSuffix(f[0], ":") {
-			s, err1 := strconv.ParseUint(start, 16, 64)
-			e, err2 := strconv.ParseUint(end, 16, 64)
-			inside = err1 == nil && err2 == nil && s >= lo && e <= hi
-			continue
-		}
-		if !inside || len(f) < 2 {
-			continue
+	smapsInside(t, b, func(f []string) {
+		if len(f) < 2 {
+			return
 		}
 		kb, _ := strconv.Atoi(f[1])
 		switch f[0] {
@@ -414,7 +409,7 @@ func residence(t *testing.T, b []byte) (rss, huge int) {
 		case "AnonHugePages:":
 			huge += kb << 10
 		}
-	}
+	})
 	return rss, huge
 }
 
