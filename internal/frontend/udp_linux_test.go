@@ -655,10 +655,13 @@ func TestThreadReaderCoalesces(t *testing.T) {
 // TestRaiseProcs: readers leave a P for the rest of the server, GOMAXPROCS
 // is never lowered, and the default number of sockets stays the CPUs the
 // server was given, so that front ends started after a raise do not open
-// more sockets, which would raise it again.
+// more sockets, which would raise it again. It starts from no raise, which
+// the tests before it may have made.
 func TestRaiseProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	defer func() { readers.n, readers.procs = 0, 0 }()
+	n, raised := readers.n, readers.procs
+	readers.n, readers.procs = 0, 0
+	defer func() { readers.n, readers.procs = n, raised }()
 	for _, step := range []struct{ readers, procs int }{{2, 3}, {1, 4}, {-3, 4}, {2, 4}, {3, 6}} {
 		raiseProcs(step.readers)
 		if got := runtime.GOMAXPROCS(0); got != step.procs {
