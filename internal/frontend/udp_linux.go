@@ -81,6 +81,7 @@ type udpBatch struct {
 	used                   int // slots the kernel may have written since readied
 	errno                  syscall.Errno
 	sendErr                error // the socket's writes failed: it is closed
+	draining               bool  // drain's: what waits in the socket is answered, though it shut down
 
 	// The RawConn callbacks, made once: a method value made per call
 	// would allocate.
@@ -199,6 +200,7 @@ func (b *udpBatch) next(fd uintptr) bool {
 // drain answers the datagrams that wait in the socket fd, whose reader
 // has left, as serve does, and waits for no more.
 func (b *udpBatch) drain(fd uintptr) {
+	b.draining = true
 	for b.next(fd) && b.errno == 0 && b.sendErr == nil && b.received == batchLen {
 	}
 }
