@@ -98,6 +98,18 @@ func openFrontend(t *testing.T, fc *Config, c Cache) *frontend {
 	return fe
 }
 
+// udpAddrs returns the local addresses of fe's UDP sockets.
+func (fe *frontend) udpAddrs() []net.Addr {
+	var addrs []net.Addr
+	for _, conn := range fe.udp {
+		addrs = append(addrs, conn.LocalAddr())
+	}
+	for _, s := range fe.threads {
+		addrs = append(addrs, s.local)
+	}
+	return addrs
+}
+
 // closeHeld closes old as a reload does, while its reader is held by
 // cache, and lets the reader go once old has told its readers to leave.
 func closeHeld(t *testing.T, old *frontend, release func()) {

@@ -161,18 +161,6 @@ func (fe *frontend) succeededUDP() (gone, kept udpSockets) {
 	return gone, kept
 }
 
-// udpAddrs returns the local addresses of fe's UDP sockets.
-func (fe *frontend) udpAddrs() []net.Addr {
-	var addrs []net.Addr
-	for _, conn := range fe.udp {
-		addrs = append(addrs, conn.LocalAddr())
-	}
-	for _, s := range fe.threads {
-		addrs = append(addrs, s.local)
-	}
-	return addrs
-}
-
 // handOver has the newest front end opened after fe with a socket on local
 // serve what fe read from its sockets as it closed: serve is called with
 // that front end once it has started, or with nil should it close first.
