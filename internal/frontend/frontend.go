@@ -413,14 +413,16 @@ func (fe *frontend) closeSockets() {
 	// waiting here would hold up every request to the new sockets. Nor
 	// should a socket stay in its address's SO_REUSEPORT group unread any
 	// longer than the chain's replies need it, since the datagrams that come
-	// to it are lost: not at all when a newer front end's sockets can send
-	// those replies (successor.go).
-	if fe.succeeded() || fe.server == nil {
-		fe.drainUDP()
-		fe.closeUDP()
-	} else {
-		after(&fe.chain, fe.closeUDP)
-	}
+	// to it are lost: not at all on an address a newer front end's sockets
+	// can send those replies from (successor.go), whatever its other
+	// addresses.
+	gone, kept := fe.succeededUDP()
+	fe.drainUDP(gone)
+	fe.closeUDP(gone)
+	after(&fe.chain, func() {
+		fe.closeUDP(kept)
+		forgetSockets(fe) // its TCP listeners'
+	})
 	for _, l := range fe.tcp {
 		fe.closeListener(l)
 	}
@@ -441,13 +443,14 @@ func after(f *busy, then func()) {
 	}()
 }
 
-// closeUDP closes the UDP sockets, whose readers have left.
-func (fe *frontend) closeUDP() {
-	forgetSockets(fe)
-	for _, conn := range fe.udp {
+// closeUDP closes the UDP sockets socks, whose readers have left, once
+// forgotten: the chain's replies then leave through another's.
+func (fe *frontend) closeUDP(socks udpSockets) {
+	forget(fe, socks.has)
+	for _, conn := range socks.udp {
 		conn.Close()
 	}
-	for _, s := range fe.threads {
+	for _, s := range socks.threads {
 		s.close()
 	}
 }

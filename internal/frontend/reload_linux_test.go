@@ -98,6 +98,18 @@ func openFrontend(t *testing.T, fc *Config, c Cache) *frontend {
 	return fe
 }
 
+// udpAddrs returns the local addresses of fe's UDP sockets.
+func (fe *frontend) udpAddrs() []net.Addr {
+	var addrs []net.Addr
+	for _, conn := range fe.udp {
+		addrs = append(addrs, conn.LocalAddr())
+	}
+	for _, s := range fe.threads {
+		addrs = append(addrs, s.local)
+	}
+	return addrs
+}
+
 // closeHeld closes old as a reload does, while its reader is held by
 // cache, and lets the reader go once old has told its readers to leave.
 func closeHeld(t *testing.T, old *frontend, release func()) {
@@ -156,24 +168,36 @@ func checkReply(t *testing.T, reply []byte, i int, chain string) {
 // UDP socket when it closes at a reload, its reader gone, are answered:
 // hits from the cache, misses through the chain of the front end that
 // replaces it, once that starts, since the old chain's plugins stop with
-// their instance. The socket closed with its queue, and they were lost.
+// their instance. The socket closed with its queue, and they were lost; and
+// so they still were where the reload dropped another of the front end's
+// addresses, which no newer front end has.
 func TestReloadAnswersQueuedUDP(t *testing.T) {
 	for _, wait := range []string{"thread", "poller"} {
-		for _, tc := range []struct{ listen, dial string }{
-			{"127.0.0.1:0", "127.0.0.1"},
+		for _, tc := range []struct{ listen, dial, dropped string }{
+			{"127.0.0.1:0", "127.0.0.1", ""},
 			// The unspecified address: the replies name their source.
-			{"[::]:0", "127.0.0.1"},
+			{"[::]:0", "127.0.0.1", ""},
+			{"127.0.0.1:0", "127.0.0.1", "127.0.0.1:0"},
 		} {
-			t.Run(wait+" "+tc.listen, func(t *testing.T) {
-				testReloadAnswersQueuedUDP(t, wait == "poller", tc.listen, tc.dial)
+			name := wait + " " + tc.listen
+			if tc.dropped != "" {
+				name += " dropping " + tc.dropped
+			}
+			t.Run(name, func(t *testing.T) {
+				testReloadAnswersQueuedUDP(t, wait == "poller", tc.listen, tc.dial, tc.dropped)
 			})
 		}
 	}
 }
 
-func testReloadAnswersQueuedUDP(t *testing.T, poller bool, listen, dial string) {
+// testReloadAnswersQueuedUDP reloads a front end on listen, and on dropped
+// unless empty, as one on listen alone.
+func testReloadAnswersQueuedUDP(t *testing.T, poller bool, listen, dial, dropped string) {
 	cache := newGatedCache(t)
 	fc := &Config{udp: []string{listen}, sockets: 1, inflight: 64, poller: poller}
+	if dropped != "" {
+		fc.udp = append(fc.udp, dropped)
+	}
 	old := openFrontend(t, fc, cache)
 	old.start(chainServer(t, "old"))
 	local := old.udpAddrs()[0].(*net.UDPAddr)

@@ -48,13 +48,17 @@ func recordSocket(fe *frontend, local net.Addr, s udpSender) {
 func socketKey(local net.Addr) string { return local.Network() + " " + local.String() }
 
 // forgetSockets forgets fe's sockets.
-func forgetSockets(fe *frontend) {
+func forgetSockets(fe *frontend) { forget(fe, func(udpSender) bool { return true }) }
+
+// forget forgets the sockets of fe whose sender, nil for a TCP listener,
+// of reports.
+func forget(fe *frontend, of func(udpSender) bool) {
 	successors.Lock()
 	defer successors.Unlock()
 	for k, socks := range successors.m {
 		kept := socks[:0]
 		for _, o := range socks {
-			if o.fe != fe {
+			if o.fe != fe || !of(o.s) {
 				kept = append(kept, o)
 			}
 		}
@@ -111,27 +115,50 @@ func running(fe *frontend, local net.Addr) *frontend {
 // frontends numbers the front ends in the order they open.
 var frontends atomic.Uint64
 
-// succeeded reports whether a newer front end has a socket on every
-// address fe has UDP sockets on.
-func (fe *frontend) succeeded() bool {
-	for _, local := range fe.udpAddrs() {
-		if _, ok := successor(fe, local); !ok {
-			return false
-		}
-	}
-	return true
+// udpSockets are some of a front end's UDP sockets.
+type udpSockets struct {
+	udp     []*net.UDPConn
+	threads []*threadSocket
 }
 
-// udpAddrs returns the local addresses of fe's UDP sockets.
-func (fe *frontend) udpAddrs() []net.Addr {
-	var addrs []net.Addr
+// has reports whether s is one of socks.
+func (socks udpSockets) has(s udpSender) bool {
+	for _, conn := range socks.udp {
+		if s == udpSender(pollerConn{conn}) {
+			return true
+		}
+	}
+	for _, t := range socks.threads {
+		if s == udpSender(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// succeededUDP returns fe's UDP sockets on the addresses a newer front end
+// has a socket on, all of them for a front end that never started, and
+// the others.
+func (fe *frontend) succeededUDP() (gone, kept udpSockets) {
+	succeeded := func(local net.Addr) bool {
+		_, ok := successor(fe, local)
+		return ok || fe.server == nil
+	}
 	for _, conn := range fe.udp {
-		addrs = append(addrs, conn.LocalAddr())
+		if succeeded(conn.LocalAddr()) {
+			gone.udp = append(gone.udp, conn)
+		} else {
+			kept.udp = append(kept.udp, conn)
+		}
 	}
 	for _, s := range fe.threads {
-		addrs = append(addrs, s.local)
+		if succeeded(s.local) {
+			gone.threads = append(gone.threads, s)
+		} else {
+			kept.threads = append(kept.threads, s)
+		}
 	}
-	return addrs
+	return gone, kept
 }
 
 // handOver has the newest front end opened after fe with a socket on local

@@ -81,6 +81,7 @@ type udpBatch struct {
 	used                   int // slots the kernel may have written since readied
 	errno                  syscall.Errno
 	sendErr                error // the socket's writes failed: it is closed
+	draining               bool  // drain's: what waits in the socket is answered, though it shut down
 
 	// The RawConn callbacks, made once: a method value made per call
 	// would allocate.
@@ -199,39 +200,40 @@ func (b *udpBatch) next(fd uintptr) bool {
 // drain answers the datagrams that wait in the socket fd, whose reader
 // has left, as serve does, and waits for no more.
 func (b *udpBatch) drain(fd uintptr) {
+	b.draining = true
 	for b.next(fd) && b.errno == 0 && b.sendErr == nil && b.received == batchLen {
 	}
 }
 
-// drainUDP takes the front end's UDP sockets, whose readers have left, out
-// of their addresses' SO_REUSEPORT groups, so that the kernel gives every
-// datagram that comes from then on to the other front ends' sockets, and
-// answers those that wait in them, which their close would drop. A front
-// end that never started has them answered by a running one on their
-// address, which a failed reload leaves, if any.
-func (fe *frontend) drainUDP() {
+// drainUDP takes the front end's UDP sockets socks, whose readers have
+// left, out of their addresses' SO_REUSEPORT groups, so that the kernel
+// gives every datagram that comes from then on to the other front ends'
+// sockets, and answers those that wait in them, which their close would
+// drop. A front end that never started has them answered by a running one
+// on their address, which a failed reload leaves, if any.
+func (fe *frontend) drainUDP(socks udpSockets) {
 	by := func(local net.Addr) *frontend {
 		if fe.server != nil {
 			return fe
 		}
 		return running(fe, local)
 	}
-	for _, conn := range fe.udp {
+	for _, conn := range socks.udp {
 		if raw, err := conn.SyscallConn(); err == nil {
 			raw.Control(leaveGroup)
 		}
 	}
-	for _, s := range fe.threads {
+	for _, s := range socks.threads {
 		leaveGroup(uintptr(s.fd))
 	}
-	for _, conn := range fe.udp {
+	for _, conn := range socks.udp {
 		if o := by(conn.LocalAddr()); o != nil {
 			if b, err := newPollerBatch(o, conn); err == nil {
 				b.raw.Control(b.drain)
 			}
 		}
 	}
-	for _, s := range fe.threads {
+	for _, s := range socks.threads {
 		if o := by(s.local); o != nil {
 			newThreadBatch(o, s).drain(uintptr(s.fd))
 		}

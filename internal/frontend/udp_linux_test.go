@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -655,10 +656,13 @@ func TestThreadReaderCoalesces(t *testing.T) {
 // TestRaiseProcs: readers leave a P for the rest of the server, GOMAXPROCS
 // is never lowered, and the default number of sockets stays the CPUs the
 // server was given, so that front ends started after a raise do not open
-// more sockets, which would raise it again.
+// more sockets, which would raise it again. It starts from no raise, which
+// the tests before it may have made.
 func TestRaiseProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	defer func() { readers.n, readers.procs = 0, 0 }()
+	n, raised := readers.n, readers.procs
+	readers.n, readers.procs = 0, 0
+	defer func() { readers.n, readers.procs = n, raised }()
 	for _, step := range []struct{ readers, procs int }{{2, 3}, {1, 4}, {-3, 4}, {2, 4}, {3, 6}} {
 		raiseProcs(step.readers)
 		if got := runtime.GOMAXPROCS(0); got != step.procs {
@@ -723,7 +727,8 @@ func TestClosedSendCountsTheBatch(t *testing.T) {
 		batch func(t *testing.T, b *udpBatch) *udpBatch
 	}{
 		{"thread", func(t *testing.T, b *udpBatch) *udpBatch {
-			s := &threadSocket{fd: fullSocket(t), local: b.local}
+			fd, _ := fullSocket(t)
+			s := &threadSocket{fd: fd, local: b.local}
 			s.closed.Store(true)
 			return newThreadBatch(b.fe, s)
 		}},
@@ -752,9 +757,38 @@ func TestClosedSendCountsTheBatch(t *testing.T) {
 	}
 }
 
-// fullSocket returns a socket, connected, whose send buffer is full: its
-// peer reads nothing.
-func fullSocket(t *testing.T) int {
+// TestDrainWaitsOutAFullBuffer: a drain of a thread socket, shut down as
+// its front end closes, waits while the socket's send buffer is full, as
+// its reader did before, and answers what waits there. It gave up at the
+// first full buffer, and the requests still in the socket were lost,
+// counted nowhere.
+func TestDrainWaitsOutAFullBuffer(t *testing.T) {
+	const requests = 8
+	hits, _ := hitBatch(t)
+	pkt := slices.Clone(hits.bufs[0][:hits.in[0].Len])
+	fd, peer := fullSocket(t)
+	s := &threadSocket{fd: fd, local: hits.local}
+	s.closed.Store(true)
+	b := newThreadBatch(hits.fe, s)
+	b.draining = true // as drain has it: a TCP socket's reads are no datagrams
+	for i := range requests {
+		b.in[i].Len = uint32(copy(b.bufs[i][:], pkt))
+		b.names[i].Family = unix.AF_INET
+	}
+	b.received = requests
+	go io.Copy(io.Discard, peer)
+	if err := b.answerAll(time.Now()); err != nil {
+		t.Fatalf("the drain's batch: %v", err)
+	}
+	fm := b.fe.blocks[0].fm
+	if hit, dropped := testutil.ToFloat64(fm.Hit), testutil.ToFloat64(fm.Dropped); hit != requests || dropped != 0 {
+		t.Errorf("%v hits and %v dropped of %d requests, want all answered", hit, dropped, requests)
+	}
+}
+
+// fullSocket returns a socket, connected, whose send buffer is full, and
+// its peer, which reads nothing.
+func fullSocket(t *testing.T) (int, *net.TCPConn) {
 	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -781,7 +815,7 @@ func fullSocket(t *testing.T) int {
 	chunk := make([]byte, 1<<16)
 	for {
 		if _, err := unix.SendmsgN(fd, chunk, nil, nil, unix.MSG_DONTWAIT); errors.Is(err, unix.EAGAIN) {
-			return fd
+			return fd, peer
 		} else if err != nil {
 			t.Fatal(err)
 		}

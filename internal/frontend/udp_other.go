@@ -30,5 +30,5 @@ func raiseProcs(int)                           {}
 
 func procs() int { return runtime.GOMAXPROCS(0) }
 
-func (fe *frontend) drainUDP()            {}
+func (fe *frontend) drainUDP(udpSockets)  {}
 func queued(net.Listener, int) []net.Conn { return nil }

@@ -246,14 +246,15 @@ func (b *udpBatch) wait(flags int) bool {
 }
 
 // sendAll sends b's queued replies, waiting while the socket's buffer is
-// full.
+// full: a reader leaves, once its socket shut down, and a drain after it
+// answers what is left.
 func (s *threadSocket) sendAll(b *udpBatch) error {
 	for !b.send(uintptr(s.fd)) {
 		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}
 		if _, err := unix.Poll(fds, 100); err != nil && !errors.Is(err, unix.EINTR) {
 			return err
 		}
-		if s.closed.Load() {
+		if s.closed.Load() && !b.draining {
 			return net.ErrClosed
 		}
 	}
