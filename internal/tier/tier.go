@@ -712,7 +712,7 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (nex
 		if len(r) == 0 || !idAfter(r[0].ID, last, 1) {
 			return last, true
 		}
-		if !t.madeAgain(c, stream, last) {
+		if !t.madeAgain(c, stream) {
 			t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
 			return last, true
 		}
@@ -771,16 +771,19 @@ func (t *Tier) warnNodeEviction(ctx context.Context, c valkey.Client, node strin
 
 // madeAgain reports whether the stream, whose first flush is past the one
 // after last, was made again since this replica read last rather than
-// trimmed: it deleted no flush after last. A server that does not say
-// (before Redis 7) is taken to have trimmed it.
-func (t *Tier) madeAgain(c valkey.Client, stream, last string) bool {
-	info, err := c.Do(t.ctx, c.B().XinfoStream().Key(stream).Build()).AsMap()
+// trimmed: it never lost a flush (XINFO STREAM's entries-added is its
+// length), so it never held last. Its max-deleted-entry-id would not tell:
+// trimming leaves it as it was. One made again and trimmed since, or a
+// server that does not say (before Redis 7), is taken as trimmed.
+func (t *Tier) madeAgain(c valkey.Client, stream string) bool {
+	info, err := c.Do(t.ctx, c.B().XinfoStream().Key(stream).Build().Pin()).AsMap()
 	if err != nil {
 		return false
 	}
-	deleted := info["max-deleted-entry-id"]
-	id, err := deleted.ToString()
-	return err == nil && !idAfter(id, last, 0)
+	added, length := info["entries-added"], info["length"]
+	a, aerr := added.AsInt64()
+	n, nerr := length.AsInt64()
+	return aerr == nil && nerr == nil && a == n
 }
 
 // lost flushes the local store whole for flushes lost before this replica

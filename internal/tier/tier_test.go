@@ -982,6 +982,53 @@ func TestFlushesLost(t *testing.T) {
 	}
 }
 
+// TestFlushesTrimmedOrMadeAgain: a stream whose first flush is past the one
+// after where a replica read was trimmed, or deleted and made again. A
+// trimmed one took flushes the replica never read, though it had read all
+// before (an error, not a read, left it behind): it flushes its store
+// whole. A stream made again, whose server may have lost the epochs with
+// it, has it flush the tier whole and read the stream from its start,
+// keeping the store of a replica that had read all. The server's
+// max-deleted-entry-id does not tell them apart: trimming leaves it.
+func TestFlushesTrimmedOrMadeAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		make      func(r *testenv.Redis, stream string)
+		madeAgain bool
+	}{
+		{"trimmed", func(r *testenv.Redis, stream string) {
+			for _, id := range []string{"5-1", "5-3", "7-0"} {
+				r.MustDo("XADD", stream, id, "k", "v")
+			}
+			r.MustDo("XTRIM", stream, "MINID", "7-0")
+		}, false},
+		{"made again", func(r *testenv.Redis, stream string) {
+			r.MustDo("XADD", stream, "5-1", "k", "v")
+			r.MustDo("DEL", stream)
+			r.MustDo("XADD", stream, "7-0", "k", "v")
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t)
+			var applied []string
+			tr := mustTier(t, "shared redis://"+r.Addr, 1, func(f flush.Flush) { applied = append(applied, f.String()) })
+			stream := "test-stream"
+			tc.make(r, stream)
+			next, _ := tr.checkLost(*tr.client.Load(), stream, "5-1", false)
+			all := flush.Flush{Scope: flush.All}
+			if lost := len(applied) == 1 && applied[0] == all.String(); lost == tc.madeAgain || len(applied) > 1 {
+				t.Errorf("flushed %v, want the store flushed whole: %v", applied, !tc.madeAgain)
+			}
+			if flushed := r.MustDo("EXISTS", tr.keys.all) == ":1"; flushed != tc.madeAgain {
+				t.Errorf("the tier flushed whole: %v, want %v", flushed, tc.madeAgain)
+			}
+			if want := map[bool]string{false: "5-1", true: "0-0"}[tc.madeAgain]; next != want {
+				t.Errorf("reads on from %s, want %s", next, want)
+			}
+		})
+	}
+}
+
 // heldReplica starts a replica of option whose reader, in applying its
 // first flush, holds until release, as a long walk of the store holds it.
 // applied returns the flushes it applied, in order.
