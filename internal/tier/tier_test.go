@@ -1517,6 +1517,60 @@ func TestFlushWhileStreamEndFails(t *testing.T) {
 	}
 }
 
+// TestReloadReadsOn: at a reload the block's new instance takes over the
+// old one's store, and its tier, made before the old one's closes, may
+// connect after it closed. A flush sent in between reaches the store all
+// the same: the new tier reads on from where the old one's reader stopped,
+// not from the stream's end. (The new tier's user is refused the stream's
+// end until the test lets it, as a slow connection would hold it.)
+func TestReloadReadsOn(t *testing.T) {
+	r := testenv.StartRedis(t, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+		"--user", "cache", "on", ">s3cret-pw", "~*", "&*", "+@all", "-xrevrange")
+	secret := secretFile(t, testSecret)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secret + "\n}"
+	sender := mustTier(t, option, 1, nil)
+	var mu sync.Mutex
+	var applied []string
+	apply := func(f flush.Flush) {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, f.String())
+	}
+	await := func(want, missing string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			seen := slices.Contains(applied, want)
+			mu.Unlock()
+			if seen {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(missing)
+			}
+		}
+	}
+	send := func(name string) {
+		t.Helper()
+		if err := sender.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, time.Now().Unix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := mustTier(t, option, 1, apply)
+	cfg, err := parse(t, "shared redis://cache@"+r.Addr+" {\n secret_file "+secret+"\n password_file "+secretFile(t, "s3cret-pw")+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := New(cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
+	t.Cleanup(tr.Close)
+	send("before.example")
+	await("names before.example.", "the old instance's tier never applied a flush")
+	old.Close()
+	send("between.example")
+	r.MustDo("ACL", "SETUSER", "cache", "+xrevrange")
+	await("names between.example.", "a flush sent after the old tier closed, before the new one connected, never reached the store")
+}
+
 // TestStreamOfAnotherType: a key of another type where the stream of
 // flushes goes keeps no replica from connecting and using the tier.
 func TestStreamOfAnotherType(t *testing.T) {
