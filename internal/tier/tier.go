@@ -414,11 +414,23 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		case stored <= flushed, stored <= negative && flush.Negativity(e), e.Expires() <= expired:
 		case accept(e):
 			t.m.hits.inc()
-			return e
+			return notAhead(e, now)
 		}
 	}
 	t.m.misses.inc()
 	return nil
+}
+
+// notAhead returns e taken as stored no later than now, as a snapshot's
+// entries are: stored by a replica whose clock is ahead of this one's, it
+// would be served unaged, past its TTL by the difference.
+func notAhead(e entry.Entry, now int64) entry.Entry {
+	if int64(e.Stored()) <= now {
+		return e
+	}
+	e = slices.Clone(e) // the client's reply, a string's bytes
+	e.SetStored(uint32(now))
+	return e
 }
 
 // foundBad notes that the i-th epoch a lookup of name reads was found at

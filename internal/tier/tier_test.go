@@ -248,6 +248,25 @@ func TestExpiredNotFresh(t *testing.T) {
 	}
 }
 
+// TestStoredAheadOfClock: an entry written by a replica whose clock is
+// ahead of this one's is read as stored no later than now, as a snapshot's
+// is: its own time would have the block serve it unaged, past its TTL by
+// the difference.
+func TestStoredAheadOfClock(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := time.Now().Unix()
+	e := built(t, "ahead.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now+3600), 300)
+	putAndWait(t, tr, e)
+	got := tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), now, take)
+	if got == nil {
+		t.Fatal("the entry was not read")
+	}
+	if got.Expires() > now+300 {
+		t.Errorf("read as expiring at %d, %d s past its TTL of 300 s from now", got.Expires(), got.Expires()-now-300)
+	}
+}
+
 // TestRefusesForgedValues: values the tier holds that a block of these
 // settings and secret did not write are refused, counted, and ignored.
 func TestRefusesForgedValues(t *testing.T) {
