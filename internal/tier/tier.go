@@ -27,7 +27,8 @@
 // epoch written again after an eviction holds back the values stored
 // before it as a flush would. The flush itself
 // goes to the other replicas through a Redis stream, which a replica reads
-// from where it left off after a disconnection, so that no flush is lost
+// from where it left off after a disconnection or a reload (resume), so
+// that no flush is lost
 // while the stream keeps it (maxStream); one that was trimmed away before
 // the replica read it makes the replica flush its store whole, and a
 // stream deleted, which may have taken epochs with it, the tier too.
@@ -120,7 +121,17 @@ type Tier struct {
 
 	badMu sync.Mutex
 	bad   map[string]int64 // epochs lookups found not a time, and when: the next write replaces them
+
+	// Where the reader of flushes is, and where one of its stream's that
+	// closed before it connected stopped (resume); guarded by readers.
+	read, floor string
 }
+
+// readers are the tiers of each stream of flushes, by its key, for resume.
+var readers = struct {
+	sync.Mutex
+	m map[string][]*Tier
+}{m: map[string][]*Tier{}}
 
 // New returns the tier of cfg for a block, and starts connecting to it in
 // the background: a tier that is down when the block starts only makes the
@@ -145,6 +156,9 @@ func New(cfg *Config, opt Options) *Tier {
 		log.Warningf("Shared tier %s: no secret_file: its values are not authenticated, and whoever can write to it can make this server answer what they wrote", cfg)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	readers.Lock()
+	readers.m[t.keys.streamKey()] = append(readers.m[t.keys.streamKey()], t)
+	readers.Unlock()
 	t.wg.Add(2)
 	go t.connect()
 	go t.writer()
@@ -172,6 +186,7 @@ func keysFingerprint(fp [32]byte, view string, ports []string) [32]byte {
 func (t *Tier) Close() {
 	t.cancel()
 	t.wg.Wait()
+	t.handOn()
 	t.m.release()
 	// At a reload the old instance still answers while its tier closes:
 	// its lookups skip the tier rather than fail on the closed client and
@@ -236,7 +251,53 @@ func (t *Tier) connect() {
 		}
 		wait = min(2*wait, reconnectMax)
 	}
-	t.readFlushes(last)
+	t.readFlushes(t.resume(last))
+}
+
+// resume returns where the reader starts, given end, the stream's end
+// when the tier connected, and whether flushes before end may be unread.
+// At a reload the block's new instance takes over the old one's store,
+// and its tier connects while or after the old one's closes: it reads on
+// from where the old one's reader is, or stopped, when that comes first,
+// lest a flush sent between the old reader's last read and the new one's
+// connection reach neither. So does any tier of a stream another tier of
+// the process reads.
+func (t *Tier) resume(end string) (from string, behind bool) {
+	readers.Lock()
+	defer readers.Unlock()
+	from = end
+	earlier := func(id string) {
+		if id != "" && idAfter(from, id, 0) {
+			from = id
+		}
+	}
+	earlier(t.floor)
+	for _, o := range readers.m[t.keys.streamKey()] {
+		if o != t {
+			earlier(o.read)
+		}
+	}
+	t.read = from
+	return from, from != end
+}
+
+// handOn takes the closed tier out of its stream's readers, and hands
+// where its reader stopped to those that have not connected yet (resume).
+func (t *Tier) handOn() {
+	readers.Lock()
+	defer readers.Unlock()
+	stream := t.keys.streamKey()
+	rs := slices.DeleteFunc(readers.m[stream], func(o *Tier) bool { return o == t })
+	for _, o := range rs {
+		if o.read == "" && t.read != "" && (o.floor == "" || idAfter(o.floor, t.read, 0)) {
+			o.floor = t.read
+		}
+	}
+	if len(rs) == 0 {
+		delete(readers.m, stream)
+	} else {
+		readers.m[stream] = rs
+	}
 }
 
 // Get returns the first of keys (cache keys, in the order the block
@@ -353,11 +414,23 @@ func (t *Tier) Get(ctx context.Context, keys [][]byte, name []byte, now int64, a
 		case stored <= flushed, stored <= negative && flush.Negativity(e), e.Expires() <= expired:
 		case accept(e):
 			t.m.hits.inc()
-			return e
+			return notAhead(e, now)
 		}
 	}
 	t.m.misses.inc()
 	return nil
+}
+
+// notAhead returns e taken as stored no later than now, as a snapshot's
+// entries are: stored by a replica whose clock is ahead of this one's, it
+// would be served unaged, past its TTL by the difference.
+func notAhead(e entry.Entry, now int64) entry.Entry {
+	if int64(e.Stored()) <= now {
+		return e
+	}
+	e = slices.Clone(e) // the client's reply, a string's bytes
+	e.SetStored(uint32(now))
+	return e
 }
 
 // foundBad notes that the i-th epoch a lookup of name reads was found at
@@ -614,19 +687,18 @@ func seconds(n int64) time.Duration {
 }
 
 // readFlushes applies the flushes the other replicas send after the one
-// whose ID is last (the stream's end when connecting), and after an error
+// whose ID is last (where it resumes when connecting), and after an error
 // from where it left off.
-func (t *Tier) readFlushes(last string) {
+func (t *Tier) readFlushes(last string, behind bool) {
 	testHookReading()
 	c := *t.client.Load()
 	stream := t.keys.streamKey()
 	wait := reconnectMin
 	// behind: a read since the last check that found the stream whole
 	// returned flushes, so that more may have come after them, unread, in
-	// a stream that went before the next read. Not at the start, which
-	// reads from the stream's end.
-	behind := false
-	for t.ctx.Err() == nil {
+	// a stream that went before the next read. At the start, whether it
+	// resumes before the stream's end.
+	for ; t.ctx.Err() == nil; t.readUpTo(last) {
 		res := c.Do(t.ctx, c.B().Xread().Count(100).Block(streamBlock.Milliseconds()).Streams().Key(stream).Id(last).Build().Pin())
 		read, err := res.AsXRead()
 		if err != nil && !valkey.IsValkeyNil(err) {
@@ -661,6 +733,13 @@ func (t *Tier) readFlushes(last string) {
 			testHookCaughtUp()
 		}
 	}
+}
+
+// readUpTo records that the reader applied the flushes up to last.
+func (t *Tier) readUpTo(last string) {
+	readers.Lock()
+	t.read = last
+	readers.Unlock()
 }
 
 // testHookReading runs as the reader of flushes starts: a test holds it
@@ -712,7 +791,7 @@ func (t *Tier) checkLost(c valkey.Client, stream, last string, behind bool) (nex
 		if len(r) == 0 || !idAfter(r[0].ID, last, 1) {
 			return last, true
 		}
-		if !t.madeAgain(c, stream, last) {
+		if !t.madeAgain(c, stream) {
 			t.lost("flushes were trimmed from the stream before it read them: the local store is flushed whole")
 			return last, true
 		}
@@ -771,16 +850,19 @@ func (t *Tier) warnNodeEviction(ctx context.Context, c valkey.Client, node strin
 
 // madeAgain reports whether the stream, whose first flush is past the one
 // after last, was made again since this replica read last rather than
-// trimmed: it deleted no flush after last. A server that does not say
-// (before Redis 7) is taken to have trimmed it.
-func (t *Tier) madeAgain(c valkey.Client, stream, last string) bool {
-	info, err := c.Do(t.ctx, c.B().XinfoStream().Key(stream).Build()).AsMap()
+// trimmed: it never lost a flush (XINFO STREAM's entries-added is its
+// length), so it never held last. Its max-deleted-entry-id would not tell:
+// trimming leaves it as it was. One made again and trimmed since, or a
+// server that does not say (before Redis 7), is taken as trimmed.
+func (t *Tier) madeAgain(c valkey.Client, stream string) bool {
+	info, err := c.Do(t.ctx, c.B().XinfoStream().Key(stream).Build().Pin()).AsMap()
 	if err != nil {
 		return false
 	}
-	deleted := info["max-deleted-entry-id"]
-	id, err := deleted.ToString()
-	return err == nil && !idAfter(id, last, 0)
+	added, length := info["entries-added"], info["length"]
+	a, aerr := added.AsInt64()
+	n, nerr := length.AsInt64()
+	return aerr == nil && nerr == nil && a == n
 }
 
 // lost flushes the local store whole for flushes lost before this replica

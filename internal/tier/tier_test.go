@@ -248,6 +248,25 @@ func TestExpiredNotFresh(t *testing.T) {
 	}
 }
 
+// TestStoredAheadOfClock: an entry written by a replica whose clock is
+// ahead of this one's is read as stored no later than now, as a snapshot's
+// is: its own time would have the block serve it unaged, past its TTL by
+// the difference.
+func TestStoredAheadOfClock(t *testing.T) {
+	r := testenv.StartRedis(t)
+	tr := mustTier(t, "shared redis://"+r.Addr, 1, nil)
+	now := time.Now().Unix()
+	e := built(t, "ahead.example.org", dns.TypeA, dns.RcodeSuccess, uint32(now+3600), 300)
+	putAndWait(t, tr, e)
+	got := tr.Get(context.Background(), [][]byte{e.Key()}, e.QName(), now, take)
+	if got == nil {
+		t.Fatal("the entry was not read")
+	}
+	if got.Expires() > now+300 {
+		t.Errorf("read as expiring at %d, %d s past its TTL of 300 s from now", got.Expires(), got.Expires()-now-300)
+	}
+}
+
 // TestRefusesForgedValues: values the tier holds that a block of these
 // settings and secret did not write are refused, counted, and ignored.
 func TestRefusesForgedValues(t *testing.T) {
@@ -982,6 +1001,53 @@ func TestFlushesLost(t *testing.T) {
 	}
 }
 
+// TestFlushesTrimmedOrMadeAgain: a stream whose first flush is past the one
+// after where a replica read was trimmed, or deleted and made again. A
+// trimmed one took flushes the replica never read, though it had read all
+// before (an error, not a read, left it behind): it flushes its store
+// whole. A stream made again, whose server may have lost the epochs with
+// it, has it flush the tier whole and read the stream from its start,
+// keeping the store of a replica that had read all. The server's
+// max-deleted-entry-id does not tell them apart: trimming leaves it.
+func TestFlushesTrimmedOrMadeAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		make      func(r *testenv.Redis, stream string)
+		madeAgain bool
+	}{
+		{"trimmed", func(r *testenv.Redis, stream string) {
+			for _, id := range []string{"5-1", "5-3", "7-0"} {
+				r.MustDo("XADD", stream, id, "k", "v")
+			}
+			r.MustDo("XTRIM", stream, "MINID", "7-0")
+		}, false},
+		{"made again", func(r *testenv.Redis, stream string) {
+			r.MustDo("XADD", stream, "5-1", "k", "v")
+			r.MustDo("DEL", stream)
+			r.MustDo("XADD", stream, "7-0", "k", "v")
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t)
+			var applied []string
+			tr := mustTier(t, "shared redis://"+r.Addr, 1, func(f flush.Flush) { applied = append(applied, f.String()) })
+			stream := "test-stream"
+			tc.make(r, stream)
+			next, _ := tr.checkLost(*tr.client.Load(), stream, "5-1", false)
+			all := flush.Flush{Scope: flush.All}
+			if lost := len(applied) == 1 && applied[0] == all.String(); lost == tc.madeAgain || len(applied) > 1 {
+				t.Errorf("flushed %v, want the store flushed whole: %v", applied, !tc.madeAgain)
+			}
+			if flushed := r.MustDo("EXISTS", tr.keys.all) == ":1"; flushed != tc.madeAgain {
+				t.Errorf("the tier flushed whole: %v, want %v", flushed, tc.madeAgain)
+			}
+			if want := map[bool]string{false: "5-1", true: "0-0"}[tc.madeAgain]; next != want {
+				t.Errorf("reads on from %s, want %s", next, want)
+			}
+		})
+	}
+}
+
 // heldReplica starts a replica of option whose reader, in applying its
 // first flush, holds until release, as a long walk of the store holds it.
 // applied returns the flushes it applied, in order.
@@ -1468,6 +1534,60 @@ func TestFlushWhileStreamEndFails(t *testing.T) {
 	if connected && !seen("names first.example.") {
 		t.Errorf("connected before the flush of first.example. was sent, and never applied it: applied %v", applied)
 	}
+}
+
+// TestReloadReadsOn: at a reload the block's new instance takes over the
+// old one's store, and its tier, made before the old one's closes, may
+// connect after it closed. A flush sent in between reaches the store all
+// the same: the new tier reads on from where the old one's reader stopped,
+// not from the stream's end. (The new tier's user is refused the stream's
+// end until the test lets it, as a slow connection would hold it.)
+func TestReloadReadsOn(t *testing.T) {
+	r := testenv.StartRedis(t, "--user", "default", "on", "nopass", "~*", "&*", "+@all",
+		"--user", "cache", "on", ">s3cret-pw", "~*", "&*", "+@all", "-xrevrange")
+	secret := secretFile(t, testSecret)
+	option := "shared redis://" + r.Addr + " {\n secret_file " + secret + "\n}"
+	sender := mustTier(t, option, 1, nil)
+	var mu sync.Mutex
+	var applied []string
+	apply := func(f flush.Flush) {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, f.String())
+	}
+	await := func(want, missing string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			seen := slices.Contains(applied, want)
+			mu.Unlock()
+			if seen {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(missing)
+			}
+		}
+	}
+	send := func(name string) {
+		t.Helper()
+		if err := sender.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, time.Now().Unix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := mustTier(t, option, 1, apply)
+	cfg, err := parse(t, "shared redis://cache@"+r.Addr+" {\n secret_file "+secret+"\n password_file "+secretFile(t, "s3cret-pw")+"\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := New(cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Apply: apply})
+	t.Cleanup(tr.Close)
+	send("before.example")
+	await("names before.example.", "the old instance's tier never applied a flush")
+	old.Close()
+	send("between.example")
+	r.MustDo("ACL", "SETUSER", "cache", "+xrevrange")
+	await("names between.example.", "a flush sent after the old tier closed, before the new one connected, never reached the store")
 }
 
 // TestStreamOfAnotherType: a key of another type where the stream of
