@@ -650,14 +650,21 @@ func (t *Tier) Flush(f flush.Flush, now int64) error {
 	}
 	msg := f.Marshal(nil)
 	tag := t.keys.mac(forFlush, []byte(t.id), msg)
-	cmds = append(cmds, c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
-		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build().Pin())
 	ctx, cancel := context.WithTimeout(t.ctx, writeTimeout)
 	defer cancel()
+	// The flush goes to the stream only once its epochs are written: of a
+	// Cluster they live on other nodes than the stream, which a pipeline
+	// writes to at once, and a replica told of the flush before its epochs
+	// landed could read again from the tier a value the flush covers.
 	for _, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("shared tier %s: %w", t.cfg, err)
 		}
+	}
+	add := c.B().Xadd().Key(t.keys.streamKey()).Maxlen().Almost().Threshold(strconv.Itoa(maxStream)).Id("*").
+		FieldValue().FieldValue("from", t.id).FieldValue("flush", valkey.BinaryString(msg)).FieldValue("tag", valkey.BinaryString(tag[:tagLen])).Build().Pin()
+	if err := c.Do(ctx, add).Error(); err != nil {
+		return fmt.Errorf("shared tier %s: %w", t.cfg, err)
 	}
 	t.m.sent.inc()
 	return nil

@@ -704,6 +704,59 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestClusterEpochsBeforeFlush: of a Cluster, where a flush's epochs and
+// its stream entry live on different nodes, a replica reads the flush only
+// once its epochs are written: told of it before, it could read from the
+// tier again a value the flush covers, which no epoch holds back yet.
+func TestClusterEpochsBeforeFlush(t *testing.T) {
+	nodes := startCluster(t)
+	option := "shared redis://" + nodes[0].Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+	owner := func(key string) *testenv.Redis {
+		for _, n := range nodes {
+			if _, err := n.Do("EXISTS", key); err == nil {
+				return n
+			}
+		}
+		t.Fatalf("no node serves %q", key)
+		return nil
+	}
+	a := mustTier(t, option, 1, nil)
+	// A zone whose epoch is not on the stream's node.
+	streamNode := owner(a.keys.streamKey())
+	var zone []byte
+	var epochKey string
+	var epochNode *testenv.Redis
+	for i := 0; epochNode == nil || epochNode == streamNode; i++ {
+		zone = wire(t, "z"+strconv.Itoa(i)+".example.org")
+		epochKey = a.keys.epochKey(epochZone, zone)
+		epochNode = owner(epochKey)
+	}
+	epochWritten := make(chan bool, 1)
+	mustTier(t, option, 1, func(flush.Flush) {
+		v, err := epochNode.Do("EXISTS", epochKey)
+		select {
+		case epochWritten <- err == nil && v == ":1":
+		default:
+		}
+	})
+	// The epoch's node holds its writes back a while, as a busy or distant
+	// node would.
+	if _, err := epochNode.Do("CLIENT", "PAUSE", "300", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(flush.Flush{Scope: flush.Zones, Names: [][]byte{zone}}, time.Now().Unix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case written := <-epochWritten:
+		if !written {
+			t.Error("the other replica read the flush before its epoch was written")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other replica did not get the flush")
+	}
+}
+
 // startCluster returns a Redis Cluster of three masters once it is up,
 // node i started with args[i] too.
 func startCluster(t *testing.T, args ...[]string) []*testenv.Redis {
