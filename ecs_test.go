@@ -443,6 +443,50 @@ func TestECSMaxVariantsDropsKeptDenial(t *testing.T) {
 	}
 }
 
+// TestAnswerDropsDenialBeside: under serve_stale_policy prefer_positive a
+// denial the upstream sent for a name is kept beside its stale answer; the
+// answer that comes back replaces both, as the stock cache removes the
+// denial, an ECS variant's as the name's. A denial left beside would be
+// served stale once the answer left the window, for a name that exists.
+func TestAnswerDropsDenialBeside(t *testing.T) {
+	for _, subnet := range []string{"", "10.1.1.0/24"} {
+		t.Run("ECS "+subnet, func(t *testing.T) {
+			rcode := dns.RcodeSuccess
+			next := test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				m := new(dns.Msg)
+				m.SetRcode(r, rcode)
+				switch rcode {
+				case dns.RcodeSuccess:
+					m.Answer = []dns.RR{test.TXT("s24.geo. 60 IN TXT answer")}
+				case dns.RcodeNameError:
+					m.Ns = []dns.RR{test.SOA("geo. 1800 IN SOA ns.geo. host.geo. 1 3600 600 86400 1800")}
+				}
+				m.SetEdns0(1232, false)
+				if e := dnsmsg.Subnet(r); e != nil {
+					m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: e.Family, SourceNetmask: e.SourceNetmask, SourceScope: 24, Address: e.Address}}
+				}
+				return dns.RcodeSuccess, w.WriteMsg(m)
+			})
+			clk := newClock()
+			c := mustParse(t, "compactcache {\n serve_stale 1h verify\n serve_stale_policy prefer_positive\n servfail 0\n}")
+			c.Next, c.now = next, clk.now
+			t.Cleanup(func() { c.refreshes.shutdown(time.Second) })
+			// The answer, then a denial kept beside it, then the answer again.
+			for _, rcode = range []int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeSuccess} {
+				ask(t, c, geoQuery("s24.geo.", subnet), false)
+				clk.advance(100 * time.Second)
+			}
+			// The upstream is down once the answer is past the window, and
+			// the denial it replaced would not be.
+			rcode = dns.RcodeServerFailure
+			clk.advance(time.Hour)
+			if got := ask(t, c, geoQuery("s24.geo.", subnet), false); got.Rcode != dns.RcodeServerFailure {
+				t.Errorf("%s, want SERVFAIL: the denial the answer replaced was served", dns.RcodeToString[got.Rcode])
+			}
+		})
+	}
+}
+
 // TestECSVariantCachedAgainAfterExpiry: an answer tailored to a subnet and
 // fetched again once expired is cached again: the name's list of variants
 // lives as long as the variants it lists, the one fetched again too.

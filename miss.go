@@ -418,7 +418,7 @@ func (cw *captureWriter) store(res *dns.Msg) {
 		c.shared.Put(e)
 	}
 	if c.PreferPositive && flags&entry.FlagAnswers != 0 {
-		c.store.Remove(cw.b.OtherKey(key))
+		c.store.Remove(cw.b.OtherKey(e.Key())) // not key: a variant's is in the buffer recordVariant reused
 	}
 	cw.entry, cw.form = e, replyForm{}
 }
