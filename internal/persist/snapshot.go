@@ -161,6 +161,26 @@ func resolved(path string) string {
 	return path
 }
 
+// linked returns the file path names: where path is a symbolic link (to a
+// file on a volume of its own), the file it points to, which may not exist
+// yet. A write renames its file over that one, and a damaged one is moved
+// aside there: renamed over the link, or moving it, they would leave the
+// file it points to behind, read again once the link is put back (a
+// container's file system made anew).
+func linked(path string) string {
+	for range 40 { // the links Linux follows in a path
+		l, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(l) {
+			l = filepath.Join(filepath.Dir(path), l)
+		}
+		path = l
+	}
+	return path
+}
+
 // timedWrites are the writes every INTERVAL of one block.
 type timedWrites struct {
 	sc   *Snapshot
@@ -372,8 +392,9 @@ func Load(ca Cache, path string) (written int64) {
 		log.Infof("Snapshot %s: written under other cache settings or by a build of another format, starting cold: %v", path, err)
 	case err != nil:
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
-		aside := path + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
-		if rerr := os.Rename(path, aside); rerr == nil {
+		file := linked(path)
+		aside := file + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
+		if rerr := os.Rename(file, aside); rerr == nil {
 			log.Errorf("Snapshot %s: starting cold, the file moved to %s: %v", path, aside, err)
 		} else {
 			log.Errorf("Snapshot %s: starting cold: %v (and it could not be moved aside: %v)", path, err, rerr)
@@ -415,6 +436,7 @@ func openFile(path string) (*os.File, error) {
 // each is as large as the store. Run at the process's first startup,
 // before this process writes any.
 func removeTemporary(path string) {
+	path = linked(path)
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
 	files, _ := os.ReadDir(dir)
 	for _, f := range files {
@@ -455,6 +477,7 @@ func write(ca Cache, path string, walk store.Walker) {
 // WriteFile writes the store to path as write does, and returns the
 // entries written.
 func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
+	path = linked(path)
 	gen := ca.Fence().Gen()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
