@@ -34,10 +34,8 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	if ca.Snapshot != nil {
-		if err := ca.Snapshot.Setup(c, operator{ca}); err != nil {
-			return plugin.Error(pluginName, err)
-		}
+	if err := ca.Snapshot.Setup(c, operator{ca}); err != nil {
+		return plugin.Error(pluginName, err)
 	}
 	// A warm-up from a peer, at the process's first startup alone: its
 	// OnFirstStartup callbacks run before the OnStartup ones, which know

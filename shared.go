@@ -35,6 +35,7 @@ func (c *Cache) StartShared(view string) {
 		Zones:       c.metrics.Zones,
 		View:        view,
 		Apply:       func(f flush.Flush) { c.flushLocal(f) },
+		Since:       c.Snapshot.Restored(),
 	})
 }
 

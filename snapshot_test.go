@@ -14,6 +14,7 @@ import (
 	"github.com/compactcache/compactcache/internal/admin"
 	"github.com/compactcache/compactcache/internal/cachemetrics"
 	"github.com/compactcache/compactcache/internal/entry"
+	"github.com/compactcache/compactcache/internal/flush"
 	"github.com/compactcache/compactcache/internal/persist"
 	"github.com/compactcache/compactcache/internal/snapshot"
 	"github.com/compactcache/compactcache/internal/store"
@@ -360,5 +361,66 @@ func TestWarmupOtherVersion(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(errs); n != 0 || !strings.Contains(logs.String(), "format differ, starting cold") {
 		t.Errorf("a peer of another version: %v warm-up errors counted, want 0 and a log line saying so:\n%s", n, logs)
+	}
+}
+
+// TestSnapshotSharedFlushWhileDown restarts a server whose block keeps a
+// snapshot and shares a tier: a flush another replica sent through the
+// tier while it was down holds, and the rest of the file is served.
+func TestSnapshotSharedFlushWhileDown(t *testing.T) {
+	r := testenv.StartRedis(t)
+	u := exampleUpstream()
+	up := startUpstream(t, u)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef-shared-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shared := "shared redis://" + r.Addr + " {\n secret_file " + secret + "\n timeout 1s\n }\n"
+	corefile := ".:0 {\n bind 127.0.0.1\n compactcache {\n " + shared + " snapshot " + filepath.Join(dir, "cache.snap") + "\n }\n forward . " + up + "\n}"
+	a, www := test.Case{Qname: "a.example.org.", Qtype: dns.TypeA}.Msg(), test.Case{Qname: "www.example.org.", Qtype: dns.TypeA}.Msg()
+
+	inst, err := startCorefile(corefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*dns.Msg{a, www} {
+		exchangeUDP(t, inst.Servers()[0].LocalAddr().String(), m)
+	}
+	inst.ShutdownCallbacks() // SIGTERM's: the final shutdown writes the file
+	stopServers(inst)
+
+	// Another replica flushes a name while the server is down.
+	u.add("a.example.org.", dns.TypeA, dns.RcodeSuccess, []dns.RR{test.A("a.example.org. 300 IN A 192.0.2.99")}, nil, nil)
+	other := parseCache(t, "compactcache {\n "+shared+"}", newUpstream(), &clock{t: time.Now()})
+	other.StartShared("")
+	t.Cleanup(other.StopShared)
+	for deadline := time.Now().Add(10 * time.Second); !other.shared.Connected(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tier did not connect")
+		}
+	}
+	if _, err := (operator{other}).Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{mustAdminName(t, "a.example.org")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	inst, err = startCorefile(corefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServers(inst)
+	addr := inst.Servers()[0].LocalAddr().String()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m, _ := exchangeUDP(t, addr, a)
+		if len(m.Answer) == 1 && strings.HasSuffix(m.Answer[0].String(), "192.0.2.99") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server answers %v, flushed while it was down", m.Answer)
+		}
+	}
+	exchangeUDP(t, addr, www)
+	if n := u.count("www.example.org.", dns.TypeA); n != 1 {
+		t.Errorf("www.example.org. asked upstream %d times, want once: before the restart", n)
 	}
 }

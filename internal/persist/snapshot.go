@@ -57,8 +57,9 @@ type Cache interface {
 // interval; and reads it when the process starts, before its servers
 // answer.
 type Snapshot struct {
-	path  string
-	every time.Duration // 0: only at shutdown
+	path     string
+	every    time.Duration // 0: only at shutdown
+	restored int64         // when the file read at the process's start was written
 }
 
 // ParseSnapshot parses the option's arguments.
@@ -91,11 +92,15 @@ func ParseSnapshot(args []string) (*Snapshot, error) {
 type pathsKey struct{}
 
 // Setup reads the block's file once the process starts and writes it when
-// the process stops, and every interval while it runs. A path another block
+// the process stops, and every interval while it runs; a block without the
+// option (sc nil) has nothing to set up. A path another block
 // of the instance gave is refused: each block would read the other's
 // entries, which split-horizon views must not serve to each other's
 // clients, and the last to stop would write over the first.
 func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
+	if sc == nil {
+		return nil
+	}
 	paths, _ := c.Get(pathsKey{}).(map[string]string)
 	if paths == nil {
 		paths = map[string]string{}
@@ -109,7 +114,7 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 	paths[file] = block
 	c.OnFirstStartup(func() error {
 		removeTemporary(sc.path)
-		Load(ca, sc.path)
+		sc.restored = Load(ca, sc.path)
 		return nil
 	})
 	stop := make(chan struct{})
@@ -133,6 +138,17 @@ func (sc *Snapshot) Setup(c *caddy.Controller, ca Cache) error {
 	return nil
 }
 
+// Restored returns when the file the block's store was read from at the
+// process's start was written, unix seconds, or 0 where none was read (sc
+// nil, a reload): the flushes sent since, through the shared tier, are
+// missing from it.
+func (sc *Snapshot) Restored() int64 {
+	if sc == nil {
+		return 0
+	}
+	return sc.restored
+}
+
 // resolved returns path with the symbolic links of its directory, and its
 // own, resolved where they exist: /var/run/x and /run/x are one file.
 func resolved(path string) string {
@@ -141,6 +157,26 @@ func resolved(path string) string {
 	}
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
 		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
+}
+
+// linked returns the file path names: where path is a symbolic link (to a
+// file on a volume of its own), the file it points to, which may not exist
+// yet. A write renames its file over that one, and a damaged one is moved
+// aside there: renamed over the link, or moving it, they would leave the
+// file it points to behind, read again once the link is put back (a
+// container's file system made anew).
+func linked(path string) string {
+	for range 40 { // the links Linux follows in a path
+		l, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(l) {
+			l = filepath.Join(filepath.Dir(path), l)
+		}
+		path = l
 	}
 	return path
 }
@@ -334,17 +370,18 @@ func (p *pieces) Seek(offset int64, whence int) (int64, error) {
 
 func (p *pieces) Close() error { return nil }
 
-// Load fills the store from path, if there is a file there it can use.
-func Load(ca Cache, path string) {
+// Load fills the store from path, if there is a file there it can use, and
+// returns when the file was written, or 0 where it put no entry of it.
+func Load(ca Cache, path string) (written int64) {
 	f, err := openFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		log.Infof("Snapshot %s: none yet, starting cold", path)
-		return
+		return 0
 	}
 	if err != nil {
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
 		log.Errorf("Snapshot %s: starting cold: %v", path, err)
-		return
+		return 0
 	}
 	defer f.Close()
 	start := time.Now()
@@ -355,8 +392,9 @@ func Load(ca Cache, path string) {
 		log.Infof("Snapshot %s: written under other cache settings or by a build of another format, starting cold: %v", path, err)
 	case err != nil:
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
-		aside := path + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
-		if rerr := os.Rename(path, aside); rerr == nil {
+		file := linked(path)
+		aside := file + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
+		if rerr := os.Rename(file, aside); rerr == nil {
 			log.Errorf("Snapshot %s: starting cold, the file moved to %s: %v", path, aside, err)
 		} else {
 			log.Errorf("Snapshot %s: starting cold: %v (and it could not be moved aside: %v)", path, err, rerr)
@@ -365,6 +403,10 @@ func Load(ca Cache, path string) {
 		log.Infof("Snapshot %s: %d entries loaded in %v from a file written %v ago, %d expired",
 			path, l.Entries, time.Since(start).Round(time.Millisecond), time.Duration(ca.Now()-l.Written)*time.Second, l.Expired)
 	}
+	if l.Entries > 0 { // a file changed while it was read may have put some
+		return l.Written
+	}
+	return 0
 }
 
 // openFile opens path for reading if it is a regular file. Anything else
@@ -394,6 +436,7 @@ func openFile(path string) (*os.File, error) {
 // each is as large as the store. Run at the process's first startup,
 // before this process writes any.
 func removeTemporary(path string) {
+	path = linked(path)
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
 	files, _ := os.ReadDir(dir)
 	for _, f := range files {
@@ -434,6 +477,7 @@ func write(ca Cache, path string, walk store.Walker) {
 // WriteFile writes the store to path as write does, and returns the
 // entries written.
 func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
+	path = linked(path)
 	gen := ca.Fence().Gen()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {

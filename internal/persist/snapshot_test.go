@@ -368,3 +368,44 @@ func TestSnapshotAfterLastFlush(t *testing.T) {
 		t.Errorf("%d entries loaded, want the %d not flushed", got, want)
 	}
 }
+
+// TestSnapshotThroughSymlink: a PATH that is a symbolic link (to a file on
+// a volume of its own) is written where it points, not replaced by a file
+// beside it, whether the file it names exists yet or not; a damaged one
+// is moved aside there, and the link stays.
+func TestSnapshotThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "volume"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path, target := filepath.Join(dir, "cache.snap"), filepath.Join(dir, "volume", "cache.snap")
+	if err := os.Symlink(filepath.Join("volume", "cache.snap"), path); err != nil {
+		t.Fatal(err)
+	}
+	c := filled(t, 100)
+	for _, state := range []string{"not yet there", "there"} {
+		if _, err := WriteFile(c, path, c.Store().Paced(0)); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSymlink {
+			t.Fatalf("the file %s: the link replaced (%v)", state, err)
+		}
+		if fi, err := os.Stat(target); err != nil || fi.Size() == 0 {
+			t.Fatalf("the file %s: not written where the link points (%v)", state, err)
+		}
+	}
+	if err := os.WriteFile(target, []byte("damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.New(store.MinCapacity, store.PerKind{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Load(testCache{s: s}, path)
+	if aside, _ := filepath.Glob(target + ".bad-*"); len(aside) != 1 {
+		t.Errorf("the damaged file was not moved aside beside it: %v", aside)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSymlink {
+		t.Errorf("the link moved aside in place of the damaged file (%v)", err)
+	}
+}

@@ -95,6 +95,10 @@ type Options struct {
 	// Apply flushes the block's local store for a flush another replica
 	// sent.
 	Apply func(flush.Flush)
+	// Since, where the block's store was read from a snapshot at the
+	// process's start, is when the file was written (unix seconds): the
+	// flushes sent since, which the file lacks, are read (restored).
+	Since int64
 }
 
 // Tier is a block's shared tier.
@@ -251,7 +255,48 @@ func (t *Tier) connect() {
 		}
 		wait = min(2*wait, reconnectMax)
 	}
+	if t.opt.Since > 0 {
+		t.restored(*t.client.Load(), t.keys.streamKey(), last)
+	}
 	t.readFlushes(t.resume(last))
+}
+
+// restoredSlack is how long before a snapshot was written the flushes read
+// for its store (Options.Since) begin: the stream's IDs are the server's
+// clock, not the block's, and the block's reader stopped before its last
+// write.
+const restoredSlack = time.Minute
+
+// restored has the reader of a store read from a snapshot start at the
+// flushes sent since the file was written, less restoredSlack, given end,
+// the stream's end: the process was down meanwhile, and the stream's end
+// lies past the flushes other replicas sent then. A stream whose first
+// flush comes after that was made since, and is read from its start, or
+// trimmed, and the store is flushed whole: checkLost would take the one for
+// a stream deleted and flush the tier whole.
+func (t *Tier) restored(c valkey.Client, stream, end string) {
+	from := strconv.FormatInt(max(0, t.opt.Since-int64(restoredSlack/time.Second))*1000, 10) + "-0"
+	if !idAfter(end, from, 0) {
+		return // none sent since
+	}
+	r, err := c.Do(t.ctx, c.B().Xrange().Key(stream).Start("-").End("+").Count(1).Build().Pin()).AsXRange()
+	switch {
+	case err != nil && t.ctx.Err() != nil:
+		return
+	case err != nil || len(r) == 0:
+		t.lost("the flushes sent since its snapshot was written could not be read: the local store is flushed whole")
+		return
+	case idAfter(r[0].ID, from, 1) && !t.madeAgain(c, stream):
+		t.lost("flushes sent since its snapshot was written were trimmed from the stream: the local store is flushed whole")
+		return
+	case idAfter(r[0].ID, from, 1):
+		from = "0-0"
+	}
+	readers.Lock()
+	defer readers.Unlock()
+	if t.floor == "" || idAfter(t.floor, from, 0) {
+		t.floor = from
+	}
 }
 
 // resume returns where the reader starts, given end, the stream's end

@@ -1643,6 +1643,76 @@ func TestReloadReadsOn(t *testing.T) {
 	await("names between.example.", "a flush sent after the old tier closed, before the new one connected, never reached the store")
 }
 
+// TestRestoredReadsSince: the tier of a store read from a snapshot reads
+// the flushes sent since the file was written, which the file lacks, from
+// a stream made since too; one trimmed past them flushes the store whole,
+// not the tier.
+func TestRestoredReadsSince(t *testing.T) {
+	all := (&flush.Flush{Scope: flush.All}).String()
+	for _, tc := range []struct {
+		name  string
+		seed  bool  // the stream holds a flush from before the file
+		del   bool  // and loses it once the flush since is sent
+		since int64 // when the file was written, from now
+		want  []string
+	}{
+		{"older stream", true, false, 0, []string{"names since.example."}},
+		{"made since", false, false, 0, []string{"names since.example."}},
+		{"trimmed", true, true, 0, []string{all}},
+		{"none since", true, false, 3600, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t)
+			option := "shared redis://" + r.Addr + " {\n secret_file " + secretFile(t, testSecret) + "\n}"
+			sender := mustTier(t, option, 1, nil)
+			send := func(name string) {
+				t.Helper()
+				if err := sender.Flush(flush.Flush{Scope: flush.Names, Names: [][]byte{wire(t, name)}}, time.Now().Unix()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stream := sender.keys.streamKey()
+			if tc.seed {
+				r.MustDo("XADD", stream, "1-1", "k", "v")
+			}
+			send("since.example")
+			if tc.del {
+				r.MustDo("XDEL", stream, "1-1")
+			}
+			var mu sync.Mutex
+			var applied []string
+			cfg, err := parse(t, option)
+			if err != nil {
+				t.Fatal(err)
+			}
+			startTier(t, cfg, Options{Fingerprint: [32]byte{1}, MaxTTL: 3600, Zones: ".", View: t.Name(), Since: time.Now().Unix() + tc.since, Apply: func(f flush.Flush) {
+				mu.Lock()
+				defer mu.Unlock()
+				applied = append(applied, f.String())
+			}})
+			send("after.example")
+			want := append(tc.want, "names after.example.")
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				got := slices.Clone(applied)
+				mu.Unlock()
+				if slices.Contains(got, want[len(want)-1]) {
+					if !slices.Equal(got, want) {
+						t.Errorf("applied %q, want %q", got, want)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("applied %q, never the flush sent once it connected", got)
+				}
+			}
+			if flushed := r.MustDo("EXISTS", sender.keys.all) == ":1"; flushed {
+				t.Error("the tier was flushed whole")
+			}
+		})
+	}
+}
+
 // TestStreamOfAnotherType: a key of another type where the stream of
 // flushes goes keeps no replica from connecting and using the tier.
 func TestStreamOfAnotherType(t *testing.T) {
