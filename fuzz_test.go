@@ -168,6 +168,21 @@ func fzCheckServfail(t *testing.T, where string, b []byte) {
 	}
 }
 
+// fzCheckPassedOn checks that b, the reply to a transfer request req, is
+// what the next plugin wrote, the upstream reply data under req's ID: the
+// cache passes transfers on untouched, as the stock cache does.
+func fzCheckPassedOn(t *testing.T, where string, b, data []byte, req *dns.Msg) {
+	t.Helper()
+	got, want := new(dns.Msg), new(dns.Msg)
+	if err := want.Unpack(data); err != nil {
+		t.Fatalf("%s: input unpacked once, not twice: %v", where, err)
+	}
+	want.Id = req.Id
+	if err := got.Unpack(b); err != nil || got.String() != want.String() {
+		t.Fatalf("%s: a transfer got %v (%v), want the next plugin's reply untouched: %v", where, got, err, want)
+	}
+}
+
 // fzForged reports whether up's ECS does not echo the family, source prefix
 // and address of req's: a reply the cache drops (RFC 7871 7.3).
 func fzForged(req, up *dns.Msg) bool {
@@ -257,6 +272,12 @@ func FuzzStoreAndServe(f *testing.F) {
 						if w.packErr[j] != nil {
 							if wellFormed {
 								t.Fatalf("%s: the reply does not pack: %v", where, w.packErr[j])
+							}
+							continue
+						}
+						if transfer(q.Qtype) {
+							if wellFormed {
+								fzCheckPassedOn(t, where, b, data, req)
 							}
 							continue
 						}
