@@ -149,34 +149,26 @@ func (sc *Snapshot) Restored() int64 {
 	return sc.restored
 }
 
-// resolved returns path with the symbolic links of its directory, and its
-// own, resolved where they exist: /var/run/x and /run/x are one file.
+// resolved returns the file path names, with the symbolic links of its
+// directory resolved, so that /var/run/x and /run/x are one file, and its
+// own followed: where path is a link (to a file on a volume of its own),
+// the file it points to, which may not exist yet. A write renames its file
+// over that one, and a damaged one is moved aside there: renamed over the
+// link, or moving it, they would leave the file it points to behind, read
+// again once the link is put back (a container's file system made anew).
 func resolved(path string) string {
-	if p, err := filepath.EvalSymlinks(path); err == nil {
-		return p
-	}
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		return filepath.Join(dir, filepath.Base(path))
-	}
-	return path
-}
-
-// linked returns the file path names: where path is a symbolic link (to a
-// file on a volume of its own), the file it points to, which may not exist
-// yet. A write renames its file over that one, and a damaged one is moved
-// aside there: renamed over the link, or moving it, they would leave the
-// file it points to behind, read again once the link is put back (a
-// container's file system made anew).
-func linked(path string) string {
 	for range 40 { // the links Linux follows in a path
 		l, err := os.Readlink(path)
 		if err != nil {
-			return path
+			break
 		}
 		if !filepath.IsAbs(l) {
 			l = filepath.Join(filepath.Dir(path), l)
 		}
 		path = l
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
 	}
 	return path
 }
@@ -392,7 +384,7 @@ func Load(ca Cache, path string) (written int64) {
 		log.Infof("Snapshot %s: written under other cache settings or by a build of another format, starting cold: %v", path, err)
 	case err != nil:
 		cachemetrics.SnapshotErrors.WithLabelValues(path, "read").Inc()
-		file := linked(path)
+		file := resolved(path)
 		aside := file + ".bad-" + strconv.FormatInt(time.Now().Unix(), 10)
 		if rerr := os.Rename(file, aside); rerr == nil {
 			log.Errorf("Snapshot %s: starting cold, the file moved to %s: %v", path, aside, err)
@@ -436,7 +428,7 @@ func openFile(path string) (*os.File, error) {
 // each is as large as the store. Run at the process's first startup,
 // before this process writes any.
 func removeTemporary(path string) {
-	path = linked(path)
+	path = resolved(path)
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
 	files, _ := os.ReadDir(dir)
 	for _, f := range files {
@@ -477,7 +469,7 @@ func write(ca Cache, path string, walk store.Walker) {
 // WriteFile writes the store to path as write does, and returns the
 // entries written.
 func WriteFile(ca Cache, path string, walk store.Walker) (int, error) {
-	path = linked(path)
+	path = resolved(path)
 	gen := ca.Fence().Gen()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
